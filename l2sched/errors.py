@@ -1,0 +1,176 @@
+"""One error family for every stage of l2sched, printed like a compiler.
+
+``L2sError`` is the only exception the parser, checker, linter and compiler let
+escape on bad input. Each carries zero or more ``Diagnostic`` records; each
+record has a ``Span`` (file, 1-based line and column, end line and column) and
+renders as::
+
+    path:line:col: message
+        source line
+        ^^^^^
+
+Stages append diagnostics to a ``DiagnosticSink`` so that one run reports every
+error of a file, then raise once (see ``DiagnosticSink.raise_if_errors``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A source region: 1-based ``line``/``column``, end inclusive of ``end_line``
+    and exclusive of ``end_column`` (Lark's convention). ``path`` is the file as
+    the user named it, or ``<string>`` for text parsed from memory."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @classmethod
+    def point(cls, path: str, line: int = 1, column: int = 1) -> "Span":
+        """A one-character span at ``line``:``column``."""
+        return cls(path, line, column, line, column + 1)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One message about one span. ``severity`` is ``error``, ``warning`` or
+    ``info``; ``code`` is a stable rule code (e.g. ``L2S101``) or empty;
+    ``source_line`` is the text of ``span.line`` without its newline, when known."""
+
+    message: str
+    span: Span | None = None
+    severity: str = "error"
+    code: str = ""
+    source_line: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        """The compiler-style text: location, message, source line, caret, notes."""
+        where = f"{self.span}: " if self.span else ""
+        code = f"{self.code} " if self.code else ""
+        sev = "" if self.severity == "error" and not self.code else f"{self.severity}: "
+        lines = [f"{where}{sev}{code}{self.message}"]
+        if self.span is not None and self.source_line is not None:
+            text = self.source_line.expandtabs(1)
+            lines.append("    " + text)
+            start = max(self.span.column - 1, 0)
+            if self.span.end_line == self.span.line:
+                width = max(self.span.end_column - self.span.column, 1)
+            else:
+                width = max(len(text) - start, 1)
+            width = min(width, max(len(text) - start, 1))
+            lines.append("    " + " " * start + "^" * width)
+        lines.extend(f"    note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+class L2sError(Exception):
+    """Base of every error l2sched raises on bad input. ``diagnostics`` holds one
+    or more ``Diagnostic``; ``str(err)`` is their rendering joined by newlines."""
+
+    def __init__(self, diagnostics: Diagnostic | Sequence[Diagnostic] | str):
+        if isinstance(diagnostics, str):
+            diagnostics = [Diagnostic(diagnostics)]
+        elif isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
+        super().__init__("\n".join(d.render() for d in self.diagnostics))
+
+    @property
+    def span(self) -> Span | None:
+        """The span of the first diagnostic (convenience for tests and tools)."""
+        return self.diagnostics[0].span if self.diagnostics else None
+
+
+class L2sInputError(L2sError):
+    """A file cannot be read: missing, a directory, not UTF-8, or empty."""
+
+
+class L2sSyntaxError(L2sError):
+    """The text does not follow the grammar in ``grammar/l2s.lark``."""
+
+
+class L2sSemanticError(L2sError):
+    """The text parses but means nothing valid: unknown names, bad values,
+    duplicate windows, a carry to an earlier window, a bad ``--set`` override."""
+
+
+class L2sModelError(L2sError):
+    """A model config (``config.json``) or inventory is unusable: a missing key,
+    a wrong type, an unknown architecture."""
+
+
+class L2sLintError(L2sError):
+    """A lint run found at least one error-severity rule violation."""
+
+
+class L2sCompileError(L2sError):
+    """A schedule cannot be compiled into a plan for the given inventory."""
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``"; did you mean 'x'?"`` for the closest of ``choices`` to
+    ``name`` (difflib ratio >= 0.6), else the empty string."""
+    best = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{best[0]}'?" if best else ""
+
+
+@dataclass
+class DiagnosticSink:
+    """Collects diagnostics from one stage so all of them are reported in one
+    run. ``sources`` maps a path to its text lines for caret rendering."""
+
+    sources: dict[str, list[str]] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def add_source(self, path: str, text: str) -> None:
+        """Remember ``text`` as the contents of ``path`` for caret lines."""
+        self.sources[path] = text.splitlines()
+
+    def line_of(self, span: Span | None) -> str | None:
+        """The source line under ``span``, if the file was registered."""
+        if span is None:
+            return None
+        lines = self.sources.get(span.path)
+        if lines is None or not 1 <= span.line <= len(lines):
+            return None
+        return lines[span.line - 1]
+
+    def error(self, message: str, span: Span | None, *, code: str = "",
+              notes: Sequence[str] = ()) -> None:
+        """Record an error-severity diagnostic at ``span``."""
+        self.add(Diagnostic(message, span, "error", code, self.line_of(span),
+                            tuple(notes)))
+
+    def add(self, diagnostic: Diagnostic) -> None:
+        """Record ``diagnostic``, filling in its source line when missing."""
+        if diagnostic.source_line is None and diagnostic.span is not None:
+            line = self.line_of(diagnostic.span)
+            if line is not None:
+                diagnostic = Diagnostic(diagnostic.message, diagnostic.span,
+                                        diagnostic.severity, diagnostic.code, line,
+                                        diagnostic.notes)
+        self.diagnostics.append(diagnostic)
+
+    @property
+    def has_errors(self) -> bool:
+        """True when at least one error-severity diagnostic was recorded."""
+        return any(d.severity == "error" for d in self.diagnostics)
+
+    def raise_if_errors(self, cls: type[L2sError] = L2sSemanticError) -> None:
+        """Raise ``cls`` carrying every diagnostic, sorted by position, when any
+        error was recorded. Raises: ``cls``."""
+        if self.has_errors:
+            ordered = sorted(self.diagnostics,
+                             key=lambda d: (d.span is None, d.span or Span("", 0, 0, 0, 0)))
+            raise cls(ordered)
