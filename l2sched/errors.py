@@ -121,7 +121,9 @@ class L2sCompileError(L2sError):
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest of ``choices`` to
     ``name`` (difflib ratio >= 0.6), else the empty string."""
-    best = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    choices = list(choices)
+    folded = [c for c in choices if c.lower() == name.lower()]
+    best = folded or difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     return f"; did you mean '{best[0]}'?" if best else ""
 
 

@@ -1,0 +1,389 @@
+"""Syntax stage: ``.l2s`` text -> typed AST (``l2sched.nodes``).
+
+One LALR(1) Lark parser over ``grammar/l2s.lark`` (built once per process),
+one Transformer to frozen nodes with spans, and syntax errors turned into
+``L2sSyntaxError`` with ``path:line:col``, the source line, a caret and the
+tokens that were expected. ``read_source`` gives one-line ``L2sInputError``s
+for files that are missing, directories, not UTF-8 or empty.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
+
+from . import nodes as n
+from .errors import Diagnostic, L2sError, L2sInputError, L2sSyntaxError, Span
+
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
+_UNITS = ("B", "KB", "MB", "GB", "KiB", "MiB", "GiB")
+
+#: How the parser's terminal names read in "expected ..." lists.
+_TERMINAL_TEXT = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "SIZE": "a size (e.g. 20MB)",
+    "STRING": 'a "string"',
+    "SET_VALUE": "a value",
+    "SCOPE": "'this' or 'next'",
+    "LAZY": "'lazy'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "AMPERSAND": "'&'",
+    "EQUAL": "'='",
+    "__ANON_0": "'..'",
+    "$END": "end of file",
+}
+
+
+def packaged_dir(package: str, source_dir: str) -> Path:
+    """Directory of a data package shipped in the wheel (``l2sched.grammar``,
+    ``l2sched.schedules``), or its source folder at the repository root when
+    running from a checkout."""
+    source = Path(__file__).resolve().parent.parent / source_dir
+    if source.is_dir():
+        return source
+    return Path(str(resources.files(package)))
+
+
+def grammar_text() -> str:
+    """The Lark grammar ``l2s.lark`` (see ``packaged_dir``)."""
+    return (packaged_dir("l2sched.grammar", "grammar") / "l2s.lark").read_text("utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(
+        grammar_text(),
+        parser="lalr",
+        lexer="contextual",
+        start=["start", "size_value", "selector_value", "scalar_value"],
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+def _terminal_text(name: str) -> str:
+    if name in _TERMINAL_TEXT:
+        return _TERMINAL_TEXT[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return name
+    if pattern.type == "str":
+        return f"'{pattern.value}'"
+    return name.lower()
+
+
+def read_source(path: str | os.PathLike) -> str:
+    """Read a schedule file as UTF-8 text.
+
+    Raises ``L2sInputError`` (one line, no traceback) when ``path`` is missing,
+    is a directory, is not UTF-8, or holds nothing but whitespace."""
+    p = Path(path)
+    shown = str(path)
+    if p.is_dir():
+        raise L2sInputError(Diagnostic(f"is a directory, not a schedule file",
+                                       Span.point(shown)))
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise L2sInputError(Diagnostic("no such file", Span.point(shown))) from None
+    except OSError as e:
+        raise L2sInputError(Diagnostic(f"cannot read: {e.strerror}",
+                                       Span.point(shown))) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise L2sInputError(Diagnostic(
+            f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+            Span.point(shown, line, col))) from None
+    if not text.strip():
+        raise L2sInputError(Diagnostic("empty schedule file", Span.point(shown)))
+    return text
+
+
+def _span(path: str, meta_or_token) -> Span:
+    m = meta_or_token
+    return Span(path, m.line, m.column, m.end_line, m.end_column)
+
+
+class _ToAst(Transformer):
+    """Lark tree -> ``l2sched.nodes``; ``path`` goes into every span."""
+
+    def __init__(self, path: str):
+        super().__init__(visit_tokens=False)
+        self.path = path
+
+    def _name(self, tok: Token) -> n.Name:
+        return n.Name(str(tok), span=_span(self.path, tok))
+
+    # header ---------------------------------------------------------------
+    @v_args(meta=True)
+    def schedule_decl(self, meta, items):
+        tok = items[0]
+        text = str(tok)[1:-1] if tok.type == "STRING" else str(tok)
+        return n.Name(text, span=_span(self.path, tok))
+
+    @v_args(meta=True)
+    def extends_decl(self, meta, items):
+        return n.StringValue(str(items[0])[1:-1], span=_span(self.path, items[0]))
+
+    @v_args(meta=True)
+    def setting_key(self, meta, items):
+        return self._name(items[0])
+
+    @v_args(meta=True)
+    def setting(self, meta, items):
+        return n.Setting(items[0], items[1], span=_span(self.path, meta))
+
+    @v_args(meta=True)
+    def size(self, meta, items):
+        m = _SIZE_RE.fullmatch(str(items[0]))
+        return n.Size(m.group(1), m.group(2), span=_span(self.path, meta))
+
+    def name_value(self, items):
+        return self._name(items[0])
+
+    def string_value(self, items):
+        return n.StringValue(str(items[0])[1:-1], span=_span(self.path, items[0]))
+
+    # selectors ------------------------------------------------------------
+    def sel_name(self, items):
+        return n.SelName(str(items[0]), span=_span(self.path, items[0]))
+
+    @v_args(meta=True)
+    def sel_range(self, meta, items):
+        return n.SelRange(str(items[0]), str(items[1]), span=_span(self.path, meta))
+
+    def sel_index(self, items):
+        return n.SelIndex(str(items[0]), span=_span(self.path, items[0]))
+
+    @v_args(meta=True)
+    def sel_inter(self, meta, items):
+        if len(items) == 1:
+            return items[0]
+        return n.SelInter(tuple(items), span=_span(self.path, meta))
+
+    @v_args(meta=True)
+    def sel_union(self, meta, items):
+        return n.SelUnion(tuple(items), span=_span(self.path, meta))
+
+    @v_args(meta=True)
+    def selector(self, meta, items):
+        exclude = items[1] if len(items) > 1 else None
+        return n.Selector(items[0], exclude, span=_span(self.path, meta))
+
+    # windows --------------------------------------------------------------
+    def patterns(self, items):
+        return tuple(self._name(t) for t in items)
+
+    def excepts(self, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def target(self, meta, items):
+        scope = str(items[0])
+        rest = items[1:]
+        lazy = bool(rest) and isinstance(rest[0], Token) and rest[0].type == "LAZY"
+        if lazy:
+            rest = rest[1:]
+        patterns = rest[0]
+        excludes = rest[1] if len(rest) > 1 else ()
+        return n.Target(scope, lazy, patterns, excludes, span=_span(self.path, meta))
+
+    def body(self, items):
+        return ("body", tuple(items))
+
+    def at_clause(self, items):
+        return ("hook", self._name(items[0]))
+
+    def budget_clause(self, items):
+        return ("budget", items[0])
+
+    def layers_clause(self, items):
+        return ("layers", items[0])
+
+    def carry_clause(self, items):
+        return ("carry", self._name(items[0]))
+
+    @v_args(meta=True)
+    def window(self, meta, items):
+        name = self._name(items[0])
+        clauses = {"hook": None, "budget": None, "layers": None, "carry": None}
+        duplicates = []
+        targets: tuple = ()
+        has_body = False
+        for kind, value in items[1:]:
+            if kind == "body":
+                targets, has_body = value, True
+            elif clauses[kind] is not None:
+                duplicates.append(n.Name(kind, span=value.span))
+            else:
+                clauses[kind] = value
+        return n.Window(name, clauses["hook"], clauses["budget"], clauses["layers"],
+                        clauses["carry"], targets, has_body, tuple(duplicates),
+                        span=_span(self.path, meta))
+
+    # overrides ------------------------------------------------------------
+    @v_args(meta=True)
+    def override(self, meta, items):
+        key = items[0] if isinstance(items[0], n.Name) else self._name(items[0])
+        tok = items[1]
+        raw = str(tok)
+        lead = len(raw) - len(raw.lstrip())
+        value = raw.strip()
+        vspan = Span(self.path, tok.line, tok.column + lead, tok.line,
+                     tok.column + lead + max(len(value), 1))
+        return n.Override(key, value, value_span=vspan, span=_span(self.path, meta))
+
+    # entry points -----------------------------------------------------------
+    def size_value(self, items):
+        return items[0]
+
+    def selector_value(self, items):
+        return items[0]
+
+    def scalar_value(self, items):
+        return items[0]
+
+
+def _syntax_error(err: UnexpectedInput, text: str, path: str,
+                  line_offset: int = 0, col_offset: int = 0) -> L2sSyntaxError:
+    lines = text.splitlines() or [""]
+    line = getattr(err, "line", None)
+    col = getattr(err, "column", None)
+    if not isinstance(line, int) or line < 1:  # unexpected end of input
+        line = len(lines)
+        col = len(lines[-1]) + 1
+    source = lines[line - 1] if line <= len(lines) else ""
+    if isinstance(err, UnexpectedCharacters):
+        ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
+        message = f"unexpected character {ch!r}"
+        expected = err.allowed or set()
+        width = 1
+    elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
+        message = "unexpected end of file"
+        expected = err.expected
+        width = 1
+    elif isinstance(err, UnexpectedToken) and err.token.type == "SET_VALUE":
+        # Only `set KEY =` takes free text; elsewhere it is a stray character.
+        message = f"unexpected character {str(err.token)[0]!r}"
+        expected = err.expected
+        width = 1
+    elif isinstance(err, UnexpectedToken):
+        message = f"unexpected {str(err.token)!r}"
+        expected = err.expected
+        width = max(len(str(err.token)), 1)
+        prev = text[: err.token.start_pos].rstrip(" \t")
+        if str(err.token) in _UNITS and prev[-1:].isdigit():
+            message += " (write a size without a space, e.g. 20MB)"
+    elif isinstance(err, UnexpectedEOF):
+        message = "unexpected end of file"
+        expected = err.expected
+        width = 1
+    else:  # pragma: no cover - Lark has no other UnexpectedInput kinds
+        message, expected, width = str(err), set(), 1
+    names = sorted({_terminal_text(e) for e in expected if not e.startswith("__ANON") or e in _TERMINAL_TEXT})
+    notes = (f"expected one of: {', '.join(names)}",) if names else ()
+    span = Span(path, line + line_offset, col + col_offset, line + line_offset,
+                col + col_offset + width)
+    return L2sSyntaxError(Diagnostic(message, span, "error", "", source, notes))
+
+
+def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
+    """Parse ``.l2s`` source ``text`` into a ``ScheduleFile``.
+
+    ``path`` names the source in spans and messages. Comments are kept on
+    the result for the formatter. Raises ``L2sSyntaxError`` (first syntax
+    error, with expected tokens) or ``L2sInputError`` for empty text."""
+    if not text.strip():
+        raise L2sInputError(Diagnostic("empty schedule file", Span.point(path)))
+    try:
+        tree = _parser().parse(text, start="start")
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text, path) from None
+    # The LALR parser ignores comments; one lexing pass collects them for the
+    # formatter (lexing cannot fail after a clean parse).
+    comments = tuple(n.Comment(str(t), t.line, t.column)
+                     for t in _parser().lex(text, dont_ignore=True)
+                     if t.type == "COMMENT")
+    try:
+        result = _ToAst(path).transform(tree)
+    except VisitError as err:  # pragma: no cover - transformer bugs only
+        if isinstance(err.orig_exc, L2sError):
+            raise err.orig_exc from None
+        raise
+    return _finish(result, path, comments)
+
+
+def _finish(tree, path: str, comments: tuple) -> n.ScheduleFile:
+    children = tree.children
+    name = children[0]
+    rest = children[1:]
+    extends = None
+    if rest and isinstance(rest[0], n.StringValue):
+        extends, rest = rest[0], rest[1:]
+    return n.ScheduleFile(name, extends, tuple(rest), comments, path,
+                          span=name.span)
+
+
+def parse_fragment(text: str, start: str, path: str, line: int = 1,
+                   column: int = 1):
+    """Parse ``text`` with one of the grammar's value entry points
+    (``size_value``, ``selector_value``, ``scalar_value``), as found at
+    ``path:line:column`` (spans are shifted there). Raises ``L2sSyntaxError``."""
+    if not text.strip():
+        raise L2sSyntaxError(Diagnostic("missing value",
+                                        Span(path, line, column, line, column + 1)))
+    try:
+        tree = _parser().parse(text, start=start)
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text, path, line - 1, column - 1) from None
+    node = _ToAst(path).transform(tree)
+    return _shift(node, line - 1, column - 1)
+
+
+def _shift(node, dline: int, dcol: int):
+    """Move every span inside ``node`` by ``dline`` lines / ``dcol`` columns
+    (columns only on the first line, where a fragment starts)."""
+    import dataclasses
+
+    if isinstance(node, tuple):
+        return tuple(_shift(x, dline, dcol) for x in node)
+    if not dataclasses.is_dataclass(node):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Span):
+            changes[f.name] = Span(
+                value.path, value.line + dline,
+                value.column + (dcol if value.line == 1 else 0),
+                value.end_line + dline,
+                value.end_column + (dcol if value.end_line == 1 else 0))
+        elif dataclasses.is_dataclass(value) or isinstance(value, tuple):
+            changes[f.name] = _shift(value, dline, dcol)
+    return dataclasses.replace(node, **changes)
+
+
+def parse_file(path: str | os.PathLike) -> n.ScheduleFile:
+    """``read_source`` + ``parse``. Raises ``L2sInputError``/``L2sSyntaxError``."""
+    return parse(read_source(path), str(path))

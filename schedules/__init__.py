@@ -1,0 +1,1 @@
+"""Shipped .l2s schedules, installed inside the l2sched wheel."""
