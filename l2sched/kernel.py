@@ -1,0 +1,302 @@
+"""The L2 fill kernel: CuTe DSL, inline PTX bulk prefetch with a cache policy.
+
+One launch walks rows ``[row_begin, row_end)`` of a device table, int64
+``[rows, 2]`` of ``(address, bytes)``, cuts every row into ``chunk``-byte
+chunks (16 KiB by default, as vLLM 0.33.0's Kimi-K3 CuTe DSL prefetch kernel
+does) and hands the chunks round-robin to ``grid * threads`` workers; a running
+phase carries the round-robin across rows so short rows do not all land on
+worker 0. Each chunk is one
+
+    cp.async.bulk.prefetch.L2.global.L2::cache_hint [addr], size, policy;
+
+with ``policy`` made once per thread by ``createpolicy.fractional.L2::<p>.b64``
+(fraction 1.0), ``<p>`` one of ``evict_last``/``evict_normal``/``evict_first``.
+Addresses are masked to 16 bytes and sizes to multiples of 16 (the PTX ISA's
+requirement for ``cp.async.bulk.prefetch``); the runtime already aligns rows
+(``l2sched.install.clamp_range``), the mask is a second guard. A row whose
+size is 0 issues nothing. The kernel exits as soon as its requests are issued:
+its launch-to-exit time is not the fill time (prefetch-background.md).
+
+The table is passed as a raw device pointer plus two int32 row bounds, so one
+compiled variant serves every table and every row count: variants are cached
+per ``(device, grid, threads, chunk, policy)``.
+
+Host launch: with ``nvidia-cutlass-dsl`` built with TVM-FFI support (4.8.x,
+or 4.3.5 with ``apache-tvm-ffi`` importable) the function is compiled with
+``--enable-tvm-ffi`` and called with plain ints (pointer, rows, stream handle),
+which is much cheaper on the host; otherwise the generic CuTe DSL call path is
+used (about 18 us per call on 4.3.5, prefetch-background.md). Inside a CUDA
+graph replay the host cost is zero either way.
+
+Nothing here imports torch or cutlass at module import. Any failure (no CUDA,
+compute capability < 9.0, cutlass missing, compile failure) disables the
+kernel with ONE log line on the ``l2sched.kernel`` logger; callers get
+``None`` from ``get_kernel`` and never an exception.
+"""
+
+# No "from __future__ import annotations": CuTe DSL resolves the kernel's
+# annotations (cute.Pointer, Int32) at trace time from the function's scope.
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("l2sched.kernel")
+
+#: Cache policies a plan may name -> PTX ``createpolicy`` priority qualifier.
+POLICIES = {
+    "evict_last": "L2::evict_last",
+    "evict_normal": "L2::evict_normal",
+    "evict_first": "L2::evict_first",
+}
+
+#: Bytes per bulk-prefetch request. 16 KiB is the chunk of vLLM 0.33.0's
+#: Kimi-K3 prefetch kernel (vllm-glm5next-map.md section 6) and the best chunk
+#: of the earlier H200 probe (prefetch-background.md); see
+#: benchmarks/kernel_search.py for the search on this kernel.
+DEFAULT_CHUNK = 16384
+#: CTAs per launch: 2 per SM of the H200's 132 SMs; the earlier probe was best
+#: at 264-528 CTAs x 32 threads (prefetch-background.md).
+DEFAULT_GRID = 264
+#: Threads per CTA (one warp), as in the Kimi-K3 kernel.
+DEFAULT_THREADS = 32
+#: Row alignment and size granularity required by ``cp.async.bulk.prefetch``.
+ALIGN = 16
+
+_lock = threading.Lock()
+_cache: dict[tuple, "PrefetchKernel | None"] = {}
+_disabled_reason: str | None = None
+_logged = False
+
+
+def _disable(reason: str) -> None:
+    """Disable every kernel of this process, logging ``reason`` once."""
+    global _disabled_reason, _logged
+    _disabled_reason = reason
+    if not _logged:
+        _logged = True
+        log.warning("l2sched: L2 prefetch disabled: %s", reason)
+
+
+def disabled_reason() -> str | None:
+    """Why prefetch is disabled in this process, or ``None`` while enabled."""
+    return _disabled_reason
+
+
+def reset_for_tests() -> None:
+    """Forget cached kernels and the disabled state (tests only)."""
+    global _disabled_reason, _logged
+    with _lock:
+        _cache.clear()
+        _disabled_reason = None
+        _logged = False
+
+
+def device_supported(device_index: int = 0) -> tuple[bool, str]:
+    """``(ok, reason)``: CUDA present and compute capability >= 9.0 (the PTX ISA
+    requires sm_90 for ``cp.async.bulk.prefetch``). Never raises."""
+    try:
+        import torch
+    except Exception as e:  # pragma: no cover - torch is a hard dep of callers
+        return False, f"torch unavailable ({e})"
+    try:
+        if not torch.cuda.is_available():
+            return False, "no CUDA device"
+        cap = torch.cuda.get_device_capability(device_index)
+    except Exception as e:
+        return False, f"CUDA query failed ({e})"
+    if cap < (9, 0):
+        return False, f"compute capability {cap[0]}.{cap[1]} < 9.0"
+    return True, ""
+
+
+@dataclass
+class PrefetchKernel:
+    """One compiled variant. ``launch(table_ptr, row_begin, row_end, stream)``
+    enqueues the fill of rows ``[row_begin, row_end)`` of the int64 ``[rows, 2]``
+    (address, bytes) table at device address ``table_ptr`` on the CUDA stream
+    whose raw handle is ``stream`` (``torch.cuda.Stream.cuda_stream``).
+    ``compile_s`` is the compile time in seconds; ``ffi`` says whether calls go
+    through TVM-FFI."""
+
+    key: tuple
+    compiled: object
+    ffi: bool
+    compile_s: float
+    _generic_args: object = None  # (make_ptr, Int64, gmem, CUstream) for the fallback path
+
+    def launch(self, table_ptr: int, row_begin: int, row_end: int, stream: int) -> None:
+        """Enqueue the fill (asynchronous; capturable in a CUDA graph)."""
+        if self.ffi:
+            self.compiled(table_ptr, row_begin, row_end, stream)
+            return
+        make_ptr, i64, gmem, custream = self._generic_args
+        self.compiled(make_ptr(i64, table_ptr, gmem, assumed_align=ALIGN),
+                      row_begin, row_end, custream(stream))
+
+
+def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool):
+    """Trace and compile the kernel; returns the compiled callable. Raises on
+    any failure (the caller turns that into a log line)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+    from cutlass._mlir.dialects import llvm
+
+    qual = POLICIES[policy]
+    workers = grid * threads
+    if chunk % ALIGN or chunk <= 0:
+        raise ValueError(f"chunk {chunk} is not a positive multiple of {ALIGN}")
+
+    @cute.kernel
+    def fill_kernel(table: cute.Pointer, row_begin: Int32, row_end: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        worker = Int32(bid) * threads + Int32(tid)
+        rows = cute.make_tensor(table, cute.make_layout((row_end, 2), stride=(2, 1)))
+        # Output constraint first ("=l"), then inputs.
+        pol = llvm.inline_asm(
+            res=Int64.mlir_type, operands_=[],
+            asm_string=f"createpolicy.fractional.{qual}.b64 $0, 1.0;",
+            constraints="=l", has_side_effects=True)
+        phase = Int32(0)
+        for r in cutlass.range(row_begin, row_end, 1):
+            addr = Int64(rows[r, 0]) & Int64(-ALIGN)
+            nbytes = Int64(rows[r, 1]) & Int64(-ALIGN)
+            nchunks = Int32((nbytes + (chunk - 1)) // chunk)
+            # First chunk index c >= 0 with (c + phase) % workers == worker.
+            first = (worker - phase % workers + workers) % workers
+            for c in cutlass.range(first, nchunks, workers):
+                off = Int64(c) * chunk
+                size = Int32(cutlass.min(nbytes - off, Int64(chunk)))
+                llvm.inline_asm(
+                    res=None,
+                    operands_=[(addr + off).ir_value(), size.ir_value(), pol],
+                    asm_string="cp.async.bulk.prefetch.L2.global.L2::cache_hint"
+                               " [$0], $1, $2;",
+                    constraints="l,r,l,~{memory}", has_side_effects=True)
+            phase = (phase + nchunks) % workers
+
+    @cute.jit
+    def fill(table: cute.Pointer, row_begin: Int32, row_end: Int32, stream):
+        fill_kernel(table, row_begin, row_end).launch(
+            grid=(grid, 1, 1), block=(threads, 1, 1), stream=stream)
+
+    import cuda.bindings.driver as cuda_drv
+    ptr = cute.runtime.make_ptr(Int64, 0, cute.AddressSpace.gmem, assumed_align=ALIGN)
+    if ffi:
+        stream_arg = cute.runtime.make_fake_stream()
+        compiled = cute.compile(fill, ptr, Int32(0), Int32(0), stream_arg,
+                                options="--enable-tvm-ffi")
+    else:
+        compiled = cute.compile(fill, ptr, Int32(0), Int32(0), cuda_drv.CUstream(0))
+    return compiled
+
+
+def _ffi_available() -> bool:
+    """True when TVM-FFI launching can be tried: ``tvm_ffi`` imports and
+    ``L2SCHED_NO_TVM_FFI`` is not set."""
+    if os.environ.get("L2SCHED_NO_TVM_FFI"):
+        return False
+    try:
+        import tvm_ffi  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def get_kernel(device_index: int = 0, *, grid: int = DEFAULT_GRID,
+               threads: int = DEFAULT_THREADS, chunk: int = DEFAULT_CHUNK,
+               policy: str = "evict_last", check_device: bool = True
+               ) -> PrefetchKernel | None:
+    """The compiled fill kernel for ``(device_index, grid, threads, chunk,
+    policy)``, compiled on first use and cached; ``None`` when prefetch is
+    disabled (reason logged once, see ``disabled_reason``). ``grid`` is CTAs,
+    ``threads`` threads per CTA, ``chunk`` bytes per request (multiple of 16).
+    ``check_device=False`` skips the CUDA/capability check (compile-only use on
+    a CPU host with ``CUTE_DSL_ARCH`` set). Never raises."""
+    if policy not in POLICIES:
+        _disable(f"unknown cache policy {policy!r} (known: {sorted(POLICIES)})")
+        return None
+    key = (device_index, grid, threads, chunk, policy)
+    with _lock:
+        if _disabled_reason is not None:
+            return None
+        if key in _cache:
+            return _cache[key]
+        if check_device:
+            ok, why = device_supported(device_index)
+            if not ok:
+                _disable(why)
+                return None
+        try:
+            import cutlass  # noqa: F401
+            import cutlass.cute  # noqa: F401
+        except Exception as e:
+            _disable(f"nvidia-cutlass-dsl not importable ({type(e).__name__}: {e})")
+            return None
+        t0 = time.perf_counter()
+        kern = None
+        errors = []
+        for ffi in ((True, False) if _ffi_available() else (False,)):
+            try:
+                compiled = _build(grid, threads, chunk, policy, ffi)
+            except Exception as e:  # compile failure of one path
+                errors.append(f"{'tvm-ffi' if ffi else 'generic'}: "
+                              f"{type(e).__name__}: {e}")
+                continue
+            generic = None
+            if not ffi:
+                import cuda.bindings.driver as cuda_drv
+                import cutlass
+                import cutlass.cute as cute
+                generic = (cute.runtime.make_ptr, cutlass.Int64,
+                           cute.AddressSpace.gmem, cuda_drv.CUstream)
+            kern = PrefetchKernel(key, compiled, ffi, time.perf_counter() - t0, generic)
+            break
+        if kern is None:
+            _disable("kernel compile failed: " + " | ".join(errors)[:2000])
+            return None
+        if errors:
+            log.info("l2sched: TVM-FFI compile failed, using the generic launch "
+                     "path: %s", errors[0][:500])
+        log.info("l2sched: compiled L2 fill kernel %s in %.3f s (%s launch)",
+                 key, kern.compile_s, "tvm-ffi" if kern.ffi else "generic")
+        _cache[key] = kern
+        return kern
+
+
+def fallback_to_generic(kern: PrefetchKernel) -> PrefetchKernel | None:
+    """Recompile ``kern`` for the generic launch path (used when a TVM-FFI call
+    raised before launching). Returns ``None`` (and disables, logging once)
+    when that fails too."""
+    try:
+        device_index, grid, threads, chunk, policy = kern.key
+        compiled = _build(grid, threads, chunk, policy, False)
+        import cuda.bindings.driver as cuda_drv
+        import cutlass
+        import cutlass.cute as cute
+        new = PrefetchKernel(kern.key, compiled, False, kern.compile_s,
+                             (cute.runtime.make_ptr, cutlass.Int64,
+                              cute.AddressSpace.gmem, cuda_drv.CUstream))
+    except Exception as e:
+        _disable(f"generic launch path failed to compile: {type(e).__name__}: {e}")
+        return None
+    with _lock:
+        _cache[kern.key] = new
+    log.info("l2sched: TVM-FFI launch failed; switched to the generic path")
+    return new
+
+
+def cutlass_version() -> str | None:
+    """Installed ``nvidia-cutlass-dsl`` version string, or ``None``."""
+    try:
+        from importlib.metadata import version
+        return version("nvidia-cutlass-dsl")
+    except Exception:
+        try:
+            from importlib.metadata import version
+            return version("nvidia-cutlass-dsl-libs-base")
+        except Exception:
+            return None

@@ -1,0 +1,159 @@
+"""Runtime on CPU: the gate decision table, the dry-run record, explain, and the
+no-GPU fallback (prefetch disabled with one log line, no exception)."""
+
+import logging
+
+import pytest
+
+from l2sched.plan import ByteRange, Plan, WindowIssue
+from l2sched.runtime import (DryRunRuntime, StepInfo, explain_step, format_events,
+                             gate, make_runtime)
+
+
+def _plan(max_tokens=256, issues=None, policy="evict_last", set_aside=0):
+    if issues is None:
+        issues = (
+            WindowIssue("A", "attn.after_first_proj", 3, 20_000_000,
+                        (ByteRange(3, "self_attn.o_proj.weight", 0, 4096),)),
+            WindowIssue("B", "attn.pre_all_reduce", 3, 50_000_000,
+                        (ByteRange(3, "mlp.gate.weight", 0, 8192),
+                         ByteRange(4, "self_attn.in_proj.weight", 0, 1 << 20))),
+            WindowIssue("C", "moe.pre_all_reduce", 3, 15_000_000,
+                        (ByteRange(4, "self_attn.w_uk", 0, -1, lazy=True),)),
+        )
+    return Plan(schedule="t", model="glm5next", device="h200", tp=1, tp_rank=0,
+                ep=False, policy=policy, max_tokens=max_tokens, set_aside=set_aside,
+                num_layers=5, issues=tuple(issues))
+
+
+# --- gate -------------------------------------------------------------------
+
+@pytest.mark.parametrize("step,capturing,expect", [
+    (StepInfo(num_tokens=1), False, (True, "eager")),
+    (StepInfo(num_tokens=256), False, (True, "eager")),
+    (StepInfo(num_tokens=257), False, (False, "too-many-tokens")),
+    (StepInfo(num_tokens=None), False, (True, "eager")),
+    (StepInfo(num_tokens=8, is_prefill=True), False, (False, "prefill")),
+    (StepInfo(num_tokens=8, is_prefill=True), True, (False, "prefill")),
+    (StepInfo(num_tokens=8, graph_mode="full"), True, (True, "full-capture")),
+    # vLLM V2 says NONE during a FULL capture: capture still prefetches
+    (StepInfo(num_tokens=8, graph_mode="none"), True, (True, "full-capture")),
+    (StepInfo(num_tokens=8, graph_mode="piecewise"), True, (False, "piecewise-capture")),
+    # an uncaptured piecewise-mode batch size runs eagerly: prefetch
+    (StepInfo(num_tokens=8, graph_mode="piecewise"), False, (True, "eager")),
+    (StepInfo(num_tokens=8, graph_mode="full", warmup=True), False, (False, "warmup")),
+    (StepInfo(num_tokens=8, graph_mode="piecewise", warmup=True), False, (False, "warmup")),
+    (StepInfo(num_tokens=512, graph_mode="full"), True, (False, "too-many-tokens")),
+])
+def test_gate_table(step, capturing, expect):
+    d = gate(step, capturing=capturing, max_tokens=256)
+    assert (d.issue, d.reason) == expect
+
+
+def test_gate_disabled_wins():
+    d = gate(StepInfo(num_tokens=1), capturing=False, max_tokens=256, enabled=False)
+    assert (d.issue, d.reason) == (False, "disabled")
+
+
+# --- dry run ----------------------------------------------------------------
+
+def test_dry_run_records_fork_launch_join_in_order():
+    plan = _plan()
+    rt = DryRunRuntime(plan)
+    rt.set_step(StepInfo(num_tokens=4))
+    assert rt.issue(0) and rt.issue(plan.issues[1]) and rt.issue(2)
+    rt.join()
+    rt.join()  # nothing pending: no second join
+    ops = [(e.op, e.window, e.layer) for e in rt.events]
+    assert ops == [("fork", "A", 3), ("launch", "A", 3), ("fork", "B", 3),
+                   ("launch", "B", 3), ("fork", "C", 3), ("launch", "C", 3),
+                   ("join", "", -1)]
+    assert [e.order for e in rt.events] == list(range(7))
+    launches = [e for e in rt.events if e.op == "launch"]
+    assert [e.bytes for e in launches] == [4096, 8192 + (1 << 20), 0]
+    assert rt.stats.issued == 3 and rt.stats.joined == 1
+
+
+def test_dry_run_uses_bound_rows_and_skips():
+    plan = _plan(max_tokens=16)
+    rt = DryRunRuntime(plan)
+    rt.set_rows(2, [(0x1000, 4096 * 3)])
+    rt.set_step(StepInfo(num_tokens=4))
+    rt.issue(2)
+    assert rt.events[-1].bytes == 4096 * 3 and rt.events[-1].rows == 1
+    rt.set_step(StepInfo(num_tokens=17))
+    assert not rt.issue(0)
+    assert rt.events[-1].op == "skip" and rt.events[-1].reason == "too-many-tokens"
+    rt.set_step(StepInfo(num_tokens=1, graph_mode="piecewise", capturing=True))
+    assert not rt.issue(0)
+    assert rt.stats.skipped == {"too-many-tokens": 1, "piecewise-capture": 1}
+
+
+def test_step_provider_is_consulted_per_issue():
+    steps = iter([StepInfo(num_tokens=1), StepInfo(is_prefill=True)])
+    rt = DryRunRuntime(_plan(), step_provider=lambda: next(steps))
+    assert rt.issue(0) is True
+    assert rt.issue(0) is False
+
+
+def test_explain_step_order_and_format():
+    plan = _plan()
+    ev = explain_step(plan)
+    assert [e.op for e in ev] == ["fork", "launch"] * 3 + ["join"]
+    text = format_events(ev)
+    assert "attn.pre_all_reduce" in text and "1056768" in text
+    assert text.splitlines()[0].split()[:3] == ["#", "op", "layer"]
+    ev2 = explain_step(plan, StepInfo(num_tokens=1000))
+    assert {e.op for e in ev2} == {"skip"}
+
+
+def test_make_runtime_backends():
+    plan = _plan()
+    assert isinstance(make_runtime(plan, "dry-run"), DryRunRuntime)
+    with pytest.raises(ValueError):
+        make_runtime(plan, "tpu")
+
+
+# --- no GPU: disabled, one log line, never an exception ----------------------
+
+def test_cuda_runtime_without_gpu_disables_with_one_log_line(caplog):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    from l2sched import kernel as K
+    from l2sched.runtime import CudaRuntime
+    K.reset_for_tests()
+    plan = _plan()
+    with caplog.at_level(logging.INFO):
+        rt = CudaRuntime(plan)
+        rt.set_step(StepInfo(num_tokens=1))
+        assert rt.set_rows(0, [(4096, 4096)]) is False
+        assert rt.issue(0) is False
+        assert rt.issue(1) is False
+        rt.join()
+        rt2 = CudaRuntime(plan)
+        assert rt2.issue(0) is False
+    lines = [r for r in caplog.records if "disabled" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert "no CUDA device" in lines[0].getMessage()
+    assert K.get_kernel(0) is None
+    K.reset_for_tests()
+
+
+def test_kernel_module_imports_nothing_heavy():
+    import subprocess
+    import sys
+    code = ("import sys, l2sched.kernel, l2sched.runtime, l2sched.install; "
+            "bad=[m for m in ('torch','cutlass') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unknown_policy_disables(caplog):
+    from l2sched import kernel as K
+    K.reset_for_tests()
+    with caplog.at_level(logging.WARNING):
+        assert K.get_kernel(0, policy="evict_sometimes", check_device=False) is None
+    assert "unknown cache policy" in caplog.text
+    K.reset_for_tests()
