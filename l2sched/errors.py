@@ -118,6 +118,14 @@ class L2sCompileError(L2sError):
     """A schedule cannot be compiled into a plan for the given inventory."""
 
 
+def source_lines(text: str) -> list[str]:
+    """``text`` split into lines the way the parser counts them: at ``\\n``
+    only (a trailing ``\\r`` is dropped), so that form feeds, ``\\x1c`` or
+    ``\\u2028`` inside a line do not shift later line numbers the way
+    ``str.splitlines`` would."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest of ``choices`` to
     ``name`` (difflib ratio >= 0.6), else the empty string."""
@@ -137,7 +145,7 @@ class DiagnosticSink:
 
     def add_source(self, path: str, text: str) -> None:
         """Remember ``text`` as the contents of ``path`` for caret lines."""
-        self.sources[path] = text.splitlines()
+        self.sources[path] = source_lines(text)
 
     def line_of(self, span: Span | None) -> str | None:
         """The source line under ``span``, if the file was registered."""

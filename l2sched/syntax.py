@@ -25,7 +25,14 @@ from lark.exceptions import (
 )
 
 from . import nodes as n
-from .errors import Diagnostic, L2sError, L2sInputError, L2sSyntaxError, Span
+from .errors import (
+    Diagnostic,
+    L2sError,
+    L2sInputError,
+    L2sSyntaxError,
+    Span,
+    source_lines,
+)
 
 _SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
 _UNITS = ("B", "KB", "MB", "GB", "KiB", "MiB", "GiB")
@@ -267,7 +274,7 @@ class _ToAst(Transformer):
 
 def _syntax_error(err: UnexpectedInput, text: str, path: str,
                   line_offset: int = 0, col_offset: int = 0) -> L2sSyntaxError:
-    lines = text.splitlines() or [""]
+    lines = source_lines(text)
     line = getattr(err, "line", None)
     col = getattr(err, "column", None)
     if not isinstance(line, int) or line < 1:  # unexpected end of input
