@@ -277,9 +277,20 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
     lines = source_lines(text)
     line = getattr(err, "line", None)
     col = getattr(err, "column", None)
-    if not isinstance(line, int) or line < 1:  # unexpected end of input
-        line = len(lines)
-        col = len(lines[-1]) + 1
+    at_end = isinstance(err, UnexpectedEOF) or (
+        isinstance(err, UnexpectedToken) and err.token.type == "$END")
+    if at_end:
+        # Lark places $END on the last token; point just past it instead (or
+        # past the last text when there is no token, e.g. only comments).
+        end_line = getattr(getattr(err, "token", None), "end_line", None)
+        if isinstance(end_line, int) and end_line >= 1:
+            line, col = end_line, err.token.end_column
+        else:
+            body = text.rstrip()
+            line = body.count("\n") + 1
+            col = len(body) - (body.rfind("\n") + 1) + 1
+    elif not isinstance(line, int) or line < 1:  # pragma: no cover - defensive
+        line, col = 1, 1
     source = lines[line - 1] if line <= len(lines) else ""
     if isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
