@@ -1,0 +1,285 @@
+"""Compile stage: a resolved ``Schedule`` + a tensor inventory -> ``Plan``.
+
+For every decoder layer, windows fire in timeline order (hook order from the
+adapter's catalogue, then declaration order). Each window's queue is its
+carried-in bytes first, then its own targets expanded against the inventory
+(consumption order). Budgets are greedy: whole tensors while they fit; the
+tensor that straddles the budget splits into a head rounded down to
+``SPLIT_GRANULARITY`` (4 KiB) and a tail, and the tail plus everything after
+it flows to the window named by ``carry`` (same layer). What no window takes
+is reported in ``Plan.left_over``. No byte is fetched twice in one decode
+step: ranges are deduplicated per storage (views such as MLA's ``W_UK_T`` and
+``W_UV`` share ``kv_b_proj``'s storage).
+
+Pure Python; imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .errors import DiagnosticSink, L2sCompileError
+from .plan import SPLIT_GRANULARITY, ByteRange, LeftOver, Plan, WindowIssue
+from .semantic import Schedule, Window, format_size
+
+
+def pattern_matches(pattern: str, path: str) -> bool:
+    """True when glob ``pattern`` matches tensor ``path`` itself or names a
+    module that contains it (``self_attn.o_proj`` matches
+    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive."""
+    if fnmatch.fnmatchcase(path, pattern):
+        return True
+    parts = path.split(".")
+    return any(fnmatch.fnmatchcase(".".join(parts[:k]), pattern)
+               for k in range(1, len(parts)))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A contiguous byte range of one tensor waiting for a window:
+    ``length`` bytes at ``offset`` into tensor ``tensor`` of layer ``layer``."""
+
+    layer: int
+    tensor: str
+    offset: int
+    length: int
+    lazy: bool
+
+
+def _entries(inventory, layer: int):
+    return inventory.tensors(layer)
+
+
+def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, object]]:
+    """The inventory entries ``window`` names when it fires in ``layer``, in
+    fill order: targets in source order, each expanded in the inventory's
+    consumption order, without repeats. Returns ``(target_layer, entry)``."""
+    count = len(inventory.layers)
+    out: list[tuple[int, object]] = []
+    seen: set[tuple[int, str]] = set()
+    for target in window.targets:
+        tl = layer if target.scope == "this" else (layer + 1) % count
+        for entry in _entries(inventory, tl):
+            if entry.lazy and not target.lazy:
+                continue
+            if not any(pattern_matches(p.text, entry.path) for p in target.patterns):
+                continue
+            if any(pattern_matches(p.text, entry.path) for p in target.excludes):
+                continue
+            if (tl, entry.path) not in seen:
+                seen.add((tl, entry.path))
+                out.append((tl, entry))
+    return out
+
+
+def _storage_key(layer: int, entry) -> tuple[tuple[int, str], int]:
+    """(storage identity, byte offset of the entry's span in that storage)."""
+    base = getattr(entry, "view_of", None)
+    if base:
+        return (layer, base), int(getattr(entry, "view_offset", 0))
+    return (layer, entry.path), 0
+
+
+class _Coverage:
+    """Byte intervals already fetched per storage in one decode step."""
+
+    def __init__(self):
+        self.spans: dict = defaultdict(list)
+
+    def subtract(self, key, start: int, end: int) -> list[tuple[int, int]]:
+        """Parts of ``[start, end)`` not yet covered; marks them covered."""
+        parts = [(start, end)]
+        for s, e in self.spans[key]:
+            nxt = []
+            for a, b in parts:
+                if e <= a or s >= b:
+                    nxt.append((a, b))
+                    continue
+                if a < s:
+                    nxt.append((a, s))
+                if e < b:
+                    nxt.append((e, b))
+            parts = nxt
+        self.spans[key].extend(parts)
+        return parts
+
+
+def _take(queue: list[Piece], budget: int) -> tuple[list[Piece], list[Piece]]:
+    """Split ``queue`` at ``budget`` bytes: (taken, remainder). The piece
+    that straddles the budget splits at a 4 KiB-aligned head; a head of 0 B
+    leaves the whole piece in the remainder."""
+    taken: list[Piece] = []
+    left = budget
+    for i, p in enumerate(queue):
+        if p.length <= left:
+            taken.append(p)
+            left -= p.length
+            continue
+        head = (left // SPLIT_GRANULARITY) * SPLIT_GRANULARITY
+        rest = list(queue[i + 1:])
+        if head > 0:
+            taken.append(Piece(p.layer, p.tensor, p.offset, head, p.lazy))
+            rest.insert(0, Piece(p.layer, p.tensor, p.offset + head,
+                                 p.length - head, p.lazy))
+        else:
+            rest.insert(0, p)
+        return taken, rest
+    return taken, []
+
+
+def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
+                 hook_order: dict[str, int] | None = None) -> Plan:
+    """Compile ``schedule`` for TP rank ``tp_rank`` against ``inventory``
+    (``l2sched.inventory.Inventory``: per layer, tensors in consumption
+    order with ``path``, ``nbytes``, ``lazy`` and optional ``view_of``).
+
+    Returns a ``Plan`` whose issues are ordered as the side stream sees them
+    in one decode step. Raises ``L2sCompileError`` when the inventory's layer
+    count differs from the schedule's model or ``tp_rank`` is not in
+    ``0..tp-1``."""
+    sink = DiagnosticSink()
+    for path, text in schedule.sources.items():
+        sink.add_source(path, text)
+    if not 0 <= tp_rank < schedule.tp:
+        sink.error(f"TP rank {tp_rank} is outside 0..{schedule.tp - 1}",
+                   schedule.spans.get("tp"))
+    count = len(inventory.layers)
+    if count != len(schedule.layer_kinds):
+        sink.error(f"the inventory has {count} layers but the schedule was resolved "
+                   f"for {len(schedule.layer_kinds)}", None)
+    sink.raise_if_errors(L2sCompileError)
+    if hook_order is None:
+        from .adapters import get_adapter
+
+        hook_order = {h.name: h.order for h in get_adapter(schedule.model).HOOKS}
+
+    issues: list[WindowIssue] = []
+    left_over: list[LeftOver] = []
+    coverage = _Coverage()
+    by_name = {w.name: w for w in schedule.windows}
+    for layer in range(count):
+        active = sorted((w for w in schedule.windows if layer in w.layers),
+                        key=lambda w: (hook_order[w.hook], w.index))
+        carried: dict[str, list[Piece]] = defaultdict(list)
+        for w in active:
+            queue = list(carried.pop(w.name, []))
+            carried_in = sum(p.length for p in queue)
+            for tl, entry in expand_targets(w, layer, inventory):
+                key, base = _storage_key(tl, entry)
+                for a, b in coverage.subtract(key, base, base + entry.nbytes):
+                    queue.append(Piece(tl, entry.path, a - base, b - a, entry.lazy))
+            taken, rest = _take(queue, w.budget)
+            if taken or carried_in:
+                issues.append(WindowIssue(
+                    window=w.name, hook=w.hook, layer=layer, budget=w.budget,
+                    ranges=tuple(ByteRange(p.layer, p.tensor, p.offset, p.length,
+                                           p.lazy) for p in taken),
+                    carried_in=carried_in))
+            if not rest:
+                continue
+            nxt = by_name.get(w.carry) if w.carry else None
+            if nxt is not None and layer in nxt.layers:
+                carried[nxt.name].extend(rest)
+            else:
+                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.length)
+                                 for p in rest)
+        for name, pieces in carried.items():  # carry target never fired here
+            left_over.extend(LeftOver(name, p.layer, p.tensor, p.length)
+                             for p in pieces)
+    return Plan(schedule=schedule.name, model=schedule.model, device=schedule.device,
+                tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,
+                policy=schedule.policy, max_tokens=schedule.max_tokens,
+                set_aside=schedule.set_aside, num_layers=count,
+                issues=tuple(issues), left_over=tuple(left_over))
+
+
+def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
+    """Per layer kind and window: layers, bytes per layer (min..max), bytes
+    carried in, bytes left over per layer. First row is the header."""
+    rows = [("layer kind", "window", "layers", "bytes/layer", "carried in/layer",
+             "left/layer")]
+    groups: dict = defaultdict(list)
+    for issue in plan.issues:
+        groups[(str(layer_kinds[issue.layer]), issue.window)].append(issue)
+    left: dict = defaultdict(int)
+    for lo in plan.left_over:
+        left[(lo.window, lo.layer)] += lo.bytes
+    for (kind, window), items in sorted(groups.items()):
+        sizes = [i.bytes for i in items]
+        carried = [i.carried_in for i in items]
+        lefts = [left.get((window, i.layer), 0) for i in items]
+
+        def rng(v: Iterable[int]) -> str:
+            v = list(v)
+            lo, hi = format_size(min(v)), format_size(max(v))
+            return lo if lo == hi else f"{lo}..{hi}"
+
+        rows.append((kind, window, str(len(items)), rng(sizes), rng(carried),
+                     rng(lefts)))
+    return rows
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned text table; the first row is the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
+                     for r in rows)
+
+
+def compile_from_args(args) -> tuple[Schedule, Plan]:
+    """Load ``args.schedule`` with ``--set``/``--model-config``, build the
+    analytical inventory for its TP/EP and compile for ``args.tp_rank``
+    (shared by ``compile``, ``explain`` and ``lint``). Raises ``L2sError``."""
+    from .cli import _load_model_config
+    from .inventory import analytical_inventory, load_model_config
+    from .semantic import load_schedule
+
+    config = _load_model_config(args.model_config)
+    schedule = load_schedule(args.schedule, args.overrides, config)
+    inventory = analytical_inventory(config if config is not None
+                                     else load_model_config(None),
+                                     tp=schedule.tp, ep=schedule.ep,
+                                     tp_rank=args.tp_rank)
+    return schedule, compile_plan(schedule, inventory, args.tp_rank)
+
+
+def cmd_compile(args) -> int:
+    """``l2sched compile SCHEDULE [--tp-rank R] -o plan.json``."""
+    schedule, plan = compile_from_args(args)
+    text = plan.to_json()
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        out = sys.stderr
+    else:
+        from .cli import _write_atomically
+
+        _write_atomically(args.output, text)
+        out = sys.stdout
+        print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
+              f"{len(plan.issues)} issues, "
+              f"{format_size(sum(i.bytes for i in plan.issues))} per decode step",
+              file=out)
+    print(format_table(summary_rows(plan, schedule.layer_kinds)), file=out)
+    total_left = sum(lo.bytes for lo in plan.left_over)
+    if total_left:
+        print(f"left over (no window could take): {format_size(total_left)} in "
+              f"{len(plan.left_over)} pieces; `l2sched lint` lists the tensors",
+              file=out)
+    return 0
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched compile``."""
+    from .cli import add_schedule_args
+
+    p = sub.add_parser("compile", help="compile a schedule into a plan (JSON)")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("--tp-rank", type=int, default=0, metavar="R")
+    p.add_argument("-o", "--output", metavar="PLAN.json",
+                   help="write the plan here (default: stdout)")
+    add_schedule_args(p)
+    p.set_defaults(handler=cmd_compile)

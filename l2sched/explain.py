@@ -1,0 +1,34 @@
+"""``l2sched explain``: the order of fills in one decode step, from the
+dry-run backend (``l2sched.runtime.DryRunRuntime``), so a reviewer can read
+what the side stream would see without a GPU."""
+
+from __future__ import annotations
+
+
+def cmd_explain(args) -> int:
+    """Compile the schedule for one TP rank and print one step's issue order
+    (window, layer, hook point, bytes, join) as the runtime's gates decide it
+    for a step of ``--tokens`` tokens."""
+    from .compile import compile_from_args
+    from .runtime import StepInfo, explain_step, format_events
+
+    _, plan = compile_from_args(args)
+    events = explain_step(plan, StepInfo(num_tokens=args.tokens))
+    if args.layer is not None:
+        events = [e for e in events if e.layer in (args.layer, -1)]
+    print(format_events(events))
+    return 0
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched explain``."""
+    from .cli import add_schedule_args
+
+    p = sub.add_parser("explain", help="print the fill order of one decode step")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("--tp-rank", type=int, default=0, metavar="R")
+    p.add_argument("--tokens", type=int, default=1,
+                   help="tokens in the decode step (gates above max_tokens)")
+    p.add_argument("--layer", type=int, help="show only this layer's issues")
+    add_schedule_args(p)
+    p.set_defaults(handler=cmd_explain)
