@@ -11,6 +11,7 @@ profiles. All problems of a run are collected and raised together as one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -399,8 +400,8 @@ def _apply_override(ov: n.Override, draft: _Draft, sink: DiagnosticSink) -> None
         try:
             return parse_fragment(ov.value, start, vs.path, vs.line, vs.column)
         except L2sSyntaxError as e:
-            for d in e.diagnostics:
-                sink.add(d)
+            for d in e.diagnostics:  # show the file's line, not the value's
+                sink.add(dataclasses.replace(d, source_line=None))
             return None
 
     if key in _SETTING_KEYS:

@@ -272,8 +272,44 @@ class _ToAst(Transformer):
         return items[0]
 
 
+def _accepted(text: str, err: UnexpectedInput, start: str) -> set[str] | None:
+    """The terminals the parser can really take where ``err`` happened: the
+    text before the offending token is replayed in an interactive parser and
+    each candidate is tried (Lark's ``err.expected`` is the LALR state's
+    lookahead set, which merges contexts: after a size inside a ``set`` value
+    it listed window clauses). ``None`` when the replay is not possible."""
+    token = getattr(err, "token", None)
+    pos = getattr(token, "start_pos", None)
+    if getattr(token, "type", "") == "$END" or isinstance(err, UnexpectedEOF):
+        pos = len(text)
+    elif not isinstance(pos, int):
+        pos = getattr(err, "pos_in_stream", None)
+    if not isinstance(pos, int):
+        return None
+    try:
+        ip = _parser().parse_interactive(text[:pos], start=start)
+        ip.exhaust_lexer()
+        return set(ip.accepts())
+    except UnexpectedInput:  # pragma: no cover - the prefix parsed before
+        return None
+
+
+def _real_token(text: str, pos: int) -> str:
+    """The longest token of the grammar, other than a ``set`` value, that
+    starts at ``pos`` in ``text`` ("" when none does)."""
+    best = ""
+    for term in _parser().terminals:
+        if term.name in ("SET_VALUE", "WS", "COMMENT"):
+            continue
+        m = re.compile(term.pattern.to_regexp()).match(text, pos)
+        if m and len(m.group()) > len(best):
+            best = m.group()
+    return best
+
+
 def _syntax_error(err: UnexpectedInput, text: str, path: str,
-                  line_offset: int = 0, col_offset: int = 0) -> L2sSyntaxError:
+                  line_offset: int = 0, col_offset: int = 0,
+                  start: str = "start") -> L2sSyntaxError:
     lines = source_lines(text)
     line = getattr(err, "line", None)
     col = getattr(err, "column", None)
@@ -302,10 +338,14 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         expected = err.expected
         width = 1
     elif isinstance(err, UnexpectedToken) and err.token.type == "SET_VALUE":
-        # Only `set KEY =` takes free text; elsewhere it is a stray character.
-        message = f"unexpected character {str(err.token)[0]!r}"
+        # Only `set KEY =` takes free text: Lark's whole-grammar lexer found
+        # this "value" because it matches almost anything. Name the real
+        # token there ('{', 'window', ...) or the stray character.
+        real = _real_token(text, err.token.start_pos)
+        message = (f"unexpected {real!r}" if real
+                   else f"unexpected character {str(err.token)[0]!r}")
         expected = err.expected
-        width = 1
+        width = max(len(real), 1)
     elif isinstance(err, UnexpectedToken):
         message = f"unexpected {str(err.token)!r}"
         expected = err.expected
@@ -319,8 +359,14 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         width = 1
     else:  # pragma: no cover - Lark has no other UnexpectedInput kinds
         message, expected, width = str(err), set(), 1
-    names = sorted({_terminal_text(e) for e in expected if not e.startswith("__ANON") or e in _TERMINAL_TEXT})
-    notes = (f"expected one of: {', '.join(names)}",) if names else ()
+    accepted = _accepted(text, err, start)
+    if accepted is not None:
+        expected = accepted
+    end = "end of file" if start == "start" else "the end of the value"
+    names = sorted({end if e == "$END" else _terminal_text(e) for e in expected
+                    if not e.startswith("__ANON") or e in _TERMINAL_TEXT})
+    notes = ((f"expected {names[0]}",) if len(names) == 1 else
+             (f"expected one of: {', '.join(names)}",) if names else ())
     span = Span(path, line + line_offset, col + col_offset, line + line_offset,
                 col + col_offset + width)
     return L2sSyntaxError(Diagnostic(message, span, "error", "", source, notes))
@@ -337,7 +383,7 @@ def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
     try:
         tree = _parser().parse(text, start="start")
     except UnexpectedInput as err:
-        raise _syntax_error(err, text, path) from None
+        raise _syntax_error(err, text, path, start="start") from None
     # The LALR parser ignores comments; one lexing pass collects them for the
     # formatter (lexing cannot fail after a clean parse).
     comments = tuple(n.Comment(str(t), t.line, t.column)
@@ -367,14 +413,16 @@ def parse_fragment(text: str, start: str, path: str, line: int = 1,
                    column: int = 1):
     """Parse ``text`` with one of the grammar's value entry points
     (``size_value``, ``selector_value``, ``scalar_value``), as found at
-    ``path:line:column`` (spans are shifted there). Raises ``L2sSyntaxError``."""
+    ``path:line:column`` (spans are shifted there). Raises ``L2sSyntaxError``
+    whose source line is the fragment's text; callers that know the real
+    line replace it (``semantic`` does, through its sink)."""
     if not text.strip():
         raise L2sSyntaxError(Diagnostic("missing value",
                                         Span(path, line, column, line, column + 1)))
     try:
         tree = _parser().parse(text, start=start)
     except UnexpectedInput as err:
-        raise _syntax_error(err, text, path, line - 1, column - 1) from None
+        raise _syntax_error(err, text, path, line - 1, column - 1, start) from None
     node = _ToAst(path).transform(tree)
     return _shift(node, line - 1, column - 1)
 
