@@ -392,7 +392,8 @@ def _override_keys(draft: _Draft) -> list[str]:
     return keys
 
 
-def _apply_override(ov: n.Override, draft: _Draft, sink: DiagnosticSink) -> None:
+def _apply_override(ov: n.Override, draft: _Draft, sink: DiagnosticSink,
+                    base_failed: bool = False) -> None:
     key = ov.key.text
     vs = ov.value_span
 
@@ -413,6 +414,8 @@ def _apply_override(ov: n.Override, draft: _Draft, sink: DiagnosticSink) -> None
     if len(parts) == 3 and parts[0] == "window" and parts[2] in _WINDOW_KEYS:
         _, wname, wkey = parts
         if wname not in draft.windows:
+            if base_failed:  # the window may live in the missing base
+                return
             sink.error(f"unknown window '{wname}'{suggest(wname, draft.windows)}",
                        ov.key.span)
             return
@@ -454,8 +457,12 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     sink = sink or DiagnosticSink()
     top = chain[-1]
     draft, file_overrides = _merge(chain, sink)
+    # A base that could not be loaded (its error is already reported) would
+    # have given settings and windows: do not bury that error under one
+    # "has no 'model' setting" per key or "unknown window" per set line.
+    base_failed = top.extends is not None and len(chain) == 1
     for ov in list(file_overrides) + list(overrides):
-        _apply_override(ov, draft, sink)
+        _apply_override(ov, draft, sink, base_failed)
 
     values: dict = {}
     spans: dict = {}
@@ -465,7 +472,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
             values[key] = _setting_value(key, raw, sink)
             spans[key] = raw.span
     for key in ("model", "device", "tp"):
-        if key not in draft.settings:
+        if key not in draft.settings and not base_failed:
             sink.error(f"schedule '{top.name.text}' has no '{key}' setting "
                        f"(write e.g. '{_EXAMPLE[key]}')", top.name.span)
     values.setdefault("ep", False)
@@ -527,8 +534,11 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
             ok = ok and budget is not None
         if w["layers"] is not None:
             spans["layers"] = w["layers"].span
+            before = len(sink.diagnostics)
             layers = select_layers(w["layers"], kinds, sink)
-            if kinds and not layers:
+            # An empty result already explained by an error in the selector
+            # itself (unknown name, bad index) is not reported twice.
+            if kinds and not layers and len(sink.diagnostics) == before:
                 sink.error(f"the layer selector of window '{name}' selects no layer",
                            w["layers"].span)
         else:
