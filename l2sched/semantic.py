@@ -169,6 +169,10 @@ def _choice(value: n.Scalar, sink: DiagnosticSink, key: str,
     text = _text(value)
     if isinstance(value, n.Name) and text in choices:
         return text
+    if isinstance(value, n.StringValue) and text in choices:
+        sink.error(f"{key} takes a name, not a string: write {text} without quotes",
+                   value.span)
+        return None
     hint = suggest(text, choices) or f" (one of: {', '.join(choices)})"
     sink.error(f"unknown {key} '{text}'{hint}", value.span)
     return None
