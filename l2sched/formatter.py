@@ -126,8 +126,13 @@ def _window(p: _Printer, w: n.Window) -> None:
     if not w.has_body:
         p.emit(head, w.span.line, w.span.end_line)
         return
-    first_body_line = w.targets[0].span.line if w.targets else w.span.end_line
-    head_last = max(w.span.line, first_body_line - 1) if w.targets else w.span.line
+    # End-of-line comments of the head run to the '{' line; own-line comments
+    # after it stay on their own lines inside the body.
+    # (or to the line before, when a target starts on the '{' line: its
+    # comment belongs to that target).
+    head_last = w.body_span.line if w.body_span.line else w.span.line
+    if w.targets and w.targets[0].span.line == head_last:
+        head_last -= 1
     p.emit(head + " {", w.span.line, head_last)
     for t in w.targets:
         p.emit(_target(t), t.span.line, t.span.end_line, INDENT)

@@ -155,6 +155,8 @@ class Window:
     targets: tuple[Target, ...]
     has_body: bool = True
     duplicates: tuple[Name, ...] = field(default=(), compare=False)
+    #: Where ``{ ... }`` is, for the formatter (``<none>`` without a body).
+    body_span: Span = field(default=_NOSPAN, compare=False, repr=False)
     span: Span = _span()
 
 

@@ -216,8 +216,9 @@ class _ToAst(Transformer):
         excludes = rest[1] if len(rest) > 1 else ()
         return n.Target(scope, lazy, patterns, excludes, span=_span(self.path, meta))
 
-    def body(self, items):
-        return ("body", tuple(items))
+    @v_args(meta=True)
+    def body(self, meta, items):
+        return ("body", (tuple(items), _span(self.path, meta)))
 
     def at_clause(self, items):
         return ("hook", self._name(items[0]))
@@ -238,16 +239,17 @@ class _ToAst(Transformer):
         duplicates = []
         targets: tuple = ()
         has_body = False
+        body_span = n.Window.__dataclass_fields__["body_span"].default
         for kind, value in items[1:]:
             if kind == "body":
-                targets, has_body = value, True
+                (targets, body_span), has_body = value, True
             elif clauses[kind] is not None:
                 duplicates.append(n.Name(kind, span=value.span))
             else:
                 clauses[kind] = value
         return n.Window(name, clauses["hook"], clauses["budget"], clauses["layers"],
                         clauses["carry"], targets, has_body, tuple(duplicates),
-                        span=_span(self.path, meta))
+                        body_span, span=_span(self.path, meta))
 
     # overrides ------------------------------------------------------------
     @v_args(meta=True)
