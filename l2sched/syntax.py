@@ -9,6 +9,7 @@ for files that are missing, directories, not UTF-8 or empty.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -52,7 +53,7 @@ _TERMINAL_TEXT = {
     "RPAR": "')'",
     "COMMA": "','",
     "AMPERSAND": "'&'",
-    "EQUAL": "'='",
+    "SET_EQ": "'='",
     "__ANON_0": "'..'",
     "$END": "end of file",
 }
@@ -255,7 +256,14 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def override(self, meta, items):
         key = items[0] if isinstance(items[0], n.Name) else self._name(items[0])
-        tok = items[1]
+        eq, tok = items[1], items[2]
+        if tok.line != eq.line:
+            # Whitespace skipping carried the lexer past the end of the line:
+            # the "value" is the next statement.
+            raise L2sSyntaxError(Diagnostic(
+                f"'set {key.text} =' has no value on its line",
+                Span(self.path, eq.line, eq.end_column, eq.line, eq.end_column + 1),
+                notes=("write the value after '=' on the same line",)))
         raw = str(tok)
         lead = len(raw) - len(raw.lstrip())
         value = raw.strip()
@@ -393,10 +401,16 @@ def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
                      if t.type == "COMMENT")
     try:
         result = _ToAst(path).transform(tree)
-    except VisitError as err:  # pragma: no cover - transformer bugs only
-        if isinstance(err.orig_exc, L2sError):
-            raise err.orig_exc from None
-        raise
+    except VisitError as err:
+        orig = err.orig_exc
+        if isinstance(orig, L2sError):  # a check made while building nodes
+            lines = source_lines(text)
+            raise type(orig)([
+                dataclasses.replace(d, source_line=lines[d.span.line - 1])
+                if d.span is not None and d.source_line is None
+                and 1 <= d.span.line <= len(lines) else d
+                for d in orig.diagnostics]) from None
+        raise  # pragma: no cover - transformer bugs only
     return _finish(result, path, comments)
 
 
@@ -432,7 +446,6 @@ def parse_fragment(text: str, start: str, path: str, line: int = 1,
 def _shift(node, dline: int, dcol: int):
     """Move every span inside ``node`` by ``dline`` lines / ``dcol`` columns
     (columns only on the first line, where a fragment starts)."""
-    import dataclasses
 
     if isinstance(node, tuple):
         return tuple(_shift(x, dline, dcol) for x in node)
