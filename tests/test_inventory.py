@@ -1,0 +1,397 @@
+"""Pure-Python tests of the GLM-5.3 adapter and the analytical inventory
+(no torch, no vLLM; the live comparison is in ``test_inventory_vllm.py``).
+
+Expected numbers: ``shared/docs/vllm-glm5next-map.md`` section 1 (measured on
+the real vLLM model) and issue 3."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from l2sched.adapters import glm5next as g
+from l2sched.errors import L2sError, L2sModelError
+from l2sched.inventory import (MiB, add_cli, analytical_inventory,
+                               default_config_text, hooks_md_text,
+                               load_model_config, render_table)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_model_config(None)
+
+
+@pytest.fixture(scope="module")
+def tp4(config):
+    return analytical_inventory(config, 4, False)
+
+
+# ---------------------------------------------------------------- layer kinds
+
+def test_layer_kinds_of_glm53_flash(config):
+    kinds = [str(k) for k in g.layer_kinds(config)]
+    assert len(kinds) == 45
+    assert kinds[:3] == ["kda+dense"] * 3
+    assert [i for i, k in enumerate(kinds) if k == "mla+moe"] == list(range(3, 45, 4))
+    assert kinds[44] == "kda+moe"
+    assert kinds.count("kda+moe") == 31
+
+
+def test_embedded_config_values():
+    raw = json.loads(default_config_text())
+    assert raw["index_kpool"] == 4  # checkpoint value, not the class default 16
+    for key, value in {"mhc": True, "topk_method": "noaux_tc",
+                       "scoring_func": "sigmoid", "mla_use_nope": True,
+                       "indexer_rope_interleave": True}.items():
+        assert raw[key] == value
+    assert g.default_config()["hidden_size"] == 4096
+
+
+# ------------------------------------------------------------- known bytes
+
+def test_tp4_known_values(tp4):
+    t = tp4.tensor(4, "self_attn.in_proj_qkvbfg_a.weight")
+    assert t.shape == (6416, 4096) and t.nbytes == 52_559_872
+    assert not t.replicated and t.replicated_bytes == 256 * 4096 * 2  # 2 MiB
+    assert tp4.tensor(4, "self_attn.o_proj.weight").nbytes == 16_777_216
+    assert tp4.tensor(3, "self_attn.o_proj.weight").nbytes == 33_554_432
+    # map 1f: parameters only (lazy tensors excluded), routed experts excluded
+    assert round(tp4.layer_bytes(4, routed=False, lazy=False) / MiB, 1) == 84.5
+    assert round(tp4.layer_bytes(3, routed=False, lazy=False) / MiB, 1) == 99.5
+    assert round(tp4.layer_bytes(0, lazy=False) / MiB, 1) == 142.2
+    w13 = tp4.tensor(4, "mlp.experts.routed_experts.w13_weight")
+    w2 = tp4.tensor(4, "mlp.experts.routed_experts.w2_weight")
+    assert w13.bytes_per_expert + w2.bytes_per_expert == 12 * MiB
+    assert w13.experts == (0, 288)
+
+
+def test_tp1_totals_match_map(config):
+    inv = analytical_inventory(config, 1, False)
+    got = {str(k): round(inv.layer_bytes(i[0], lazy=False) / MiB, 1)
+           for k, i in inv.kind_groups()}
+    assert got == {"kda+dense": 553.9, "mla+moe": 14115.5, "kda+moe": 14140.2}
+
+
+def test_ep4_experts_per_rank(config):
+    for rank in range(4):
+        inv = analytical_inventory(config, 4, True, rank)
+        w13 = inv.tensor(4, "mlp.experts.routed_experts.w13_weight")
+        w2 = inv.tensor(4, "mlp.experts.routed_experts.w2_weight")
+        assert w13.shape == (72, 4096, 4096) and w2.shape == (72, 4096, 2048)
+        assert w13.experts == (72 * rank, 72 * rank + 72)
+        assert w13.bytes_per_expert + w2.bytes_per_expert == 48 * MiB
+        # 3456 MiB of routed experts per GPU per layer, with or without EP
+        assert (w13.nbytes + w2.nbytes) == 3456 * MiB
+        # the shared expert stays TP-sharded under EP
+        assert inv.tensor(4, "mlp.shared_experts.down_proj.weight").shape == (4096, 512)
+
+
+def test_expert_range_remainder_goes_to_last_rank():
+    assert g.expert_range(10, 4, 0) == (0, 2)
+    assert g.expert_range(10, 4, 3) == (6, 10)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8, 16])
+def test_sharding_is_consistent_across_tp(config, tp):
+    one = analytical_inventory(config, 1, False)
+    inv = analytical_inventory(config, tp, False)
+    for i in (0, 3, 4):
+        base = {t.path: t for t in one.layers[i]}
+        for t in inv.layers[i]:
+            b = base[t.path]
+            if t.replicated:
+                assert t.nbytes == b.nbytes and t.replicated_bytes == t.nbytes
+            else:
+                rep = t.replicated_bytes
+                assert (t.nbytes - rep) * tp == b.nbytes - b.replicated_bytes, t.path
+
+
+def test_views_are_not_counted(tp4):
+    uk = tp4.tensor(3, "self_attn.mla_attn.mla_attn.W_UK_T")
+    assert uk.view_of == "self_attn.kv_b_proj.weight" and uk.lazy
+    assert uk.shape == (16, 256, 512)
+    owned = sum(t.nbytes for t in tp4.layers[3] if not t.view_of)
+    assert tp4.layer_bytes(3) == owned
+
+
+# ---------------------------------------------------------- order, timeline
+
+def test_consumption_order_kda_moe(tp4):
+    paths = [t.path for t in tp4.layers[4]]
+    assert paths[:4] == ["hc_attn_fn", "hc_attn_scale", "hc_attn_base",
+                         "input_layernorm.weight"]
+    assert paths.index("self_attn.in_proj_qkvbfg_a.weight") == 4
+    order = ["self_attn.in_proj_qkvbfg_a.weight", "self_attn._merged_conv_weight",
+             "self_attn.o_proj.weight", "hc_ffn_fn",
+             "mlp.shared_experts.gate_up_proj.weight", "mlp.gate.weight",
+             "mlp.experts.routed_experts.w13_weight",
+             "mlp.experts.routed_experts.w2_weight"]
+    assert [paths.index(p) for p in order] == sorted(paths.index(p) for p in order)
+    # tensors no decode op reads come last
+    tail = [t.path for t in tp4.layers[4] if not t.decode_read]
+    assert paths[-len(tail):] == tail
+    assert set(tail) == {f"self_attn.{c}_conv1d.weight" for c in "qkv"}
+
+
+def test_consumption_order_mla(tp4):
+    paths = [t.path for t in tp4.layers[3]]
+    order = ["self_attn.fused_qkv_a_proj.weight", "self_attn.q_b_proj.weight",
+             "self_attn.indexer.wq_b.weight", "self_attn.indexer._wp_fp32",
+             "self_attn.mla_attn.mla_attn.W_UK_T", "self_attn.mla_attn.mla_attn.W_UV",
+             "self_attn.o_proj.weight"]
+    assert [paths.index(p) for p in order] == sorted(paths.index(p) for p in order)
+
+
+@pytest.mark.parametrize("kind", g.FLASH_KINDS, ids=str)
+def test_timeline_is_consistent(config, kind):
+    ops = g.decode_timeline(kind)
+    assert len({op.name for op in ops}) == len(ops)
+    fired = []
+    for op in ops:
+        assert op.cls in g.OP_CLASSES and op.condition in g.CONDITIONS
+        assert op.stream in ("main", "aux")
+        fired += [*op.hooks_before, *op.hooks_after]
+    expected = [h.name for h in g.HOOKS if h.exists_in(kind)]
+    assert sorted(fired) == sorted(expected)  # every hook exactly once
+    orders = [g.HOOKS_BY_NAME[h].order for h in fired]
+    assert orders == sorted(orders)
+    for h in fired:
+        inst = g.HOOKS_BY_NAME[h].install_for(kind)
+        assert inst.mechanism in ("forward_pre_hook", "forward_hook",
+                                  "wrap_before", "wrap_after")
+    # every tensor a decode op reads exists, and every decode-read tensor is read
+    for ep in (False, True):
+        inv = analytical_inventory(config, 4, ep)
+        i = [str(k) for k in inv.kinds].index(str(kind))
+        have = {t.path: t for t in inv.layers[i]}
+        reads = {p for op in ops for p in op.reads}
+        assert {p for p, t in have.items() if t.decode_read} <= reads
+        missing = reads - set(have)
+        assert all(p.endswith("_expert_map") for p in missing) or ep
+
+
+def test_hook_catalogue_names_and_orders_are_fixed():
+    assert [(h.name, h.order) for h in g.HOOKS] == [
+        ("layer.entry", 0), ("attn.after_first_proj", 10), ("attn.before_core", 20),
+        ("attn.after_core", 30), ("attn.pre_all_reduce", 40),
+        ("attn.post_all_reduce", 50), ("moe.after_gate", 60),
+        ("moe.before_experts", 70), ("moe.pre_all_reduce", 80),
+        ("moe.post_all_reduce", 90), ("mlp.pre_all_reduce", 80),
+        ("mlp.post_all_reduce", 90), ("layer.exit", 100)]
+    for kind in g.FLASH_KINDS:
+        for h in g.HOOKS:
+            if h.exists_in(kind):
+                h.install_for(kind)
+            else:
+                with pytest.raises(KeyError):
+                    h.install_for(kind)
+
+
+def test_kernel_patterns_name_real_ops():
+    names = {op.name for k in g.FLASH_KINDS for op in g.decode_timeline(k)}
+    assert set(g.KERNEL_PATTERNS) <= names
+
+
+def test_docs_hooks_md_is_generated():
+    with open(os.path.join(ROOT, "docs", "hooks.md"), encoding="utf-8") as f:
+        assert f.read() == hooks_md_text(), \
+            "regenerate: python -m l2sched.adapters.glm5next --hooks-md > docs/hooks.md"
+
+
+# ------------------------------------------------------------- bad configs
+
+def _write(tmp_path, obj, name="config.json"):
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj, indent=1))
+    return str(p)
+
+
+def _raw():
+    return json.loads(default_config_text())
+
+
+def _error(path) -> str:
+    with pytest.raises(L2sModelError) as e:
+        load_model_config(path)
+    return str(e.value)
+
+
+def test_missing_key_names_key_and_file(tmp_path):
+    cfg = _raw()
+    del cfg["hidden_size"]
+    path = _write(tmp_path, cfg)
+    msg = _error(path)
+    assert "hidden_size" in msg and path in msg
+
+
+def test_wrong_type_names_key_and_line(tmp_path):
+    cfg = _raw()
+    cfg["num_attention_heads"] = "64"
+    cfg["mhc"] = 1
+    path = _write(tmp_path, cfg)
+    msg = _error(path)
+    assert "num_attention_heads" in msg and "mhc" in msg and path in msg
+    line = next(i for i, s in enumerate(open(path), 1) if "num_attention_heads" in s)
+    assert f"{path}:{line}:" in msg  # compiler-style location of the key
+
+
+def test_bool_is_not_an_int(tmp_path):
+    cfg = _raw()
+    cfg["hidden_size"] = True
+    assert "hidden_size" in _error(_write(tmp_path, cfg))
+
+
+def test_unknown_architecture(tmp_path):
+    cfg = _raw()
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    msg = _error(_write(tmp_path, cfg))
+    assert "architectures" in msg and "LlamaForCausalLM" in msg
+    assert "Glm5NextForCausalLM" in msg
+
+
+def test_missing_architecture(tmp_path):
+    cfg = _raw()
+    del cfg["architectures"], cfg["model_type"]
+    assert "architectures" in _error(_write(tmp_path, cfg))
+
+
+def test_not_json(tmp_path):
+    path = _write(tmp_path, '{"hidden_size": 4096,\n  oops }')
+    msg = _error(path)
+    assert f"{path}:2:" in msg and "JSON" in msg
+
+
+def test_missing_file_and_directory_without_config(tmp_path):
+    assert "no such file" in _error(str(tmp_path / "nope.json"))
+    assert "has no config.json" in _error(str(tmp_path))
+
+
+def test_model_directory_and_multimodal_nesting(tmp_path):
+    text = _raw()
+    mm = {"architectures": ["Glm5NextForConditionalGeneration"],
+          "model_type": "glm5_next", "torch_dtype": "bfloat16",
+          "text_config": {k: v for k, v in text.items()
+                          if k not in ("architectures", "torch_dtype")}}
+    _write(tmp_path, mm)
+    cfg = load_model_config(str(tmp_path))
+    assert cfg["hidden_size"] == 4096 and cfg["torch_dtype"] == "bfloat16"
+    inv = analytical_inventory(cfg, 4, False)
+    assert inv.tensor(4, "self_attn.o_proj.weight").nbytes == 16_777_216
+
+
+def test_nested_key_error_says_text_config(tmp_path):
+    text = _raw()
+    del text["kv_lora_rank"]
+    mm = {"architectures": ["Glm5NextForConditionalGeneration"], "text_config": text}
+    assert "text_config.kv_lora_rank" in _error(_write(tmp_path, mm))
+
+
+def test_layer_types_checked(tmp_path):
+    cfg = _raw()
+    cfg["layer_types"] = ["linear_attention"] * 44
+    assert "layer_types" in _error(_write(tmp_path, cfg))
+    cfg["layer_types"] = ["linear_attention"] * 44 + ["sliding"]
+    msg = _error(_write(tmp_path, cfg))
+    assert "layer_types[44]" in msg and "sliding" in msg
+
+
+def test_unsupported_features(tmp_path):
+    cfg = _raw()
+    cfg["mhc"] = False
+    assert "mhc" in _error(_write(tmp_path, cfg))
+    cfg = _raw()
+    cfg["quantization_config"] = {"quant_method": "fp8"}
+    assert "quantization_config" in _error(_write(tmp_path, cfg))
+
+
+def test_tp_not_dividing(config):
+    with pytest.raises(L2sModelError) as e:
+        analytical_inventory(config, 3, False)
+    assert "--tp 3" in str(e.value)
+    with pytest.raises(L2sModelError):
+        analytical_inventory(config, 4, False, tp_rank=4)
+
+
+def test_all_errors_are_l2s_errors(tmp_path):
+    for bad in ([], "null", '"x"', {"architectures": "Glm5NextForCausalLM"},
+                {"architectures": ["Glm5NextForCausalLM"], "text_config": 3}):
+        with pytest.raises(L2sError):
+            load_model_config(_write(tmp_path, bad if isinstance(bad, str)
+                                     else json.dumps(bad)))
+
+
+def test_smaller_config_with_explicit_lists(tmp_path):
+    cfg = _raw()
+    cfg.update(num_hidden_layers=4, n_routed_experts=8, n_shared_experts=None,
+               topk_method="greedy",
+               layer_types=["linear_attention", "indexed_attention"] * 2,
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+    inv = analytical_inventory(load_model_config(_write(tmp_path, cfg)), 2, True, 1)
+    assert [str(k) for k in inv.kinds] == ["kda+dense", "mla+moe", "kda+moe",
+                                           "mla+moe"]
+    paths = {t.path for t in inv.layers[1]}
+    assert "mlp.gate.e_score_correction_bias" not in paths
+    assert not any("shared_experts" in p for p in paths)
+    assert inv.tensor(1, "mlp.experts.routed_experts.w13_weight").experts == (4, 8)
+
+
+# --------------------------------------------------------------------- CLI
+
+def _run_cli(argv):
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["inventory", *argv])
+    return args.handler(args)
+
+
+def test_cli_table(capsys):
+    assert _run_cli(["--tp", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "self_attn.in_proj_qkvbfg_a.weight" in out and "52,559,872" in out
+    assert "kda+moe: 31 layer(s)" in out and "total over 45 layers" in out
+
+
+def test_cli_json(capsys):
+    assert _run_cli(["--tp", "4", "--ep", "--tp-rank", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tp"] == 4 and data["ep"] and data["tp_rank"] == 2
+    kda_moe = next(k for k in data["kinds"] if k["kind"] == "kda+moe")
+    w13 = next(t for t in kda_moe["tensors"] if t["path"].endswith("w13_weight"))
+    assert w13["experts"] == [144, 216] and w13["bytes"] == 72 * 32 * MiB
+
+
+def test_cli_bad_config_exits_1(tmp_path, capsys):
+    cfg = _raw()
+    del cfg["q_lora_rank"]
+    path = _write(tmp_path, cfg)
+    assert _run_cli(["--model-config", path]) == 1
+    err = capsys.readouterr().err
+    assert "q_lora_rank" in err and path in err and "Traceback" not in err
+
+
+def test_cli_is_fast_and_imports_no_torch():
+    code = ("import sys, time; t = time.time(); from l2sched.cli import main; "
+            "import io, contextlib; buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf): rc = main(['inventory', '--tp', '4'])\n"
+            "print(rc, 'torch' in sys.modules, 'vllm' in sys.modules, "
+            "round(time.time() - t, 3))")
+    t = time.time()
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    wall = time.time() - t
+    assert out[:3] == ["0", "False", "False"]
+    # "well under a second" (issue 3), with headroom for a loaded CI host
+    assert float(out[3]) < 1.0 and wall < 3.0
+
+
+def test_render_table_units(tp4):
+    text = render_table(tp4)
+    assert "MiB" in text and "bytes per GPU" in text
