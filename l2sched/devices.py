@@ -1,0 +1,234 @@
+"""Device profiles: the hardware numbers the lint's cost model reads.
+
+A profile is one TOML file in ``l2sched/data/devices/`` (adding a device is
+adding a file; ``docs/devices.md`` describes the format). Every number carries
+its source in a comment next to it; numbers nobody measured are marked
+``ASSUMPTION``. Units: bytes (B), GB/s = 10^9 B/s (so ``GB/s * 1e3`` is bytes
+per microsecond), microseconds (us).
+
+``load_device(name_or_path)`` reads and validates a profile and raises
+``L2sInputError`` naming the file and the key on any problem;
+``device_names()`` lists the shipped profiles.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+try:  # Python >= 3.11
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as _toml  # type: ignore[no-redef]
+
+from .errors import Diagnostic, L2sInputError, Span, suggest
+
+DEVICES_DIR = Path(__file__).resolve().parent / "data" / "devices"
+
+
+@dataclass(frozen=True)
+class AllReduceModel:
+    """All-reduce time at one TP degree: ``latency_us + bytes / bandwidth``,
+    with ``busbw_gbps`` in GB/s (10^9 B/s)."""
+
+    latency_us: float
+    busbw_gbps: float
+
+    def time_us(self, nbytes: int) -> float:
+        """Predicted all-reduce time (us) of a ``nbytes``-byte message."""
+        return self.latency_us + nbytes / (self.busbw_gbps * 1e3)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One GPU's cost-model numbers (see ``docs/devices.md``).
+
+    Bytes: ``l2_bytes``, ``set_aside_max_bytes``,
+    ``evict_last_protected_bytes`` (evict_last bytes that survive a stream
+    without a set-aside). Fractions: ``evict_normal_survival``. Bandwidths in
+    GB/s: ``dram_read_gbps`` (device-memory ceiling shared by all concurrent
+    reads), ``gemm_dram_gbps``/``gemm_l2_gbps`` (an M<=256 GEMM reading its
+    weight from device memory / from L2), ``fill_gbps`` (bulk-prefetch fill).
+    Times in us: ``gemm_fixed_us``, ``fill_launch_us``, ``kernel_gap_us``,
+    ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
+    degree to its ``AllReduceModel``."""
+
+    name: str
+    description: str
+    path: str
+    l2_bytes: int
+    set_aside_max_bytes: int
+    evict_last_protected_bytes: int
+    evict_normal_survival: float
+    dram_read_gbps: float
+    gemm_dram_gbps: float
+    gemm_l2_gbps: float
+    gemm_fixed_us: float
+    fill_gbps: float
+    fill_launch_us: float
+    kernel_gap_us: float
+    small_kernel_us: float
+    attention_core_us: float
+    allreduce: Mapping[int, AllReduceModel] = field(default_factory=dict)
+
+    def allreduce_us(self, tp: int, nbytes: int) -> float:
+        """All-reduce time (us) at TP degree ``tp`` for ``nbytes`` bytes; 0 at
+        TP 1. A degree missing from the profile uses the nearest larger one
+        (else the largest), so the estimate errs slow."""
+        if tp <= 1 or not self.allreduce:
+            return 0.0
+        degrees = sorted(self.allreduce)
+        pick = next((d for d in degrees if d >= tp), degrees[-1])
+        return self.allreduce[pick].time_us(nbytes)
+
+    def protected_bytes(self, set_aside: int, policy: str) -> int:
+        """Bytes of filled lines that survive streaming traffic: the
+        persisting set-aside when one is reserved (``set_aside`` bytes, -1 =
+        the device maximum), else the profile's measured no-set-aside figure;
+        0 for policies other than ``evict_last``."""
+        if policy != "evict_last":
+            return 0
+        if set_aside < 0:
+            return self.set_aside_max_bytes
+        if set_aside > 0:
+            return min(set_aside, self.set_aside_max_bytes)
+        return self.evict_last_protected_bytes
+
+
+# (toml section, key) -> (attribute, type, minimum)
+_FIELDS: dict[tuple[str, str], tuple[str, type, float]] = {
+    ("l2", "bytes"): ("l2_bytes", int, 1),
+    ("l2", "set_aside_max_bytes"): ("set_aside_max_bytes", int, 0),
+    ("l2", "evict_last_protected_bytes"): ("evict_last_protected_bytes", int, 0),
+    ("l2", "evict_normal_survival"): ("evict_normal_survival", float, 0),
+    ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, 1e-9),
+    ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, 1e-9),
+    ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, 1e-9),
+    ("bandwidth", "gemm_fixed_us"): ("gemm_fixed_us", float, 0),
+    ("bandwidth", "fill_gbps"): ("fill_gbps", float, 1e-9),
+    ("bandwidth", "fill_launch_us"): ("fill_launch_us", float, 0),
+    ("latency", "kernel_gap_us"): ("kernel_gap_us", float, 0),
+    ("latency", "small_kernel_us"): ("small_kernel_us", float, 0),
+    ("latency", "attention_core_us"): ("attention_core_us", float, 0),
+}
+
+
+def device_names() -> list[str]:
+    """Names of the shipped profiles (``l2sched/data/devices/*.toml``)."""
+    return sorted(p.stem for p in DEVICES_DIR.glob("*.toml"))
+
+
+def profile_path(name_or_path: str | os.PathLike) -> Path:
+    """The file of a profile given by shipped name or by path. Raises
+    ``L2sInputError`` for an unknown name (with a suggestion)."""
+    text = os.fspath(name_or_path)
+    if text.endswith(".toml") or os.sep in text:
+        return Path(text)
+    path = DEVICES_DIR / f"{text}.toml"
+    if not path.exists():
+        raise L2sInputError(f"unknown device profile '{text}'"
+                            f"{suggest(text, device_names())} (shipped: "
+                            f"{', '.join(device_names())})")
+    return path
+
+
+def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
+    """Span of ``key`` inside ``[section]`` of the TOML text, if found."""
+    current = ""
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("["):
+            current = s.strip("[]").strip()
+            continue
+        if current == section and s.split("=")[0].strip() == key:
+            col = line.index(key) + 1
+            return Span(path, i, col, i, col + len(key))
+    return None
+
+
+def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:
+    """Read and validate a device profile (shipped name or ``.toml`` path).
+
+    Raises ``L2sInputError`` naming the file and the ``section.key`` of every
+    missing, mistyped or out-of-range value (all of them in one error)."""
+    path = profile_path(name_or_path)
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise L2sInputError(f"{shown}: cannot read device profile: "
+                            f"{e.strerror or e}") from None
+    try:
+        raw = _toml.loads(text)
+    except _toml.TOMLDecodeError as e:
+        raise L2sInputError(f"{shown}: not valid TOML: {e}") from None
+    return parse_device(raw, shown, text)
+
+
+def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
+                 text: str = "") -> DeviceProfile:
+    """Validate a parsed profile dict (see ``load_device``)."""
+    problems: list[Diagnostic] = []
+    lines = text.splitlines()
+
+    def bad(section: str, key: str, msg: str) -> None:
+        span = _key_span(path, text, section, key) if text else None
+        where = f"{section}.{key}" if section else key
+        line = lines[span.line - 1] if span else None
+        problems.append(Diagnostic(f"{path}: {where}: {msg}", span,
+                                   source_line=line))
+
+    values: dict[str, Any] = {}
+    for key in ("name", "description"):
+        v = raw.get(key)
+        if not isinstance(v, str) or not v:
+            bad("", key, "missing or not a non-empty string")
+        values[key] = v
+    for (section, key), (attr, typ, low) in _FIELDS.items():
+        sec = raw.get(section)
+        if not isinstance(sec, dict) or key not in sec:
+            bad(section, key, f"missing ({'integer' if typ is int else 'number'})")
+            continue
+        v = sec[key]
+        ok = isinstance(v, int) if typ is int else isinstance(v, (int, float))
+        if not ok or isinstance(v, bool):
+            bad(section, key, f"expected {'an integer' if typ is int else 'a number'}, "
+                              f"got {v!r}")
+            continue
+        if v < low:
+            bad(section, key, f"must be >= {low:g}, got {v}")
+            continue
+        values[attr] = typ(v)
+    frac = values.get("evict_normal_survival")
+    if frac is not None and frac > 1:
+        bad("l2", "evict_normal_survival", f"is a fraction in 0..1, got {frac}")
+    ar: dict[int, AllReduceModel] = {}
+    sec = raw.get("allreduce")
+    if not isinstance(sec, dict):
+        bad("allreduce", "", "missing section [allreduce] with [allreduce.tpN] tables")
+    else:
+        for k, v in sec.items():
+            if k == "model":
+                if v != "latency_plus_bandwidth":
+                    bad("allreduce", "model", f"unknown model {v!r} "
+                                              "(latency_plus_bandwidth)")
+                continue
+            if not (k.startswith("tp") and k[2:].isdigit() and isinstance(v, dict)):
+                bad("allreduce", k, "expected a table named tpN (e.g. [allreduce.tp4])")
+                continue
+            try:
+                lat, bw = float(v["latency_us"]), float(v["busbw_gbps"])
+            except (KeyError, TypeError, ValueError):
+                bad(f"allreduce.{k}", "latency_us",
+                    "needs numbers latency_us and busbw_gbps")
+                continue
+            if lat < 0 or bw <= 0:
+                bad(f"allreduce.{k}", "busbw_gbps", "latency_us >= 0 and "
+                    "busbw_gbps > 0 required")
+                continue
+            ar[int(k[2:])] = AllReduceModel(lat, bw)
+    if problems:
+        raise L2sInputError(problems)
+    return DeviceProfile(path=path, allreduce=ar, **values)

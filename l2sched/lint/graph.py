@@ -1,0 +1,248 @@
+"""The decode-step graph the lint simulates.
+
+``build_step_graph`` turns a compiled ``Plan`` plus the adapter's per-kind
+decode timeline into one ``networkx.DiGraph`` for a whole decode step:
+
+- one node per adapter operation on its stream: ``main`` (the model's
+  stream) or ``aux`` (the shared expert, forked from the op before it and
+  joined before the MLP's all-reduce);
+- one fill node per ``WindowIssue`` on the ``side`` stream, in issue order
+  (side-stream edges chain them), with a fork edge from the op whose hook
+  fires the window;
+- a single ``join`` node at the end of the forward that waits for the side
+  stream;
+- an extension: layer 0 of the *next* decode step (position ``N``), so that
+  the last layer's ``next`` targets have consumers (wrap-around).
+
+Edges carry ``delay`` (us): the device's kernel gap between consecutive
+main-stream kernels, 0 for forks and joins. Node ids are ``"p:op"`` and
+``"p:fill:WINDOW"`` where ``p`` is the position in the step (layer index,
+``N`` for the extension). ``layer_graph`` cuts the per-layer DiGraph out of
+it, extended across the boundary to the next layer's consumers of bytes this
+layer's windows fetched. Pure Python; no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import networkx as nx
+
+#: Op classes whose reads are weights streamed by a GEMM-like kernel.
+GEMM_CLASSES = ("gemm", "shared_expert")
+#: Op classes a fill must never overlap: the routed-expert stream.
+EXPERT_CLASSES = ("expert_stream",)
+
+
+@dataclass(frozen=True)
+class Read:
+    """Bytes ``[lo, hi)`` of storage ``storage`` (a tensor path, the base of
+    a view) of the tensor ``tensor`` in model layer ``layer``."""
+
+    layer: int
+    tensor: str
+    storage: str
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class FillChunk:
+    """Bytes ``[lo, lo + length)`` of ``storage`` (layer ``layer``) fetched
+    ``offset`` bytes into fill ``fill``'s byte stream; ``pos`` is the step
+    position of the layer whose ops consume them."""
+
+    fill: str
+    offset: int
+    pos: int
+    layer: int
+    tensor: str
+    storage: str
+    lo: int
+    length: int
+
+
+@dataclass
+class StepGraph:
+    """The step graph and its indexes: ``graph`` (networkx DiGraph), the
+    main-stream order ``main`` (node ids), ``fills`` (fill node ids in issue
+    order), ``chunks`` keyed by ``(pos, storage)``, ``num_layers`` (the
+    model's; positions run to ``num_layers`` inclusive), ``layer_end`` (pos ->
+    id of the layer's last main-stream node)."""
+
+    graph: Any
+    main: list[str]
+    fills: list[str]
+    chunks: dict[tuple[int, str], list[FillChunk]] = field(default_factory=dict)
+    num_layers: int = 0
+    layer_end: dict[int, str] = field(default_factory=dict)
+
+
+def _condition(cond: str, layer: int, last: int, tp: int, ep: bool) -> bool:
+    """Evaluate an adapter ``Op.condition`` (``CONDITIONS``)."""
+    return {
+        "": True, "tp>1": tp > 1, "tp>1 or ep": tp > 1 or ep,
+        "layer==0": layer == 0, "layer>0": layer > 0, "layer==last": layer == last,
+    }[cond]
+
+
+def _storage(entry) -> tuple[str, int]:
+    base = getattr(entry, "view_of", "") or entry.path
+    return base, int(getattr(entry, "view_offset", 0) or 0)
+
+
+def expert_bytes(entry, tokens: int, top_k: int, n_experts: int) -> int:
+    """Expected bytes of routed-expert tensor ``entry`` a decode step of
+    ``tokens`` tokens reads on this rank: ``bytes_per_expert`` x the expected
+    number of distinct experts picked (``E * (1 - (1 - k/E)^tokens)``) that
+    this rank holds (all under TP; its share under EP)."""
+    if not entry.experts or not n_experts:
+        return entry.nbytes
+    picked = n_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
+    lo, hi = entry.experts
+    local = picked * (hi - lo) / n_experts
+    return int(entry.bytes_per_expert * local)
+
+
+def build_step_graph(plan, inventory, adapter, *, tokens: int = 1,
+                     top_k: int = 8, n_experts: int = 0,
+                     with_fills: bool = True) -> StepGraph:
+    """Build the whole-step graph of ``plan`` (see the module docstring).
+
+    ``inventory``: ``l2sched.inventory.Inventory`` (same TP layout as the
+    plan); ``adapter``: the model adapter module (``decode_timeline``,
+    ``HOOKS_BY_NAME``); ``tokens``: decode tokens per step; ``top_k`` /
+    ``n_experts``: routing (for the expert-stream bytes); ``with_fills``
+    False builds the no-prefetch baseline."""
+    g = nx.DiGraph()
+    n = len(inventory.layers)
+    last = n - 1
+    main: list[str] = []
+    layer_end: dict[int, str] = {}
+    hook_after: dict[tuple[int, str], str] = {}
+    hook_before: dict[tuple[int, str], str | None] = {}
+    prev_main: str | None = None
+    for pos in range(n + 1):
+        layer = pos % n
+        kind = inventory.kinds[layer]
+        ops = adapter.decode_timeline(kind)
+        aux_prev: str | None = None
+        aux_fork: str | None = None
+        aux_last: str | None = None
+        for op in ops:
+            nid = f"{pos}:{op.name}"
+            active = _condition(op.condition, layer, last, inventory.tp, inventory.ep)
+            reads = []
+            for path in op.reads:
+                try:
+                    entry = inventory.tensor(layer, path)
+                except KeyError:
+                    continue
+                if entry.experts is not None:
+                    nbytes = expert_bytes(entry, tokens, top_k, n_experts)
+                else:
+                    nbytes = entry.nbytes
+                storage, off = _storage(entry)
+                reads.append(Read(layer, path, storage, off, off + nbytes))
+            g.add_node(nid, pos=pos, layer=layer, kind=str(kind), op=op.name,
+                       cls=op.cls, stream=op.stream, active=active, reads=reads,
+                       eager_break=op.eager_break, fill=None)
+            if op.stream == "aux":
+                if aux_prev is None:
+                    aux_fork = prev_main
+                    if aux_fork is not None:
+                        g.add_edge(aux_fork, nid, delay=0.0, kind="fork")
+                else:
+                    g.add_edge(aux_prev, nid, delay=0.0, kind="stream")
+                aux_prev = aux_last = nid
+                continue
+            if prev_main is not None:
+                g.add_edge(prev_main, nid, delay=0.0, kind="stream")
+            if aux_last is not None and op.cls == "collective":
+                # the main stream waits for the aux stream before the reduce;
+                # the wait edge goes to the op before the collective
+                g.add_edge(aux_last, prev_main, delay=0.0, kind="join")
+                aux_last = None
+            for h in op.hooks_before:
+                hook_before[(pos, h)] = prev_main
+            for h in op.hooks_after:
+                hook_after[(pos, h)] = nid
+            main.append(nid)
+            prev_main = nid
+        if aux_last is not None and prev_main is not None:
+            g.add_edge(aux_last, prev_main, delay=0.0, kind="join")
+        layer_end[pos] = prev_main
+    join = "join"
+    g.add_node(join, pos=n, layer=0, kind="", op="join", cls="join", stream="side",
+               active=True, reads=[], eager_break=False, fill=None)
+    g.add_edge(layer_end[n - 1], join, delay=0.0, kind="stream")
+
+    sg = StepGraph(g, main, [], {}, n, layer_end)
+    if not with_fills:
+        return sg
+    prev_fill: str | None = None
+    entries: dict[tuple[int, str], Any] = {}
+    for issue in plan.issues:
+        pos = issue.layer
+        nid = f"{pos}:fill:{issue.window}"
+        g.add_node(nid, pos=pos, layer=issue.layer,
+                   kind=str(inventory.kinds[issue.layer]), op=f"fill {issue.window}",
+                   cls="fill", stream="side", active=True, reads=[],
+                   eager_break=False, fill=issue)
+        src = hook_after.get((pos, issue.hook), hook_before.get((pos, issue.hook)))
+        if src is not None:
+            g.add_edge(src, nid, delay=0.0, kind="fork")
+        if prev_fill is not None:
+            g.add_edge(prev_fill, nid, delay=0.0, kind="side")
+        prev_fill = nid
+        sg.fills.append(nid)
+        offset = 0
+        for r in issue.ranges:
+            if r.length <= 0:
+                continue
+            key = (r.layer, r.tensor)
+            if key not in entries:
+                try:
+                    entries[key] = inventory.tensor(r.layer, r.tensor)
+                except KeyError:
+                    entries[key] = None
+            entry = entries[key]
+            storage = _storage(entry)[0] if entry is not None else r.tensor
+            tpos = pos if r.layer == issue.layer else pos + 1
+            sg.chunks.setdefault((tpos, storage), []).append(FillChunk(
+                nid, offset, tpos, r.layer, r.tensor, storage, r.offset, r.length))
+            offset += r.length
+    if prev_fill is not None:
+        g.add_edge(prev_fill, join, delay=0.0, kind="join")
+    return sg
+
+
+def layer_graph(sg: StepGraph, layer: int):
+    """The DiGraph of decoder layer ``layer``: its ops and fills, extended
+    across the boundary with the next layer's ops up to the last one that
+    reads bytes this layer's fills fetched (a subgraph view of the step
+    graph)."""
+    g = sg.graph
+    nodes = [v for v, d in g.nodes(data=True) if d["pos"] == layer and v != "join"]
+    last_needed = -1
+    own_fills = {v for v in nodes if g.nodes[v]["cls"] == "fill"}
+    for (pos, _storage), chunks in sg.chunks.items():
+        if pos != layer + 1 or not any(c.fill in own_fills for c in chunks):
+            continue
+        for i, v in enumerate(sg.main):
+            d = g.nodes[v]
+            if d["pos"] == pos and any(r.storage == _storage for r in d["reads"]):
+                last_needed = max(last_needed, i)
+    if last_needed >= 0:
+        for v in sg.main[: last_needed + 1]:
+            if g.nodes[v]["pos"] == layer + 1:
+                nodes.append(v)
+                nodes.extend(u for u in g.predecessors(v)
+                             if g.nodes[u]["stream"] == "aux")
+    return g.subgraph(nodes)
+
+
+def timeline_order(sg: StepGraph) -> Sequence[str]:
+    """Node ids in a topological order (ties by insertion order)."""
+    return list(nx.topological_sort(sg.graph))

@@ -1,0 +1,241 @@
+"""Lint rules, the seed's lessons, output formats and the no-torch import path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from l2sched.inventory import analytical_inventory, load_model_config
+from l2sched.lint import lint_path, run_lint
+from l2sched.lint.rules import RULES
+from l2sched.semantic import load_schedule_text
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"
+POST_AR = ROOT / "schedules" / "glm53-flash-sm120-tp4-post-ar.l2s"
+
+HEAD = """schedule t
+model glm5next
+device sm120-rtx-pro-6000-maxq
+tp 4
+"""
+B_TARGETS = """    this post_attention_layernorm, hc_ffn_*
+    this mlp.gate
+    next hc_attn_*, input_layernorm
+    next lazy self_attn.* except self_attn.o_proj, self_attn.kv_b_proj, self_attn.mla_attn
+"""
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_model_config(None)
+
+
+@pytest.fixture(scope="module")
+def inv(cfg):
+    return analytical_inventory(cfg, 4, False)
+
+
+def lint_text(text, cfg, inv, **kw):
+    return run_lint(load_schedule_text(text, "<t>"), inv, model_config=cfg, **kw)
+
+
+def codes(run):
+    return sorted({f.code for f in run.findings})
+
+
+def only(run, code, op=None):
+    got = [f for f in run.findings if f.code == code
+           and (op is None or f.data.get("op") == op)]
+    assert got, f"no {code} ({op}) in {[(f.code, f.message) for f in run.findings]}"
+    return got
+
+
+# -- the shipped schedules ----------------------------------------------------
+
+def test_shipped_pre_all_reduce_schedule_has_no_errors():
+    run = lint_path(str(SHIPPED))
+    assert not run.has_errors, [f.message for f in run.findings]
+    assert "L2S101" not in codes(run) and "L2S102" not in codes(run)
+    # it predicts a faster step than no prefetch
+    assert run.step_period("sim") < run.step_period("base")
+
+
+def test_post_all_reduce_variant_flags_fills_over_the_expert_stream():
+    run = lint_path(str(POST_AR))
+    assert run.has_errors
+    f = only(run, "L2S101", "moe.w13")[0]
+    assert f.data["window"] == "B"
+    # the span is the 'set window.B.at = attn.post_all_reduce' value
+    assert (f.span.path, f.span.line, f.span.column) == (str(POST_AR), 8, 19)
+    assert "fill of window 'B' overlaps the expert stream 'moe.w13'" in f.message
+
+
+# -- the seed's lessons --------------------------------------------------------
+
+def test_o_proj_in_window_c_is_flagged_on_next_layers_first_projection(cfg, inv):
+    # the post-all-reduce windows, with o_proj moved from A into C
+    text = HEAD + f"""window B at attn.post_all_reduce budget 35MB layers moe carry C {{
+{B_TARGETS}}}
+window C at moe.post_all_reduce budget 40MB layers kda & moe {{
+    next self_attn.o_proj
+}}
+"""
+    run = lint_text(text, cfg, inv)
+    f = only(run, "L2S103", "kda.in_proj of the next layer")[0]
+    assert f.data["window"] == "C" and f.data["value"] > 7.0
+    assert (f.span.line, f.span.column) == (11, 13)  # 'at moe.post_all_reduce'
+    # without o_proj, C's carried bytes slow in_proj much less
+    base = lint_text(text.replace("    next self_attn.o_proj\n", ""), cfg, inv)
+    slow = [f for f in base.findings if f.code == "L2S103"
+            and f.data["op"] == "kda.in_proj of the next layer"]
+    assert not slow or slow[0].data["value"] < f.data["value"] / 2
+
+
+def test_head_of_next_first_projection_in_window_a_hits_the_kda_core(cfg, inv):
+    text = HEAD + """window A at attn.after_first_proj budget 36MB layers kda & moe {
+    this self_attn.o_proj
+    next self_attn.in_proj_qkvbfg_a
+}
+"""
+    run = lint_text(text, cfg, inv)
+    f = only(run, "L2S102", "kda.recurrent")[0]
+    assert (f.span.line, f.span.column) == (5, 13)  # "at attn.after_first_proj"
+    assert f.severity == "warning"
+    # o_proj alone finishes before the core
+    clean = lint_text(text.replace("    next self_attn.in_proj_qkvbfg_a\n", "")
+                      .replace("36MB", "20MB"), cfg, inv)
+    assert "L2S102" not in codes(clean) and "L2S101" not in codes(clean)
+
+
+# -- one test per rule ------------------------------------------------------------
+
+def test_l2s001_pattern_matching_nothing(cfg, inv):
+    run = lint_text(HEAD + "window A at attn.after_first_proj budget 20MB layers "
+                    "kda & moe {\n    this self_attn.o_prj\n}\n", cfg, inv)
+    f = only(run, "L2S001")[0]
+    assert (f.span.line, f.span.column, f.span.end_column) == (6, 10, 25)
+    assert run.has_errors
+
+
+def test_l2s001_lazy_hint(cfg, inv):
+    run = lint_text(HEAD + "window A at attn.after_first_proj budget 20MB layers mla"
+                    " {\n    this self_attn.mla_attn.mla_attn.W_UV\n}\n", cfg, inv)
+    assert "lazy" in only(run, "L2S001")[0].message
+
+
+def test_l2s002_prefetched_twice(cfg, inv):
+    text = HEAD + """window A at attn.after_first_proj budget 20MB layers kda & moe {
+    this self_attn.o_proj
+}
+window A2 at attn.before_core budget 20MB layers kda & moe {
+    this self_attn.o_proj.weight
+}
+"""
+    f = only(lint_text(text, cfg, inv), "L2S002")[0]
+    assert f.span.line == 9 and f.data["tensor"] == "self_attn.o_proj.weight"
+    assert "window 'A'" in f.message and "window 'A2'" in f.message
+
+
+def test_l2s003_written_buffer(cfg, inv):
+    text = HEAD + ("window A at attn.after_first_proj budget 20MB layers mla {\n"
+                   "    this self_attn.indexer.k_cache\n}\n")
+    run = lint_text(text, cfg, inv)
+    f = only(run, "L2S003")[0]
+    assert (f.span.line, f.span.column) == (6, 10)
+    assert "L2S001" not in codes(run)
+
+
+def test_l2s004_piecewise_graph_mode(cfg, inv):
+    text = HEAD + ("window A at attn.after_first_proj budget 20MB layers kda & moe "
+                   "{\n    this self_attn.o_proj\n}\n")
+    assert "L2S004" not in codes(lint_text(text, cfg, inv))
+    f = only(lint_text(text, cfg, inv, graph_mode="piecewise"), "L2S004")[0]
+    assert (f.span.line, f.span.column) == (5, 13)
+
+
+def test_l2s005_dense_layer_without_idle_window(cfg, inv):
+    text = HEAD + ("window D at attn.pre_all_reduce budget 60MB layers dense {\n"
+                   "    this hc_ffn_*\n    next self_attn.*\n}\n")
+    f = only(lint_text(text, cfg, inv), "L2S005", "mlp.gate_up_proj")[0]
+    assert f.span.line == 5
+
+
+def test_l2s104_late_fill_and_l2s105_budget(cfg, inv):
+    run = lint_path(str(POST_AR))
+    late = only(run, "L2S104", "kda.in_proj of the next layer")[0]
+    assert late.data["window"] == "C"
+    budget = only(run, "L2S105")[0]
+    assert (budget.span.line, budget.span.column) == (9, 23)  # '35MB'
+    assert budget.data["fit_bytes"] < 35_000_000
+
+
+def test_l2s106_eviction_without_set_aside_and_not_with_it():
+    run = lint_path(str(SHIPPED))
+    f = only(run, "L2S106", "kda.in_proj of the next layer")[0]
+    assert 0.6 < f.data["hit_fraction"] < 0.9
+    assert f.span.line == 37  # the 'next lazy self_attn.*' target
+    reserved = lint_path(str(SHIPPED), ["set_aside=max"])
+    assert "L2S106" not in codes(reserved)
+
+
+def test_l2s201_left_over_names_tensors(cfg, inv):
+    text = HEAD + ("window A at attn.after_first_proj budget 10MB layers kda & moe "
+                   "{\n    this self_attn.o_proj\n}\n")
+    f = only(lint_text(text, cfg, inv), "L2S201")[0]
+    assert "self_attn.o_proj.weight" in f.message and f.severity == "info"
+    assert (f.span.line, f.span.column) == (5, 42)  # the budget
+
+
+def test_every_rule_is_documented():
+    doc = (ROOT / "docs" / "lint.md").read_text()
+    for code, (sev, name) in RULES.items():
+        assert f"## {code}" in doc and name in doc
+
+
+# -- selection, suppression, formats ------------------------------------------------
+
+def test_select_ignore_and_suppression(cfg, inv, tmp_path):
+    run = lint_path(str(POST_AR), select=["L2S1"], ignore=["L2S106"])
+    assert codes(run) and all(c.startswith("L2S1") and c != "L2S106"
+                              for c in codes(run))
+    text = POST_AR.read_text().replace(
+        "set window.B.at = attn.post_all_reduce",
+        "set window.B.at = attn.post_all_reduce  # l2s: ignore[L2S101, L2S104]")
+    text = text.replace('extends "', f'extends "{POST_AR.parent}/')
+    p = tmp_path / "s.l2s"
+    p.write_text(text)
+    run = lint_path(str(p))
+    assert "L2S101" not in codes(run) and run.suppressed >= 2
+    assert not run.has_errors
+
+
+def test_cli_exit_codes_and_formats(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "l2sched.cli", *args],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    ok = cli("lint", str(SHIPPED))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "layer kind" in ok.stdout and "0 error(s)" in ok.stdout
+    bad = cli("lint", str(POST_AR), "--format", "json")
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["errors"] >= 1 and doc["findings"][0]["span"]["line"] >= 1
+    sarif = json.loads(cli("lint", str(POST_AR), "--format", "sarif").stdout)
+    assert sarif["version"] == "2.1.0"
+    res = sarif["runs"][0]["results"]
+    assert any(r["ruleId"] == "L2S101" and r["level"] == "error" for r in res)
+
+
+def test_lint_path_imports_neither_torch_nor_vllm():
+    code = ("import sys; from l2sched.cli import main; "
+            f"main(['lint', {str(SHIPPED)!r}, '--no-summary']); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')]; "
+            "print('BAD', bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
