@@ -4,7 +4,8 @@
 per line, header settings as written, a blank line before each window, four
 spaces of indent inside window bodies, sizes with their unit attached, and
 every comment kept (own-line comments before the statement that follows
-them, end-of-line comments after the statement they share a line with).
+them, end-of-line comments after the statement whose last line they share;
+comments inside a statement written over several lines move above it).
 ``parse(format_file(parse(x))) == parse(x)`` for every valid ``x``.
 """
 
@@ -29,8 +30,9 @@ def format_selector(sel) -> str:
         if sel.exclude is None:
             return inc
         return f"{inc} except {format_selector(sel.exclude)}"
-    if isinstance(sel, n.SelUnion):
-        return ", ".join(format_selector(x) for x in sel.items)
+    if isinstance(sel, n.SelUnion):  # a group among the operands keeps its ()
+        return ", ".join(format_selector(x) if isinstance(x, n.SelInter) else _atom(x)
+                         for x in sel.items)
     if isinstance(sel, n.SelInter):
         return " & ".join(_atom(x) for x in sel.items)
     return _atom(sel)
@@ -78,9 +80,10 @@ class _Printer:
             self.out.append(indent + self.pending.pop(0).text)
 
     def emit(self, text: str, first: int, last: int, indent: str = "") -> None:
-        """Emit a statement spanning source lines ``first..last`` with any
-        end-of-line comments from those lines."""
-        self.leading(first, indent)
+        """Emit a statement spanning source lines ``first..last``: comments
+        before ``last`` (also those inside a statement written over several
+        lines) go on their own lines above it, a comment on ``last`` after it."""
+        self.leading(max(first, last), indent)
         trailing = []
         while self.pending and self.pending[0].line <= last:
             trailing.append(self.pending.pop(0).text)
