@@ -303,7 +303,7 @@ def _resolve_extends(ref: n.StringValue, from_path: str) -> str:
 
 def _load_chain(path: str, sink: DiagnosticSink, seen: tuple[str, ...] = (),
                 via: n.StringValue | None = None) -> list[n.ScheduleFile]:
-    real = os.path.realpath(path)
+    real = os.path.realpath(path) if "\0" not in path else path
     if real in seen:
         sink.error(f"extends cycle: {' -> '.join(seen + (real,))}",
                    via.span if via else None)

@@ -105,6 +105,9 @@ def read_source(path: str | os.PathLike) -> str:
     is a directory, is not UTF-8, or holds nothing but whitespace."""
     p = Path(path)
     shown = str(path)
+    if "\0" in shown:  # the OS cannot even look such a name up
+        raise L2sInputError(Diagnostic("no such file (the name contains a NUL "
+                                       "character)", Span.point(shown)))
     if p.is_dir():
         raise L2sInputError(Diagnostic(f"is a directory, not a schedule file",
                                        Span.point(shown)))
