@@ -182,11 +182,18 @@ def check_targets(schedule, inventory) -> list[Finding]:
     # L2S002: the same storage bytes named for the same target layer twice
     claimed: dict[tuple[int, str], tuple[str, Any]] = {}
     reported: set = set()
+    expanded: dict = {}  # targets depend only on (window, this kind, next kind)
     for layer in range(n):
         for w in schedule.windows:
             if layer not in w.layers:
                 continue
-            for tl, e in expand_targets(w, layer, inventory):
+            sig = (w.name, str(inventory.kinds[layer]),
+                   str(inventory.kinds[(layer + 1) % n]))
+            if sig not in expanded:
+                expanded[sig] = [(tl != layer, e) for tl, e in
+                                 expand_targets(w, layer, inventory)]
+            for is_next, e in expanded[sig]:
+                tl = (layer + 1) % n if is_next else layer
                 key = (tl, e.view_of or e.path)
                 if key in claimed and claimed[key][0] != w.name:
                     first = claimed[key][0]

@@ -1,0 +1,55 @@
+"""Timeline pictures and --calibrate on a synthetic torch-profiler trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from l2sched.lint import lint_path
+from l2sched.lint.calibrate import measure
+from l2sched.lint.graph import layer_graph
+from l2sched.lint.timeline import chrome_trace, gantt_svg, write_timeline
+
+ROOT = Path(__file__).resolve().parent.parent
+POST_AR = ROOT / "schedules" / "glm53-flash-sm120-tp4-post-ar.l2s"
+TRACE = ROOT / "tests" / "data" / "glm53-synthetic-trace.json"
+
+
+def test_layer_graph_extends_to_next_layer_consumers():
+    run = lint_path(str(POST_AR))
+    g = layer_graph(run.sg, 4)
+    ops = {(d["pos"], d["op"]) for _, d in g.nodes(data=True)}
+    assert (4, "fill B") in ops and (4, "moe.w13") in ops
+    assert (5, "kda.in_proj") in ops          # consumer of B's next-layer bytes
+    assert (5, "moe.w13") not in ops
+    assert g.has_edge("4:attn.all_reduce", "4:fill:B")   # fork at post-AR hook
+
+
+def test_chrome_trace_and_svg(tmp_path):
+    run = lint_path(str(POST_AR))
+    doc = chrome_trace(run)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in xs} == {1, 2, 3}
+    assert any(e["cat"] == "fill" and e["args"]["window"] == "B" for e in xs)
+    assert any(e["cat"] == "protected" and "moe.w13" in e["name"] for e in xs)
+    svg = gantt_svg(run)
+    assert svg.startswith("<svg") and "fill B" in svg and "moe.w13" in svg
+    paths = write_timeline(run, str(tmp_path / "t.json"))
+    assert json.loads(Path(paths[0]).read_text())["traceEvents"]
+    assert Path(paths[1]).read_text().count("layer ") >= 3   # one panel per kind
+
+
+def test_calibrate_maps_kernels_and_reports_differences():
+    run = lint_path(str(POST_AR))
+    measured, rows = measure(run, str(TRACE))
+    assert measured[("kda+moe", "kda.recurrent")] == 20.0
+    assert measured[("kda+moe", "moe.w13")] == 50.0
+    assert measured[("kda+dense", "kda.in_proj")] == 29.5
+    assert measured[("mla+moe", "mla.sparse_decode")] == 4.0
+    assert measured[("kda+moe", "moe.shared.gate_up_proj")] == 4.0  # aux stream
+    row = next(r for r in rows if r[:2] == ("kda+moe", "kda.recurrent"))
+    assert row[3] == "15.0" and row[5] == "+5.0"
+    cal = lint_path(str(POST_AR), measured=measured)
+    node = "4:kda.recurrent"
+    t = cal.base.timing[node]
+    assert abs((t.finish - t.start) - 20.0) < 1e-6
