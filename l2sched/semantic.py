@@ -464,7 +464,8 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     # A base that could not be loaded (its error is already reported) would
     # have given settings and windows: do not bury that error under one
     # "has no 'model' setting" per key or "unknown window" per set line.
-    base_failed = top.extends is not None and len(chain) == 1
+    # (The chain stops at the file whose base failed, so that file is first.)
+    base_failed = chain[0].extends is not None
     for ov in list(file_overrides) + list(overrides):
         _apply_override(ov, draft, sink, base_failed)
 
