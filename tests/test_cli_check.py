@@ -1,0 +1,164 @@
+"""``l2sched check`` and ``l2sched fmt`` from the command line: exit codes
+0/1/2, one-line input errors without tracebacks, every error in one run, and
+fmt rewriting atomically and never touching a file with errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from l2sched.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "schedules").glob("*.l2s"))
+HEAD = "schedule s\nmodel glm5next\ndevice h200\ntp 4\n"
+
+
+def run(*argv, capsys):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_check_shipped_ok(capsys):
+    code, out, err = run("check", *map(str, SHIPPED), capsys=capsys)
+    assert code == 0 and err == ""
+    assert out.count(": ok: schedule '") == len(SHIPPED)
+    assert "  A       attn.after_first_proj  20.00 MB" in out
+
+
+def test_check_quiet_and_set(capsys):
+    path = str(ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s")
+    code, out, _ = run("check", "-q", path, "--set", "window.B.budget=25MB", capsys=capsys)
+    assert (code, out) == (0, "")
+    code, out, _ = run("check", path, "--set", "window.B.budget=25MB", capsys=capsys)
+    assert "  B       attn.pre_all_reduce    25.00 MB" in out
+
+
+def test_check_reports_all_errors_exit_1(tmp_path, capsys):
+    f = tmp_path / "bad.l2s"
+    f.write_text(HEAD + "policy evict_lst\nwindow A at attn.pre_allreduce budget 20\n")
+    code, out, err = run("check", str(f), capsys=capsys)
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert lines[0] == (f"{f}:5:8: unknown cache policy 'evict_lst'; "
+                        "did you mean 'evict_last'?")
+    assert lines[1:3] == ["    policy evict_lst", "           ^^^^^^^^^"]
+    assert f"{f}:6:13: unknown hook point 'attn.pre_allreduce'; did you mean " \
+        "'attn.pre_all_reduce'?" in lines
+    assert f"{f}:6:39: budget 20 has no unit; write e.g. 20MB (units: B, KB, MB, GB, " \
+        "KiB, MiB, GiB)" in lines
+    assert lines[-1] == "1 of 1 file(s) have errors"
+
+
+def test_check_syntax_error(tmp_path, capsys):
+    f = tmp_path / "bad.l2s"
+    f.write_text("schedule s\nwindow A budget 20 MB\n")
+    code, _, err = run("check", str(f), capsys=capsys)
+    assert code == 1
+    assert err.startswith(f"{f}:2:20: unexpected 'MB' (write a size without a space")
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("missing", "no such file"),
+    ("dir", "is a directory, not a schedule file"),
+    ("latin1", "not UTF-8 text (byte 0xe9 at offset 11)"),
+    ("empty", "empty schedule file"),
+])
+def test_input_errors_one_line(tmp_path, capsys, kind, message):
+    f = tmp_path / "x.l2s"
+    if kind == "dir":
+        f.mkdir()
+    elif kind == "latin1":
+        f.write_bytes(b"schedule s\n\xe9\n")
+    elif kind == "empty":
+        f.write_bytes(b"")
+    line = "2:1" if kind == "latin1" else "1:1"
+    for cmd in (["check"], ["fmt"], ["fmt", "--check"]):
+        code, out, err = run(*cmd, str(f), capsys=capsys)
+        assert code == 1
+        assert err.splitlines()[0] == f"{f}:{line}: {message}"
+        assert "Traceback" not in err
+
+
+def test_input_error_no_traceback_in_a_real_process(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "l2sched.cli", "check",
+                           str(tmp_path / "nope.l2s")], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"{tmp_path}/nope.l2s:1:1: no such file",
+                                        "1 of 1 file(s) have errors"]
+
+
+def test_bad_set_argument(capsys):
+    path = str(SHIPPED[0])
+    code, _, err = run("check", path, "--set", "window.B.budget", capsys=capsys)
+    assert code == 1
+    assert err.startswith("--set #1:1:1: --set takes KEY=VALUE, e.g. "
+                          "--set window.B.budget=25MB")
+
+
+@pytest.mark.parametrize("argv", [["check"], ["fmt"], ["nope"], [],
+                                  ["check", "--bogus", "x.l2s"]])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+
+
+def test_fmt_check_exit_codes(tmp_path, capsys):
+    code, out, _ = run("fmt", "--check", *map(str, SHIPPED), capsys=capsys)
+    assert (code, out) == (0, "")
+    messy = tmp_path / "m.l2s"
+    messy.write_text("schedule   s\ntp 4")
+    before = messy.read_text()
+    code, out, _ = run("fmt", "--check", str(messy), capsys=capsys)
+    assert (code, out) == (1, f"{messy}: would reformat\n")
+    assert messy.read_text() == before
+
+
+def test_fmt_rewrites_atomically(tmp_path, capsys):
+    messy = tmp_path / "m.l2s"
+    messy.write_text("schedule   s\ntp 4")
+    inode = messy.stat().st_ino
+    code, out, _ = run("fmt", str(messy), capsys=capsys)
+    assert (code, out) == (0, f"{messy}: reformatted\n")
+    assert messy.read_text() == "schedule s\n\ntp 4\n"
+    assert messy.stat().st_ino != inode  # replaced by rename, not rewritten in place
+    assert os.listdir(tmp_path) == ["m.l2s"]  # no temporary left behind
+    code, out, _ = run("fmt", str(messy), capsys=capsys)
+    assert (code, out) == (0, "")  # idempotent: nothing to do
+
+
+def test_fmt_never_touches_a_file_with_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.l2s"
+    bad.write_text("schedule   s\nwindow A budget 20 MB\n")
+    stat = bad.stat()
+    code, out, err = run("fmt", str(bad), capsys=capsys)
+    assert code == 1 and out == ""
+    assert err.startswith(f"{bad}:2:20: unexpected 'MB'")
+    assert bad.read_text() == "schedule   s\nwindow A budget 20 MB\n"
+    assert bad.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+def test_fmt_idempotent_on_shipped_copies(tmp_path, capsys):
+    for p in SHIPPED:
+        shutil.copy(p, tmp_path / p.name)
+    copies = [str(tmp_path / p.name) for p in SHIPPED]
+    assert run("fmt", *copies, capsys=capsys)[:2] == (0, "")
+    for p in SHIPPED:
+        assert (tmp_path / p.name).read_text() == p.read_text()
+
+
+def test_console_script_fmt_check_shipped():
+    exe = shutil.which("l2sched")
+    if exe is None:
+        pytest.skip("l2sched console script not on PATH")
+    proc = subprocess.run([exe, "fmt", "--check", *map(str, SHIPPED)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

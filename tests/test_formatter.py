@@ -1,0 +1,98 @@
+"""Formatter tests: the canonical layout, comments kept, meaning kept, and the
+shipped schedules already canonical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from l2sched.errors import L2sSyntaxError
+from l2sched.formatter import format_file, format_selector, format_text
+from l2sched.syntax import parse
+
+SHIPPED = sorted((Path(__file__).resolve().parent.parent / "schedules").glob("*.l2s"))
+
+MESSY = """\
+# top comment
+schedule   s   # name
+model glm5next
+device   h200
+tp
+   4
+set window.B.budget =   25MB   # cut
+window B carry C layers kda&moe,(mla except 3)   at attn.pre_all_reduce budget 50MB{
+this a,b # first
+  # own line
+next lazy self_attn.* except self_attn.o_proj}
+window C at moe.pre_all_reduce budget 15MB layers moe
+"""
+
+CANONICAL = """\
+# top comment
+schedule s  # name
+
+model glm5next
+device h200
+tp 4
+
+set window.B.budget = 25MB  # cut
+
+window B at attn.pre_all_reduce budget 50MB layers kda & moe, (mla except 3) carry C {
+    this a, b  # first
+    # own line
+    next lazy self_attn.* except self_attn.o_proj
+}
+
+window C at moe.pre_all_reduce budget 15MB layers moe
+"""
+
+
+def test_canonical_layout():
+    assert format_text(MESSY) == CANONICAL
+    assert parse(CANONICAL) == parse(MESSY)
+
+
+def test_idempotent():
+    assert format_text(CANONICAL) == CANONICAL
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_schedules_are_canonical(path):
+    text = path.read_text("utf-8")
+    assert format_text(text) == text
+    assert parse(format_text(text)) == parse(text)
+
+
+def test_schedule_name_quoted_only_when_needed():
+    assert format_text('schedule "plain-name.v2"\n') == "schedule plain-name.v2\n"
+    assert format_text('schedule "a b"\n') == 'schedule "a b"\n'
+    assert format_text('schedule "window"\n') == 'schedule "window"\n'
+
+
+def test_selector_parentheses_kept_where_needed():
+    tree = parse("schedule s\nwindow A layers (kda except 3), 4, (5, 6) except (7)\n")
+    assert format_selector(tree.windows[0].layers) == "(kda except 3), 4, (5, 6) except (7)"
+    out = format_file(tree)
+    assert parse(out) == tree
+
+
+def test_comments_inside_a_statement_move_above_it():
+    assert format_text("schedule s\nwindow A at x # h\n budget 1MB { # b\n this a\n} # c\n") \
+        == "schedule s\n\n# h\nwindow A at x budget 1MB {  # b\n    this a\n}  # c\n"
+
+
+def test_own_line_comments_in_body_stay():
+    text = "schedule s\nwindow A at x budget 1MB {\n  # c1\n  # c2\n  this a\n}\n"
+    assert format_text(text) == ("schedule s\n\nwindow A at x budget 1MB {\n"
+                                 "    # c1\n    # c2\n    this a\n}\n")
+
+
+def test_empty_body_and_no_body():
+    assert format_text("schedule s\nwindow A {}\nwindow B\n") == \
+        "schedule s\n\nwindow A {\n}\n\nwindow B\n"
+
+
+def test_refuses_invalid_input():
+    with pytest.raises(L2sSyntaxError):
+        format_text("schedule s\nwindow A budget 20 MB\n")
