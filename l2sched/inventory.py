@@ -213,13 +213,24 @@ def _supported_archs() -> list[str]:
                                                        "ARCHITECTURES", ()))
 
 
-def _key_span(path: str, text: str, key: str) -> Span:
+def _key_span(path: str, text: str, key: str) -> Span | None:
+    """The span of ``"key":`` in ``text`` (first occurrence), or ``None``."""
     m = re.search(r'"' + re.escape(key) + r'"\s*:', text)
     if not m:
-        return Span.point(path)
+        return None
     line = text.count("\n", 0, m.start()) + 1
     col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
     return Span(path, line, col, line, col + len(key) + 2)
+
+
+def _key_diag(path: str, text: str, key: str, message: str) -> Diagnostic:
+    """A diagnostic about ``key`` of the file ``path``: located at the key
+    (``path:line:col``, with the source line) when ``text`` contains it, else
+    the message is prefixed with ``path``."""
+    span = _key_span(path, text, key) if text else None
+    if span is None:
+        return Diagnostic(f"{path}: {message}")
+    return Diagnostic(message, span, source_line=text.splitlines()[span.line - 1])
 
 
 def _type_name(types: Sequence[type | None]) -> str:
@@ -251,18 +262,16 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
         from .adapters import get_adapter
         adapter = get_adapter("glm5next")
     sink = DiagnosticSink()
-    sink.add_source(path, text)
     where = "text_config." if text and '"text_config"' in text else ""
 
     def err(key: str, msg: str) -> None:
-        sink.error(f"{path}: {where}{key}: {msg}", _key_span(path, text, key)
-                   if text else None)
+        sink.add(_key_diag(path, text, key, f"{where}{key}: {msg}"))
 
     for key, types in adapter.REQUIRED_KEYS.items():
         if key not in config:
-            sink.error(f"{path}: missing key '{where}{key}' ({_type_name(types)}, "
-                       f"needed for the {adapter.NAME} tensor inventory)",
-                       Span.point(path) if text else None)
+            sink.add(Diagnostic(f"{path}: missing key '{where}{key}' "
+                                f"({_type_name(types)}, needed for the "
+                                f"{adapter.NAME} tensor inventory)"))
         elif not _type_ok(config[key], types):
             err(key, f"expected {_type_name(types)}, got "
                      f"{type(config[key]).__name__} {config[key]!r}")
@@ -350,10 +359,9 @@ def load_model_config(path: str | os.PathLike | None = None) -> dict[str, Any]:
     model_type = raw.get("model_type")
     if archs is not None and (not isinstance(archs, list) or not archs
                               or not all(isinstance(a, str) for a in archs)):
-        raise L2sModelError(Diagnostic(
-            f"{shown}: architectures: expected a non-empty list of strings, got "
-            f"{archs!r}", _key_span(shown, text, "architectures"),
-            source_line=None))
+        raise L2sModelError(_key_diag(
+            shown, text, "architectures",
+            f"architectures: expected a non-empty list of strings, got {archs!r}"))
     if archs is None and model_type is None:
         raise L2sModelError(Diagnostic(
             f"{shown}: missing key 'architectures' (and no 'model_type'); "
@@ -366,9 +374,9 @@ def load_model_config(path: str | os.PathLike | None = None) -> dict[str, Any]:
     if adapter is None:
         key, val = ("architectures", archs) if archs else ("model_type",
                                                            model_type)
-        raise L2sModelError(Diagnostic(
-            f"{shown}: {key}: unknown architecture {val!r}; supported: "
-            f"{', '.join(_supported_archs())}", _key_span(shown, text, key)))
+        raise L2sModelError(_key_diag(
+            shown, text, key, f"{key}: unknown architecture {val!r}; supported: "
+            f"{', '.join(_supported_archs())}"))
     config = raw
     if isinstance(raw.get("text_config"), dict):
         config = dict(raw["text_config"])
@@ -376,10 +384,9 @@ def load_model_config(path: str | os.PathLike | None = None) -> dict[str, Any]:
             if k in raw and k not in config:
                 config[k] = raw[k]
     elif "text_config" in raw and raw["text_config"] is not None:
-        raise L2sModelError(Diagnostic(
-            f"{shown}: text_config: expected an object, got "
-            f"{type(raw['text_config']).__name__}",
-            _key_span(shown, text, "text_config")))
+        raise L2sModelError(_key_diag(
+            shown, text, "text_config", f"text_config: expected an object, got "
+            f"{type(raw['text_config']).__name__}"))
     validate_config(config, shown, text, adapter)
     config = dict(config)
     config.setdefault("architectures", archs or [])
@@ -423,8 +430,8 @@ def analytical_inventory(config: Mapping[str, Any], tp: int, ep: bool,
             try:
                 specs = ad.layer_specs(config, kind, tp, ep, tp_rank)
             except ValueError as e:
-                raise L2sModelError(f"{model_name or '<config>'}: {e} "
-                                    f"(--tp {tp})") from None
+                raise L2sModelError(f"--tp {tp}: {e} "
+                                    f"({model_name or '<config>'})") from None
             by_path = {s.path: s for s in specs}
             order = ad.consumption_order(kind, [s.path for s in specs])
             per_kind[key] = tuple(_entry(ad, by_path[p]) for p in order)

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -378,20 +377,33 @@ def test_cli_bad_config_exits_1(tmp_path, capsys):
 
 
 def test_cli_is_fast_and_imports_no_torch():
-    code = ("import sys, time; t = time.time(); from l2sched.cli import main; "
-            "import io, contextlib; buf = io.StringIO()\n"
-            "with contextlib.redirect_stdout(buf): rc = main(['inventory', '--tp', '4'])\n"
-            "print(rc, 'torch' in sys.modules, 'vllm' in sys.modules, "
-            "round(time.time() - t, 3))")
-    t = time.time()
+    """``l2sched inventory --tp 4`` through the real CLI: no torch/vLLM import
+    and well under a second. CPU time (user + sys of the whole process, start-up
+    included) is measured rather than wall time, so a loaded host does not
+    make the test flaky."""
+    code = ("import sys, io, contextlib, resource\n"
+            "from l2sched.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    rc = main(['inventory', '--tp', '4'])\n"
+            "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "print(rc, 'torch' in sys.modules, 'vllm' in sys.modules,"
+            " round(r.ru_utime + r.ru_stime, 3))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.split()
-    wall = time.time() - t
     assert out[:3] == ["0", "False", "False"]
-    # "well under a second" (issue 3), with headroom for a loaded CI host
-    assert float(out[3]) < 1.0 and wall < 3.0
+    assert float(out[3]) < 1.0
 
 
 def test_render_table_units(tp4):
     text = render_table(tp4)
     assert "MiB" in text and "bytes per GPU" in text
+
+
+def test_conditions():
+    assert not g.condition_holds("tp>1", 0, 45, 1, True)
+    assert g.condition_holds("tp>1", 0, 45, 4, False)
+    assert g.condition_holds("layer==last", 44, 45, 1, False)
+    assert not g.condition_holds("layer==last", 43, 45, 1, False)
+    for kind in g.FLASH_KINDS:
+        for op in g.decode_timeline(kind):
+            g.condition_holds(op.condition, 0, 45, 4, True)

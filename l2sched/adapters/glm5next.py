@@ -308,6 +308,18 @@ OP_CLASSES = ("gemm", "small", "attention_core", "collective", "expert_stream",
 CONDITIONS = ("", "tp>1", "tp>1 or ep", "layer==0", "layer>0", "layer==last")
 
 
+def condition_holds(condition: str, layer: int, n_layers: int, tp: int,
+                    ep: bool) -> bool:
+    """Whether an ``Op.condition`` (``CONDITIONS``) holds in layer ``layer``
+    of ``n_layers`` at TP size ``tp`` (``ep``: expert parallel, DP = 1).
+    Raises ``KeyError`` for an unknown condition."""
+    return {
+        "": True, "tp>1": tp > 1, "tp>1 or ep": tp > 1 or (ep and tp > 1),
+        "layer==0": layer == 0, "layer>0": layer > 0,
+        "layer==last": layer == n_layers - 1,
+    }[condition]
+
+
 @dataclass(frozen=True)
 class Op:
     """One operation of a layer's decode step.
@@ -479,8 +491,10 @@ _MOE = (
        _FM + "runner/moe_runner.py:645-647,789-792",
        hooks_after=("moe.pre_all_reduce",)),
     Op("moe.all_reduce", "collective", "MoE all-reduce "
-       "(_maybe_reduce_final_output)", _FM + "runner/moe_runner.py:515",
-       hooks_after=("moe.post_all_reduce",), condition="tp>1 or ep"),
+       "(_maybe_reduce_final_output; runs when the MoE TP or EP size > 1, and "
+       "with DP = 1 the EP size is the TP size, so under EP it is the same "
+       "call on the same TP group)", _FM + "runner/moe_runner.py:515",
+       hooks_after=("moe.post_all_reduce",), condition="tp>1"),
 )
 
 _EPILOGUE = (
@@ -593,7 +607,15 @@ def canonical_path(paths: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class _Spec:
+class TensorSpec:
+    """Analytical facts of one tensor of one layer on one TP rank, before
+    byte counting (``l2sched.inventory`` turns it into a ``TensorEntry``):
+    ``path`` relative to the layer, ``dtype`` name, per-rank ``shape``,
+    ``replicated`` (same full tensor on every TP rank), ``replicated_rows``
+    (leading-dim rows identical on every rank, for partly replicated tensors),
+    ``lazy``, ``view_of``, ``decode_read`` and ``experts`` as in
+    ``TensorEntry``."""
+
     path: str
     dtype: str
     shape: tuple[int, ...]
@@ -622,7 +644,7 @@ def expert_range(n_experts: int, ep_size: int, ep_rank: int) -> tuple[int, int]:
 
 
 def layer_specs(cfg: Mapping[str, Any], kind: LayerKind, tp: int, ep: bool,
-                tp_rank: int) -> list[_Spec]:
+                tp_rank: int) -> list[TensorSpec]:
     """Analytical per-rank tensors of one layer of ``kind``, in module order.
 
     ``cfg`` is a validated text config; ``tp`` the TP size; ``ep`` True for
@@ -633,34 +655,34 @@ def layer_specs(cfg: Mapping[str, Any], kind: LayerKind, tp: int, ep: bool,
     h = cfg["hidden_size"]
     n = cfg["hc_mult"]
     mix = (2 + n) * n
-    specs: list[_Spec] = []
+    specs: list[TensorSpec] = []
     add = specs.append
     if cfg["mhc"]:
         for part in ("attn", "ffn"):
-            add(_Spec(f"hc_{part}_fn", "float32", (mix, n * h), True))
-            add(_Spec(f"hc_{part}_base", "float32", (mix,), True))
-            add(_Spec(f"hc_{part}_scale", "float32", (3,), True))
+            add(TensorSpec(f"hc_{part}_fn", "float32", (mix, n * h), True))
+            add(TensorSpec(f"hc_{part}_base", "float32", (mix,), True))
+            add(TensorSpec(f"hc_{part}_scale", "float32", (3,), True))
     # RMSNorm weights, passed as norm_weight into the mHC kernels (map 1a).
-    add(_Spec("input_layernorm.weight", dt, (h,), True))
-    add(_Spec("post_attention_layernorm.weight", dt, (h,), True))
+    add(TensorSpec("input_layernorm.weight", dt, (h,), True))
+    add(TensorSpec("post_attention_layernorm.weight", dt, (h,), True))
     if kind.attention == "kda":
         hd, nh, k = (cfg["linear_head_dim"], cfg["linear_num_heads"],
                      cfg["linear_conv_kernel_dim"])
         p = _div(hd * nh, tp, "linear_head_dim*linear_num_heads")
         nhl = _div(nh, tp, "linear_num_heads")
         a = "self_attn."
-        add(_Spec(a + "in_proj_qkvbfg_a.weight", dt, (3 * p + nhl + 2 * hd, h),
+        add(TensorSpec(a + "in_proj_qkvbfg_a.weight", dt, (3 * p + nhl + 2 * hd, h),
                   False, replicated_rows=2 * hd))
-        add(_Spec(a + "f_b_proj.weight", dt, (p, hd), False))
-        add(_Spec(a + "dt_bias", "float32", (p,), False))
+        add(TensorSpec(a + "f_b_proj.weight", dt, (p, hd), False))
+        add(TensorSpec(a + "dt_bias", "float32", (p,), False))
         for c in "qkv":
-            add(_Spec(a + f"{c}_conv1d.weight", "float32", (p, 1, k), False,
+            add(TensorSpec(a + f"{c}_conv1d.weight", "float32", (p, 1, k), False,
                       decode_read=False))
-        add(_Spec(a + "A_log", "float32", (1, 1, nhl, 1), False))
-        add(_Spec(a + "g_b_proj.weight", dt, (p, hd), False))
-        add(_Spec(a + "o_norm.weight", dt, (hd,), True))
-        add(_Spec(a + "o_proj.weight", dt, (h, p), False))
-        add(_Spec(a + "_merged_conv_weight", "float32", (3 * p, k), False,
+        add(TensorSpec(a + "A_log", "float32", (1, 1, nhl, 1), False))
+        add(TensorSpec(a + "g_b_proj.weight", dt, (p, hd), False))
+        add(TensorSpec(a + "o_norm.weight", dt, (hd,), True))
+        add(TensorSpec(a + "o_proj.weight", dt, (h, p), False))
+        add(TensorSpec(a + "_merged_conv_weight", "float32", (3 * p, k), False,
                   lazy=True))
     else:
         ql, kvl = cfg["q_lora_rank"], cfg["kv_lora_rank"]
@@ -669,63 +691,63 @@ def layer_specs(cfg: Mapping[str, Any], kind: LayerKind, tp: int, ep: bool,
         nl = _div(cfg["num_attention_heads"], tp, "num_attention_heads")
         ihd, inh = cfg["index_head_dim"], cfg["index_n_heads"]
         a = "self_attn."
-        add(_Spec(a + "fused_qkv_a_proj.weight", dt, (ql + kvl + rope, h), True))
-        add(_Spec(a + "q_a_layernorm.weight", dt, (ql,), True))
-        add(_Spec(a + "q_b_proj.weight", dt, (nl * (nope + rope), ql), False))
-        add(_Spec(a + "kv_a_layernorm.weight", dt, (kvl,), True))
-        add(_Spec(a + "kv_b_proj.weight", dt, (nl * (nope + vd), kvl), False,
+        add(TensorSpec(a + "fused_qkv_a_proj.weight", dt, (ql + kvl + rope, h), True))
+        add(TensorSpec(a + "q_a_layernorm.weight", dt, (ql,), True))
+        add(TensorSpec(a + "q_b_proj.weight", dt, (nl * (nope + rope), ql), False))
+        add(TensorSpec(a + "kv_a_layernorm.weight", dt, (kvl,), True))
+        add(TensorSpec(a + "kv_b_proj.weight", dt, (nl * (nope + vd), kvl), False,
                   decode_read=False))
-        add(_Spec(a + "o_proj.weight", dt, (h, nl * vd), False))
+        add(TensorSpec(a + "o_proj.weight", dt, (h, nl * vd), False))
         i = a + "indexer."
-        add(_Spec(i + "index_kpool_compress_ape", "float32",
+        add(TensorSpec(i + "index_kpool_compress_ape", "float32",
                   (cfg["index_kpool"], ihd), True))
         # Created with an explicit dtype=torch.bfloat16 (attention.py:224-226).
-        add(_Spec(i + "index_kpool_compress_gate", "bfloat16", (ihd, h), True))
-        add(_Spec(i + "wq_b.weight", dt, (ihd * inh, ql), True))
-        add(_Spec(i + "wk_weights_proj.weight", dt, (ihd + inh, h), True))
-        add(_Spec(i + "k_norm.weight", "float32", (ihd,), True))
-        add(_Spec(i + "k_norm.bias", "float32", (ihd,), True))
-        add(_Spec(i + "_wp_fp32", "float32", (h, inh), True, lazy=True))
+        add(TensorSpec(i + "index_kpool_compress_gate", "bfloat16", (ihd, h), True))
+        add(TensorSpec(i + "wq_b.weight", dt, (ihd * inh, ql), True))
+        add(TensorSpec(i + "wk_weights_proj.weight", dt, (ihd + inh, h), True))
+        add(TensorSpec(i + "k_norm.weight", "float32", (ihd,), True))
+        add(TensorSpec(i + "k_norm.bias", "float32", (ihd,), True))
+        add(TensorSpec(i + "_wp_fp32", "float32", (h, inh), True, lazy=True))
         m = a + "mla_attn.mla_attn."
         # Scalar KV-cache quantisation scales every MLAAttention registers as
         # buffers (model_executor/layers/attention/attention.py:133-139); fp32,
         # identical on every rank, not read by any op modelled here.
         for sc in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
-            add(_Spec(m + sc, "float32", (), True, decode_read=False))
-        add(_Spec(m + "W_UK_T", dt, (nl, nope, kvl), False, lazy=True,
+            add(TensorSpec(m + sc, "float32", (), True, decode_read=False))
+        add(TensorSpec(m + "W_UK_T", dt, (nl, nope, kvl), False, lazy=True,
                   view_of=a + "kv_b_proj.weight"))
-        add(_Spec(m + "W_UV", dt, (nl, kvl, vd), False, lazy=True,
+        add(TensorSpec(m + "W_UV", dt, (nl, kvl, vd), False, lazy=True,
                   view_of=a + "kv_b_proj.weight"))
     if kind.mlp == "dense":
         inter = _div(cfg["intermediate_size"], tp, "intermediate_size")
-        add(_Spec("mlp.gate_up_proj.weight", dt, (2 * inter, h), False))
-        add(_Spec("mlp.down_proj.weight", dt, (h, inter), False))
+        add(TensorSpec("mlp.gate_up_proj.weight", dt, (2 * inter, h), False))
+        add(TensorSpec("mlp.down_proj.weight", dt, (h, inter), False))
     else:
         e, im = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
-        add(_Spec("mlp.gate.weight", dt, (e, h), True))
+        add(TensorSpec("mlp.gate.weight", dt, (e, h), True))
         if cfg["topk_method"] == "noaux_tc":
-            add(_Spec("mlp.gate.e_score_correction_bias", "float32", (e,), True))
+            add(TensorSpec("mlp.gate.e_score_correction_bias", "float32", (e,), True))
         ns = cfg["n_shared_experts"]
         if ns:
             si = _div(im * ns, tp, "moe_intermediate_size*n_shared_experts")
-            add(_Spec("mlp.shared_experts.gate_up_proj.weight", dt, (2 * si, h),
+            add(TensorSpec("mlp.shared_experts.gate_up_proj.weight", dt, (2 * si, h),
                       False))
-            add(_Spec("mlp.shared_experts.down_proj.weight", dt, (h, si), False))
+            add(TensorSpec("mlp.shared_experts.down_proj.weight", dt, (h, si), False))
         r = "mlp.experts.routed_experts."
         if ep and tp > 1:
             lo, hi = expert_range(e, tp, tp_rank)
-            add(_Spec(r + "w13_weight", dt, (hi - lo, 2 * im, h), False,
+            add(TensorSpec(r + "w13_weight", dt, (hi - lo, 2 * im, h), False,
                       experts=(lo, hi)))
-            add(_Spec(r + "w2_weight", dt, (hi - lo, h, im), False,
+            add(TensorSpec(r + "w2_weight", dt, (hi - lo, h, im), False,
                       experts=(lo, hi)))
             # Global -> local expert id map (-1 = not on this rank), a
             # non-persistent buffer (routed_experts.py:272).
-            add(_Spec(r + "_expert_map", "int32", (e,), False))
+            add(TensorSpec(r + "_expert_map", "int32", (e,), False))
         else:
             ir = _div(im, tp, "moe_intermediate_size")
-            add(_Spec(r + "w13_weight", dt, (e, 2 * ir, h), False,
+            add(TensorSpec(r + "w13_weight", dt, (e, 2 * ir, h), False,
                       experts=(0, e)))
-            add(_Spec(r + "w2_weight", dt, (e, h, ir), False, experts=(0, e)))
+            add(TensorSpec(r + "w2_weight", dt, (e, h, ir), False, experts=(0, e)))
     return specs
 
 

@@ -1,0 +1,242 @@
+"""Build vLLM 0.33.0's real ``Glm5NextForCausalLM`` on a CPU-only host.
+
+Reusable by every test that needs the real vLLM module tree (inventory,
+plugin integration). The recipe is ``shared/docs/vllm-glm5next-map.md``
+section 5; each shim below says which failure it removes.
+
+Use::
+
+    from vllm_cpu import run_ranks, vllm_available
+
+    def per_rank(ctx):            # module-level, so spawn can pickle it
+        model = ctx.build()       # the real model, on ``ctx.device``
+        return something_picklable(model)
+
+    results = run_ranks(per_rank, config_dict, tp=4, ep=False)  # one per rank
+
+``run_ranks`` spawns one process per TP rank (``multiprocessing`` spawn
+context, so vLLM/torch state never leaks into the pytest process), joins a
+gloo process group, runs ``fn(ctx)`` and returns the per-rank results in rank
+order. Nothing here imports torch or vLLM in the calling process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: Architecture and model type written into the temporary ``config.json``
+#: (vLLM picks the model class from ``architectures``).
+ARCHITECTURE = "Glm5NextForCausalLM"
+MODEL_TYPE = "glm5_next_text"
+
+
+def vllm_available() -> tuple[bool, str]:
+    """``(True, "")`` when ``vllm`` is importable in this interpreter, else
+    ``(False, reason)``. Checks with ``importlib.util.find_spec`` only, so it
+    neither imports vLLM nor torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False, "vllm is not installed in this interpreter (use /work/venv)"
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed in this interpreter"
+    return True, ""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for the gloo rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_model_dir(config: dict, directory: str) -> str:
+    """Write ``config`` as ``directory/config.json`` with the architecture and
+    model type vLLM needs; returns ``directory``."""
+    cfg = dict(config)
+    cfg["architectures"] = [ARCHITECTURE]
+    cfg["model_type"] = MODEL_TYPE
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)
+    return directory
+
+
+# --------------------------------------------------------------------------
+# CPU shims (each runs inside a rank process)
+# --------------------------------------------------------------------------
+
+def shim_platform_env() -> None:
+    """Shim 1, ``VLLM_TARGET_DEVICE=cpu``: without it the platform is
+    ``UnspecifiedPlatform`` (no NVML, not a CPU build) and
+    ``create_engine_config`` fails with ``RuntimeError: Device string must not
+    be empty`` (``config/device.py:77``). Must run before vLLM is imported.
+    ``VLLM_LOGGING_LEVEL`` is raised to WARNING to keep test output short."""
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def shim_sparse_backend() -> None:
+    """Shim 2, sparse-attention backend: ``CpuPlatform.get_attn_backend_cls``
+    raises ``NotImplementedError: Sparse Attention is not supported on CPU.``
+    (``platforms/cpu.py:154-155``) when ``MLAAttention.__init__`` asks for the
+    sparse MLA backend. Return the FLASHMLA_SPARSE backend path instead (its
+    class only needs to be constructible, no kernel runs). Idempotent."""
+    from vllm.platforms import cpu as cpu_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    cls = cpu_platform.CpuPlatform
+    if getattr(cls, "_l2sched_sparse_shim", False):
+        return
+    original = cls.get_attn_backend_cls.__func__
+
+    def get_attn_backend_cls(klass, selected_backend, attn_selector_config,
+                             num_heads=None):
+        if attn_selector_config.use_sparse:
+            return AttentionBackendEnum.FLASHMLA_SPARSE.get_path()
+        return original(klass, selected_backend, attn_selector_config, num_heads)
+
+    cls.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    cls._l2sched_sparse_shim = True
+
+
+def shim_workspace_manager() -> None:
+    """Shim 3, workspace manager: ``FlashMLASparseImpl.__init__`` asserts
+    ``WorkspaceManager not initialized``
+    (``v1/attention/backends/mla/flashmla_sparse.py:832``); the GPU model
+    runner normally initialises it. Initialise it on the CPU device."""
+    import torch
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    init_workspace_manager(torch.device("cpu"))
+
+
+def engine_config(model_dir: str, tp: int, ep: bool):
+    """The ``VllmConfig`` for building (not serving) the model.
+
+    Shim 4, ``enable_prefix_caching=False``: otherwise config creation fails
+    with "--mamba-block-size can only be set with --enable-prefix-caching"
+    (the CPU platform turns prefix caching off for MLA but the mamba ``align``
+    mode still sets a block size). ``kernel_config.enable_jit_warmup=False``
+    skips registering tilelang mHC warmups (no GPU to warm up).
+    ``load_format="dummy"`` and ``skip_tokenizer_init`` because there are no
+    weights or tokenizer files."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=model_dir, skip_tokenizer_init=True, enforce_eager=True,
+        dtype="bfloat16", max_model_len=4096, max_num_batched_tokens=4096,
+        max_num_seqs=8, load_format="dummy", tensor_parallel_size=tp,
+        enable_expert_parallel=bool(ep), enable_prefix_caching=False,
+        kernel_config={"enable_jit_warmup": False})
+    return args.create_engine_config()
+
+
+@dataclass
+class RankContext:
+    """What ``fn`` gets inside a rank process: the rank, TP size, EP flag,
+    device (``meta`` = no memory) and the model directory; ``build()`` builds
+    the real model (once) inside the current vLLM config and process group."""
+
+    rank: int
+    tp: int
+    ep: bool
+    device: str
+    model_dir: str
+    vllm_config: Any = None
+    model: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def build(self):
+        """Construct ``Glm5NextForCausalLM`` on ``self.device`` (bf16 default
+        dtype) and return it. Shims 2 and 3 are applied here."""
+        if self.model is not None:
+            return self.model
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.utils.torch_utils import set_default_torch_dtype
+
+        shim_sparse_backend()
+        shim_workspace_manager()
+        from vllm.models.glm5next import Glm5NextForCausalLM
+
+        with set_current_vllm_config(self.vllm_config):
+            with set_default_torch_dtype(torch.bfloat16), torch.device(self.device):
+                self.model = Glm5NextForCausalLM(vllm_config=self.vllm_config,
+                                                 prefix="")
+        return self.model
+
+
+def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
+               port: int, fn: Callable[[RankContext], Any], queue) -> None:
+    try:
+        shim_platform_env()
+        shim_sparse_backend()
+        from vllm.config import set_current_vllm_config
+        from vllm.distributed import (init_distributed_environment,
+                                      initialize_model_parallel)
+
+        cfg = engine_config(model_dir, tp, ep)
+        with set_current_vllm_config(cfg):
+            # Shim 5, gloo: one process per TP rank, CPU collectives.
+            init_distributed_environment(
+                world_size=tp, rank=rank, local_rank=rank,
+                distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
+            initialize_model_parallel(tp, 1)
+            ctx = RankContext(rank, tp, ep, device, model_dir, cfg)
+            result = fn(ctx)
+        queue.put((rank, True, result))
+    except BaseException:  # report everything to the parent, never hang it
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
+              ep: bool = False, device: str = "meta",
+              timeout: float = 600.0) -> list[Any]:
+    """Spawn ``tp`` rank processes that each build the real model setting for
+    ``config`` (a HF text-config dict) and return ``fn(ctx)``; the results in
+    rank order. ``fn`` must be a module-level function and its result
+    picklable. Raises ``RuntimeError`` with the rank's traceback when a rank
+    fails, or when the ranks do not finish within ``timeout`` seconds."""
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="l2sched-vllm-") as d:
+        model_dir = write_model_dir(config, os.path.join(d, "model"))
+        port = free_port()
+        procs = [ctx.Process(target=_rank_main,
+                             args=(r, tp, ep, device, model_dir, port, fn, q),
+                             daemon=True) for r in range(tp)]
+        for p in procs:
+            p.start()
+        results: dict[int, Any] = {}
+        errors = []
+        try:
+            while len(results) + len(errors) < tp:
+                try:
+                    rank, ok, value = q.get(timeout=timeout)
+                except queue_mod.Empty:
+                    raise RuntimeError(f"vLLM ranks did not finish in {timeout} s "
+                                       f"(done: {sorted(results)})") from None
+                if ok:
+                    results[rank] = value
+                else:
+                    errors.append(f"rank {rank} failed:\n{value}")
+                    break
+        finally:
+            for p in procs:
+                p.join(timeout=30 if not errors else 1)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+        if errors:
+            raise RuntimeError("\n".join(errors))
+        return [results[r] for r in range(tp)]
