@@ -83,6 +83,9 @@ def _parser() -> Lark:
         start=["start", "size_value", "selector_value", "scalar_value"],
         propagate_positions=True,
         maybe_placeholders=False,
+        # The LALR tables are pickled to the temp dir, keyed by a hash of the
+        # grammar and options: a warm start of `l2sched lint` skips ~0.1 s.
+        cache=True,
     )
 
 
