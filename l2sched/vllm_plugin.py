@@ -669,7 +669,8 @@ def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
         if wi.window not in kinds_windows[k]:
             kinds_windows[k].append(wi.window)
     windows = ", ".join(
-        f"{w} {format_size(sum(v))} in {len(v)} layers" for w, v in per_window.items())
+        f"{w} {format_size(sum(v))} in {len(v)} layer{'s' if len(v) > 1 else ''}"
+        for w, v in per_window.items())
     kinds = "; ".join(
         f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
         for k in sorted({str(k) for k in inventory.kinds}))

@@ -150,11 +150,16 @@ def _rank_scenario(ctx):
     trace.on = False
     base = vf.output_bytes(vf.decode_forward(model, cfg))
 
-    # The plugin path: register() wraps process_weights_after_loading (whose
-    # CPU body is substitution 7); vLLM's loaders call it after loading.
-    loader_utils.process_weights_after_loading = vf.cpu_post_load
+    # The plugin path: register() wraps process_weights_after_loading, which
+    # vLLM's loaders call after loading. When l2sched is pip-installed, vLLM
+    # itself already ran register() through the entry point in this process.
+    out["registered_by_vllm"] = vllm_plugin._registered
     vllm_plugin.register()
     vllm_plugin.register()  # idempotent
+    assert getattr(loader_utils.process_weights_after_loading, "__l2sched__", False)
+    # Substitution 7: the same wrapper around the CPU body.
+    loader_utils.process_weights_after_loading = vf.cpu_post_load
+    vllm_plugin._patch_loader_utils(loader_utils)
     assert getattr(loader_utils.process_weights_after_loading, "__l2sched__", False)
     cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION)}
     records.clear()
@@ -341,3 +346,17 @@ def test_failures_log_one_line_per_rank_and_keep_serving(ranks, case, needle):
         assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: ")
         assert needle in line and "\n" not in line, line
         assert f["same_output"] and f["l2s_events"] == []
+
+
+def test_read_config_sources():
+    from l2sched.vllm_plugin import PluginConfig, read_config
+
+    assert read_config({}, {}) is None
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2, window.B.budget=25MB"}
+    assert read_config(None, env) == PluginConfig("x.l2s", ("tp=2", "window.B.budget=25MB"))
+    extra = {"l2sched": {"schedule": "y.l2s", "set": {"tp": "2"}, "backend": "dry-run"}}
+    got = read_config(extra, env)  # additional_config wins over the environment
+    assert (got.schedule, got.overrides, got.backend, got.source) == (
+        "y.l2s", ("tp=2",), "dry-run", "additional-config")
+    with pytest.raises(ValueError):
+        read_config({"l2sched": {"set": {}}}, {})
