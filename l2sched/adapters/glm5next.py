@@ -13,9 +13,11 @@ What this module holds, all as data:
   modes run it.
 - ``decode_timeline(kind)``: the ordered operations (``Op``) of one decode step
   of a layer, with the tensors each reads and the hooks that fire around it.
-- ``layer_tensors(...)``: the analytical per-rank tensor shapes of one layer
-  (used by ``l2sched.inventory``), and the live-model facts
-  (``LAZY_TENSORS``, ``canonical_path``) that ``live_inventory`` needs.
+- ``layer_specs(...)``/``consumption_order(...)``: the analytical per-rank
+  tensor shapes of one layer and their decode order (used by
+  ``l2sched.inventory``), and the live-model facts (``LAZY_TENSORS``,
+  ``canonical_path``, ``derive_lazy``, ``live_entry``) ``live_inventory``
+  needs; ``resolve_path``/``decoder_layers`` find install targets.
 - ``KERNEL_PATTERNS``: op -> kernel-name regexes for later calibration from
   torch-profiler traces (unverified: taken from vLLM source names).
 
