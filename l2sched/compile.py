@@ -8,8 +8,8 @@ tensor that straddles the budget splits into a head rounded down to
 ``SPLIT_GRANULARITY`` (4 KiB) and a tail, and the tail plus everything after
 it flows to the window named by ``carry`` (same layer). What no window takes
 is reported in ``Plan.left_over``. No byte is fetched twice in one decode
-step: ranges are deduplicated per storage (views such as MLA's ``W_UK_T`` and
-``W_UV`` share ``kv_b_proj``'s storage).
+step: ranges are deduplicated per storage, and a strided view (MLA's
+``W_UK_T``/``W_UV``) is fetched as the storage of the tensor it views.
 
 Pure Python; imports neither torch nor vLLM.
 """
@@ -76,12 +76,14 @@ def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, obj
     return out
 
 
-def _storage_key(layer: int, entry) -> tuple[tuple[int, str], int]:
-    """(storage identity, byte offset of the entry's span in that storage)."""
-    base = getattr(entry, "view_of", None)
-    if base:
-        return (layer, base), int(getattr(entry, "view_offset", 0))
-    return (layer, entry.path), 0
+def storage_entry(inventory, layer: int, entry):
+    """The entry whose storage ``entry`` occupies: itself, or for a strided
+    view (``view_of``, e.g. MLA ``W_UK_T``/``W_UV`` of ``kv_b_proj.weight``)
+    the tensor it views. A view is fetched as its base storage, once: the
+    views' spans overlap and together cover it (map doc 1c)."""
+    if getattr(entry, "view_of", ""):
+        return inventory.tensor(layer, entry.view_of)
+    return entry
 
 
 class _Coverage:
@@ -169,9 +171,10 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
             queue = list(carried.pop(w.name, []))
             carried_in = sum(p.length for p in queue)
             for tl, entry in expand_targets(w, layer, inventory):
-                key, base = _storage_key(tl, entry)
-                for a, b in coverage.subtract(key, base, base + entry.nbytes):
-                    queue.append(Piece(tl, entry.path, a - base, b - a, entry.lazy))
+                store = storage_entry(inventory, tl, entry)
+                lazy = entry.lazy and store is entry
+                for a, b in coverage.subtract((tl, store.path), 0, store.nbytes):
+                    queue.append(Piece(tl, store.path, a, b - a, lazy))
             taken, rest = _take(queue, w.budget)
             if taken or carried_in:
                 issues.append(WindowIssue(

@@ -135,3 +135,16 @@ def test_cli_compile_is_byte_identical(tmp_path):
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     assert json.loads(outs[0])["schedule"] == "glm53-flash-sm120-tp4"
+
+
+def test_absorbed_views_fetch_kv_b_storage_once(inventory):
+    """W_UK_T and W_UV are overlapping strided views of kv_b_proj.weight: the
+    plan fetches kv_b_proj's 8,388,608 B once, then o_proj."""
+    plan = compile_text(
+        "window A at attn.after_first_proj budget 60MB layers 3 {\n"
+        "  this lazy self_attn.mla_attn.mla_attn.W_UK_T, self_attn.mla_attn.mla_attn.W_UV\n"
+        "  this self_attn.o_proj\n}\n", inventory)
+    (issue,) = plan.issues
+    assert [(r.tensor, r.offset, r.length) for r in issue.ranges] == [
+        ("self_attn.kv_b_proj.weight", 0, 8_388_608),
+        ("self_attn.o_proj.weight", 0, MLA_O_PROJ)]
