@@ -49,6 +49,8 @@ POLICIES = {
     "evict_last": "L2::evict_last",
     "evict_normal": "L2::evict_normal",
     "evict_first": "L2::evict_first",
+    # benchmarks only: the plain instruction, no createpolicy / cache_hint
+    "none": None,
 }
 
 #: Bytes per bulk-prefetch request. 16 KiB is the chunk of vLLM 0.33.0's
@@ -136,7 +138,8 @@ class PrefetchKernel:
                       row_begin, row_end, custream(stream))
 
 
-def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool):
+def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool,
+           mode: str = "bulk"):
     """Trace and compile the kernel; returns the compiled callable. Raises on
     any failure (the caller turns that into a log line)."""
     import cutlass
@@ -146,6 +149,31 @@ def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool):
 
     qual = POLICIES[policy]
     workers = grid * threads
+    # One asm string per variant, chosen here; operands are always
+    # (address, size, policy) and unused ones are simply not referenced.
+    pol_qual = qual or "L2::evict_normal"
+    issue_res, issue_cons = None, "l,r,l,~{memory}"
+    if mode == "line":  # benchmarks only: one prefetch per 128-byte line (LSU)
+        chunk = 128
+        # (the PTX ISA allows only L2::evict_last / evict_normal here)
+        issue_asm = ("prefetch.global.L2::evict_last [$0];" if qual == "L2::evict_last"
+                     else "prefetch.global.L2 [$0];")
+    if mode == "load":  # one 4-byte load per 256 B that pulls the 256 B into L2
+        chunk = 256
+        issue_res = "i32"
+        issue_cons = "=r,l,r,l,~{memory}"  # output first
+        issue_asm = "ld.global.L1::no_allocate.L2::cache_hint.L2::256B.u32 $0, [$1], $3;"
+    elif qual is None:  # benchmarks only: bulk prefetch without a cache hint
+        issue_asm = "cp.async.bulk.prefetch.L2.global [$0], $1;"
+    else:
+        issue_asm = ("cp.async.bulk.prefetch.L2.global.L2::cache_hint"
+                     " [$0], $1, $2;")
+    def result_type():  # MLIR types need the trace's context: built at trace time
+        return Int32.mlir_type if issue_res == "i32" else None
+
+    def consume(res):  # the loaded word (load mode) or a constant 0
+        return Int32(res) if issue_res == "i32" else Int32(0)
+
     if chunk % ALIGN or chunk <= 0:
         raise ValueError(f"chunk {chunk} is not a positive multiple of {ALIGN}")
 
@@ -158,9 +186,10 @@ def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool):
         # Output constraint first ("=l"), then inputs.
         pol = llvm.inline_asm(
             res=Int64.mlir_type, operands_=[],
-            asm_string=f"createpolicy.fractional.{qual}.b64 $0, 1.0;",
+            asm_string=f"createpolicy.fractional.{pol_qual}.b64 $0, 1.0;",
             constraints="=l", has_side_effects=True)
         phase = Int32(0)
+        acc = Int32(0)
         for r in cutlass.range(row_begin, row_end, 1):
             addr = Int64(rows[r, 0]) & Int64(-ALIGN)
             nbytes = Int64(rows[r, 1]) & Int64(-ALIGN)
@@ -170,13 +199,17 @@ def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool):
             for c in cutlass.range(first, nchunks, workers):
                 off = Int64(c) * chunk
                 size = Int32(cutlass.min(nbytes - off, Int64(chunk)))
-                llvm.inline_asm(
-                    res=None,
+                res = llvm.inline_asm(
+                    res=result_type(),
                     operands_=[(addr + off).ir_value(), size.ir_value(), pol],
-                    asm_string="cp.async.bulk.prefetch.L2.global.L2::cache_hint"
-                               " [$0], $1, $2;",
-                    constraints="l,r,l,~{memory}", has_side_effects=True)
+                    asm_string=issue_asm, constraints=issue_cons,
+                    has_side_effects=True)
+                acc = acc ^ consume(res)
             phase = (phase + nchunks) % workers
+        # Never true (row_end >= 0): keeps load-mode results alive, since
+        # ptxas removes loads whose destination is dead.
+        if row_end < 0:
+            rows[0, 0] = Int64(acc)
 
     @cute.jit
     def fill(table: cute.Pointer, row_begin: Int32, row_end: Int32, stream):
@@ -208,23 +241,31 @@ def _ffi_available() -> bool:
 
 def get_kernel(device_index: int = 0, *, grid: int = DEFAULT_GRID,
                threads: int = DEFAULT_THREADS, chunk: int = DEFAULT_CHUNK,
-               policy: str = "evict_last", check_device: bool = True
-               ) -> PrefetchKernel | None:
+               policy: str = "evict_last", check_device: bool = True,
+               ffi: bool | None = None, mode: str = "bulk"
+               ) -> "PrefetchKernel | None":
     """The compiled fill kernel for ``(device_index, grid, threads, chunk,
     policy)``, compiled on first use and cached; ``None`` when prefetch is
     disabled (reason logged once, see ``disabled_reason``). ``grid`` is CTAs,
     ``threads`` threads per CTA, ``chunk`` bytes per request (multiple of 16).
-    ``check_device=False`` skips the CUDA/capability check (compile-only use on
-    a CPU host with ``CUTE_DSL_ARCH`` set). Never raises."""
+    ``mode``: ``bulk`` (the default: ``cp.async.bulk.prefetch.L2``), ``line``
+    (per-128-B ``prefetch.global.L2``) or ``load`` (one 4-byte
+    ``ld.global.L1::no_allocate.L2::cache_hint.L2::256B`` per 256 B, result
+    discarded: ordinary loads, which land lines where later reads find them;
+    see benchmarks/results/h200-kernel-2026-11-29.md). ``check_device=False`` skips the CUDA/capability check (compile-only use on
+    a CPU host with ``CUTE_DSL_ARCH`` set). ``ffi``: ``None`` = TVM-FFI when
+    available, else generic; ``True``/``False`` force one path (benchmarks).
+    Never raises."""
     if policy not in POLICIES:
         _disable(f"unknown cache policy {policy!r} (known: {sorted(POLICIES)})")
         return None
     key = (device_index, grid, threads, chunk, policy)
+    ckey = key + (ffi, mode)
     with _lock:
         if _disabled_reason is not None:
             return None
-        if key in _cache:
-            return _cache[key]
+        if ckey in _cache:
+            return _cache[ckey]
         if check_device:
             ok, why = device_supported(device_index)
             if not ok:
@@ -239,23 +280,32 @@ def get_kernel(device_index: int = 0, *, grid: int = DEFAULT_GRID,
         t0 = time.perf_counter()
         kern = None
         errors = []
-        for ffi in ((True, False) if _ffi_available() else (False,)):
+        if ffi is None:
+            paths = (True, False) if _ffi_available() else (False,)
+        else:
+            paths = (ffi,)
+        for use_ffi in paths:
             try:
-                compiled = _build(grid, threads, chunk, policy, ffi)
+                compiled = _build(grid, threads, chunk, policy, use_ffi, mode)
             except Exception as e:  # compile failure of one path
-                errors.append(f"{'tvm-ffi' if ffi else 'generic'}: "
+                errors.append(f"{'tvm-ffi' if use_ffi else 'generic'}: "
                               f"{type(e).__name__}: {e}")
                 continue
             generic = None
-            if not ffi:
+            if not use_ffi:
                 import cuda.bindings.driver as cuda_drv
                 import cutlass
                 import cutlass.cute as cute
                 generic = (cute.runtime.make_ptr, cutlass.Int64,
                            cute.AddressSpace.gmem, cuda_drv.CUstream)
-            kern = PrefetchKernel(key, compiled, ffi, time.perf_counter() - t0, generic)
+            kern = PrefetchKernel(key, compiled, use_ffi, time.perf_counter() - t0,
+                                  generic)
             break
         if kern is None:
+            if ffi is not None:  # a forced path failed: do not disable the rest
+                log.warning("l2sched: forced %s compile failed: %s",
+                            "tvm-ffi" if ffi else "generic", " | ".join(errors)[:2000])
+                return None
             _disable("kernel compile failed: " + " | ".join(errors)[:2000])
             return None
         if errors:
@@ -263,7 +313,7 @@ def get_kernel(device_index: int = 0, *, grid: int = DEFAULT_GRID,
                      "path: %s", errors[0][:500])
         log.info("l2sched: compiled L2 fill kernel %s in %.3f s (%s launch)",
                  key, kern.compile_s, "tvm-ffi" if kern.ffi else "generic")
-        _cache[key] = kern
+        _cache[ckey] = kern
         return kern
 
 
@@ -284,7 +334,7 @@ def fallback_to_generic(kern: PrefetchKernel) -> PrefetchKernel | None:
         _disable(f"generic launch path failed to compile: {type(e).__name__}: {e}")
         return None
     with _lock:
-        _cache[kern.key] = new
+        _cache[kern.key + (None, "bulk")] = new
     log.info("l2sched: TVM-FFI launch failed; switched to the generic path")
     return new
 

@@ -73,6 +73,12 @@ class GateDecision:
     reason: str
 
 
+_D = {r: GateDecision(ok, r) for ok, r in (
+    (False, "disabled"), (False, "prefill"), (False, "too-many-tokens"),
+    (False, "piecewise-capture"), (True, "full-capture"), (False, "warmup"),
+    (True, "eager"))}
+
+
 def gate(step: StepInfo, *, capturing: bool, max_tokens: int,
          enabled: bool = True) -> GateDecision:
     """The pure gate decision for one hook firing.
@@ -83,18 +89,18 @@ def gate(step: StepInfo, *, capturing: bool, max_tokens: int,
     an uncaptured warm-up forward; capturing (FULL, or any non-PIECEWISE mode)
     -> issue; otherwise eager -> issue."""
     if not enabled:
-        return GateDecision(False, "disabled")
+        return _D["disabled"]
     if step.is_prefill:
-        return GateDecision(False, "prefill")
+        return _D["prefill"]
     if step.num_tokens is not None and step.num_tokens > max_tokens:
-        return GateDecision(False, "too-many-tokens")
+        return _D["too-many-tokens"]
     if capturing:
         if step.graph_mode == "piecewise":
-            return GateDecision(False, "piecewise-capture")
-        return GateDecision(True, "full-capture")
+            return _D["piecewise-capture"]
+        return _D["full-capture"]
     if step.warmup:
-        return GateDecision(False, "warmup")
-    return GateDecision(True, "eager")
+        return _D["warmup"]
+    return _D["eager"]
 
 
 @dataclass
@@ -355,7 +361,9 @@ class CudaRuntime(RuntimeBase):
 
     ``device``: CUDA device index (default: the current device at first use).
     ``grid``/``threads``/``chunk``: kernel shape (CTAs, threads per CTA, bytes
-    per request; defaults in ``l2sched.kernel``). Rows of all issues live in
+    per request; defaults in ``l2sched.kernel``); ``mode``: the kernel's fill
+    instruction (``bulk`` default, ``load``; see ``kernel.get_kernel``). Rows
+    of all issues live in
     one device table, int64 ``[sum of rows, 2]``, with a host mirror; issue
     ``i`` owns rows ``[offsets[i], offsets[i+1])``. The kernel, side stream,
     table and set-aside are prepared at the first ``prepare``/``set_rows``/
@@ -363,10 +371,11 @@ class CudaRuntime(RuntimeBase):
 
     def __init__(self, plan: Plan, *, device: int | None = None,
                  grid: int | None = None, threads: int | None = None,
-                 chunk: int | None = None, **kw):
+                 chunk: int | None = None, mode: str = "bulk", **kw):
         super().__init__(plan, **kw)
         self.device = device
         self.grid, self.threads, self.chunk = grid, threads, chunk
+        self.mode = mode
         self._ready = False
         self._kernel = None
         self._pending = False
@@ -379,7 +388,7 @@ class CudaRuntime(RuntimeBase):
     def _capturing(self, step: StepInfo) -> bool:
         if step.capturing is not None:
             return step.capturing
-        return self._torch.cuda.is_current_stream_capturing()
+        return self._is_capturing()
 
     def _disable(self, why: str) -> None:
         if self.enabled:
@@ -411,21 +420,22 @@ class CudaRuntime(RuntimeBase):
             kern = K.get_kernel(dev, grid=self.grid or K.DEFAULT_GRID,
                                 threads=self.threads or K.DEFAULT_THREADS,
                                 chunk=self.chunk or K.DEFAULT_CHUNK,
-                                policy=self.plan.policy)
+                                policy=self.plan.policy, mode=self.mode)
             if kern is None:
                 self.enabled = False  # kernel module logged the reason once
                 return False
             self._kernel = kern
             self._side = side_stream(dev)
             self._side_handle = self._side.cuda_stream
-            self._fork = torch.cuda.Event()
-            self._done = torch.cuda.Event()
+            self._setup_driver_path(torch)
             n = max(self.offsets[-1], 1)
             self._host = torch.zeros((n, 2), dtype=torch.int64, pin_memory=True)
             self._table = torch.zeros((n, 2), dtype=torch.int64, device=dev)
             self._table_ptr = self._table.data_ptr()
             if self.plan.set_aside != 0:
                 apply_set_aside(dev, self.plan.set_aside)
+            if not torch.cuda.is_current_stream_capturing():
+                self._warm_launch()
         except Exception as e:
             self._disable(f"runtime setup failed: {type(e).__name__}: {e}")
             return False
@@ -433,6 +443,54 @@ class CudaRuntime(RuntimeBase):
             if self.rows[i]:
                 self._dirty.add(i)
         return True
+
+    def _setup_driver_path(self, torch) -> None:
+        """Events and stream handles for the host-cheap fork/join path: raw
+        driver calls (``cuda.bindings``: cuEventRecord, cuStreamWaitEvent)
+        on ``torch._C._cuda_getCurrentRawStream`` handles, about 1 us each,
+        instead of torch.cuda.Event/Stream objects."""
+        from cuda.bindings import driver as drv
+        flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        err, self._fork = drv.cuEventCreate(flags)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuEventCreate: {err}")
+        err, self._done = drv.cuEventCreate(flags)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuEventCreate: {err}")
+        self._drv = drv
+        self._side_cu = drv.CUstream(self._side_handle)
+        self._cu_streams: dict[int, object] = {}
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        dev = self.device
+        self._raw_stream = ((lambda: raw(dev)) if raw is not None else
+                            (lambda: torch.cuda.current_stream(dev).cuda_stream))
+        cap = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+        self._is_capturing = cap if cap is not None else \
+            torch.cuda.is_current_stream_capturing
+
+    def _cur(self):
+        """The current stream as a ``CUstream`` (cached per raw handle)."""
+        h = self._raw_stream()
+        s = self._cu_streams.get(h)
+        if s is None:
+            s = self._cu_streams[h] = self._drv.CUstream(h)
+        return s
+
+    def _warm_launch(self) -> None:
+        """An empty launch (no rows) on the side stream, outside any capture:
+        loads the module and checks the launch path, so the first launch inside
+        a capture makes no module-loading driver call."""
+        from . import kernel as K
+        try:
+            self._kernel.launch(self._table_ptr, 0, 0, self._side_handle)
+        except Exception:
+            if not self._kernel.ffi:
+                raise
+            new = K.fallback_to_generic(self._kernel)
+            if new is None:
+                raise
+            self._kernel = new
+            self._kernel.launch(self._table_ptr, 0, 0, self._side_handle)
 
     def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
         """Bind issue ``index`` to ``rows`` (``(address, bytes)``; more rows than
@@ -492,9 +550,9 @@ class CudaRuntime(RuntimeBase):
         b, e = self.offsets[i], self.offsets[i + 1]
         if e == b:
             return False
-        cur = self._torch.cuda.current_stream(self.device)
-        self._fork.record(cur)
-        self._side.wait_event(self._fork)
+        drv = self._drv
+        drv.cuEventRecord(self._fork, self._cur())
+        drv.cuStreamWaitEvent(self._side_cu, self._fork, 0)
         try:
             self._kernel.launch(self._table_ptr, b, e, self._side_handle)
         except Exception as ex:
@@ -503,12 +561,12 @@ class CudaRuntime(RuntimeBase):
             if new is None:
                 self._disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
                 # The side stream waited on the fork: keep the join balanced.
-                self._done.record(self._side)
+                drv.cuEventRecord(self._done, self._side_cu)
                 self._pending = True
                 return False
             self._kernel = new
             self._kernel.launch(self._table_ptr, b, e, self._side_handle)
-        self._done.record(self._side)
+        drv.cuEventRecord(self._done, self._side_cu)
         self._pending = True
         self.stats.issued += 1
         self.stats.bytes_issued += sum(n for _, n in self.rows[i])
@@ -518,7 +576,7 @@ class CudaRuntime(RuntimeBase):
         """Make the current stream wait for the side stream's last fill (no-op
         when nothing was issued since the last join)."""
         if self._pending:
-            self._torch.cuda.current_stream(self.device).wait_event(self._done)
+            self._drv.cuStreamWaitEvent(self._cur(), self._done, 0)
             self._pending = False
             self.stats.joined += 1
 
