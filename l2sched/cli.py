@@ -21,6 +21,7 @@ from .errors import L2sError
 #: Pipeline modules that register their own subcommands through
 #: ``add_cli(subparsers)`` (imported only when present).
 _STAGE_COMMANDS = ("l2sched.inventory", "l2sched.lint", "l2sched.compile",
+                   "l2sched.bench",
                    "l2sched.explain")
 
 
