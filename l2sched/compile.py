@@ -17,6 +17,7 @@ Pure Python; imports neither torch nor vLLM.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,10 +28,12 @@ from .plan import SPLIT_GRANULARITY, ByteRange, LeftOver, Plan, WindowIssue
 from .semantic import Schedule, Window, format_size
 
 
+@functools.lru_cache(maxsize=65536)
 def pattern_matches(pattern: str, path: str) -> bool:
     """True when glob ``pattern`` matches tensor ``path`` itself or names a
     module that contains it (``self_attn.o_proj`` matches
-    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive."""
+    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. Cached:
+    the same (pattern, path) pairs recur in every layer."""
     if fnmatch.fnmatchcase(path, pattern):
         return True
     parts = path.split(".")
