@@ -6,7 +6,8 @@ Dependent reads (us, median of --reps, after a 1 GiB read flush unless 'hot'):
 R1 = Triton int32 sum (16 KiB per program), R2 = the same with programs
 mapped in reverse (other SMs read each byte). Fills: 'torch_sum' = torch.sum over
 the buffer (ordinary loads), 'load' = this kernel's load mode (one 4-byte
-ld.global...L2::256B per 256 B; also at 1056x128), 'bulk' = this kernel (cp.async.bulk.prefetch.L2,
+ld.global...L2::256B per 256 B; also at 1056x128; 'loadN_GxT' one load
+per N bytes at G CTAs x T threads), 'bulk' = this kernel (cp.async.bulk.prefetch.L2,
 evict_last), 'bulk2' = it twice, 'line' = per-128-B prefetch.global.L2::evict_last,
 'line_plain' = prefetch.global.L2; each followed by a 20 us sleep. Also an M=8
 bf16 GEMM over 16.8 MB after the same fills.
@@ -30,6 +31,9 @@ def main():
     kp = K.get_kernel(0, policy="none", mode="line")
     kd = K.get_kernel(0, policy="evict_last", mode="load")
     kd2 = K.get_kernel(0, policy="evict_last", mode="load", grid=1056, threads=128)
+    kls = {(ch, g, t): K.get_kernel(0, policy="evict_last", mode="load", chunk=ch,
+                                    grid=g, threads=t)
+           for ch in (32, 64, 128) for g, t in ((264, 32), (1056, 128))}
     out = {"kernels": {"bulk": list(kb.key), "line": list(kl.key), "load": list(kd.key)},
            "rows": []}
 
@@ -45,6 +49,8 @@ def main():
             "line_plain": lambda: kp.launch(tab.data_ptr(), 0, 1, h),
             "load": lambda: kd.launch(tab.data_ptr(), 0, 1, h),
             "load_1056x128": lambda: kd2.launch(tab.data_ptr(), 0, 1, h),
+            **{f"load{ch}_{g}x{t}": (lambda k=k: k.launch(tab.data_ptr(), 0, 1, h))
+               for (ch, g, t), k in kls.items()},
         }
 
     for size in (16 * MB, 32 * MB, 48 * MB):

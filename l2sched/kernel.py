@@ -17,6 +17,15 @@ requirement for ``cp.async.bulk.prefetch``); the runtime already aligns rows
 size is 0 issues nothing. The kernel exits as soon as its requests are issued:
 its launch-to-exit time is not the fill time (prefetch-background.md).
 
+Measured on the lent H200 (benchmarks/results/h200-kernel-2026-11-29.md): the
+bulk prefetch (and the per-line ``prefetch.global.L2``) recovered only 15-30%
+of the cold->hot gap of a dependent read or M=8 GEMM, however long one waited;
+ordinary loads recovered all of it. ``mode="load"`` (one 4-byte load per 128 B
+with the ``.L2::128B`` prefetch-size hint, 1056 CTAs x 128 threads:
+``H200_LOAD_SHAPE``) made a 16.8 MB GEMM 12.1 -> 9.4-10.0 us (hot 9.3) but
+keeps its CTAs resident until the lines land; which mode costs the concurrent
+compute less in a real layer is not measured yet. ``bulk`` stays the default.
+
 The table is passed as a raw device pointer plus two int32 row bounds, so one
 compiled variant serves every table and every row count: variants are cached
 per ``(device, grid, threads, chunk, policy)``.
@@ -63,6 +72,10 @@ DEFAULT_CHUNK = 16384
 DEFAULT_GRID = 264
 #: Threads per CTA (one warp), as in the Kimi-K3 kernel.
 DEFAULT_THREADS = 32
+#: Load-mode kernel shape that filled L2 best on the H200 (kernel_probe_l2.py,
+#: 2026-11-29): pass as ``get_kernel(..., **H200_LOAD_SHAPE)`` or
+#: ``CudaRuntime(plan, **H200_LOAD_SHAPE)``.
+H200_LOAD_SHAPE = {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}
 #: Row alignment and size granularity required by ``cp.async.bulk.prefetch``.
 ALIGN = 16
 
@@ -158,11 +171,18 @@ def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool,
         # (the PTX ISA allows only L2::evict_last / evict_normal here)
         issue_asm = ("prefetch.global.L2::evict_last [$0];" if qual == "L2::evict_last"
                      else "prefetch.global.L2 [$0];")
-    if mode == "load":  # one 4-byte load per 256 B that pulls the 256 B into L2
-        chunk = 256
+    if mode == "load":
+        # one 4-byte load per min(chunk, 256) bytes, with the PTX L2
+        # prefetch-size hint for the rest of that span (none for 32 B: a
+        # load fetches its whole 32-byte sector)
+        chunk = min(chunk, 256)
+        if chunk not in (32, 64, 128, 256):
+            raise ValueError(f"load mode needs chunk 32/64/128/256 (or more), got {chunk}")
+        size_hint = "" if chunk == 32 else f".L2::{chunk}B"
         issue_res = "i32"
         issue_cons = "=r,l,r,l,~{memory}"  # output first
-        issue_asm = "ld.global.L1::no_allocate.L2::cache_hint.L2::256B.u32 $0, [$1], $3;"
+        issue_asm = (f"ld.global.L1::no_allocate.L2::cache_hint{size_hint}.u32"
+                     " $0, [$1], $3;")
     elif qual is None:  # benchmarks only: bulk prefetch without a cache hint
         issue_asm = "cp.async.bulk.prefetch.L2.global [$0], $1;"
     else:
@@ -250,8 +270,10 @@ def get_kernel(device_index: int = 0, *, grid: int = DEFAULT_GRID,
     ``threads`` threads per CTA, ``chunk`` bytes per request (multiple of 16).
     ``mode``: ``bulk`` (the default: ``cp.async.bulk.prefetch.L2``), ``line``
     (per-128-B ``prefetch.global.L2``) or ``load`` (one 4-byte
-    ``ld.global.L1::no_allocate.L2::cache_hint.L2::256B`` per 256 B, result
-    discarded: ordinary loads, which land lines where later reads find them;
+    ``ld.global.L1::no_allocate.L2::cache_hint`` per ``min(chunk, 256)`` bytes
+    with the L2 prefetch-size hint for that span, results folded into a
+    never-stored register: ordinary loads, which land lines where later reads
+    find them;
     see benchmarks/results/h200-kernel-2026-11-29.md). ``check_device=False`` skips the CUDA/capability check (compile-only use on
     a CPU host with ``CUTE_DSL_ARCH`` set). ``ffi``: ``None`` = TVM-FFI when
     available, else generic; ``True``/``False`` force one path (benchmarks).
