@@ -10,9 +10,21 @@ def cmd_explain(args) -> int:
     (window, layer, hook point, bytes, join) as the runtime's gates decide it
     for a step of ``--tokens`` tokens."""
     from .compile import compile_from_args
+    from .plan import Plan
     from .runtime import StepInfo, explain_step, format_events
 
-    _, plan = compile_from_args(args)
+    if args.schedule.endswith(".json"):
+        from .syntax import read_source
+
+        try:
+            plan = Plan.from_json(read_source(args.schedule))
+        except (ValueError, KeyError, TypeError) as e:
+            from .errors import Diagnostic, L2sInputError, Span
+
+            raise L2sInputError(Diagnostic(f"not an l2sched plan: {e}",
+                                           Span.point(args.schedule))) from None
+    else:
+        _, plan = compile_from_args(args)
     events = explain_step(plan, StepInfo(num_tokens=args.tokens))
     if args.layer is not None:
         events = [e for e in events if e.layer in (args.layer, -1)]
@@ -25,7 +37,8 @@ def add_cli(sub) -> None:
     from .cli import add_schedule_args
 
     p = sub.add_parser("explain", help="print the fill order of one decode step")
-    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("schedule", metavar="SCHEDULE",
+                   help="a .l2s schedule, or a plan.json from `l2sched compile`")
     p.add_argument("--tp-rank", type=int, default=0, metavar="R")
     p.add_argument("--tokens", type=int, default=1,
                    help="tokens in the decode step (gates above max_tokens)")
