@@ -1,0 +1,31 @@
+"""The bench module tree cannot drift from the inventory: TP4 paths, shapes, dtypes."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from l2sched.bench.tree import build_tree, distinct_experts, tree_entries
+from l2sched.inventory import analytical_inventory, load_model_config
+
+
+def test_tree_equals_inventory_tp4():
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    model = build_tree(inv, device="meta")
+    got = {(i, p): (s, dt) for i, p, s, dt in tree_entries(model)}
+    want = {(i, e.path): (tuple(e.shape), e.dtype)
+            for i in range(len(inv.layers)) for e in inv.tensors(i)}
+    assert got == want
+
+
+def test_distinct_experts():
+    assert distinct_experts(1) == 8
+    assert distinct_experts(64) == 241
+    assert distinct_experts(10 ** 4) == 288
+
+
+def test_dry_run(tmp_path):
+    from l2sched.bench import main
+    out = tmp_path / "r.json"
+    assert main(["run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)]) == 0
+    import json
+    d = json.loads(out.read_text())
+    assert d["per_m"]["1"]["arms"]["compiled"]["runtime_stats"]["issued"] > 0
