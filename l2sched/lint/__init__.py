@@ -73,7 +73,7 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     from ..devices import load_device
     from ..inventory import load_model_config
     from . import rules
-    from .graph import build_step_graph
+    from .graph import build_step_graphs
     from .simulate import simulate
 
     cfg = model_config if model_config is not None else load_model_config(None)
@@ -84,9 +84,8 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     n_exp = int(cfg.get("n_routed_experts", 0))
     hidden = int(cfg["hidden_size"])
     sims = []
-    for with_fills in (True, False):
-        sg = build_step_graph(plan, inventory, adapter, tokens=tokens, top_k=top_k,
-                              n_experts=n_exp, with_fills=with_fills)
+    for sg in build_step_graphs(plan, inventory, adapter, tokens=tokens,
+                                top_k=top_k, n_experts=n_exp):
         sim = simulate(sg, device, tp=schedule.tp, tokens=tokens, hidden=hidden,
                        policy=schedule.policy, set_aside=schedule.set_aside,
                        measured=measured)

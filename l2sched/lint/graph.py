@@ -105,64 +105,67 @@ def expert_bytes(entry, tokens: int, top_k: int, n_experts: int) -> int:
     return int(entry.bytes_per_expert * local)
 
 
-def build_step_graph(plan, inventory, adapter, *, tokens: int = 1,
-                     top_k: int = 8, n_experts: int = 0,
-                     with_fills: bool = True) -> StepGraph:
-    """Build the whole-step graph of ``plan`` (see the module docstring).
+@dataclass
+class _Skeleton:
+    """The fill-independent part of a step graph, built once and shared by
+    the prefetch graph and the no-prefetch baseline: ``nodes`` (id, attrs)
+    and ``edges`` (u, v, attrs) in insertion order, the main-stream order,
+    ``layer_end`` and the hook maps (``(pos, hook)`` -> node id)."""
 
-    ``inventory``: ``l2sched.inventory.Inventory`` (same TP layout as the
-    plan); ``adapter``: the model adapter module (``decode_timeline``,
-    ``HOOKS_BY_NAME``); ``tokens``: decode tokens per step; ``top_k`` /
-    ``n_experts``: routing (for the expert-stream bytes); ``with_fills``
-    False builds the no-prefetch baseline."""
-    g = nx.DiGraph()
+    nodes: list
+    edges: list
+    main: list
+    layer_end: dict
+    hook_after: dict
+    hook_before: dict
+    num_layers: int
+
+
+def _skeleton(inventory, adapter, tokens: int, top_k: int,
+              n_experts: int) -> _Skeleton:
     n = len(inventory.layers)
     last = n - 1
+    nodes: list = []
+    edges: list = []
     main: list[str] = []
     layer_end: dict[int, str] = {}
     hook_after: dict[tuple[int, str], str] = {}
     hook_before: dict[tuple[int, str], str | None] = {}
+    reads_of: dict[tuple[int, str], list] = {}  # (layer, op) -> reads
     prev_main: str | None = None
+    stream = {"delay": 0.0, "kind": "stream"}
     for pos in range(n + 1):
         layer = pos % n
         kind = inventory.kinds[layer]
+        skind = str(kind)
         ops = adapter.decode_timeline(kind)
         aux_prev: str | None = None
-        aux_fork: str | None = None
         aux_last: str | None = None
         for op in ops:
             nid = f"{pos}:{op.name}"
             active = _condition(op.condition, layer, last, inventory.tp, inventory.ep)
-            reads = []
-            for path in op.reads:
-                try:
-                    entry = inventory.tensor(layer, path)
-                except KeyError:
-                    continue
-                if entry.experts is not None:
-                    nbytes = expert_bytes(entry, tokens, top_k, n_experts)
-                else:
-                    nbytes = entry.nbytes
-                storage, off = _storage(entry)
-                reads.append(Read(layer, path, storage, off, off + nbytes))
-            g.add_node(nid, pos=pos, layer=layer, kind=str(kind), op=op.name,
-                       cls=op.cls, stream=op.stream, active=active, reads=reads,
-                       eager_break=op.eager_break, fill=None)
+            reads = reads_of.get((layer, op.name))
+            if reads is None:  # position N is layer 0 again: same reads
+                reads = reads_of[(layer, op.name)] = _reads(
+                    inventory, layer, op.reads, tokens, top_k, n_experts)
+            nodes.append((nid, {"pos": pos, "layer": layer, "kind": skind,
+                                "op": op.name, "cls": op.cls, "stream": op.stream,
+                                "active": active, "reads": reads,
+                                "eager_break": op.eager_break, "fill": None}))
             if op.stream == "aux":
                 if aux_prev is None:
-                    aux_fork = prev_main
-                    if aux_fork is not None:
-                        g.add_edge(aux_fork, nid, delay=0.0, kind="fork")
+                    if prev_main is not None:
+                        edges.append((prev_main, nid, {"delay": 0.0, "kind": "fork"}))
                 else:
-                    g.add_edge(aux_prev, nid, delay=0.0, kind="stream")
+                    edges.append((aux_prev, nid, stream))
                 aux_prev = aux_last = nid
                 continue
             if prev_main is not None:
-                g.add_edge(prev_main, nid, delay=0.0, kind="stream")
+                edges.append((prev_main, nid, stream))
             if aux_last is not None and op.cls == "collective":
                 # the main stream waits for the aux stream before the reduce;
                 # the wait edge goes to the op before the collective
-                g.add_edge(aux_last, prev_main, delay=0.0, kind="join")
+                edges.append((aux_last, prev_main, {"delay": 0.0, "kind": "join"}))
                 aux_last = None
             for h in op.hooks_before:
                 hook_before[(pos, h)] = prev_main
@@ -171,18 +174,44 @@ def build_step_graph(plan, inventory, adapter, *, tokens: int = 1,
             main.append(nid)
             prev_main = nid
         if aux_last is not None and prev_main is not None:
-            g.add_edge(aux_last, prev_main, delay=0.0, kind="join")
+            edges.append((aux_last, prev_main, {"delay": 0.0, "kind": "join"}))
         layer_end[pos] = prev_main
-    join = "join"
-    g.add_node(join, pos=n, layer=0, kind="", op="join", cls="join", stream="side",
-               active=True, reads=[], eager_break=False, fill=None)
-    g.add_edge(layer_end[n - 1], join, delay=0.0, kind="stream")
+    nodes.append(("join", {"pos": n, "layer": 0, "kind": "", "op": "join",
+                           "cls": "join", "stream": "side", "active": True,
+                           "reads": [], "eager_break": False, "fill": None}))
+    edges.append((layer_end[n - 1], "join", stream))
+    return _Skeleton(nodes, edges, main, layer_end, hook_after, hook_before, n)
 
-    sg = StepGraph(g, main, [], {}, n, layer_end)
+
+def _reads(inventory, layer: int, paths, tokens: int, top_k: int,
+           n_experts: int) -> list[Read]:
+    reads = []
+    for path in paths:
+        try:
+            entry = inventory.tensor(layer, path)
+        except KeyError:
+            continue
+        if entry.experts is not None:
+            nbytes = expert_bytes(entry, tokens, top_k, n_experts)
+        else:
+            nbytes = entry.nbytes
+        storage, off = _storage(entry)
+        reads.append(Read(layer, path, storage, off, off + nbytes))
+    return reads
+
+
+def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(v for v, _ in sk.nodes)
+    for (_, attrs), d in zip(sk.nodes, g.nodes.values()):
+        d.update(attrs)
+    g.add_edges_from(sk.edges)
+    sg = StepGraph(g, list(sk.main), [], {}, sk.num_layers, dict(sk.layer_end))
     if not with_fills:
         return sg
     prev_fill: str | None = None
     entries: dict[tuple[int, str], Any] = {}
+    hook_after, hook_before = sk.hook_after, sk.hook_before
     for issue in plan.issues:
         pos = issue.layer
         nid = f"{pos}:fill:{issue.window}"
@@ -214,8 +243,34 @@ def build_step_graph(plan, inventory, adapter, *, tokens: int = 1,
                 nid, offset, tpos, r.layer, r.tensor, storage, r.offset, r.length))
             offset += r.length
     if prev_fill is not None:
-        g.add_edge(prev_fill, join, delay=0.0, kind="join")
+        g.add_edge(prev_fill, "join", delay=0.0, kind="join")
     return sg
+
+
+def build_step_graph(plan, inventory, adapter, *, tokens: int = 1,
+                     top_k: int = 8, n_experts: int = 0,
+                     with_fills: bool = True) -> StepGraph:
+    """Build the whole-step graph of ``plan`` (see the module docstring).
+
+    ``inventory``: ``l2sched.inventory.Inventory`` (same TP layout as the
+    plan); ``adapter``: the model adapter module (``decode_timeline``,
+    ``HOOKS_BY_NAME``); ``tokens``: decode tokens per step; ``top_k`` /
+    ``n_experts``: routing (for the expert-stream bytes); ``with_fills``
+    False builds the no-prefetch baseline."""
+    sk = _skeleton(inventory, adapter, tokens, top_k, n_experts)
+    return _assemble(sk, plan, inventory, with_fills)
+
+
+def build_step_graphs(plan, inventory, adapter, *, tokens: int = 1,
+                      top_k: int = 8, n_experts: int = 0
+                      ) -> tuple[StepGraph, StepGraph]:
+    """``(with fills, no-prefetch baseline)``: the same two graphs as two
+    ``build_step_graph`` calls, with the ops, their reads and the stream
+    edges computed once and shared (the baseline is the prefetch graph
+    without its fill nodes and their edges)."""
+    sk = _skeleton(inventory, adapter, tokens, top_k, n_experts)
+    return (_assemble(sk, plan, inventory, True),
+            _assemble(sk, plan, inventory, False))
 
 
 def layer_graph(sg: StepGraph, layer: int):

@@ -287,14 +287,20 @@ def check_timing(run) -> list[Finding]:
         slot["kinds"].add(kind)
         slot["values"].append(value)
 
-    by_pos: dict[int, list[str]] = defaultdict(list)
-    for v in g.nodes:
-        by_pos[g.nodes[v]["pos"]].append(v)
+    nodes = dict(g.nodes(data=True))  # id -> attributes
+    timing = sim.timing
+    # per position, the active non-fill nodes (the only ones the rules
+    # look at) with their attributes and timing, in graph order
+    by_pos: dict[int, list] = defaultdict(list)
+    for v, d in nodes.items():
+        if d["cls"] != "fill" and d["active"]:
+            by_pos[d["pos"]].append((d, timing[v]))
+    device = run.device
 
     for f in run.sg.fills:
-        fd = g.nodes[f]
+        fd = nodes[f]
         issue = fd["fill"]
-        ft = sim.timing[f]
+        ft = timing[f]
         if ft.dram_start is None:
             continue
         layer = issue.layer
@@ -303,67 +309,58 @@ def check_timing(run) -> list[Finding]:
             w = sched.window(issue.window)
         except KeyError:
             continue
+        f0, f1 = ft.dram_start, ft.dram_end
+        stop = None  # L2S105: the first protected op starting after the fork
         for pos in (layer, layer + 1):
-            for v in by_pos.get(pos, ()):
-                d = g.nodes[v]
-                if d["cls"] == "fill" or not d["active"]:
-                    continue
-                t = sim.timing[v]
-                ov = _overlap(ft.dram_start, ft.dram_end, t.start, t.finish)
-                where = "" if pos == layer else " of the next layer"
+            where = "" if pos == layer else " of the next layer"
+            for d, t in by_pos.get(pos, ()):
+                cls = d["cls"]
+                ov = _overlap(f0, f1, t.start, t.finish)
                 if ov > MIN_OVERLAP_US:
-                    if d["cls"] == "expert_stream":
+                    if cls == "expert_stream":
                         add("L2S101", w.name, kind, d["op"] + where, layer, ov)
-                    elif d["cls"] == "attention_core" or (
-                            d["eager_break"] and d["cls"] == "small"):
+                    elif cls == "attention_core" or (
+                            d["eager_break"] and cls == "small"):
                         add("L2S102", w.name, kind, d["op"] + where, layer, ov)
                     elif kind.endswith("dense") and pos == layer and \
-                            d["cls"] == "gemm" and d["op"].startswith("mlp."):
+                            cls == "gemm" and d["op"].startswith("mlp."):
                         add("L2S005", w.name, kind, d["op"], layer, ov)
-                if d["cls"] == "gemm" and d["stream"] == "main" and \
-                        t.contention_us >= MIN_SLOWDOWN_US and t.dram_start is not None \
-                        and _overlap(ft.dram_start, ft.dram_end, t.dram_start,
-                                     t.dram_end) > MIN_OVERLAP_US:
+                if cls == "gemm" and d["stream"] == "main" and \
+                        t.dram_start is not None and \
+                        t.contention_us >= MIN_SLOWDOWN_US \
+                        and _overlap(f0, f1, t.dram_start, t.dram_end) > MIN_OVERLAP_US:
                     add("L2S103", w.name, kind, d["op"] + where, layer, t.contention_us)
-        # L2S105: budget vs the idle window before the next protected op
-        stop = None
-        for pos in (layer, layer + 1):
-            for v in by_pos.get(pos, ()):
-                d = g.nodes[v]
-                t = sim.timing[v]
-                if d["active"] and d["cls"] != "fill" and t.start >= ft.start and (
-                        d["cls"] in ("expert_stream", "attention_core")
-                        or d["eager_break"]):
+                if t.start >= ft.start and (
+                        cls in ("expert_stream", "attention_core") or d["eager_break"]):
                     if stop is None or t.start < stop[0]:
-                        stop = (t.start, d["op"] + ("" if pos == layer
-                                                    else " of the next layer"))
+                        stop = (t.start, d["op"] + where)
+        # L2S105: budget vs the idle window before the next protected op
         if stop is not None:
-            idle = stop[0] - ft.start - run.device.fill_launch_us
-            rate = min(run.device.fill_gbps, run.device.dram_read_gbps) * 1e3
-            other = _other_dram_bytes(run, by_pos.get(layer, []) +
+            idle = stop[0] - ft.start - device.fill_launch_us
+            rate = min(device.fill_gbps, device.dram_read_gbps) * 1e3
+            other = _other_dram_bytes(by_pos.get(layer, []) +
                                       by_pos.get(layer + 1, []), ft.start, stop[0])
-            fit = max(0.0, min(idle * rate, idle * run.device.dram_read_gbps * 1e3
+            fit = max(0.0, min(idle * rate, idle * device.dram_read_gbps * 1e3
                                - other))
             if w.budget > fit and issue.bytes > fit:
                 add("L2S105", w.name, kind, stop[1], layer, fit,
                     {"idle_us": idle, "fit": fit})
 
     # consumers: late fills and eviction
-    for v in g.nodes:
-        d = g.nodes[v]
-        t = sim.timing[v]
+    for v, d in nodes.items():
         if d["cls"] == "fill":
             continue
+        t = timing[v]
         for fid, late in t.late:
             if late < MIN_BYTES:
                 continue
-            fd = g.nodes[fid]
+            fd = nodes[fid]
             where = "" if d["pos"] == fd["pos"] else " of the next layer"
             add("L2S104", fd["fill"].window, fd["kind"], d["op"] + where,
                 fd["layer"], late)
         for fid, (hit, got) in t.hits_by_fill.items():
             if got >= MIN_BYTES and hit / got < MIN_HIT_FRACTION:
-                fd = g.nodes[fid]
+                fd = nodes[fid]
                 where = "" if d["pos"] == fd["pos"] else " of the next layer"
                 add("L2S106", fd["fill"].window, fd["kind"], d["op"] + where,
                     fd["layer"], hit / got, {"reads": [r.tensor for r in d["reads"]],
@@ -426,15 +423,15 @@ _TIMING_MESSAGES = {
 }
 
 
-def _other_dram_bytes(run, nodes: Sequence[str], t0: float, t1: float) -> float:
-    """Device-memory bytes the non-fill ``nodes`` read during ``[t0, t1]``
-    (linear within each node's memory phase)."""
+def _other_dram_bytes(nodes: Sequence[tuple], t0: float, t1: float) -> float:
+    """Device-memory bytes the non-fill ``nodes`` (``(attributes, timing)``
+    pairs) read during ``[t0, t1]`` (linear within each node's memory
+    phase)."""
     total = 0.0
-    for v in nodes:
-        t = run.sim.timing[v]
+    for d, t in nodes:
         if t.dram_start is None or t.dram_end <= t.dram_start:
             continue
-        if run.sg.graph.nodes[v]["cls"] == "fill":
+        if d["cls"] == "fill":
             continue
         ov = _overlap(t0, t1, t.dram_start, t.dram_end)
         total += t.dram_bytes * ov / (t.dram_end - t.dram_start)

@@ -80,7 +80,7 @@ class SimResult:
 
 
 class _FillState:
-    __slots__ = ("total", "landed", "consumed", "survive", "policy")
+    __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete")
 
     def __init__(self, total: int, policy: str):
         self.total = total
@@ -88,6 +88,7 @@ class _FillState:
         self.consumed = 0.0
         self.survive = 1.0
         self.policy = policy
+        self.complete = False  # all bytes landed
 
     def pending(self) -> float:
         return max(0.0, self.landed - self.consumed) * self.survive
@@ -116,7 +117,11 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     bytes); ``policy``/``set_aside``: the schedule's cache policy and
     set-aside bytes (-1 = device maximum); ``measured``: ``(layer kind, op)
     -> us`` durations from a profiler trace (``calibrate``), which replace
-    the modeled time of those ops (memory phases scaled to match)."""
+    the modeled time of those ops (memory phases scaled to match).
+
+    The event loop runs on plain lists derived from ``sg.graph`` (node
+    index = insertion order; per node its attributes, successor edges with
+    their delay, in-degree), not on the networkx views."""
     g = sg.graph
     measured = measured or {}
     bw_dram = device.dram_read_gbps * 1e3  # bytes per us
@@ -126,28 +131,59 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     protected = device.protected_bytes(set_aside, policy)
     l2 = device.l2_bytes
     ar_us = device.allreduce_us(tp, tokens * hidden * 2)
+    gap_us = device.kernel_gap_us
+    chunks_of = sg.chunks
 
-    order = {v: i for i, v in enumerate(g.nodes)}
-    waiting = {v: g.in_degree(v) for v in g.nodes}
-    ready_at = {v: 0.0 for v in g.nodes}
-    timing = {v: NodeTiming() for v in g.nodes}
-    fills: dict[str, _FillState] = {}
+    ids: list[str] = []
+    attrs: list[dict] = []
+    for v, d in g.nodes(data=True):
+        ids.append(v)
+        attrs.append(d)
+    index = {v: i for i, v in enumerate(ids)}
+    n_nodes = len(ids)
+    is_fill = [d["cls"] == "fill" for d in attrs]
+    # successors of each node: (index, delay without gap, delay with gap);
+    # the kernel gap applies on a same-stream edge into an active kernel
+    succ: list[list[tuple[int, float, float]]] = []
+    waiting = [0] * n_nodes
+    adjacency = dict(g.adjacency())
+    for v in ids:
+        out = []
+        for s, e in adjacency[v].items():
+            j = index[s]
+            ds = attrs[j]
+            delay = e["delay"]
+            if e["kind"] == "stream" and ds["active"] and ds["cls"] != "join":
+                out.append((j, delay, delay + gap_us))
+            else:
+                out.append((j, delay, delay))
+            waiting[j] += 1
+        succ.append(out)
+    ready_at = [0.0] * n_nodes
+    tlist = [NodeTiming() for _ in range(n_nodes)]
+    fill_of: list[_FillState | None] = [None] * n_nodes
+    fills: dict[str, _FillState] = {}  # by fill id, in start order
+    live: list[_FillState] = []  # started fills whose pending bytes may be > 0
     fill_bytes: dict[str, int] = {}
     consumed_chunk: dict[tuple[str, int], float] = {}
-    heap = [(0.0, order[v], v) for v in g.nodes if waiting[v] == 0]
+    heap = [(0.0, i) for i in range(n_nodes) if waiting[i] == 0]
     heapq.heapify(heap)
-    active: dict[str, list] = {}  # node -> [phases [(kind, amount, cap)], idx, left]
+    # node index -> [phases [(kind, amount, cap)], phase idx, work left,
+    # the phase's kind, amount and cap, its rate, the fill state or None]
+    active: dict[int, list] = {}
     now = 0.0
 
-    def phases_for(v: str) -> list[tuple[str, float, float]]:
-        d = g.nodes[v]
-        t = timing[v]
+    def phases_for(i: int) -> list[tuple[str, float, float]]:
+        d = attrs[i]
+        t = tlist[i]
         cls = d["cls"]
         if cls == "fill":
             issue = d["fill"]
             nbytes = issue.bytes
-            fills[v] = _FillState(nbytes, policy)
-            fill_bytes[v] = nbytes
+            fs = _FillState(nbytes, policy)
+            fills[ids[i]] = fill_of[i] = fs
+            live.append(fs)
+            fill_bytes[ids[i]] = nbytes
             return [("fixed", device.fill_launch_us, 0.0), ("dram", nbytes, fill_bw)]
         if cls == "join" or not d["active"]:
             return []
@@ -160,13 +196,13 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
             t.read_bytes = nbytes
             out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, gemm_dram)]
         elif cls in GEMM_CLASSES and d["reads"]:
-            total, hit = _consume(v, d)
+            total, hit = _consume(t, d)
             out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", hit, gemm_l2),
                    ("dram", total - hit, gemm_dram)]
         else:  # latency-bound small kernel (its reads still count as hits)
-            _consume(v, d)
+            _consume(t, d)
             out = [("fixed", device.small_kernel_us, 0.0)]
-        want = measured.get((d["kind"], d["op"]))
+        want = measured.get((d["kind"], d["op"])) if measured else None
         if want is not None:
             model = sum(a if k == "fixed" else a / c for k, a, c in out if a > 0)
             scale = want / model if model > 0 else 1.0
@@ -177,17 +213,17 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
                        for k, a, c in out]
         return out
 
-    def _consume(v: str, d) -> tuple[int, float]:
-        t = timing[v]
+    def _consume(t: NodeTiming, d) -> tuple[int, float]:
         total = 0
         hit = 0.0
+        pos = d["pos"]
         for r in d["reads"]:
             total += r.hi - r.lo
-            for c in sg.chunks.get((d["pos"], r.storage), ()):
-                fs = fills.get(c.fill)
+            for c in chunks_of.get((pos, r.storage), ()):
                 a, b = max(r.lo, c.lo), min(r.hi, c.lo + c.length)
                 if b <= a:
                     continue
+                fs = fills.get(c.fill)
                 if fs is None:  # fill not started yet: all of it is late
                     t.late.append((c.fill, b - a))
                     t.late_bytes += b - a
@@ -214,97 +250,114 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     def evict(dram_bytes: float) -> None:
         if dram_bytes <= 0 or not fills:
             return
-        pend = {f: s.pending() for f, s in fills.items() if s.pending() > 0}
+        # a fill that has fully landed and has nothing pending never has
+        # again (consumed only grows, survive only shrinks): drop it
+        pend = []
+        keep_live = []
+        for fs in live:
+            p = fs.pending()
+            if p > 0:
+                pend.append((fs, p))
+                keep_live.append(fs)
+            elif not fs.complete:
+                keep_live.append(fs)
+        live[:] = keep_live
         if not pend:
             return
-        last = [f for f in pend if fills[f].policy == "evict_last"]
-        total_last = sum(pend[f] for f in last)
+        last = [(fs, p) for fs, p in pend if fs.policy == "evict_last"]
+        total_last = sum(p for _, p in last)
         if total_last > protected:
             frac = min(1.0, dram_bytes / max(1.0, l2 - protected))
             lost = (total_last - protected) * frac
             keep = 1.0 - lost / total_last
-            for f in last:
-                fills[f].survive *= keep
-        other = [f for f in pend if fills[f].policy != "evict_last"]
+            for fs, _ in last:
+                fs.survive *= keep
+        other = [fs for fs, _ in pend if fs.policy != "evict_last"]
         if other:
             keep = 1.0 - min(1.0, dram_bytes / l2) * (1.0 - device.evict_normal_survival)
-            for f in other:
-                fills[f].survive *= keep
+            for fs in other:
+                fs.survive *= keep
 
-    def finish(v: str) -> None:
-        t = timing[v]
+    def finish(i: int) -> None:
+        t = tlist[i]
         t.finish = now
-        active.pop(v, None)
-        if g.nodes[v]["cls"] != "fill":
+        active.pop(i, None)
+        if not is_fill[i]:
             evict(t.dram_bytes)
-        for s in g.successors(v):
-            delay = g.edges[v, s]["delay"]
-            if g.edges[v, s]["kind"] == "stream" and g.nodes[s]["active"] \
-                    and g.nodes[s]["cls"] != "join" and timing[v].finish > timing[v].start:
-                delay += device.kernel_gap_us
-            ready_at[s] = max(ready_at[s], now + delay)
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                heapq.heappush(heap, (ready_at[s], order[s], s))
+        ran = now > t.start
+        for j, delay, gapped in succ[i]:
+            at = now + (gapped if ran else delay)
+            if at > ready_at[j]:
+                ready_at[j] = at
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(heap, (ready_at[j], j))
 
-    def advance_phase(v: str) -> None:
-        st = active[v]
+    def advance_phase(i: int, st: list) -> None:
+        # st: [phases, phase idx, work left, kind, amount, cap, rate, fill]
         phases = st[0]
-        while st[1] < len(phases) and phases[st[1]][1] <= _EPS:
-            st[1] += 1
-        if st[1] >= len(phases):
-            t = timing[v]
+        k = st[1]
+        while k < len(phases) and phases[k][1] <= _EPS:
+            k += 1
+        st[1] = k
+        t = tlist[i]
+        if k >= len(phases):
             if t.dram_start is not None and t.dram_end is None:
                 t.dram_end = now
-            finish(v)
+            finish(i)
             return
-        kind, amount, cap = phases[st[1]]
-        st[2] = amount
-        t = timing[v]
+        kind, amount, cap = phases[k]
+        st[2] = st[4] = amount
+        st[3] = kind
+        st[5] = cap
         if kind == "dram":
             t.dram_start = now
             t.dram_bytes = amount
             t.alone_dram_us = amount / min(cap, bw_dram)
-        elif t.dram_start is not None and t.dram_end is None:
-            t.dram_end = now
+        else:
+            st[6] = 1.0 if kind == "fixed" else cap  # l2: not shared
+            if t.dram_start is not None and t.dram_end is None:
+                t.dram_end = now
 
+    heappop = heapq.heappop
     while heap or active:
         while heap and heap[0][0] <= now + _EPS:
-            _, _, v = heapq.heappop(heap)
-            timing[v].start = now
-            active[v] = [phases_for(v), 0, 0.0]
-            advance_phase(v)  # may finish zero-work nodes and release more
+            _, i = heappop(heap)
+            tlist[i].start = now
+            st = active[i] = [phases_for(i), 0, 0.0, "", 0.0, 0.0, 0.0, None]
+            st[7] = fill_of[i]
+            advance_phase(i, st)  # may finish zero-work nodes and release more
         if not active:
             if heap:
                 now = heap[0][0]
             continue
-        dram = [v for v, st in active.items() if st[0][st[1]][0] == "dram"]
-        rates: dict[str, float] = {}
-        if dram:
-            caps = [active[v][0][active[v][1]][2] for v in dram]
-            for v, r in zip(dram, _share(caps, bw_dram)):
-                rates[v] = r
-        for v, st in active.items():
-            kind, _, cap = st[0][st[1]]
-            if kind == "fixed":
-                rates[v] = 1.0
-            elif kind == "l2":
-                rates[v] = cap
-        step = min(st[2] / rates[v] for v, st in active.items())
+        # device-memory phases share the bandwidth (water-filling)
+        dram = [st for st in active.values() if st[3] == "dram"]
+        if len(dram) == 1:
+            dram[0][6] = min(dram[0][5], bw_dram)
+        elif dram:
+            for st, r in zip(dram, _share([st[5] for st in dram], bw_dram)):
+                st[6] = r
+        step = min(st[2] / st[6] for st in active.values())
         if heap:
             step = min(step, max(0.0, heap[0][0] - now))
         now += step
         done = []
-        for v, st in active.items():
-            st[2] -= rates[v] * step
-            if v in fills and st[0][st[1]][0] == "dram":
-                fills[v].landed = fills[v].total - max(0.0, st[2])
-            if st[2] <= _EPS * max(1.0, st[0][st[1]][1]):
-                done.append(v)
-        for v in sorted(done, key=order.get):
-            st = active[v]
-            if v in fills and st[0][st[1]][0] == "dram":
-                fills[v].landed = float(fills[v].total)
+        for i, st in active.items():
+            st[2] -= st[6] * step
+            if st[7] is not None and st[3] == "dram":
+                st[7].landed = st[7].total - max(0.0, st[2])
+            if st[2] <= _EPS * max(1.0, st[4]):
+                done.append(i)
+        if len(done) > 1:
+            done.sort()
+        for i in done:
+            st = active[i]
+            fs = st[7]
+            if fs is not None and st[3] == "dram":
+                fs.landed = float(fs.total)
+                fs.complete = True
             st[1] += 1
-            advance_phase(v)
+            advance_phase(i, st)
+    timing = dict(zip(ids, tlist))
     return SimResult(timing, fill_bytes, timing["join"].finish)
