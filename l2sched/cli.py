@@ -12,7 +12,6 @@ import argparse
 import importlib
 import os
 import sys
-import tempfile
 from collections import Counter
 from typing import Sequence
 
@@ -93,22 +92,11 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
-def _write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".l2sfmt-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def cmd_fmt(args) -> int:
     """``l2sched fmt FILE... [--check]``: rewrite to the canonical layout, or
     with ``--check`` list the files that would change (exit 1 if any). A file
     with errors is never rewritten."""
+    from .files import write_text_atomically
     from .formatter import format_text
     from .syntax import read_source
 
@@ -117,18 +105,17 @@ def cmd_fmt(args) -> int:
         try:
             text = read_source(path)
             new = format_text(text, path)
+            if new == text:
+                continue
+            if args.check:
+                print(f"{path}: would reformat")
+                status = 1
+                continue
+            write_text_atomically(path, new)
+            print(f"{path}: reformatted")
         except L2sError as err:
             _print_error(err)
             status = 1
-            continue
-        if new == text:
-            continue
-        if args.check:
-            print(f"{path}: would reformat")
-            status = 1
-        else:
-            _write_atomically(path, new)
-            print(f"{path}: reformatted")
     return status
 
 

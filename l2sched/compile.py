@@ -261,9 +261,9 @@ def cmd_compile(args) -> int:
         sys.stdout.write(text)
         out = sys.stderr
     else:
-        from .cli import _write_atomically
+        from .files import write_text_atomically
 
-        _write_atomically(args.output, text)
+        write_text_atomically(args.output, text)
         out = sys.stdout
         print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
               f"{len(plan.issues)} issues, "

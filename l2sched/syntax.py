@@ -33,6 +33,7 @@ from .errors import (
     L2sSyntaxError,
     Span,
     source_lines,
+    suggest,
 )
 
 _SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
@@ -45,7 +46,6 @@ _TERMINAL_TEXT = {
     "SIZE": "a size (e.g. 20MB)",
     "STRING": 'a "string"',
     "SET_VALUE": "a value",
-    "SCOPE": "'this' or 'next'",
     "LAZY": "'lazy'",
     "LBRACE": "'{'",
     "RBRACE": "'}'",
@@ -74,6 +74,17 @@ def grammar_text() -> str:
     return (packaged_dir("l2sched.grammar", "grammar") / "l2s.lark").read_text("utf-8")
 
 
+class _WholeWords:
+    """Lark post-lexer that keeps NAME acceptable in every lexer state, so a
+    word is always lexed whole and only then recognised as a keyword
+    (``thiss`` is an unexpected name, not ``this`` + ``s``)."""
+
+    always_accept = ("NAME",)
+
+    def process(self, stream):
+        return stream
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
     return Lark(
@@ -83,6 +94,7 @@ def _parser() -> Lark:
         start=["start", "size_value", "selector_value", "scalar_value"],
         propagate_positions=True,
         maybe_placeholders=False,
+        postlex=_WholeWords(),
         # The LALR tables are pickled to the temp dir, keyed by a hash of the
         # grammar and options: a warm start of `l2sched lint` skips ~0.1 s.
         cache=True,
@@ -212,9 +224,12 @@ class _ToAst(Transformer):
     def excepts(self, items):
         return items[0]
 
+    def scope(self, items):
+        return str(items[0])
+
     @v_args(meta=True)
     def target(self, meta, items):
-        scope = str(items[0])
+        scope = items[0]
         rest = items[1:]
         lazy = bool(rest) and isinstance(rest[0], Token) and rest[0].type == "LAZY"
         if lazy:
@@ -323,6 +338,25 @@ def _real_token(text: str, pos: int) -> str:
     return best
 
 
+def _keyword_hint(word: str, expected) -> str:
+    """``; did you mean 'policy'?`` for a misspelt keyword, or a hint to put
+    a space after a keyword glued to the next word (``tp4``)."""
+    keywords = []
+    for name in expected:
+        try:
+            pattern = _parser().get_terminal(name).pattern
+        except KeyError:
+            continue
+        if pattern.type == "str" and pattern.value[:1].isalpha():
+            keywords.append(pattern.value)
+    glued = [k for k in keywords if word.startswith(k) and len(word) > len(k)
+             and (word[len(k)].isdigit() or len(word) - len(k) >= 3)]
+    if glued:
+        k = max(glued, key=len)
+        return f"; did you mean '{k} {word[len(k):]}'?"
+    return suggest(word, keywords)
+
+
 def _syntax_error(err: UnexpectedInput, text: str, path: str,
                   line_offset: int = 0, col_offset: int = 0,
                   start: str = "start") -> L2sSyntaxError:
@@ -369,6 +403,8 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         prev = text[: err.token.start_pos].rstrip(" \t")
         if str(err.token) in _UNITS and prev[-1:].isdigit():
             message += " (write a size without a space, e.g. 20MB)"
+        elif err.token.type == "NAME":
+            message += _keyword_hint(str(err.token), expected)
     elif isinstance(err, UnexpectedEOF):
         message = "unexpected end of file"
         expected = err.expected

@@ -162,3 +162,30 @@ def test_console_script_fmt_check_shipped():
     proc = subprocess.run([exe, "fmt", "--check", *map(str, SHIPPED)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Output files (found by a new-user trial): unwritable targets are one-line
+# errors, a rewrite keeps the file's mode and writes through symlinks.
+
+
+def test_fmt_keeps_mode_and_symlink(tmp_path, capsys):
+    real = tmp_path / "real.l2s"
+    real.write_text(HEAD.replace("model glm5next", "model   glm5next"))
+    os.chmod(real, 0o644)
+    link = tmp_path / "link.l2s"
+    link.symlink_to(real.name)
+    code, out, _ = run("fmt", str(link), capsys=capsys)
+    assert code == 0 and "reformatted" in out
+    assert link.is_symlink()
+    assert "model glm5next" in real.read_text()
+    assert (real.stat().st_mode & 0o777) == 0o644
+
+
+@pytest.mark.parametrize("target", ["missing-dir/plan.json", "."])
+def test_compile_unwritable_output_is_one_line(tmp_path, capsys, target):
+    out_path = str(tmp_path / target)
+    code, _, err = run("compile", str(ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"),
+                       "-o", out_path, capsys=capsys)
+    assert code == 1
+    assert "Traceback" not in err
+    assert f"{out_path.rstrip('/.') if target == '.' else out_path}:1:1: cannot write:" in err

@@ -142,7 +142,7 @@ def test_unexpected_end_of_file_points_past_last_token():
     assert d.notes == ("expected a name",)
     d = err("schedule s\nwindow A {\n this a\n\n")
     assert where(d) == (3, 8)
-    assert d.notes == ("expected one of: ',', 'except', 'this' or 'next', '}'",)
+    assert d.notes == ("expected one of: ',', 'except', 'next', 'this', '}'",)
 
 
 def test_comment_only_file():
@@ -242,3 +242,37 @@ def test_read_source_errors(tmp_path, content, message, pos):
     assert str(info.value) == f"{path}:{pos[0]}:{pos[1]}: {message}"
     with pytest.raises(L2sInputError):
         parse_file(path)
+
+
+# -------------------------------------------------------------------------
+# keywords are whole words (found by a new-user trial: `thiss`, `tp4` and
+# `exceptb` used to lex as keyword + name and parse silently)
+
+
+@pytest.mark.parametrize("text, pos, message", [
+    ("schedule s\nwindow A at h budget 1MB { thiss }\n", (2, 28),
+     "unexpected 'thiss'; did you mean 'this'?"),
+    ("schedule s\nwindow A at h budget 1MB { nextself_attn.o_proj }\n", (2, 28),
+     "unexpected 'nextself_attn.o_proj'; did you mean 'next self_attn.o_proj'?"),
+    ("schedule s\ntp4\n", (2, 1), "unexpected 'tp4'; did you mean 'tp 4'?"),
+    ("schedule s\nmodelglm5next\n", (2, 1),
+     "unexpected 'modelglm5next'; did you mean 'model glm5next'?"),
+    ("schedule s\nwindow A at h budget 1MB { this a exceptb }\n", (2, 35),
+     "unexpected 'exceptb'; did you mean 'except'?"),
+    ("schedule s\npolcy evict_last\n", (2, 1), "unexpected 'polcy'; did you mean 'policy'?"),
+    ("schedule s\nwindw A\n", (2, 1), "unexpected 'windw'; did you mean 'window'?"),
+])
+def test_keywords_are_whole_words(text, pos, message):
+    d = err(text)
+    assert (where(d), d.message) == (pos, message)
+
+
+def test_keyword_prefixed_names_still_parse():
+    tree = parse("schedule s\nset window.B.budget = 2MB\nwindow thisA at next_hook "
+                 "budget 1MB { this this_x, nextish except exception }\n")
+    (ov, w) = tree.items
+    assert ov.key.text == "window.B.budget"
+    assert (w.name.text, w.hook.text) == ("thisA", "next_hook")
+    (t,) = w.targets
+    assert [p.text for p in t.patterns] == ["this_x", "nextish"]
+    assert [p.text for p in t.excludes] == ["exception"]

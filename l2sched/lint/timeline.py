@@ -143,8 +143,10 @@ def gantt_svg(run, width: int = 1400) -> str:
 def write_timeline(run, output: str) -> list[str]:
     """Write ``output`` (Chrome trace JSON) and the SVG next to it (same
     name, ``.svg``); returns both paths."""
+    from ..files import write_text_atomically
+
     out = Path(output)
-    out.write_text(json.dumps(chrome_trace(run)) + "\n", encoding="utf-8")
     svg = out.with_suffix(".svg")
-    svg.write_text(gantt_svg(run), encoding="utf-8")
+    write_text_atomically(out, json.dumps(chrome_trace(run)) + "\n")
+    write_text_atomically(svg, gantt_svg(run))
     return [str(out), str(svg)]
