@@ -124,7 +124,7 @@ def read_source(path: str | os.PathLike) -> str:
         raise L2sInputError(Diagnostic("no such file (the name contains a NUL "
                                        "character)", Span.point(shown)))
     if p.is_dir():
-        raise L2sInputError(Diagnostic(f"is a directory, not a schedule file",
+        raise L2sInputError(Diagnostic("is a directory, not a schedule file",
                                        Span.point(shown)))
     try:
         data = p.read_bytes()

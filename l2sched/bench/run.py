@@ -98,10 +98,8 @@ def run(args) -> dict:
     from ..inventory import analytical_inventory, load_model_config
     from ..semantic import load_schedule
     from ..compile import compile_plan
-    from ..runtime import StepInfo, make_runtime
-    from ..vllm_plugin import _install
     from .step import StepRunner
-    from .tree import build_tree, distinct_experts
+    from .tree import build_tree
 
     dry = args.dry
     cfg = load_model_config(None)

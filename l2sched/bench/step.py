@@ -34,7 +34,6 @@ clock (CPU dry mode).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ..adapters import glm5next as ad
 from .tree import distinct_experts

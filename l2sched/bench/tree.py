@@ -29,7 +29,6 @@ behaviour. torch is imported inside functions only.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 #: Distinct experts a decode step of ``tokens`` tokens reads (expected value,
