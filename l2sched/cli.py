@@ -61,6 +61,25 @@ def _window_table(schedule) -> list[str]:
             for r in rows]
 
 
+def _check_layout(schedule, model_config) -> None:
+    """Check that the model splits at the schedule's TP/EP degree (what
+    ``compile`` will need), reporting at the ``tp`` setting. Pure Python.
+    Raises ``L2sSemanticError``."""
+    from .errors import DiagnosticSink, L2sModelError, L2sSemanticError
+    from .inventory import analytical_inventory, load_model_config
+
+    config = model_config if model_config is not None else load_model_config(None)
+    try:
+        analytical_inventory(config, tp=schedule.tp, ep=schedule.ep)
+    except L2sModelError as err:
+        sink = DiagnosticSink()
+        for path, text in schedule.sources.items():
+            sink.add_source(path, text)
+        sink.error(f"the model cannot run at tp {schedule.tp}: "
+                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
+        sink.raise_if_errors(L2sSemanticError)
+
+
 def cmd_check(args) -> int:
     """``l2sched check FILE...``: parse, resolve extends, apply --set and
     report every error found; print a window table for clean files."""
@@ -75,6 +94,7 @@ def cmd_check(args) -> int:
     for path in args.files:
         try:
             s = load_schedule(path, args.overrides, model_config)
+            _check_layout(s, model_config)
         except L2sError as err:
             _print_error(err)
             failed += 1
@@ -94,7 +114,8 @@ def cmd_check(args) -> int:
 def cmd_fmt(args) -> int:
     """``l2sched fmt FILE... [--check]``: rewrite to the canonical layout, or
     with ``--check`` list the files that would change (exit 1 if any). A file
-    with errors is never rewritten."""
+    with a syntax or input error is never rewritten (semantic errors are
+    ``check``'s business, as with gofmt)."""
     from .files import write_text_atomically
     from .formatter import format_text
     from .syntax import read_source

@@ -4,6 +4,8 @@ what the side stream would see without a GPU."""
 
 from __future__ import annotations
 
+import sys
+
 
 def cmd_explain(args) -> int:
     """Compile the schedule for one TP rank and print one step's issue order
@@ -25,6 +27,14 @@ def cmd_explain(args) -> int:
                                            Span.point(args.schedule))) from None
     else:
         _, plan = compile_from_args(args)
+    if args.layer is not None and not 0 <= args.layer < plan.num_layers:
+        print(f"l2sched explain: error: --layer {args.layer} is outside "
+              f"0..{plan.num_layers - 1}", file=sys.stderr)
+        return 2
+    if args.tokens < 1:
+        print(f"l2sched explain: error: --tokens must be at least 1, got "
+              f"{args.tokens}", file=sys.stderr)
+        return 2
     events = explain_step(plan, StepInfo(num_tokens=args.tokens))
     if args.layer is not None:
         events = [e for e in events if e.layer in (args.layer, -1)]

@@ -585,6 +585,15 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
                 carry=carry.text if carry is not None else None,
                 targets=tuple(w["targets"]), index=index, span=w["span"],
                 spans=spans))
+    by_name = {w.name: w for w in resolved}
+    for w in resolved:
+        target = by_name.get(w.carry) if w.carry else None
+        if target is not None and not set(w.layers) & set(target.layers):
+            sink.error(
+                f"window '{w.name}' carries into '{target.name}', but they share no "
+                f"layer ('{w.name}' fires in {format_layers(w.layers)}, "
+                f"'{target.name}' in {format_layers(target.layers)}): every carried "
+                f"byte would be left over", w.spans["carry"])
     return resolved
 
 

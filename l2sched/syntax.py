@@ -134,7 +134,8 @@ def read_source(path: str | os.PathLike) -> str:
         raise L2sInputError(Diagnostic(f"cannot read: {e.strerror}",
                                        Span.point(shown))) from None
     try:
-        text = data.decode("utf-8")
+        # An editor's UTF-8 byte-order mark is not part of the text.
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1

@@ -189,3 +189,20 @@ def test_compile_unwritable_output_is_one_line(tmp_path, capsys, target):
     assert code == 1
     assert "Traceback" not in err
     assert f"{out_path.rstrip('/.') if target == '.' else out_path}:1:1: cannot write:" in err
+
+
+def test_check_reports_a_tp_the_model_cannot_split(capsys):
+    """Found by a new-user trial: check said ok, compile failed."""
+    code, _, err = run("check", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                       "--set", "tp=3", capsys=capsys)
+    assert code == 1
+    assert err.startswith("--set #1:1:4: the model cannot run at tp 3: ")
+    assert "not divisible by the TP size 3" in err
+
+
+@pytest.mark.parametrize("argv", [["--layer", "45"], ["--layer", "-1"],
+                                  ["--tokens", "0"]])
+def test_explain_rejects_out_of_range_options(capsys, argv):
+    code, out, err = run("explain", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                         *argv, capsys=capsys)
+    assert code == 2 and out == "" and "error:" in err

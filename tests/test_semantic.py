@@ -385,3 +385,14 @@ def test_all_errors_in_one_run():
             "set window.Z.budget = 1MB\n")
     assert [(line, col) for _, line, col in errors(text)] == [
         (5, 8), (6, 13), (6, 39), (7, 42), (7, 51), (8, 8), (9, 5)]
+
+
+def test_carry_into_window_sharing_no_layer():
+    """Found by a new-user trial: this used to pass check and lint silently."""
+    text = (HEAD + "window A at attn.after_first_proj budget 1MB layers kda & moe "
+            "carry B\nwindow B at attn.pre_all_reduce budget 1MB layers mla\n")
+    with pytest.raises(L2sSemanticError) as info:
+        load_schedule_text(text, "t.l2s")
+    (d,) = info.value.diagnostics
+    assert d.message.startswith("window 'A' carries into 'B', but they share no layer")
+    assert (d.span.line, d.span.column) == (5, 69)  # the carry target
