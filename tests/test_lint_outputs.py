@@ -53,3 +53,20 @@ def test_calibrate_maps_kernels_and_reports_differences():
     node = "4:kda.recurrent"
     t = cal.base.timing[node]
     assert abs((t.finish - t.start) - 20.0) < 1e-6
+
+
+def test_lint_usage_errors_and_steps_above_max_tokens(capsys):
+    """Found by a new-user trial: an unknown --select code was accepted, and a
+    step above max_tokens still predicted fills the runtime would skip."""
+    from l2sched.cli import main
+
+    path = "schedules/glm53-flash-sm120-tp4.l2s"
+    assert main(["lint", path, "--select", "L2S999"]) == 2
+    assert "no rule code starts with it" in capsys.readouterr().err
+    assert main(["lint", path, "--tokens", "0"]) == 2
+    capsys.readouterr()
+    assert main(["lint", path, "--tokens", "257", "--format", "json"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["findings"] == [] or all(f["code"] == "L2S201" for f in doc["findings"])

@@ -80,6 +80,11 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     adapter = get_adapter(schedule.model)
     device = device or load_device(schedule.device)
     plan = compile_plan(schedule, inventory, 0)
+    if tokens > schedule.max_tokens:
+        # The runtime's gate skips every fill in such steps (runtime.gate).
+        import dataclasses
+
+        plan = dataclasses.replace(plan, issues=())
     top_k = int(cfg.get("num_experts_per_tok", 8))
     n_exp = int(cfg.get("n_routed_experts", 0))
     hidden = int(cfg["hidden_size"])
@@ -138,8 +143,19 @@ def cmd_lint(args) -> int:
     exit 1 when an error remains."""
     import sys
 
-    from . import report
+    from ..errors import suggest
+    from . import report, rules
 
+    for opt in ("select", "ignore"):
+        for code in _codes(getattr(args, opt)):
+            if not any(c.startswith(code) for c in rules.RULES):
+                print(f"l2sched lint: error: --{opt} {code}: no rule code starts "
+                      f"with it{suggest(code, rules.RULES)}", file=sys.stderr)
+                return 2
+    if args.tokens < 1:
+        print(f"l2sched lint: error: --tokens must be at least 1, got {args.tokens}",
+              file=sys.stderr)
+        return 2
     measured = None
     calib_rows: list = []
     if args.calibrate:
