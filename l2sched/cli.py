@@ -48,6 +48,7 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
 
 
 def _window_table(schedule) -> list[str]:
+    from .compile import format_table
     from .semantic import format_size
 
     rows = [("window", "hook point", "budget", "layers", "carry")]
@@ -56,9 +57,7 @@ def _window_table(schedule) -> list[str]:
         layer_text = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
         rows.append((w.name, w.hook, format_size(w.budget), layer_text,
                      w.carry or "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
-            for r in rows]
+    return ["  " + line for line in format_table(rows).splitlines()]
 
 
 def _check_layout(schedule, model_config) -> None:

@@ -317,12 +317,17 @@ def _load_chain(path: str, sink: DiagnosticSink, seen: tuple[str, ...] = (),
             return []
         raise
     sink.add_source(path, text)
-    tree = parse(text, path)
-    chain: list[n.ScheduleFile] = []
-    if tree.extends is not None:
-        base = _resolve_extends(tree.extends, path)
-        chain = _load_chain(base, sink, seen + (real,), tree.extends)
-    return chain + [tree]
+    return _with_bases(parse(text, path), path, sink, seen + (real,))
+
+
+def _with_bases(tree: n.ScheduleFile, path: str, sink: DiagnosticSink,
+                seen: tuple[str, ...]) -> list[n.ScheduleFile]:
+    """``tree`` preceded by its ``extends`` chain (base first); ``seen``
+    holds the real paths already on the chain, ``tree``'s included."""
+    if tree.extends is None:
+        return [tree]
+    base = _resolve_extends(tree.extends, path)
+    return _load_chain(base, sink, seen, tree.extends) + [tree]
 
 
 def _merge(chain: list[n.ScheduleFile], sink: DiagnosticSink) -> tuple[_Draft, list]:
@@ -630,9 +635,5 @@ def load_schedule_text(text: str, path: str = "<string>",
     sink = DiagnosticSink()
     sink.add_source(path, text)
     cli = _cli_overrides(overrides, sink)
-    tree = parse(text, path)
-    chain = [tree]
-    if tree.extends is not None:
-        chain = _load_chain(_resolve_extends(tree.extends, path), sink,
-                            (os.path.realpath(path),), tree.extends) + chain
+    chain = _with_bases(parse(text, path), path, sink, (os.path.realpath(path),))
     return resolve(chain, cli, model_config, sink)
