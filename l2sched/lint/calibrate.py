@@ -86,11 +86,11 @@ def measure(run, trace_path: str) -> tuple[dict, list]:
     difference us, difference %) against ``run``'s no-prefetch model."""
     table = load_kernel_map(run.schedule.model)
     streams = read_kernels(trace_path)
-    g = run.base_sg.graph
+    nodes = run.base_sg.nodes
     n = run.base_sg.num_layers
     expected = {"main": [], "aux": []}
-    for v in g.nodes:
-        d = g.nodes[v]
+    for v in nodes:
+        d = nodes[v]
         if d["pos"] < n and d["active"] and d["stream"] in expected:
             expected[d["stream"]].append((v, d["op"]))
     order = sorted(streams, key=lambda s: -len(streams[s]))
@@ -105,10 +105,10 @@ def measure(run, trace_path: str) -> tuple[dict, list]:
     per: dict[tuple[str, str], list[float]] = defaultdict(list)
     model: dict[tuple[str, str], list[float]] = defaultdict(list)
     for v, us in matched.items():
-        d = g.nodes[v]
+        d = nodes[v]
         per[(d["kind"], d["op"])].append(us)
-    for v in g.nodes:
-        d = g.nodes[v]
+    for v in nodes:
+        d = nodes[v]
         if (d["kind"], d["op"]) in per and d["pos"] < n:
             t = run.base.timing[v]
             model[(d["kind"], d["op"])].append(t.finish - t.start)

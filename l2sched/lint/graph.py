@@ -1,7 +1,7 @@
 """The decode-step graph the lint simulates.
 
 ``build_step_graph`` turns a compiled ``Plan`` plus the adapter's per-kind
-decode timeline into one ``networkx.DiGraph`` for a whole decode step:
+decode timeline into the graph of a whole decode step, a ``StepGraph``:
 
 - one node per adapter operation on its stream: ``main`` (the model's
   stream) or ``aux`` (the shared expert, forked from the op before it and
@@ -20,14 +20,21 @@ main-stream kernels, 0 for forks and joins. Node ids are ``"p:op"`` and
 ``N`` for the extension). ``layer_graph`` cuts the per-layer DiGraph out of
 it, extended across the boundary to the next layer's consumers of bytes this
 layer's windows fetched. Pure Python; no torch, no vLLM.
+
+The graph is kept as two tables, ``StepGraph.nodes`` (id -> attributes, in
+insertion order) and ``StepGraph.adj`` (id -> successor id -> edge
+attributes), the same layout as networkx's own; ``StepGraph.graph`` builds
+the ``networkx.DiGraph`` from them on first use (``layer_graph``,
+``timeline_order``, ``l2sched timeline``, the Python API). The rules and the
+simulation read the tables directly, so ``l2sched lint`` does not import
+networkx: that import alone takes 0.18-0.21 s on the 2-core CI machine, most
+of issue 4's 0.3 s whole-process budget (benchmarks/lint_speed.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-
-import networkx as nx
 
 #: Op classes whose reads are weights streamed by a GEMM-like kernel.
 GEMM_CLASSES = ("gemm", "shared_expert")
@@ -65,18 +72,49 @@ class FillChunk:
 
 @dataclass
 class StepGraph:
-    """The step graph and its indexes: ``graph`` (networkx DiGraph), the
-    main-stream order ``main`` (node ids), ``fills`` (fill node ids in issue
-    order), ``chunks`` keyed by ``(pos, storage)``, ``num_layers`` (the
-    model's; positions run to ``num_layers`` inclusive), ``layer_end`` (pos ->
-    id of the layer's last main-stream node)."""
+    """The step graph and its indexes: ``nodes`` (node id -> attribute dict,
+    insertion order), ``adj`` (node id -> successor id -> edge attributes
+    ``delay`` in us and ``kind``), the main-stream order ``main`` (node ids),
+    ``fills`` (fill node ids in issue order), ``chunks`` keyed by ``(pos,
+    storage)``, ``num_layers`` (the model's; positions run to ``num_layers``
+    inclusive), ``layer_end`` (pos -> id of the layer's last main-stream
+    node). ``graph`` is the same graph as a ``networkx.DiGraph``."""
 
-    graph: Any
+    nodes: dict[str, dict]
+    adj: dict[str, dict[str, dict]]
     main: list[str]
     fills: list[str]
     chunks: dict[tuple[int, str], list[FillChunk]] = field(default_factory=dict)
     num_layers: int = 0
     layer_end: dict[int, str] = field(default_factory=dict)
+    _nx: Any = field(default=None, repr=False, compare=False)
+
+    def add_node(self, nid: str, attrs: dict) -> None:
+        """Add node ``nid`` (attributes merged into an existing one, as
+        networkx does)."""
+        self.nodes.setdefault(nid, {}).update(attrs)
+        self.adj.setdefault(nid, {})
+        self._nx = None
+
+    def add_edge(self, u: str, v: str, attrs: dict) -> None:
+        """Add edge ``u -> v`` (a repeated edge updates its attributes, as
+        networkx does). Both nodes must exist."""
+        self.adj[u].setdefault(v, {}).update(attrs)
+        self._nx = None
+
+    @property
+    def graph(self):
+        """The step graph as a ``networkx.DiGraph`` (node and edge attributes
+        as in ``nodes`` / ``adj``), built on first use and cached until the
+        tables change through ``add_node`` / ``add_edge``."""
+        if self._nx is None:
+            import networkx as nx
+            g = nx.DiGraph()
+            g.add_nodes_from(self.nodes.items())
+            g.add_edges_from((u, v, d) for u, out in self.adj.items()
+                             for v, d in out.items())
+            self._nx = g
+        return self._nx
 
 
 def _condition(cond: str, layer: int, last: int, tp: int, ep: bool) -> bool:
@@ -201,12 +239,11 @@ def _reads(inventory, layer: int, paths, tokens: int, top_k: int,
 
 
 def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
-    g = nx.DiGraph()
-    g.add_nodes_from(v for v, _ in sk.nodes)
-    for (_, attrs), d in zip(sk.nodes, g.nodes.values()):
-        d.update(attrs)
-    g.add_edges_from(sk.edges)
-    sg = StepGraph(g, list(sk.main), [], {}, sk.num_layers, dict(sk.layer_end))
+    sg = StepGraph({}, {}, list(sk.main), [], {}, sk.num_layers, dict(sk.layer_end))
+    for v, attrs in sk.nodes:
+        sg.add_node(v, dict(attrs))
+    for u, v, attrs in sk.edges:
+        sg.add_edge(u, v, attrs)
     if not with_fills:
         return sg
     prev_fill: str | None = None
@@ -215,15 +252,16 @@ def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
     for issue in plan.issues:
         pos = issue.layer
         nid = f"{pos}:fill:{issue.window}"
-        g.add_node(nid, pos=pos, layer=issue.layer,
-                   kind=str(inventory.kinds[issue.layer]), op=f"fill {issue.window}",
-                   cls="fill", stream="side", active=True, reads=[],
-                   eager_break=False, fill=issue)
+        sg.add_node(nid, {"pos": pos, "layer": issue.layer,
+                          "kind": str(inventory.kinds[issue.layer]),
+                          "op": f"fill {issue.window}", "cls": "fill",
+                          "stream": "side", "active": True, "reads": [],
+                          "eager_break": False, "fill": issue})
         src = hook_after.get((pos, issue.hook), hook_before.get((pos, issue.hook)))
         if src is not None:
-            g.add_edge(src, nid, delay=0.0, kind="fork")
+            sg.add_edge(src, nid, {"delay": 0.0, "kind": "fork"})
         if prev_fill is not None:
-            g.add_edge(prev_fill, nid, delay=0.0, kind="side")
+            sg.add_edge(prev_fill, nid, {"delay": 0.0, "kind": "side"})
         prev_fill = nid
         sg.fills.append(nid)
         offset = 0
@@ -243,7 +281,7 @@ def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
                 nid, offset, tpos, r.layer, r.tensor, storage, r.offset, r.length))
             offset += r.length
     if prev_fill is not None:
-        g.add_edge(prev_fill, "join", delay=0.0, kind="join")
+        sg.add_edge(prev_fill, "join", {"delay": 0.0, "kind": "join"})
     return sg
 
 
@@ -276,8 +314,8 @@ def build_step_graphs(plan, inventory, adapter, *, tokens: int = 1,
 def layer_graph(sg: StepGraph, layer: int):
     """The DiGraph of decoder layer ``layer``: its ops and fills, extended
     across the boundary with the next layer's ops up to the last one that
-    reads bytes this layer's fills fetched (a subgraph view of the step
-    graph)."""
+    reads bytes this layer's fills fetched: a new ``networkx.DiGraph``
+    (nodes in step-graph order, attribute dicts copied from ``sg.graph``)."""
     g = sg.graph
     nodes = [v for v, d in g.nodes(data=True) if d["pos"] == layer and v != "join"]
     last_needed = -1
@@ -295,9 +333,16 @@ def layer_graph(sg: StepGraph, layer: int):
                 nodes.append(v)
                 nodes.extend(u for u in g.predecessors(v)
                              if g.nodes[u]["stream"] == "aux")
-    return g.subgraph(nodes)
+    keep = set(nodes)
+    # a subgraph view would iterate in set (hash) order; copy in graph order
+    sub = g.__class__()
+    sub.add_nodes_from((v, g.nodes[v]) for v in g if v in keep)
+    sub.add_edges_from((u, v, d) for u, v, d in g.edges(data=True)
+                       if u in keep and v in keep)
+    return sub
 
 
 def timeline_order(sg: StepGraph) -> Sequence[str]:
     """Node ids in a topological order (ties by insertion order)."""
+    import networkx as nx
     return list(nx.topological_sort(sg.graph))

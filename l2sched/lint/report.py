@@ -21,23 +21,23 @@ TOOL_URI = "https://example.invalid/l2sched/docs/lint.md"
 
 def summary_rows(run) -> list[tuple[str, ...]]:
     """The summary table rows (first row is the header)."""
-    g = run.sg.graph
+    nodes = run.sg.nodes
     sim, base = run.sim.timing, run.base.timing
     n = run.sg.num_layers
     expert_start: dict[int, float] = {}
-    for v in g.nodes:
-        d = g.nodes[v]
+    for v in nodes:
+        d = nodes[v]
         if d["cls"] == "expert_stream" and d["active"]:
             p = d["pos"]
             expert_start[p] = min(expert_start.get(p, 1e18), sim[v].start)
     hits: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for v in g.nodes:
+    for v in nodes:
         for f, (h, got) in sim[v].hits_by_fill.items():
             hits[f][0] += h
             hits[f][1] += got
     groups: dict = defaultdict(list)
     for f in run.sg.fills:
-        d = g.nodes[f]
+        d = nodes[f]
         issue = d["fill"]
         t = sim[f]
         fork = t.start

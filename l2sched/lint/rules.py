@@ -274,7 +274,7 @@ def check_timing(run) -> list[Finding]:
     """L2S101/102/103/104/105/106 and L2S005 over ``run`` (a
     ``LintRun``: step graph ``sg``, simulation ``sim``, ``schedule``,
     ``device``)."""
-    g = run.sg.graph
+    nodes = run.sg.nodes
     sim = run.sim
     sched = run.schedule
     acc: dict[tuple, dict] = {}
@@ -287,7 +287,6 @@ def check_timing(run) -> list[Finding]:
         slot["kinds"].add(kind)
         slot["values"].append(value)
 
-    nodes = dict(g.nodes(data=True))  # id -> attributes
     timing = sim.timing
     # per position, the active non-fill nodes (the only ones the rules
     # look at) with their attributes and timing, in graph order

@@ -119,10 +119,9 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     -> us`` durations from a profiler trace (``calibrate``), which replace
     the modeled time of those ops (memory phases scaled to match).
 
-    The event loop runs on plain lists derived from ``sg.graph`` (node
-    index = insertion order; per node its attributes, successor edges with
-    their delay, in-degree), not on the networkx views."""
-    g = sg.graph
+    The event loop runs on plain lists derived from ``sg.nodes`` /
+    ``sg.adj`` (node index = insertion order; per node its attributes,
+    successor edges with their delay, in-degree)."""
     measured = measured or {}
     bw_dram = device.dram_read_gbps * 1e3  # bytes per us
     gemm_dram = device.gemm_dram_gbps * 1e3
@@ -136,7 +135,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
 
     ids: list[str] = []
     attrs: list[dict] = []
-    for v, d in g.nodes(data=True):
+    for v, d in sg.nodes.items():
         ids.append(v)
         attrs.append(d)
     index = {v: i for i, v in enumerate(ids)}
@@ -146,7 +145,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     # the kernel gap applies on a same-stream edge into an active kernel
     succ: list[list[tuple[int, float, float]]] = []
     waiting = [0] * n_nodes
-    adjacency = dict(g.adjacency())
+    adjacency = sg.adj
     for v in ids:
         out = []
         for s, e in adjacency[v].items():

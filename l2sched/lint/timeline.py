@@ -13,6 +13,8 @@ import json
 from html import escape
 from pathlib import Path
 
+from .graph import layer_graph, timeline_order
+
 STREAM_TID = {"main": 1, "aux": 2, "side": 3}
 STREAM_NAME = {"main": "main stream", "aux": "aux stream (shared expert)",
                "side": "side stream (fills)"}
@@ -30,16 +32,17 @@ def _category(d) -> str:
 
 
 def chrome_trace(run) -> dict:
-    """The predicted step as a Chrome trace-event document."""
-    g = run.sg.graph
+    """The predicted step as a Chrome trace-event document (events in a
+    topological order of the step's networkx DiGraph)."""
+    nodes = run.sg.nodes
     events = [{"ph": "M", "name": "process_name", "pid": 0,
                "args": {"name": f"l2sched lint: {run.schedule.name} on "
                                 f"{run.device.name}"}}]
     for s, tid in STREAM_TID.items():
         events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
                        "args": {"name": STREAM_NAME[s]}})
-    for v in g.nodes:
-        d = g.nodes[v]
+    for v in timeline_order(run.sg):
+        d = nodes[v]
         t = run.sim.timing[v]
         if v == "join" or t.finish <= t.start:
             continue
@@ -60,20 +63,22 @@ def chrome_trace(run) -> dict:
 def gantt_svg(run, width: int = 1400) -> str:
     """SVG Gantt chart: one panel per layer kind (its first prefetched layer,
     else its first layer), rows per stream, time in us from the layer start;
-    the next layer's ops are drawn faded."""
-    g = run.sg.graph
+    each panel draws ``layer_graph`` of that layer (the layer, extended to the
+    next layer's consumers of its fills, which are drawn faded)."""
     n = run.sg.num_layers
     picks: dict[str, int] = {}
     for f in run.sg.fills:
-        picks.setdefault(g.nodes[f]["kind"], g.nodes[f]["pos"])
+        picks.setdefault(run.sg.nodes[f]["kind"], run.sg.nodes[f]["pos"])
     for p in range(n):
         picks.setdefault(str(run.inventory.kinds[p]), p)
     row_h, pad, left = 22, 28, 190
     panels = []
     y = 10
     for kind, pos in sorted(picks.items(), key=lambda x: x[1]):
-        nodes = [v for v in g.nodes if g.nodes[v]["pos"] in (pos, pos + 1)
-                 and v != "join" and run.sim.timing[v].finish > run.sim.timing[v].start]
+        g = layer_graph(run.sg, pos)
+        # the subgraph view iterates in set order; draw in graph order
+        nodes = [v for v in run.sg.nodes if v in g
+                 and run.sim.timing[v].finish > run.sim.timing[v].start]
         own = [v for v in nodes if g.nodes[v]["pos"] == pos]
         t0 = min(run.sim.timing[v].start for v in own)
         t1 = max(run.sim.timing[v].finish for v in own)
