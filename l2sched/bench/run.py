@@ -4,13 +4,25 @@ Flow (one process, one GPU): build the bench tree (``tree``), compile each
 arm's schedule for TP rank 0 against the same analytical inventory, install it
 with the vLLM plugin's installer (``vllm_plugin._install``: one ``install``
 per layer kind, the same ``CudaRuntime`` and CuTe DSL fill kernel), run one
-eager step (binds rows), one timed eager step (per-op CUDA events), capture
-the whole step as one CUDA graph, and remove the hooks. Then replay all graphs
-of one M interleaved (shuffled order per round) and time each replay with CUDA
-events. Ideal gain: each prefetched consumer op timed standalone cold (after a
-256 MB read flush) and L2-resident (right after itself). Lint: ``run_lint``
-per arm and M, uncalibrated and with the no-prefetch arm's measured per-op
-durations (``measured`` = what ``lint.calibrate.measure`` returns).
+eager step (binds rows), capture the whole step as one CUDA graph (the
+*untimed* graph: step time) and a *timed graph variant* of the same step with
+external CUDA events before/after every op on its stream (main, aux = shared
+expert) and on the side stream after every op at which fills were issued
+(``step`` module docstring), and remove the hooks. Then replay all graphs of
+one M interleaved (shuffled order per round, untimed and timed graphs of
+every arm in the same rounds), time each replay with CUDA events around it,
+and read the timed graph's in-graph events after each of its replays:
+per-op durations and finish times (us from the step's first event), the
+expert stream (sum of its GEMMs), and each fill's exit vs the start of the
+expert stream after it. A fill's "finish" is its kernel's exit: a bulk
+``cp.async.bulk.prefetch`` kernel exits once its requests are issued, before
+its lines land; a load-mode kernel exits when its loads returned. The timed
+graph's step time is reported next to the untimed one (the event nodes'
+overhead). ``per_op="eager"`` (no CLI flag; ``run(args)`` with
+``args.per_op``) is the old, host-launch-bound eager fallback, labelled so.
+Ideal gain: each prefetched consumer op timed standalone cold (after a 256 MB
+read flush) and L2-resident (right after itself). The lint runs in
+``report``, not here.
 
 All-reduces are IDLE INTERVALS of the device profile's collective model (one
 GPU standing in for rank 0 of TP4); every report says so. Units: us,
@@ -31,6 +43,10 @@ SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
 BENCH_DIR = "schedules/bench"
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")
+
+FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
+             "i.e. the kernel's exit; a bulk prefetch kernel exits once its "
+             "requests are issued, before its lines land in L2")
 
 
 def _q(xs, q):
@@ -118,6 +134,8 @@ def run(args) -> dict:
     out: dict[str, Any] = {
         "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
+        "warmup": args.warmup, "per_op": getattr(args, "per_op", "graph"),
+        "fill_note": FILL_NOTE,
         "machine": _machine(torch, dry), "spin_cycles_per_us": cyc,
         "build_s": time.time() - t0,
         "expert_pools": args.expert_pools,
@@ -146,82 +164,104 @@ def run(args) -> dict:
 
 
 def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
-    """Measure every arm at ``M`` tokens into ``out["per_m"][str(M)]``."""
+    """Measure every arm at ``M`` tokens into ``out["per_m"][str(M)]``.
+
+    Per arm: install, one eager step (binds rows, loads kernels), capture the
+    untimed graph (step time) and the timed graph variant (``_capture_timed``;
+    per-op times), remove the hooks. Then ``warmup + replays`` rounds; each
+    round replays every arm's untimed and timed graph once, in a shuffled
+    order, timing each replay with events outside the graph (us) and reading
+    the timed graph's in-graph events after it (``_collect``). With
+    ``args.per_op == "eager"`` (fallback, host-launch-bound) the per-op times
+    come from timed eager steps instead and no timed graph is captured."""
     from ..runtime import StepInfo, make_runtime
     from ..vllm_plugin import _install
     from .tree import distinct_experts
-    if True:
-        runner.set_tokens(M)
-        rec: dict[str, Any] = {"distinct_experts": distinct_experts(M),
-                               "expert_bytes_per_layer": distinct_experts(M) * (
-                                   inv.tensor(3, "mlp.experts.routed_experts.w13_weight").bytes_per_expert
-                                   + inv.tensor(3, "mlp.experts.routed_experts.w2_weight").bytes_per_expert),
-                               "arms": {}}
-        graphs = {}
-        keep = []
-        for a in arms:
-            inst = rt = None
-            if a.get("plan"):
-                rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                                  **({} if dry else a.get("runtime", {})))
-                rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-                inst = _install(model, inv, a["plan"], rt)
-                if not dry:
-                    rt.prepare()
-            try:
-                runner.step()          # binds rows, loads kernels
-                _sync(torch, dry)
-                ar = {}
+    per_op = getattr(args, "per_op", "graph")
+    runner.set_tokens(M)
+    rec: dict[str, Any] = {"distinct_experts": distinct_experts(M),
+                           "expert_bytes_per_layer": distinct_experts(M) * (
+                               inv.tensor(3, "mlp.experts.routed_experts.w13_weight").bytes_per_expert
+                               + inv.tensor(3, "mlp.experts.routed_experts.w2_weight").bytes_per_expert),
+                           "arms": {}}
+    graphs, timed, acc = {}, {}, {}
+    keep = []
+    for a in arms:
+        inst = rt = None
+        if a.get("plan"):
+            rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
+                              **({} if dry else a.get("runtime", {})))
+            rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
+            inst = _install(model, inv, a["plan"], rt)
+            if not dry:
+                rt.prepare()
+        count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
+        try:
+            runner.step()          # binds rows, loads kernels
+            _sync(torch, dry)
+            acc[a["name"]] = {}
+            if per_op == "eager":
                 for rep in range(args.eager_reps):
-                    runner.timing = True
-                    runner.step(lead_us=0 if dry else 40000)
-                    runner.timing = False
-                    _sync(torch, dry)
-                    _collect(runner, a.get("plan"), ar)
-                rec["arms"][a["name"]] = _summarize_eager(ar)
-                if not dry:
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        runner.step()
-                    torch.cuda.synchronize()
-                    graphs[a["name"]] = g
-                if rt is not None:
-                    rec["arms"][a["name"]]["runtime_stats"] = {
-                        "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
-                        "skipped": dict(rt.stats.skipped),
-                        "enabled": bool(getattr(rt, "enabled", True))}
-            finally:
-                if inst is not None:
-                    inst.remove()
-            keep.append(rt)
-            prog.tick(f"arm {a['name']} M={M} captured")
-        # interleaved graph replays
-        times = {k: [] for k in graphs}
-        names = list(graphs)
-        for r in range(args.warmup + args.replays):
-            random.Random(r).shuffle(names)
-            for k in names:
+                    tg = _timed_eager(runner, torch, dry, count)
+                    _collect(tg, acc[a["name"]])
+            if not dry:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    runner.step()
+                torch.cuda.synchronize()
+                graphs[a["name"]] = g
+            if per_op == "graph":
+                timed[a["name"]] = _capture_timed(runner, torch, dry, count)
+            rec["arms"][a["name"]] = {}
+            if rt is not None:
+                rec["arms"][a["name"]]["runtime_stats"] = {
+                    "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
+                    "skipped": dict(rt.stats.skipped),
+                    "enabled": bool(getattr(rt, "enabled", True))}
+        finally:
+            if inst is not None:
+                inst.remove()
+        keep.append(rt)
+        prog.tick(f"arm {a['name']} M={M} captured")
+    # interleaved replays: untimed and timed graphs of every arm, shuffled
+    times = {k: [] for k in graphs}
+    outer_timed = {k: [] for k in timed}
+    order = [(k, "untimed") for k in graphs] + [(k, "timed") for k in timed]
+    for r in range(args.warmup + args.replays):
+        random.Random(r).shuffle(order)
+        for k, which in order:
+            tg = timed[k] if which == "timed" else None
+            g = tg.graph if tg is not None else graphs[k]
+            if g is not None:
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
-                graphs[k].replay()
+                g.replay()
                 e1.record()
                 torch.cuda.synchronize()
                 if r >= args.warmup:
-                    times[k].append(e0.elapsed_time(e1) * 1000.0)
-        for k, v in times.items():
-            rec["arms"][k]["graph_step_us"] = stats(v)
-            rec["arms"][k]["graph_step_us_all"] = v
-        prog.tick(f"replays M={M} ({args.replays} x {len(names)} arms, interleaved)")
-        rec["ideal"] = _ideal(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
-        prog.tick(f"ideal gain + lint M={M}")
-        out["per_m"][str(M)] = rec
-        del graphs
-        keep.clear()
-        if not dry:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        if args.out:
-            _write(args.out, out)
+                    (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
+            if tg is not None and r >= args.warmup:
+                _collect(tg, acc[k])
+    for a in arms:
+        k = a["name"]
+        rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
+        if times.get(k):
+            rec["arms"][k]["graph_step_us"] = stats(times[k])
+            rec["arms"][k]["graph_step_us_all"] = times[k]
+        if outer_timed.get(k):
+            rec["arms"][k]["timed_graph_step_us"] = stats(outer_timed[k])
+    prog.tick(f"replays M={M} ({args.replays} x {len(arms)} arms x "
+              f"{'untimed+timed' if timed else 'untimed'}, interleaved)")
+    rec["ideal"] = _ideal(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
+    prog.tick(f"ideal gain M={M}")
+    out["per_m"][str(M)] = rec
+    del graphs, timed
+    keep.clear()
+    if not dry:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    if args.out:
+        _write(args.out, out)
 
 
 def _write(path, out):
@@ -251,52 +291,133 @@ def _machine(torch, dry) -> dict:
     return d
 
 
-def _collect(runner, plan, acc: dict) -> None:
-    """Append one timed eager step's per-op durations, finish times (us from
-    the step start) and side-stream fill-exit times into ``acc``."""
-    st = runner.start_event
+class TimedGraph:
+    """The timed variant of one arm's step: ``graph`` (a ``CUDAGraph`` with
+    event-record nodes; None for a timed eager step or in dry mode) and the
+    events its capture recorded: ``records`` ``[(layer, op, stream, before,
+    after)]``, ``side`` ``[(layer, op, fills, event)]``, ``start``/``end``
+    (main stream, first and last)."""
+
+    def __init__(self, graph, records, side, start, end):
+        self.graph, self.records, self.side = graph, records, side
+        self.start, self.end = start, end
+
+
+def _capture_timed(runner, torch, dry, fill_count) -> TimedGraph:
+    """Capture the timed graph variant of the installed arm: one uncaptured
+    timed step creates the external events (``StepRunner.new_event_pool``),
+    then the capture records the same events as graph nodes. ``fill_count``:
+    callable, fills issued so far. In dry mode the "capture" is a second
+    fake-clock step."""
+    runner.timing, runner.in_graph, runner.fill_count = True, True, fill_count
+    runner.new_event_pool()
+    try:
+        runner.step()
+        _sync(torch, dry)
+        g = None
+        if dry:
+            runner.step()
+        else:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                runner.step()
+            torch.cuda.synchronize()
+    finally:
+        runner.timing = runner.in_graph = False
+        runner.fill_count = None
+    return TimedGraph(g, runner.records, runner.side_records,
+                      runner.start_event, runner.end_event)
+
+
+def _timed_eager(runner, torch, dry, fill_count) -> TimedGraph:
+    """Fallback: one timed *eager* step (plain events, 40 ms lead spin); its
+    per-op times are host-launch-bound, not the graph's."""
+    runner.timing, runner.fill_count = True, fill_count
+    try:
+        runner.step(lead_us=0 if dry else 40000)
+    finally:
+        runner.timing = False
+        runner.fill_count = None
+    _sync(torch, dry)
+    return TimedGraph(None, runner.records, runner.side_records,
+                      runner.start_event, runner.end_event)
+
+
+def _collect(tg: TimedGraph, acc: dict) -> None:
+    """Append one replay's (or timed eager step's) values into ``acc``: per
+    op ``"layer:op"`` its duration, start and finish (us from the step's
+    start event); the step (start to end event); the main-stream gap (median
+    over the step of next op's start - previous op's finish); the expert
+    stream (sum of the ``moe.w13``/``moe.w2`` durations); per side event its
+    time (the last fill kernel's exit), the start of the first ``moe.w13``
+    starting at or after the start of the op the fills were issued at (the
+    expert stream they must finish before; None after the last MoE layer)
+    and the margin (expert start - fill exit; positive = exited before)."""
+    from bisect import bisect_left
+    st = tg.start
     ops = acc.setdefault("ops", {})
-    for layer, op, stream, e0, e1 in runner.records:
-        d = ops.setdefault(f"{layer}:{op}", {"dur": [], "finish": [], "start": [],
-                                             "stream": stream})
-        d["dur"].append(e0.elapsed_time(e1) * 1000.0)
-        d["start"].append(st.elapsed_time(e0) * 1000.0)
-        d["finish"].append(st.elapsed_time(e1) * 1000.0)
-    acc.setdefault("step", []).append(st.elapsed_time(runner.end_event) * 1000.0)
-    if plan is not None:
-        hooks = {(w.layer, w.hook) for w in plan.issues}
-        fs = acc.setdefault("fills", {})
-        for layer, op, ev in runner.side_records:
-            o = runner_op(runner, layer, op)
-            if any((layer, h) in hooks for h in o.hooks_after + o.hooks_before):
-                fs.setdefault(f"{layer}:{op}", []).append(st.elapsed_time(ev) * 1000.0)
+    at: dict[str, tuple[float, float]] = {}
+    main_prev = None
+    gaps, expert, w13 = [], 0.0, []
+    for layer, op, stream, e0, e1 in tg.records:
+        key = f"{layer}:{op}"
+        s, f = st.elapsed_time(e0) * 1000.0, st.elapsed_time(e1) * 1000.0
+        d = ops.setdefault(key, {"dur": [], "start": [], "finish": [], "stream": stream})
+        d["dur"].append(f - s)
+        d["start"].append(s)
+        d["finish"].append(f)
+        at[key] = (s, f)
+        if stream == "main":
+            if main_prev is not None:
+                gaps.append(s - main_prev)
+            main_prev = f
+        if op in ("moe.w13", "moe.w2"):
+            expert += f - s
+        if op == "moe.w13":
+            w13.append(s)
+    w13.sort()
+    acc.setdefault("step", []).append(st.elapsed_time(tg.end) * 1000.0)
+    if gaps:
+        acc.setdefault("main_gap", []).append(statistics.median(gaps))
+    acc.setdefault("expert", []).append(expert)
+    fills = acc.setdefault("fills", {})
+    for layer, op, n, ev in tg.side:
+        key = f"{layer}:{op}"
+        t = st.elapsed_time(ev) * 1000.0
+        j = bisect_left(w13, at[key][0])
+        es = w13[j] if j < len(w13) else None
+        f = fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
+        f["exit"].append(t)
+        if es is not None:
+            f["expert_start"].append(es)
+            f["margin"].append(es - t)
 
 
-def runner_op(runner, layer, name):
-    """The adapter ``Op`` named ``name`` in layer ``layer``."""
-    from ..adapters import glm5next as ad
-    return next(o for o in ad.decode_timeline(runner.inv.kinds[layer]) if o.name == name)
+def _med(xs):
+    return statistics.median(xs) if xs else None
 
 
-def _summarize_eager(acc: dict) -> dict:
+def _summarize(acc: dict, source: str) -> dict:
+    """Medians over the replays in ``acc`` (``_collect``). ``source``:
+    ``graph`` (in-graph events) or ``eager`` (the fallback). Keys: ``ops``
+    (``"layer:op" -> {dur_us, start_us, finish_us, stream}``),
+    ``in_graph_step_us`` / ``eager_step_us`` (start to end event),
+    ``main_gap_us``, ``expert_stream_us`` (stats of the per-replay sum of
+    expert GEMM durations), ``fills`` (``"layer:op" -> {fills, fill_exit_us,
+    expert_start_us, exit_before_experts_us}``). All us."""
     ops = {k: {"dur_us": statistics.median(v["dur"]),
                "start_us": statistics.median(v["start"]),
                "finish_us": statistics.median(v["finish"]), "stream": v["stream"]}
            for k, v in acc.get("ops", {}).items()}
-    expert = {}
-    for k, v in ops.items():
-        layer, op = k.split(":", 1)
-        if op in ("moe.w13", "moe.w2"):
-            expert.setdefault(layer, 0.0)
-            expert[layer] += v["dur_us"]
-    fills = {}
-    for k, v in acc.get("fills", {}).items():
-        layer = k.split(":", 1)[0]
-        es = ops.get(f"{layer}:moe.align", {}).get("start_us")
-        fills[k] = {"fill_exit_us": statistics.median(v), "expert_start_us": es,
-                    "exit_before_experts_us": (es - statistics.median(v)) if es is not None else None}
-    return {"eager_step_us": statistics.median(acc["step"]), "ops": ops,
-            "expert_stream_us": sum(expert.values()), "fills": fills}
+    fills = {k: {"fills": v["fills"], "fill_exit_us": _med(v["exit"]),
+                 "expert_start_us": _med(v["expert_start"]),
+                 "exit_before_experts_us": _med(v["margin"])}
+             for k, v in acc.get("fills", {}).items()}
+    out = {"per_op_source": source, "ops": ops, "fills": fills,
+           "expert_stream_us": stats(acc.get("expert", [])),
+           "main_gap_us": stats(acc.get("main_gap", []))}
+    out["in_graph_step_us" if source == "graph" else "eager_step_us"] = stats(acc.get("step", []))
+    return out
 
 
 def _consumers(plan, inv, runner) -> dict:
@@ -358,51 +479,3 @@ def _ideal(runner, plan, inv, torch, dry, reps) -> dict:
                      "hot_us": h, "gain_us": max(0.0, c - h) * len(layers)})
     return {"consumers": rows, "ideal_gain_us": total}
 
-
-def _lint(arms, inv, prof, cfg, M, rec, run_lint) -> dict:
-    """Lint every scheduled arm at M, uncalibrated and calibrated with the
-    no-prefetch arm's measured per-op durations; per-op finish-time errors."""
-    base = rec["arms"].get("none", {}).get("ops", {})
-    measured: dict = {}
-    per: dict = {}
-    for k, v in base.items():
-        layer, op = k.split(":", 1)
-        per.setdefault((str(inv.kinds[int(layer)]), op), []).append(v["dur_us"])
-    measured = {k: statistics.median(v) for k, v in per.items()}
-    res = {}
-    for a in arms:
-        if not a.get("schedule"):
-            continue
-        entry = {}
-        for label, meas in (("uncalibrated", None), ("calibrated", measured)):
-            lr = run_lint(a["schedule"], inv, device=prof, tokens=M,
-                          measured=meas, model_config=cfg)
-            errs = sorted({f.code for f in lr.findings if f.severity == "error"})
-            warns = sorted({f.code for f in lr.findings if f.severity == "warning"})
-            pred = {"step_us": lr.step_period("sim"), "base_step_us": lr.step_period("base"),
-                    "errors": errs, "warnings": warns}
-            pred["finish_err"] = _finish_err(lr.sg, lr.sim, rec["arms"].get(a["name"], {}).get("ops", {}))
-            pred["base_finish_err"] = _finish_err(lr.base_sg, lr.base, base)
-            entry[label] = pred
-        res[a["name"]] = entry
-    return res
-
-
-def _finish_err(sg, sim, ops) -> dict | None:
-    """Median and p90 of |predicted - measured| / measured finish time of the
-    main-stream ops of the step (positions < N), and the count."""
-    if not ops:
-        return None
-    n = sg.num_layers
-    errs = []
-    for v in sg.graph.nodes:
-        d = sg.graph.nodes[v]
-        if d.get("pos", n) >= n or d.get("stream") != "main" or not d.get("active", True):
-            continue
-        m = ops.get(f"{d['layer']}:{d['op']}")
-        if not m or m["finish_us"] <= 0:
-            continue
-        errs.append(abs(sim.timing[v].finish - m["finish_us"]) / m["finish_us"])
-    if not errs:
-        return None
-    return {"median": statistics.median(errs), "p90": _q(errs, 0.9), "n": len(errs)}

@@ -26,9 +26,25 @@ all-reduce, the KDA ``_forward`` core, the MLA core module, the MoE runner,
 
 Timing (``timing=True``): an event before and after every op on its stream
 (``main``/``aux``), and an event on the l2sched side stream after every op
-with hooks (its time = the last fill kernel's exit, not the landing of its
-lines). Units: microseconds. ``device="meta"`` runs shapes only with a fake
-clock (CPU dry mode).
+during or before which fills were issued (``fill_count``, the runtime's
+``stats.issued``, grew); its time is the last fill kernel's *exit*, not the
+landing of its lines (a bulk ``cp.async.bulk.prefetch`` kernel exits once its
+requests are issued). Two flavours:
+
+- ``in_graph=False`` (eager fallback): plain events, recorded while the host
+  launches; an eager step is host-launch-bound, so these per-op times are not
+  the graph's;
+- ``in_graph=True``: ``torch.cuda.Event(enable_timing=True, external=True)``.
+  Recorded during a CUDA-graph capture, such an event becomes an event-record
+  *node* of the graph (c10 ``CUDAEvent::record`` passes
+  ``cudaEventRecordExternal`` when the current stream is capturing and the
+  event is external), so after every replay ``elapsed_time`` between two of
+  them is the in-graph time. The events come from a per-capture pool
+  (``new_event_pool``): one uncaptured timed step creates them, the capture
+  re-records the same objects in the same order.
+
+Units: microseconds. ``device="meta"`` runs shapes only with a fake clock
+(``FakeEvent``, +1 us per event; CPU dry mode).
 """
 
 from __future__ import annotations
@@ -86,13 +102,28 @@ class FakeEvent:
         return (other.t - self.t) / 1000.0
 
 
+def external_event(torch):
+    """A timing CUDA event that becomes an event-record node when recorded
+    during a capture (``torch.cuda.Event(..., external=True)``)."""
+    try:
+        return torch.cuda.Event(enable_timing=True, external=True)
+    except TypeError as e:  # torch without external events
+        raise RuntimeError("in-graph timing needs torch.cuda.Event(external=True) "
+                           "(the eager fallback: bench.run.run(args) with "
+                           "args.per_op = 'eager')") from e
+
+
 class StepRunner:
     """Runs decode steps of ``model`` (``tree.build_tree``) at ``tokens``
     tokens. ``profile``: ``DeviceProfile`` (durations of the stand-in kernels,
     collective model); ``tp``: the inventory's TP size; ``seed``: routing.
-    Attributes after a timed step: ``records`` = ``[(layer, op, stream,
-    ev_before, ev_after)]``, ``side_records`` = ``[(layer, op, ev)]``,
-    ``start_event``."""
+    Timing switches: ``timing`` (record events), ``in_graph`` (external
+    events from the pool, see the module docstring), ``fill_count`` (a
+    callable returning the fills issued so far, or None: then, eagerly, a
+    side event follows every op with hooks). Attributes after a timed step:
+    ``records`` = ``[(layer, op, stream, ev_before, ev_after)]``,
+    ``side_records`` = ``[(layer, op, fills issued since the previous side
+    event, ev)]``, ``start_event``, ``end_event``."""
 
     def __init__(self, model, profile, *, tokens: int = 1, seed: int = 0):
         import torch
@@ -108,8 +139,13 @@ class StepRunner:
         self.cuda = self.device.type == "cuda"
         self.seed = seed
         self.timing = False
+        self.in_graph = False
+        self.fill_count = None
         self.records: list = []
         self.side_records: list = []
+        self._pool: list = []
+        self._pool_i = 0
+        self._fills_seen = 0
         self._fake_t = 0.0
         self.cycles_per_us = 1500.0
         self._inputs: dict = {}
@@ -184,13 +220,39 @@ class StepRunner:
 
     # -- events ----------------------------------------------------------------
     def event(self, stream=None):
-        """Record a timing event on ``stream`` (default: current)."""
+        """Record a timing event on ``stream`` (default: current). With
+        ``in_graph``: the pool's next external event (created on first use,
+        see ``new_event_pool``)."""
         if not self.cuda:
             self._fake_t += 1.0
             return FakeEvent(self._fake_t)
-        e = self.torch.cuda.Event(enable_timing=True)
+        if self.in_graph:
+            if self._pool_i < len(self._pool):
+                e = self._pool[self._pool_i]
+            else:
+                if self.torch.cuda.is_current_stream_capturing():
+                    raise RuntimeError("timed capture needs more events than the "
+                                       "uncaptured timed step created")
+                e = external_event(self.torch)
+                self._pool.append(e)
+            self._pool_i += 1
+        else:
+            e = self.torch.cuda.Event(enable_timing=True)
         e.record(stream) if stream is not None else e.record()
         return e
+
+    def new_event_pool(self) -> None:
+        """Start a fresh pool of external events for one timed graph: the
+        next timed step (uncaptured) creates them, the capture after it
+        records the same events (so no event is created during a capture)."""
+        self._pool = []
+        self._pool_i = 0
+
+    def _side_stream(self):
+        if not self.cuda:
+            return None
+        from ..runtime import side_stream
+        return side_stream(self.device.index or 0)
 
     # -- the step --------------------------------------------------------------
     def step(self, lead_us: float = 0.0) -> None:
@@ -200,12 +262,19 @@ class StepRunner:
             self.spin(lead_us)
         if self.timing:
             self.records, self.side_records = [], []
+            self._pool_i = 0
+            self._fills_seen = self.fill_count() if self.fill_count else 0
             self.start_event = self.event()
         x = self.inp((self.M, self.hidden), self.torch.bfloat16)
         for lay in self.model.layers:
             lay(x)
         if self.timing:
             self.end_event = self.event()
+            if self.cuda and self.side_records:
+                # The side events come after the runtime's joins: join the
+                # side stream back (after the end event, so it times nothing),
+                # as a capture must end with every forked stream joined.
+                self.torch.cuda.current_stream().wait_stream(self._side_stream())
 
     def ops_of(self, layer_idx: int):
         """Active ops of layer ``layer_idx`` in timeline order."""
@@ -290,12 +359,25 @@ class StepRunner:
         if self.timing:
             e1 = self.event(s)
             self.records.append((lay.layer_idx, op.name, stream, e0, e1))
-            if op.hooks_after or op.hooks_before:
-                side = None
-                if self.cuda:
-                    from ..runtime import side_stream
-                    side = side_stream(self.device.index or 0)
-                self.side_records.append((lay.layer_idx, op.name, self.event(side)))
+            self._mark_fills(lay.layer_idx, op)
+
+    def _mark_fills(self, layer: int, op) -> None:
+        """After op ``op`` of ``layer``: a side-stream event when fills were
+        issued since the last one (``fill_count``); without ``fill_count``
+        (eager only) after every op with hooks."""
+        if self.fill_count is not None:
+            n = self.fill_count()
+            new = n - self._fills_seen
+            if new <= 0:
+                return
+            self._fills_seen = n
+        elif op.hooks_after or op.hooks_before:
+            if self.in_graph:
+                return  # an unforked side stream cannot be recorded in a capture
+            new = 0
+        else:
+            return
+        self.side_records.append((layer, op.name, new, self.event(self._side_stream())))
 
     def _body(self, lay, op) -> None:
         torch = self.torch
