@@ -4,7 +4,11 @@
 device) measures the arms (``run.py``); ``l2sched bench report FILE`` lints
 every arm on CPU (uncalibrated and calibrated with the measured per-op
 durations), compares with the measurements and writes the JSON summary and
-markdown (``report.py``). torch is imported inside functions only.
+markdown (``report.py``). ``l2sched bench tp --world-size N --out FILE``
+runs the step with real all-reduces, one process per GPU (``tp.py``);
+``l2sched bench tp-report FILE`` writes its markdown and can fit the measured
+all-reduces into a device profile (``tp_report.py``). torch is imported
+inside functions only.
 """
 
 from __future__ import annotations
@@ -46,6 +50,23 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_tp(args) -> int:
+    """``bench tp``: exit 2 on unusable options."""
+    from .tp import run_tp
+    try:
+        run_tp(args)
+    except ValueError as e:
+        print(f"l2sched bench tp: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_tp_report(args) -> int:
+    """``bench tp-report``."""
+    from .tp_report import cmd
+    return cmd(args)
+
+
 def add_cli(subparsers) -> None:
     """Register ``l2sched bench`` (``run``/``report``) on ``subparsers``."""
     p = subparsers.add_parser("bench", help="H200 stand-in benchmark of a decode step")
@@ -59,6 +80,16 @@ def add_cli(subparsers) -> None:
     q.add_argument("--md-out", required=True)
     q.add_argument("--command", default="")
     q.set_defaults(func=cmd_report)
+    t = sub.add_parser("tp", help="multi-GPU decode step with real all-reduces "
+                       "(one process per rank; --dry: CPU, gloo)")
+    from .tp import add_arguments as tp_arguments
+    tp_arguments(t)
+    t.set_defaults(func=cmd_tp, handler=cmd_tp)
+    tr = sub.add_parser("tp-report", help="markdown of a `bench tp` result; "
+                        "optionally fit the all-reduce model into a device profile")
+    from .tp_report import add_arguments as tp_report_arguments
+    tp_report_arguments(tr)
+    tr.set_defaults(func=cmd_tp_report, handler=cmd_tp_report)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,333 @@
+"""``l2sched bench tp-report``: the markdown of a ``bench tp`` result, and the
+measured collective model.
+
+Tables: step time per rank and M (CUDA-graph replays, median and p10-p90)
+with and without the compiled schedule, with real all-reduces and with the
+single-GPU bench's idle intervals (``/spin`` arms); whether the idle-interval
+model predicted the gain measured with real all-reduces (the ``/spin`` arms
+on the same GPUs and the lint's predicted gain at the modelled TP); every
+all-reduce message measured vs the device profile's model; fill finish vs
+expert-stream start per window.
+
+Verdicts: a gain is ``faster``/``slower`` when it exceeds the larger
+p10-p90 half-spread of the two arms compared, else ``same``.
+
+``--update-profile NAME_OR_PATH`` fits ``latency_us + bytes / bandwidth``
+(``devices.fit_allreduce``) to the measured all-reduces of the result
+(median over ranks of each message's per-call median; graph-captured when
+present, else eager; messages up to ``--fit-max-bytes``) and writes it as
+``[allreduce.tpW]`` (W = the result's world size) with the result's date and
+path. Units: us, bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+#: Largest message the default fit uses: a 256-token decode step
+#: (the plans' ``max_tokens``) of hidden 4096 in bf16, bytes.
+FIT_MAX_BYTES = 256 * 4096 * 2
+
+
+def add_arguments(p) -> None:
+    """Options of ``bench tp-report``."""
+    p.add_argument("result", help="JSON written by `l2sched bench tp --out`")
+    p.add_argument("--md-out", default="", help="markdown path (default: stdout)")
+    p.add_argument("--command", default="", help="command line to quote in the report")
+    p.add_argument("--no-lint", action="store_true",
+                   help="skip the lint's predicted gains (CPU, a few s per M)")
+    p.add_argument("--update-profile", default="", metavar="NAME_OR_PATH",
+                   help="write the fitted all-reduce model into this device profile")
+    p.add_argument("--fit-max-bytes", type=int, default=FIT_MAX_BYTES)
+    p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
+
+
+def cmd(args) -> int:
+    """``bench tp-report``: write the markdown; update the profile if asked.
+    Returns the exit code (1 when the fit is impossible)."""
+    d = load(args.result)
+    text = markdown(d, command=args.command, lint=not args.no_lint,
+                    fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source)
+    if args.md_out:
+        with open(args.md_out, "w") as f:
+            f.write(text)
+    else:
+        print(text, end="")
+    if args.update_profile:
+        try:
+            m, path = update_profile(d, args.result, args.update_profile,
+                                     max_bytes=args.fit_max_bytes,
+                                     source=args.fit_source)
+        except ValueError as e:
+            print(f"l2sched bench tp-report: {e}", flush=True)
+            return 1
+        print(f"{path}: [allreduce.tp{d['world_size']}] latency_us = "
+              f"{m.latency_us:.2f}, busbw_gbps = {m.busbw_gbps:.1f} "
+              f"(measured {m.measured})")
+    return 0
+
+
+def load(path: str) -> dict:
+    """Read a ``bench tp`` result; raises ``ValueError`` when it is not one."""
+    with open(path) as f:
+        d = json.load(f)
+    if d.get("kind") != "l2sched bench tp":
+        raise ValueError(f"{path}: not a `l2sched bench tp` result")
+    return d
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def allreduce_points(d: dict, *, max_bytes: int | None = FIT_MAX_BYTES,
+                     source: str = "graph") -> list[tuple[int, float]]:
+    """``(bytes, us)`` per standalone all-reduce message of result ``d``: the
+    median over ranks of each rank's per-call median (``source`` =
+    ``graph``: inside a CUDA graph, falling back to eager when a rank has no
+    graph timing; ``eager``), for messages of at most ``max_bytes`` bytes
+    (``None``: all)."""
+    per: dict[int, list[float]] = {}
+    for r in d["ranks"]:
+        for row in r["allreduce"]:
+            if max_bytes is not None and row["bytes"] > max_bytes:
+                continue
+            s = row.get("graph_us") if source == "graph" else None
+            s = s or row["eager_us"]
+            per.setdefault(row["bytes"], []).append(s["median"])
+    return sorted((b, _med(v)) for b, v in per.items())
+
+
+def fit(d: dict, result_path: str, *, max_bytes: int | None = FIT_MAX_BYTES,
+        source: str = "graph"):
+    """The fitted ``AllReduceModel`` of result ``d`` (``allreduce_points``),
+    dated with the result's date, ``source`` naming ``result_path``, the
+    world size and the backend; and the maximum relative error of the fit
+    over the points. Raises ``ValueError`` when it cannot be fitted (see
+    ``devices.fit_allreduce``)."""
+    from ..devices import fit_allreduce
+    pts = allreduce_points(d, max_bytes=max_bytes, source=source)
+    m = fit_allreduce(pts, measured=d["date"], source=result_path)
+    err = max(abs(m.time_us(b) - t) / t for b, t in pts)
+    return m, pts, err
+
+
+def update_profile(d: dict, result_path: str, profile: str, *,
+                   max_bytes: int | None = FIT_MAX_BYTES, source: str = "graph"):
+    """Fit result ``d`` and write ``[allreduce.tpW]`` (W = ``d["world_size"]``)
+    into ``profile`` (device name or ``.toml`` path). Returns ``(model,
+    path)``. Raises ``ValueError`` for a dry (CPU) result or an impossible
+    fit, ``L2sInputError`` for an unreadable profile."""
+    from ..devices import write_allreduce_model
+    if d.get("dry") or d.get("backend") != "nccl":
+        raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
+                         "device profile")
+    m, pts, err = fit(d, result_path, max_bytes=max_bytes, source=source)
+    g = d["ranks"][0]["machine"]
+    comments = (
+        f"measured {d['date']} by `l2sched bench tp` on {d['world_size']} x "
+        f"{g.get('gpu', '?')}, NCCL {g.get('nccl', '?')}, NVLink multicast off",
+        f"({source} timing); weighted least-squares fit over {len(pts)} messages "
+        f"of {pts[0][0]}..{pts[-1][0]} B, max error {err:.1%}",
+    )
+    path = write_allreduce_model(profile, d["world_size"], m, comments)
+    return m, path
+
+
+def _fmt(s) -> str:
+    if not s or s.get("median") is None:
+        return "-"
+    return f"{s['median']:.0f} ({s['p10']:.0f}-{s['p90']:.0f})"
+
+
+def _half(s) -> float:
+    return (s["p90"] - s["p10"]) / 2 if s and s.get("p90") is not None else 0.0
+
+
+def verdict(gain: float | None, noise: float) -> str:
+    """``faster`` / ``slower`` / ``same`` for a gain (us) against a noise
+    level (us); ``-`` without a gain."""
+    if gain is None:
+        return "-"
+    return "faster" if gain > noise else "slower" if gain < -noise else "same"
+
+
+def _gain(arms: dict, base: str, arm: str):
+    a, b = arms.get(arm, {}).get("step_us"), arms.get(base, {}).get("step_us")
+    if not a or not b or a.get("median") is None:
+        return None, 0.0
+    return b["median"] - a["median"], max(_half(a), _half(b))
+
+
+def _lint_gains(d: dict) -> dict:
+    """M -> the lint's predicted gain (us) of the schedule at the modelled TP
+    (its all-reduces: the device profile's model, as the single-GPU bench)."""
+    from ..devices import load_device
+    from ..inventory import analytical_inventory, load_model_config
+    from ..lint import run_lint
+    from ..semantic import load_schedule
+    cfg = load_model_config(None)
+    inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
+    prof = load_device(d["device_profile"])
+    sched = load_schedule(d["schedule"], d["overrides"])
+    out = {}
+    for M in d["tokens"]:
+        lr = run_lint(sched, inv, device=prof, tokens=int(M), model_config=cfg)
+        out[str(M)] = lr.step_period("base") - lr.step_period("sim")
+    return out
+
+
+def markdown(d: dict, *, command: str = "", lint: bool = True,
+             fit_max_bytes: int | None = FIT_MAX_BYTES,
+             fit_source: str = "graph") -> str:
+    """The report of result ``d`` (see the module docstring)."""
+    ranks = d["ranks"]
+    g = ranks[0]["machine"]
+    ws, tp = d["world_size"], d["tp"]
+    out = [f"# l2sched bench tp: {ws} ranks, modelled TP{tp}, {d['date']}", ""]
+    if command:
+        out += ["```sh", command, "```", ""]
+    out += [f"- machine: {ws} x {g.get('gpu', 'CPU (dry run)')}, torch {g['torch']}, "
+            f"CUDA {g.get('cuda', '-')}, NCCL {g.get('nccl', '-')}, backend "
+            f"{d['backend']}{' (dry: meta tree, dry-run runtime, host wall times)' if d['dry'] else ''}",
+            f"- world_size {ws}: the all-reduces run across {ws} processes; the weights, "
+            f"inventory and plan are TP{tp}'s per-GPU shapes (TP rank = rank % {tp}).",
+            f"- schedule {d['schedule']} {' '.join(d['overrides'])}; device profile "
+            f"{d['device_profile']}; multicast off: "
+            + ", ".join(f"{k}={v}" for k, v in d["multicast_env"].items()),
+            f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
+            f"rounds, interleaved, barrier before each; {d['note']}.", ""]
+    bad = [(r["rank"], M, a, c) for r in ranks for M, m in r["per_m"].items()
+           for a, v in m["arms"].items() if (c := v.get("allreduce_check"))
+           and c["passed"] != c["calls"]]
+    out.append("All-reduce check (eager forward, every result = sum over ranks): "
+               + ("passed on every rank, M and arm." if not bad else
+                  f"FAILED: {bad}"))
+    out.append("")
+
+    # step times
+    out += ["## Step time (CUDA-graph replay), us: median (p10-p90)", "",
+            "| M | rank | none | compiled | gain | none/spin | compiled/spin | spin gain |",
+            "|---|---|---|---|---|---|---|---|"]
+    for M in map(str, d["tokens"]):
+        for r in ranks:
+            arms = r["per_m"][M]["arms"]
+            cells = []
+            for base, arm in (("none", "compiled"), ("none/spin", "compiled/spin")):
+                gn, _ = _gain(arms, base, arm)
+                pct = (f" ({100 * gn / arms[base]['step_us']['median']:+.2f}%)"
+                       if gn is not None else "")
+                cells += [_fmt(arms.get(base, {}).get("step_us")),
+                          _fmt(arms.get(arm, {}).get("step_us")),
+                          f"{gn:+.1f}{pct}" if gn is not None else "-"]
+            out.append(f"| {M} | {r['rank']} | " + " | ".join(cells) + " |")
+    out.append("")
+
+    # prediction
+    lg = _lint_gains(d) if lint and not d["dry"] else {}
+    out += ["## Did the single-GPU idle-interval model predict it?", "",
+            "Gains (us) of `compiled` over `none`, median over ranks. `spin`: the same "
+            f"step on the same GPUs with the all-reduces replaced by idle intervals of "
+            f"the {d['device_profile']} profile's TP{tp} collective model (what "
+            "`l2sched bench run` does); lint: `run_lint` at the modelled TP.", "",
+            "| M | none step, real / spin | real gain | verdict | spin gain | verdict | "
+            "lint gain | verdict | agree (real vs spin, lint) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    agree = total = 0
+    for M in map(str, d["tokens"]):
+        real = [_gain(r["per_m"][M]["arms"], "none", "compiled") for r in ranks]
+        spin = [_gain(r["per_m"][M]["arms"], "none/spin", "compiled/spin") for r in ranks]
+        rg, rn = _med([x for x, _ in real]), _med([n for _, n in real]) or 0.0
+        sg, sn = _med([x for x, _ in spin]), _med([n for _, n in spin]) or 0.0
+        vr, vs = verdict(rg, rn), verdict(sg, max(rn, sn))
+        lgm = lg.get(M)
+        vl = verdict(lgm, rn) if lgm is not None else "-"
+        base_r = _med([(r["per_m"][M]["arms"]["none"].get("step_us") or {}).get("median")
+                       for r in ranks])
+        base_s = _med([(r["per_m"][M]["arms"].get("none/spin", {}).get("step_us") or {})
+                       .get("median") for r in ranks])
+        a1 = "-" if vs == "-" else ("yes" if vs == vr else "NO")
+        a2 = "-" if vl == "-" else ("yes" if vl == vr else "NO")
+        for a in (a1, a2):
+            if a != "-":
+                total += 1
+                agree += a == "yes"
+        out.append(f"| {M} | {_n(base_r)} / {_n(base_s)} | {_n(rg, '+.1f')} | {vr} | "
+                   f"{_n(sg, '+.1f')} | {vs} | {_n(lgm, '+.1f')} | {vl} | {a1}, {a2} |")
+    out += ["", f"Verdicts agree in {agree} of {total} comparisons.", ""]
+
+    # all-reduce messages
+    out += ["## All-reduce per message (standalone, sum, bf16), us", "",
+            f"Model: the {d['device_profile']} profile's `allreduce_us` at TP{tp} (the "
+            f"idle interval of the single-GPU bench) and at TP{ws}. Measured: per-call "
+            "median, median over ranks (max over ranks in brackets).", "",
+            f"| bytes | tokens | model TP{tp} | model TP{ws} | eager | in graph | "
+            f"graph / model TP{tp} |", "|---|---|---|---|---|---|---|"]
+    rows: dict[int, list] = {}
+    for r in ranks:
+        for row in r["allreduce"]:
+            rows.setdefault(row["bytes"], []).append(row)
+    for b, rs in sorted(rows.items()):
+        ea = [x["eager_us"]["median"] for x in rs]
+        gr = [x["graph_us"]["median"] for x in rs if x.get("graph_us")]
+        ratio = _med(gr) / rs[0]["model_us"] if gr and rs[0]["model_us"] else None
+        out.append(f"| {b} | {rs[0]['tokens']} | {rs[0]['model_us']:.1f} | "
+                   f"{rs[0]['model_ws_us']:.1f} | {_n(_med(ea))} [{_n(max(ea))}] | "
+                   f"{_n(_med(gr))} [{_n(max(gr) if gr else None)}] | "
+                   f"{_n(ratio, '.2f')} |")
+    out += ["", "In-step all-reduce durations (timed graph, median over layers, "
+            "median over ranks), us:", "",
+            "| M | model TP" + str(tp) + " | none: attn / moe | compiled: attn / moe |",
+            "|---|---|---|---|"]
+    for M in map(str, d["tokens"]):
+        cells = []
+        for arm in ("none", "compiled"):
+            v = [r["per_m"][M]["arms"][arm].get("timed", {}).get("collective_us", {})
+                 for r in ranks]
+            cells.append(" / ".join(
+                _n(_med([(x.get(op) or {}).get("median") for x in v]))
+                for op in ("attn.all_reduce", "moe.all_reduce")))
+        out.append(f"| {M} | {ranks[0]['per_m'][M]['allreduce_model_us']:.1f} | "
+                   + " | ".join(cells) + " |")
+    out.append("")
+    if not d["dry"]:
+        try:
+            m, pts, err = fit(d, "", max_bytes=fit_max_bytes, source=fit_source)
+            out += [f"Fit ({fit_source}, {len(pts)} messages up to "
+                    f"{pts[-1][0]} B): latency {m.latency_us:.2f} us + bytes / "
+                    f"{m.busbw_gbps:.1f} GB/s, max error {err:.1%} "
+                    f"(`--update-profile {d['device_profile']}` writes it as "
+                    f"[allreduce.tp{ws}]).", ""]
+        except ValueError as e:
+            out += [f"No collective-model fit: {e}", ""]
+
+    # fills vs experts
+    out += ["## Fill finish vs expert-stream start (compiled arm, timed graph)", "",
+            "Per window: fills, mean fill time (fork to fill-kernel exit, us), "
+            "slack = the same layer's expert-stream start - fill exit (us; min / "
+            "median; negative = the fill still ran when the experts began), fills "
+            "that overlapped the experts.", "",
+            "| M | rank | window | fills | fill us | slack min / median | overlapped |",
+            "|---|---|---|---|---|---|---|"]
+    for M in map(str, d["tokens"]):
+        for r in ranks:
+            fills = r["per_m"][M]["arms"]["compiled"].get("timed", {}).get("fills", [])
+            by: dict[str, list] = {}
+            for f in fills:
+                by.setdefault(f["window"], []).append(f)
+            for w, fs in sorted(by.items()):
+                sl = [f["slack_us"] for f in fs if f["slack_us"] is not None]
+                dur = statistics.mean(f["exit_us"] - f["fork_us"] for f in fs)
+                out.append(f"| {M} | {r['rank']} | {w} | {len(fs)} | {dur:.1f} | "
+                           f"{_n(min(sl) if sl else None, '+.1f')} / "
+                           f"{_n(_med(sl), '+.1f')} | {sum(s < 0 for s in sl)} |")
+    if not any(r["per_m"][M]["arms"]["compiled"].get("timed", {}).get("fills")
+               for r in ranks for M in r["per_m"]):
+        out.append("| - | - | no in-graph fill timing in this result | | | | |")
+    return "\n".join(out) + "\n"
+
+
+def _n(x, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)

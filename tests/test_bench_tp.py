@@ -1,0 +1,108 @@
+"""``l2sched bench tp`` on the CPU: 2 spawned ranks, gloo, meta tree, dry-run runtime.
+
+The multi-process path CI can run: each rank's fill order equals
+``explain_step`` of its own compiled plan, every all-reduce really sums over
+both ranks, the side stream joins once per forward, rank 0 writes one JSON
+with both ranks' records.
+"""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from l2sched.adapters import glm5next as ad
+from l2sched.bench import main
+from l2sched.bench.run import SCHEDULE
+from l2sched.compile import compile_plan
+from l2sched.inventory import analytical_inventory, load_model_config
+from l2sched.runtime import StepInfo, explain_step
+from l2sched.semantic import load_schedule
+
+TOKENS = (1, 2)
+REPLAYS, WARMUP = 2, 1
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp") / "tp.json"
+    rc = main(["tp", "--dry", "--world-size", "2", "--tokens", ",".join(map(str, TOKENS)),
+               "--replays", str(REPLAYS), "--warmup", str(WARMUP), "--ar-iters", "2",
+               "--ar-extra-tokens", "16", "--out", str(out)])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def _collectives_per_step(inv):
+    n = len(inv.layers)
+    return sum(1 for i, kind in enumerate(inv.kinds) for op in ad.decode_timeline(kind)
+               if op.cls == "collective"
+               and ad.condition_holds(op.condition, i, n, inv.tp, inv.ep))
+
+
+def test_rank0_wrote_both_ranks(result):
+    assert result["kind"] == "l2sched bench tp"
+    assert result["world_size"] == 2 and result["tp"] == 4 and result["backend"] == "gloo"
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    assert [r["tp_rank"] for r in result["ranks"]] == [0, 1]
+    for r in result["ranks"]:
+        assert sorted(r["per_m"]) == sorted(map(str, TOKENS))
+        assert [a["bytes"] for a in r["allreduce"]] == sorted(
+            t * 4096 * 2 for t in TOKENS + (16,))
+
+
+def test_issue_log_is_explain_step_of_the_ranks_plan(result):
+    cfg = load_model_config(None)
+    sched = load_schedule(SCHEDULE, [])
+    for r in result["ranks"]:
+        inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=r["tp_rank"])
+        plan = compile_plan(sched, inv, r["tp_rank"])
+        assert r["plan"]["issues"] == len(plan.issues) > 0
+        for M in TOKENS:
+            want = [e.__dict__ for e in explain_step(
+                plan, StepInfo(num_tokens=M, graph_mode="full"))]
+            got = r["per_m"][str(M)]["arms"]["compiled"]["issue_log"]
+            assert got == want
+            assert sum(e["op"] == "launch" for e in got) == len(plan.issues)
+
+
+def test_allreduces_summed_across_ranks(result):
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    calls = _collectives_per_step(inv)
+    assert calls > 0
+    for r in result["ranks"]:
+        for M in TOKENS:
+            for arm in ("none", "compiled"):
+                c = r["per_m"][str(M)]["arms"][arm]["allreduce_check"]
+                # every rank filled rank + 1: the sum over 2 ranks is 3
+                assert c["expected_sum"] == 3
+                assert c["calls"] == calls and c["passed"] == calls
+
+
+def test_join_once_per_forward(result):
+    for r in result["ranks"]:
+        for M in TOKENS:
+            arms = r["per_m"][str(M)]["arms"]
+            assert arms["compiled"]["allreduce_check"]["joins"] == 1
+            assert arms["compiled"]["joins_per_forward"] == [1] * (REPLAYS + WARMUP)
+            assert arms["none"]["allreduce_check"]["joins"] == 0
+            assert arms["compiled"]["step_us"]["n"] == REPLAYS
+            assert arms["compiled"]["runtime_stats"]["skipped"] == {}
+
+
+def test_report_renders(result, tmp_path):
+    from l2sched.bench.tp_report import markdown, update_profile
+    text = markdown(result, lint=False)
+    assert "passed on every rank, M and arm" in text
+    assert "| 2 | 1 |" in text          # M=2, rank 1 row
+    with pytest.raises(ValueError, match="CPU"):
+        update_profile(result, "x.json", str(tmp_path / "never.toml"))
+
+
+@pytest.mark.parametrize("argv", [["--dry", "--world-size", "1"],
+                                  ["--dry", "--backend", "nccl"],
+                                  ["--dry", "--world-size", "8"]])
+def test_bad_options_are_usage_errors(argv, capsys):
+    assert main(["tp", *argv, "--tokens", "1"]) == 2
+    assert "l2sched bench tp:" in capsys.readouterr().err
