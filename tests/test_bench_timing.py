@@ -87,7 +87,7 @@ def test_collect_exact():
             (4, "moe.shared.gate_up_proj", "aux", E(71), E(75)),
             (4, "moe.w13", "main", E(90), E(95)), (4, "moe.w2", "main", E(96), E(99))]
     side = [(3, "attn.o_proj", 1, E(25)), (4, "attn.o_proj", 2, E(93)),
-            (4, "moe.w2", 1, E(101))]
+            (4, "moe.w2", 1, E(101)), (4, "step_end", 3, E(102))]
     acc = {}
     for shift in (0.0, 0.0, 4.0):   # three replays; the last one 4 us longer
         tg = TimedGraph(None, recs, side, E(0), E(100 + shift))
@@ -107,6 +107,8 @@ def test_collect_exact():
     # after the last MoE layer's experts: no expert stream to finish before
     assert f["4:moe.w2"]["expert_start_us"] is None
     assert f["4:moe.w2"]["exit_before_experts_us"] is None
+    assert f["4:step_end"] == {"fills": 3, "fill_exit_us": 102, "expert_start_us": None,
+                               "exit_before_experts_us": None}
 
 
 def test_verdict_rules():

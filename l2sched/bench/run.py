@@ -351,7 +351,8 @@ def _collect(tg: TimedGraph, acc: dict) -> None:
     stream (sum of the ``moe.w13``/``moe.w2`` durations); per side event its
     time (the last fill kernel's exit), the start of the first ``moe.w13``
     starting at or after the start of the op the fills were issued at (the
-    expert stream they must finish before; None after the last MoE layer)
+    expert stream they must finish before; None after the last MoE layer and
+    for fills issued after the step's last op, recorded as op ``step_end``)
     and the margin (expert start - fill exit; positive = exited before)."""
     from bisect import bisect_left
     st = tg.start
@@ -384,7 +385,7 @@ def _collect(tg: TimedGraph, acc: dict) -> None:
     for layer, op, n, ev in tg.side:
         key = f"{layer}:{op}"
         t = st.elapsed_time(ev) * 1000.0
-        j = bisect_left(w13, at[key][0])
+        j = bisect_left(w13, at[key][0]) if key in at else len(w13)  # step_end: none after
         es = w13[j] if j < len(w13) else None
         f = fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
         f["exit"].append(t)

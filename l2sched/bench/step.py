@@ -269,6 +269,9 @@ class StepRunner:
         for lay in self.model.layers:
             lay(x)
         if self.timing:
+            if self.fill_count is not None and self.records:
+                # fills issued after the last op (a trailing hook)
+                self._mark_fills(self.records[-1][0], None)
             self.end_event = self.event()
             if self.cuda and self.side_records:
                 # The side events come after the runtime's joins: join the
@@ -364,7 +367,8 @@ class StepRunner:
     def _mark_fills(self, layer: int, op) -> None:
         """After op ``op`` of ``layer``: a side-stream event when fills were
         issued since the last one (``fill_count``); without ``fill_count``
-        (eager only) after every op with hooks."""
+        (eager only) after every op with hooks. ``op`` None: the end of the
+        step (recorded as op ``step_end``)."""
         if self.fill_count is not None:
             n = self.fill_count()
             new = n - self._fills_seen
@@ -377,7 +381,8 @@ class StepRunner:
             new = 0
         else:
             return
-        self.side_records.append((layer, op.name, new, self.event(self._side_stream())))
+        name = op.name if op is not None else "step_end"
+        self.side_records.append((layer, name, new, self.event(self._side_stream())))
 
     def _body(self, lay, op) -> None:
         torch = self.torch
