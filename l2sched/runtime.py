@@ -103,6 +103,19 @@ def gate(step: StepInfo, *, capturing: bool, max_tokens: int,
     return _D["eager"]
 
 
+def gate_pair(step: StepInfo, max_tokens: int) -> tuple[GateDecision, GateDecision]:
+    """``gate`` for one step when not capturing and when capturing (prefetch
+    enabled), as one pair; the two are the same object when the capture state
+    cannot change the decision (then nobody needs to ask the driver). When
+    ``step.capturing`` is set, both are the decision for that value. The
+    runtime computes this once per ``StepInfo`` object, not per hook firing."""
+    if step.capturing is not None:
+        d = gate(step, capturing=step.capturing, max_tokens=max_tokens)
+        return d, d
+    return (gate(step, capturing=False, max_tokens=max_tokens),
+            gate(step, capturing=True, max_tokens=max_tokens))
+
+
 @dataclass
 class RuntimeStats:
     """Counters since creation: ``issued``/``joined`` calls that did work,
@@ -362,20 +375,30 @@ class CudaRuntime(RuntimeBase):
     ``device``: CUDA device index (default: the current device at first use).
     ``grid``/``threads``/``chunk``: kernel shape (CTAs, threads per CTA, bytes
     per request; defaults in ``l2sched.kernel``); ``mode``: the kernel's fill
-    instruction (``bulk`` default, ``load``; see ``kernel.get_kernel``). Rows
-    of all issues live in
+    instruction (``bulk`` default, ``load``; see ``kernel.get_kernel``).
+    ``sync``: how fork and join are enqueued: ``driver`` (``cuda.bindings``
+    ``cuEventRecord``/``cuStreamWaitEvent`` on raw handles), ``torch``
+    (``torch.cuda.Event``/``Stream`` objects) or ``auto`` (``driver`` when
+    ``cuda.bindings`` imports, else ``torch``); same ordering either way.
+    Rows of all issues live in
     one device table, int64 ``[sum of rows, 2]``, with a host mirror; issue
     ``i`` owns rows ``[offsets[i], offsets[i+1])``. The kernel, side stream,
     table and set-aside are prepared at the first ``prepare``/``set_rows``/
     ``issue``; any failure there disables prefetch with one log line."""
 
+    SYNCS = ("auto", "driver", "torch")
+
     def __init__(self, plan: Plan, *, device: int | None = None,
                  grid: int | None = None, threads: int | None = None,
-                 chunk: int | None = None, mode: str = "bulk", **kw):
+                 chunk: int | None = None, mode: str = "bulk",
+                 sync: str = "auto", **kw):
         super().__init__(plan, **kw)
+        if sync not in self.SYNCS:
+            raise ValueError(f"unknown sync {sync!r} ({', '.join(self.SYNCS)})")
         self.device = device
         self.grid, self.threads, self.chunk = grid, threads, chunk
         self.mode = mode
+        self.sync = sync
         self._ready = False
         self._kernel = None
         self._pending = False
@@ -384,6 +407,15 @@ class CudaRuntime(RuntimeBase):
         self.offsets = [0]
         for wi in plan.issues:
             self.offsets.append(self.offsets[-1] + len(wi.ranges))
+        # Per issue, precomputed for issue(): row span (None = no ranges) and
+        # bytes of the bound rows (stats).
+        self._spans = [(b, e) if e > b else None
+                       for b, e in zip(self.offsets, self.offsets[1:])]
+        self._nbytes = [0] * len(plan.issues)
+        # gate_pair of the last StepInfo object seen (identity-cached), and
+        # the decision when the capture state cannot change it (else None).
+        self._gate_step: StepInfo | None = None
+        self._gate_nocap = self._gate_cap = self._gate_fixed = _D["eager"]
 
     def _capturing(self, step: StepInfo) -> bool:
         if step.capturing is not None:
@@ -427,11 +459,12 @@ class CudaRuntime(RuntimeBase):
             self._kernel = kern
             self._side = side_stream(dev)
             self._side_handle = self._side.cuda_stream
-            self._setup_driver_path(torch)
+            self._setup_streams(torch)
             n = max(self.offsets[-1], 1)
             self._host = torch.zeros((n, 2), dtype=torch.int64, pin_memory=True)
             self._table = torch.zeros((n, 2), dtype=torch.int64, device=dev)
             self._table_ptr = self._table.data_ptr()
+            self._launch = kern.bind(self._table_ptr, self._side_handle)
             if self.plan.set_aside != 0:
                 apply_set_aside(dev, self.plan.set_aside)
             if not torch.cuda.is_current_stream_capturing():
@@ -444,53 +477,101 @@ class CudaRuntime(RuntimeBase):
                 self._dirty.add(i)
         return True
 
-    def _setup_driver_path(self, torch) -> None:
-        """Events and stream handles for the host-cheap fork/join path: raw
-        driver calls (``cuda.bindings``: cuEventRecord, cuStreamWaitEvent)
-        on ``torch._C._cuda_getCurrentRawStream`` handles, about 1 us each,
-        instead of torch.cuda.Event/Stream objects."""
-        from cuda.bindings import driver as drv
-        flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        err, self._fork = drv.cuEventCreate(flags)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuEventCreate: {err}")
-        err, self._done = drv.cuEventCreate(flags)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuEventCreate: {err}")
-        self._drv = drv
-        self._side_cu = drv.CUstream(self._side_handle)
-        self._cu_streams: dict[int, object] = {}
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    def _setup_streams(self, torch) -> None:
+        """Pre-resolve everything fork and join touch, so a hook firing makes
+        no lookups or allocations beyond the calls themselves: the raw
+        current-stream query (``torch._C._cuda_getCurrentRawStream``), the
+        capture query, two pre-created events (fork, done) and the
+        ``sync`` backend's record/wait functions."""
         dev = self.device
-        self._raw_stream = ((lambda: raw(dev)) if raw is not None else
-                            (lambda: torch.cuda.current_stream(dev).cuda_stream))
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._raw = raw if raw is not None else \
+            (lambda d: torch.cuda.current_stream(d).cuda_stream)
         cap = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
         self._is_capturing = cap if cap is not None else \
             torch.cuda.is_current_stream_capturing
+        sync = self.sync
+        if sync == "auto":
+            try:
+                from cuda.bindings import driver  # noqa: F401
+                sync = "driver"
+            except Exception:
+                sync = "torch"
+        self.sync = sync
+        if sync == "driver":
+            from cuda.bindings import driver as drv
+            flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+            err, self._fork = drv.cuEventCreate(flags)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuEventCreate: {err}")
+            err, self._done = drv.cuEventCreate(flags)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuEventCreate: {err}")
+            self._drv = drv
+            self._record, self._wait = drv.cuEventRecord, drv.cuStreamWaitEvent
+            self._cu_stream = drv.CUstream
+            self._side_cu = drv.CUstream(self._side_handle)
+            self._cu_streams: dict[int, object] = {}
+            self._fork_side, self._join_side = self._fork_driver, self._join_driver
+        else:
+            self._fork = torch.cuda.Event()  # timing off by default
+            self._done = torch.cuda.Event()
+            # the C methods: torch.cuda.Event.record/wait add a Python frame
+            base = torch._C._CudaEventBase
+            self._record, self._wait = base.record, base.wait
+            self._current_stream = torch.cuda.current_stream
+            self._fork_side, self._join_side = self._fork_torch, self._join_torch
 
     def _cur(self):
         """The current stream as a ``CUstream`` (cached per raw handle)."""
-        h = self._raw_stream()
+        h = self._raw(self.device)
         s = self._cu_streams.get(h)
         if s is None:
-            s = self._cu_streams[h] = self._drv.CUstream(h)
+            s = self._cu_streams[h] = self._cu_stream(h)
         return s
+
+    # Fork: the side stream waits for the current stream's work so far.
+    # Join: the current stream waits for the side stream's work so far. The
+    # done event is recorded at the join, not after every launch: one driver
+    # call per fill less, and the side stream's last fill is still covered.
+
+    def _fork_driver(self) -> None:
+        self._record(self._fork, self._cur())
+        self._wait(self._side_cu, self._fork, 0)
+
+    def _join_driver(self) -> None:
+        self._record(self._done, self._side_cu)
+        self._wait(self._cur(), self._done, 0)
+
+    def _fork_torch(self) -> None:
+        self._record(self._fork, self._current_stream(self.device))
+        self._wait(self._fork, self._side)
+
+    def _join_torch(self) -> None:
+        self._record(self._done, self._side)
+        self._wait(self._done, self._current_stream(self.device))
 
     def _warm_launch(self) -> None:
         """An empty launch (no rows) on the side stream, outside any capture:
         loads the module and checks the launch path, so the first launch inside
         a capture makes no module-loading driver call."""
-        from . import kernel as K
         try:
-            self._kernel.launch(self._table_ptr, 0, 0, self._side_handle)
+            self._launch(0, 0)
         except Exception:
-            if not self._kernel.ffi:
+            if not self._fallback():
                 raise
-            new = K.fallback_to_generic(self._kernel)
-            if new is None:
-                raise
-            self._kernel = new
-            self._kernel.launch(self._table_ptr, 0, 0, self._side_handle)
+            self._launch(0, 0)
+
+    def _fallback(self) -> bool:
+        """Switch to the generic launch path after a TVM-FFI call raised;
+        whether there is one."""
+        from . import kernel as K
+        new = K.fallback_to_generic(self._kernel) if self._kernel.ffi else None
+        if new is None:
+            return False
+        self._kernel = new
+        self._launch = new.bind(self._table_ptr, self._side_handle)
+        return True
 
     def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
         """Bind issue ``index`` to ``rows`` (``(address, bytes)``; more rows than
@@ -502,6 +583,7 @@ class CudaRuntime(RuntimeBase):
         if len(rows) > cap:
             raise ValueError(f"issue {index} has {cap} ranges, got {len(rows)} rows")
         self.rows[index] = rows
+        self._nbytes[index] = sum(n for _, n in rows)
         self._dirty.add(index)
         if not self.prepare():
             return False
@@ -529,14 +611,30 @@ class CudaRuntime(RuntimeBase):
     def issue(self, index: int | WindowIssue) -> bool:
         """Gate, then fork the side stream from the current stream and launch
         the fill of issue ``index`` there. Returns whether a fill was enqueued
-        (or captured). Never raises on CUDA/kernel trouble: it disables."""
+        (or captured). Never raises on CUDA/kernel trouble: it disables.
+
+        Host cost (benchmarks/host_cost.py): the gate is evaluated once per
+        ``StepInfo`` object and the capture state is asked only when it can
+        change the decision (warm-up and PIECEWISE steps); then two driver
+        calls (fork) and the launch, with no allocation."""
         i = index if isinstance(index, int) else self.index_of(index)
         if not self._ready:
             self.prepare()
         if not self.enabled:
             self._skip("disabled")
             return False
-        d = self.decide()
+        step = self.step_provider() if self.step_provider is not None else self.step
+        if step is not self._gate_step:
+            nocap, cap = gate_pair(step, self.plan.max_tokens)
+            # both issue (eager vs full-capture differ only in the reason,
+            # which nothing records for an issued fill) or the same skip
+            same = (nocap.issue and cap.issue) or nocap is cap
+            self._gate_nocap, self._gate_cap = nocap, cap
+            self._gate_fixed = nocap if same else None
+            self._gate_step = step
+        d = self._gate_fixed
+        if d is None:
+            d = self._gate_cap if self._is_capturing() else self._gate_nocap
         if not d.issue:
             self._skip(d.reason)
             return False
@@ -547,36 +645,32 @@ class CudaRuntime(RuntimeBase):
                             "issue skipped until the next eager forward")
             self._skip("unbound-in-capture")
             return False
-        b, e = self.offsets[i], self.offsets[i + 1]
-        if e == b:
+        span = self._spans[i]
+        if span is None:
             return False
-        drv = self._drv
-        drv.cuEventRecord(self._fork, self._cur())
-        drv.cuStreamWaitEvent(self._side_cu, self._fork, 0)
-        try:
-            self._kernel.launch(self._table_ptr, b, e, self._side_handle)
-        except Exception as ex:
-            from . import kernel as K
-            new = K.fallback_to_generic(self._kernel) if self._kernel.ffi else None
-            if new is None:
-                self._disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
-                # The side stream waited on the fork: keep the join balanced.
-                drv.cuEventRecord(self._done, self._side_cu)
-                self._pending = True
-                return False
-            self._kernel = new
-            self._kernel.launch(self._table_ptr, b, e, self._side_handle)
-        drv.cuEventRecord(self._done, self._side_cu)
+        self._fork_side()
+        # From here the side stream waited on the fork: the join must run
+        # even when the launch fails.
         self._pending = True
-        self.stats.issued += 1
-        self.stats.bytes_issued += sum(n for _, n in self.rows[i])
+        b, e = span
+        try:
+            self._launch(b, e)
+        except Exception as ex:
+            if not self._fallback():
+                self._disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
+                return False
+            self._launch(b, e)
+        stats = self.stats
+        stats.issued += 1
+        stats.bytes_issued += self._nbytes[i]
         return True
 
     def join(self) -> None:
-        """Make the current stream wait for the side stream's last fill (no-op
-        when nothing was issued since the last join)."""
+        """Make the current stream wait for the side stream's work so far, so
+        for the last fill (no-op when nothing was issued since the last join).
+        """
         if self._pending:
-            self._drv.cuStreamWaitEvent(self._cur(), self._done, 0)
+            self._join_side()
             self._pending = False
             self.stats.joined += 1
 

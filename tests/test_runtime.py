@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from l2sched.plan import ByteRange, Plan, WindowIssue
-from l2sched.runtime import (DryRunRuntime, StepInfo, explain_step, format_events,
-                             gate, make_runtime)
+from l2sched.runtime import (GRAPH_MODES, DryRunRuntime, StepInfo, explain_step,
+                             format_events, gate, gate_pair, make_runtime)
 
 
 def _plan(max_tokens=256, issues=None, policy="evict_last", set_aside=0):
@@ -53,6 +53,30 @@ def test_gate_table(step, capturing, expect):
 def test_gate_disabled_wins():
     d = gate(StepInfo(num_tokens=1), capturing=False, max_tokens=256, enabled=False)
     assert (d.issue, d.reason) == (False, "disabled")
+
+
+def test_gate_pair_equals_gate_for_every_step():
+    # CudaRuntime.issue decides through gate_pair (once per StepInfo) and asks
+    # for the capture state only when the pair differs: it must be gate().
+    import itertools
+    for n, pre, mode, warm, cap_field in itertools.product(
+            (None, 1, 256, 257), (False, True), GRAPH_MODES, (False, True),
+            (None, False, True)):
+        step = StepInfo(num_tokens=n, is_prefill=pre, graph_mode=mode,
+                        warmup=warm, capturing=cap_field)
+        nocap, cap = gate_pair(step, 256)
+        for capturing, d in ((False, nocap), (True, cap)):
+            want = gate(step, capturing=capturing if cap_field is None else cap_field,
+                        max_tokens=256)
+            assert d == want, (step, capturing)
+        if nocap is not cap:  # only then may the capture state matter
+            assert (nocap.issue, nocap.reason) != (cap.issue, cap.reason)
+
+
+def test_cuda_runtime_rejects_unknown_sync():
+    from l2sched.runtime import CudaRuntime
+    with pytest.raises(ValueError):
+        CudaRuntime(_plan(), sync="cupy")
 
 
 # --- dry run ----------------------------------------------------------------
@@ -157,3 +181,30 @@ def test_unknown_policy_disables(caplog):
         assert K.get_kernel(0, policy="evict_sometimes", check_device=False) is None
     assert "unknown cache policy" in caplog.text
     K.reset_for_tests()
+
+
+def test_ffi_kernel_calls_the_bare_tvm_ffi_function():
+    # Compile-only (no GPU): the TVM-FFI path must call the tvm_ffi.Function
+    # itself, not the DSL's Python wrappers (4.8.x adds two frames per call).
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import tvm_ffi\n"
+        "from l2sched import kernel as K\n"
+        "k = K.get_kernel(0, check_device=False, ffi=True)\n"
+        "assert k is not None and k.ffi, K.disabled_reason()\n"
+        "f = k._ffi_call\n"
+        "bare = isinstance(f, tvm_ffi.Function) and "
+        "type(f).__call__ is tvm_ffi.Function.__call__\n"
+        "slot = getattr(f, '__self__', None) is not None and "
+        "isinstance(f.__self__, tvm_ffi.Function)\n"
+        "assert bare or slot, type(f)\n"
+        "assert callable(k.bind(0, 0))\n"
+        "print('ok')\n")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-3000:]

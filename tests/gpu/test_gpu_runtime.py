@@ -106,15 +106,17 @@ def test_kernel_runs_over_odd_tables():
     torch.cuda.synchronize()
 
 
-@pytest.mark.parametrize("policy,mode", [("evict_last", "bulk"), ("evict_normal", "bulk"),
-                                         ("evict_first", "bulk"), ("evict_last", "load")])
-def test_eager_bitwise_identical(policy, mode):
+@pytest.mark.parametrize("policy,mode,sync", [
+    ("evict_last", "bulk", "auto"), ("evict_normal", "bulk", "auto"),
+    ("evict_first", "bulk", "auto"), ("evict_last", "load", "auto"),
+    ("evict_last", "bulk", "torch")])
+def test_eager_bitwise_identical(policy, mode, sync):
     layers = _model()
     x = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
     ref = _fwd(layers, x)
     ref2 = _fwd(layers, x)
     plan = _plan(len(layers), policy=policy)
-    rt = CudaRuntime(plan, mode=mode)
+    rt = CudaRuntime(plan, mode=mode, sync=sync)
     rt.set_step(StepInfo(num_tokens=8))
     with install(layers, plan, SITES, rt):
         outs = [_fwd(layers, x) for _ in range(3)]
@@ -130,7 +132,8 @@ def test_eager_bitwise_identical(policy, mode):
     assert b0[2][1] > 0 and all(a % 16 == 0 and n % 16 == 0 for a, n in b0)
 
 
-def test_full_graph_capture_with_side_stream_replays():
+@pytest.mark.parametrize("sync", ["driver", "torch"])
+def test_full_graph_capture_with_side_stream_replays(sync):
     layers = _model()
     plan = _plan(len(layers))
     x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
@@ -138,7 +141,7 @@ def test_full_graph_capture_with_side_stream_replays():
     xs = [torch.randn(8, D, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
     for x in xs:
         refs.append(_fwd(layers, x))
-    rt = CudaRuntime(plan)
+    rt = CudaRuntime(plan, sync=sync)
     with install(layers, plan, SITES, rt):
         # warm-up forwards right before capture: bind, but no fills
         rt.set_step(StepInfo(num_tokens=8, graph_mode="full", warmup=True))
@@ -154,6 +157,7 @@ def test_full_graph_capture_with_side_stream_replays():
         with torch.cuda.graph(g):
             y_static = _fwd(layers, x_static)
         assert rt.stats.issued == len(plan.issues)  # captured, not skipped
+        assert rt.sync == sync
     # the installation is gone; the graph still holds the fills
     for _ in range(3):
         for x, ref in zip(xs, refs):
@@ -161,6 +165,62 @@ def test_full_graph_capture_with_side_stream_replays():
             g.replay()
             torch.cuda.synchronize()
             assert torch.equal(y_static, ref)
+
+
+def test_bound_launch_ffi_and_generic_over_odd_tables():
+    # PrefetchKernel.bind (the runtime's launch) on both launch paths
+    buf = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    p = buf.data_ptr()
+    rows = [(p, 16), (p + 16, 16384 * 3 + 32), (p + (1 << 20), 0), (p + 7, 100)]
+    table = torch.tensor(rows, dtype=torch.int64, device="cuda")
+    s = torch.cuda.Stream()
+    paths = 0
+    for ffi in (True, False):
+        kern = K.get_kernel(0, ffi=ffi)
+        if kern is None:
+            continue
+        paths += 1
+        launch = kern.bind(table.data_ptr(), s.cuda_stream)
+        for b, e in [(0, 4), (0, 0), (2, 3), (3, 4)]:
+            launch(b, e)
+    s.synchronize()
+    assert paths >= 1, K.disabled_reason()
+
+
+def _one_issue_plan():
+    return Plan(schedule="gpu-order", model="toy", device="h200", tp=1, tp_rank=0,
+                ep=False, policy="evict_last", max_tokens=64, set_aside=0, num_layers=1,
+                issues=(WindowIssue("A", "x", 0, 1 << 20,
+                                    (ByteRange(0, "w", 0, 1 << 20),)),))
+
+
+@pytest.mark.parametrize("sync", ["driver", "torch"])
+def test_fork_and_join_order_streams(sync):
+    # fork: the side stream runs after the current stream's earlier work;
+    # join: the current stream runs after everything on the side stream so
+    # far (the done event is recorded at the join, not after each launch).
+    w = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    rt = CudaRuntime(_one_issue_plan(), sync=sync)
+    rt.set_step(StepInfo(num_tokens=1))
+    assert rt.set_rows(0, [(w.data_ptr(), 1 << 20)]), K.disabled_reason()
+    side = rt._side
+    a = torch.zeros(1 << 16, device="cuda")
+    b = torch.zeros_like(a)
+    c = torch.zeros_like(a)
+    for k in range(1, 4):
+        torch.cuda._sleep(20_000_000)  # ~10 ms at 2 GHz: a race would show
+        a.fill_(k)
+        assert rt.issue(0)
+        with torch.cuda.stream(side):  # after the fork: sees a == k
+            b.copy_(a)
+            torch.cuda._sleep(20_000_000)
+            c.fill_(k)
+        rt.join()
+        d = c.clone()  # after the join: sees c == k
+        torch.cuda.synchronize()
+        assert torch.all(b == k) and torch.all(d == k), (sync, k)
+    assert rt.stats.issued == 3 and rt.stats.joined == 3
+    assert rt.stats.bytes_issued == 3 * (1 << 20)
 
 
 def test_piecewise_capture_skips_and_captures_cleanly():
