@@ -53,7 +53,10 @@ class DeviceProfile:
 
     Bytes: ``l2_bytes``, ``set_aside_max_bytes``,
     ``evict_last_protected_bytes`` (evict_last bytes that survive a stream
-    without a set-aside). Fractions: ``evict_normal_survival``. Bandwidths in
+    without a set-aside). Fractions: ``evict_normal_survival``,
+    ``fill_effect`` (the share of the cold-to-L2-hot time difference that a
+    consumer gains from bytes a fill made resident; 1 = as fast as a hot
+    re-read, measured by effect per device and fill kernel). Bandwidths in
     GB/s: ``dram_read_gbps`` (device-memory ceiling shared by all concurrent
     reads), ``gemm_dram_gbps``/``gemm_l2_gbps`` (an M<=256 GEMM reading its
     weight from device memory / from L2), ``fill_gbps`` (bulk-prefetch fill).
@@ -68,6 +71,7 @@ class DeviceProfile:
     set_aside_max_bytes: int
     evict_last_protected_bytes: int
     evict_normal_survival: float
+    fill_effect: float
     dram_read_gbps: float
     gemm_dram_gbps: float
     gemm_l2_gbps: float
@@ -109,6 +113,7 @@ _FIELDS: dict[tuple[str, str], tuple[str, type, float]] = {
     ("l2", "set_aside_max_bytes"): ("set_aside_max_bytes", int, 0),
     ("l2", "evict_last_protected_bytes"): ("evict_last_protected_bytes", int, 0),
     ("l2", "evict_normal_survival"): ("evict_normal_survival", float, 0),
+    ("l2", "fill_effect"): ("fill_effect", float, 0),
     ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, 1e-9),
     ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, 1e-9),
     ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, 1e-9),
@@ -212,9 +217,10 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             bad(section, key, f"must be >= {low:g}, got {v}")
             continue
         values[attr] = typ(v)
-    frac = values.get("evict_normal_survival")
-    if frac is not None and frac > 1:
-        bad("l2", "evict_normal_survival", f"is a fraction in 0..1, got {frac}")
+    for key in ("evict_normal_survival", "fill_effect"):
+        frac = values.get(key)
+        if frac is not None and frac > 1:
+            bad("l2", key, f"is a fraction in 0..1, got {frac}")
     ar: dict[int, AllReduceModel] = {}
     sec = raw.get("allreduce")
     if not isinstance(sec, dict):

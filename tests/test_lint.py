@@ -271,3 +271,42 @@ def test_step_graph_tables_are_the_networkx_graph():
     for u, v in g.edges:
         assert order[u] < order[v]
         assert timing[v].start + 1e-9 >= timing[u].finish
+
+
+def _cold_durations(run):
+    """(kind, op) -> modeled duration (us) of the no-prefetch baseline."""
+    import statistics
+    from collections import defaultdict
+
+    per = defaultdict(list)
+    for v, d in run.base_sg.nodes.items():
+        t = run.base.timing[v]
+        if d["active"] and d["cls"] not in ("fill", "join") and d["pos"] < run.sg.num_layers:
+            per[(d["kind"], d["op"])].append(t.finish - t.start)
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def test_calibrating_with_the_models_own_cold_times_keeps_the_prefetch_gain():
+    # measured durations come from a step without prefetch; scaling an op
+    # whose weights a fill made resident must not stretch it back to cold
+    run = lint_path(str(SHIPPED))
+    gain = run.step_period("base") - run.step_period("sim")
+    assert gain > 50
+    cal = run_lint(run.schedule, run.inventory, measured=_cold_durations(run))
+    cal_gain = cal.step_period("base") - cal.step_period("sim")
+    assert abs(cal.step_period("base") - run.step_period("base")) < 0.01 * run.step_period("base")
+    assert cal_gain == pytest.approx(gain, rel=0.1)
+
+
+def test_fill_effect_scales_the_predicted_gain():
+    import dataclasses
+
+    run = lint_path(str(SHIPPED))
+    gains = {}
+    for effect in (0.0, 0.5, 1.0):
+        dev = dataclasses.replace(run.device, fill_effect=effect)
+        r = run_lint(run.schedule, run.inventory, device=dev)
+        gains[effect] = r.step_period("base") - r.step_period("sim")
+    assert run.device.fill_effect == 1.0  # the SM120 profile's assumption
+    assert gains[1.0] == run.step_period("base") - run.step_period("sim")
+    assert gains[0.0] < 0 < gains[0.5] < gains[1.0]  # with no effect, fills only cost

@@ -6,7 +6,9 @@ Each node runs in phases, in order:
   (``attention_core_us``), all-reduces (the profile's collective model on a
   ``tokens x hidden x 2``-byte message), a GEMM's fixed cost, a fill's launch;
 - ``l2`` (bytes): weight bytes a fill made resident, read at ``gemm_l2_gbps``
-  (not shared);
+  (not shared), times the device's ``fill_effect`` (the measured share of the
+  cold -> hot gain a fill delivers; the rest of the hit bytes are read like
+  misses);
 - ``dram`` (bytes): bytes read from device memory. All nodes in this phase at
   the same time share ``dram_read_gbps`` by water-filling, each capped at its
   own rate (``gemm_dram_gbps`` for GEMMs and the expert stream, ``fill_gbps``
@@ -116,8 +118,10 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     ``hidden``: hidden size (all-reduce message = ``tokens * hidden * 2``
     bytes); ``policy``/``set_aside``: the schedule's cache policy and
     set-aside bytes (-1 = device maximum); ``measured``: ``(layer kind, op)
-    -> us`` durations from a profiler trace (``calibrate``), which replace
-    the modeled time of those ops (memory phases scaled to match).
+    -> us`` durations from a profiler trace (``calibrate``) of a step
+    without prefetch, which replace the modeled time of those ops: every
+    phase is scaled by measured / modeled, where modeled is the op's cold
+    time (no L2 hits) for weight-streaming ops, so hits keep their gain.
 
     The event loop runs on plain lists derived from ``sg.nodes`` /
     ``sg.adj`` (node index = insertion order; per node its attributes,
@@ -127,6 +131,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     gemm_dram = device.gemm_dram_gbps * 1e3
     gemm_l2 = device.gemm_l2_gbps * 1e3
     fill_bw = device.fill_gbps * 1e3
+    effect = device.fill_effect
     protected = device.protected_bytes(set_aside, policy)
     l2 = device.l2_bytes
     ar_us = device.allreduce_us(tp, tokens * hidden * 2)
@@ -186,6 +191,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
             return [("fixed", device.fill_launch_us, 0.0), ("dram", nbytes, fill_bw)]
         if cls == "join" or not d["active"]:
             return []
+        cold = None  # modeled time (us) of a weight-streaming op without hits
         if cls == "collective":
             out = [("fixed", ar_us, 0.0)]
         elif cls == "attention_core":
@@ -196,18 +202,24 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
             out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, gemm_dram)]
         elif cls in GEMM_CLASSES and d["reads"]:
             total, hit = _consume(t, d)
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", hit, gemm_l2),
-                   ("dram", total - hit, gemm_dram)]
+            # resident bytes buy only fill_effect of the cold -> hot gain
+            fast = hit * effect
+            out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", fast, gemm_l2),
+                   ("dram", total - fast, gemm_dram)]
+            cold = device.gemm_fixed_us + total / gemm_dram
         else:  # latency-bound small kernel (its reads still count as hits)
             _consume(t, d)
             out = [("fixed", device.small_kernel_us, 0.0)]
         want = measured.get((d["kind"], d["op"])) if measured else None
         if want is not None:
-            model = sum(a if k == "fixed" else a / c for k, a, c in out if a > 0)
-            scale = want / model if model > 0 else 1.0
+            # measured durations come from a step without prefetch: scale
+            # against the op's cold model, so its L2 hits keep their gain
+            model = cold if cold is not None else sum(
+                a if k == "fixed" else a / c for k, a, c in out if a > 0)
             if model <= 0:
                 out = [("fixed", want, 0.0)]
             else:
+                scale = want / model
                 out = [(k, a * scale, c) if k == "fixed" else (k, a, c / scale)
                        for k, a, c in out]
         return out
