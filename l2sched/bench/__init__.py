@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
     p.add_argument("--dry", action="store_true", help="meta device, no GPU")
+    p.add_argument("--per-op", dest="per_op", choices=("graph", "eager"), default="graph",
+                   help="per-op times from a timed CUDA-graph variant (default) or the "
+                        "host-launch-bound eager pass (fallback, labelled so)")
 
 
 def cmd_run(args) -> int:
@@ -73,13 +76,13 @@ def add_cli(subparsers) -> None:
     sub = p.add_subparsers(dest="bench_cmd", required=True)
     r = sub.add_parser("run", help="measure the arms (GPU)")
     add_arguments(r)
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_run, handler=cmd_run)
     q = sub.add_parser("report", help="lint the arms, compare, write JSON + markdown")
     q.add_argument("result")
     q.add_argument("--json-out", required=True)
     q.add_argument("--md-out", required=True)
     q.add_argument("--command", default="")
-    q.set_defaults(func=cmd_report)
+    q.set_defaults(func=cmd_report, handler=cmd_report)
     t = sub.add_parser("tp", help="multi-GPU decode step with real all-reduces "
                        "(one process per rank; --dry: CPU, gloo)")
     from .tp import add_arguments as tp_arguments

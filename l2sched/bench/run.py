@@ -18,8 +18,7 @@ expert stream after it. A fill's "finish" is its kernel's exit: a bulk
 ``cp.async.bulk.prefetch`` kernel exits once its requests are issued, before
 its lines land; a load-mode kernel exits when its loads returned. The timed
 graph's step time is reported next to the untimed one (the event nodes'
-overhead). ``per_op="eager"`` (no CLI flag; ``run(args)`` with
-``args.per_op``) is the old, host-launch-bound eager fallback, labelled so.
+overhead). ``--per-op eager`` (``args.per_op``) is the old, host-launch-bound eager fallback, labelled so.
 Ideal gain: each prefetched consumer op timed standalone cold (after a 256 MB
 read flush) and L2-resident (right after itself). The lint runs in
 ``report``, not here.
