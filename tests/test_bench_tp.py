@@ -106,3 +106,34 @@ def test_report_renders(result, tmp_path):
 def test_bad_options_are_usage_errors(argv, capsys):
     assert main(["tp", *argv, "--tokens", "1"]) == 2
     assert "l2sched bench tp:" in capsys.readouterr().err
+
+
+def test_results_of_runs_over_different_tokens_merge(result):
+    import copy
+
+    from l2sched.bench.tp_report import markdown, merge
+    a, b = copy.deepcopy(result), copy.deepcopy(result)
+    for r in a["ranks"]:  # a: M=1 only; b: M=2 only, with an extra all-reduce size
+        del r["per_m"]["2"]
+    a["tokens"] = [1]
+    for r in b["ranks"]:
+        del r["per_m"]["1"]
+        extra = dict(r["allreduce"][-1], bytes=10**9, tokens=-1)
+        r["allreduce"].append(extra)
+    b["tokens"] = [2]
+    m = merge([b, a])
+    assert m["tokens"] == [1, 2]
+    for r, orig in zip(m["ranks"], result["ranks"]):
+        assert list(r["per_m"]) == ["1", "2"]
+        assert r["per_m"] == orig["per_m"]
+        assert [x["bytes"] for x in r["allreduce"]] == \
+            sorted({x["bytes"] for x in orig["allreduce"]} | {10**9})
+    assert "Merged from 2 runs" in m["note"]
+    text = markdown(m, lint=False, caveats=("only two ranks",))
+    assert "- only two ranks" in text and "| 2 | 1 |" in text
+    with pytest.raises(ValueError, match="M=1"):
+        merge([a, a])
+    c = copy.deepcopy(b)
+    c["world_size"] = 4
+    with pytest.raises(ValueError, match="world_size"):
+        merge([a, c])

@@ -82,7 +82,14 @@ def test_write_allreduce_model_replaces_one_table(tmp_path):
 def test_bad_measured_date_is_named(tmp_path):
     src = open(load_device("h200").path).read()
     p = tmp_path / "x.toml"
-    p.write_text(src.replace("[allreduce.tp2]\n", '[allreduce.tp2]\nmeasured = "30.11.2026"\n'))
+    # a profile with a measured table gets a bad date; one without gets one added
+    if 'measured = "' in src:
+        import re
+        bad = re.sub(r'measured = "[^"]*"', 'measured = "30.11.2026"', src, count=1)
+    else:
+        bad = src.replace("[allreduce.tp2]\n", '[allreduce.tp2]\nmeasured = "30.11.2026"\n')
+    assert bad != src
+    p.write_text(bad)
     with pytest.raises(L2sInputError, match="allreduce.tp2.measured: expected a date"):
         load_device(str(p))
 

@@ -44,6 +44,7 @@ import random
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import asdict
 from typing import Any
 
@@ -169,8 +170,13 @@ def _worker(rank: int, o: dict, store: str) -> None:
         if rank == 0:
             _write(o["out_path"], _result(o, got, time.time() - t0))
         dist.barrier(group=ctl)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        # a failed rank must not wait in destroy_process_group for peers
+        # that wait in a collective for it (seen on 2 H200s): print, exit
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    dist.destroy_process_group()
 
 
 def _result(o: dict, ranks: list, total_s: float) -> dict:

@@ -32,7 +32,9 @@ FIT_MAX_BYTES = 256 * 4096 * 2
 
 def add_arguments(p) -> None:
     """Options of ``bench tp-report``."""
-    p.add_argument("result", help="JSON written by `l2sched bench tp --out`")
+    p.add_argument("result", nargs="+",
+                   help="JSON written by `l2sched bench tp --out`; several results of "
+                        "runs over different --tokens on the same machine are merged")
     p.add_argument("--md-out", default="", help="markdown path (default: stdout)")
     p.add_argument("--command", default="", help="command line to quote in the report")
     p.add_argument("--no-lint", action="store_true",
@@ -41,14 +43,18 @@ def add_arguments(p) -> None:
                    help="write the fitted all-reduce model into this device profile")
     p.add_argument("--fit-max-bytes", type=int, default=FIT_MAX_BYTES)
     p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
+    p.add_argument("--caveat", action="append", default=[],
+                   help="a caveat line for the report (repeatable)")
 
 
 def cmd(args) -> int:
     """``bench tp-report``: write the markdown; update the profile if asked.
     Returns the exit code (1 when the fit is impossible)."""
-    d = load(args.result)
+    d = merge([load(p) for p in args.result])
+    source_path = " + ".join(args.result)
     text = markdown(d, command=args.command, lint=not args.no_lint,
-                    fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source)
+                    fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
+                    caveats=tuple(args.caveat))
     if args.md_out:
         with open(args.md_out, "w") as f:
             f.write(text)
@@ -56,7 +62,7 @@ def cmd(args) -> int:
         print(text, end="")
     if args.update_profile:
         try:
-            m, path = update_profile(d, args.result, args.update_profile,
+            m, path = update_profile(d, source_path, args.update_profile,
                                      max_bytes=args.fit_max_bytes,
                                      source=args.fit_source)
         except ValueError as e:
@@ -75,6 +81,43 @@ def load(path: str) -> dict:
     if d.get("kind") != "l2sched bench tp":
         raise ValueError(f"{path}: not a `l2sched bench tp` result")
     return d
+
+
+def merge(results: list[dict]) -> dict:
+    """One result from ``bench tp`` results of runs with different
+    ``--tokens`` (same world size, TP, backend, schedule, replays): per rank,
+    the per-M records of all runs; the standalone all-reduce messages of the
+    first run that measured each size; ``tokens`` sorted; ``argv`` becomes
+    the list of every run's argv (``runs``). Raises ``ValueError`` when the
+    runs differ in anything but ``--tokens`` or measure an M twice."""
+    if len(results) == 1:
+        return results[0]
+    base = json.loads(json.dumps(results[0]))
+    keys = ("world_size", "tp", "backend", "dry", "schedule", "overrides",
+            "device_profile", "replays", "warmup", "hidden")
+    for r in results[1:]:
+        diff = [k for k in keys if r.get(k) != base.get(k)]
+        if diff:
+            raise ValueError(f"cannot merge bench tp results that differ in {', '.join(diff)}")
+    base["runs"] = [r.get("argv") for r in results]
+    base["note"] = base.get("note", "") + (
+        f" Merged from {len(results)} runs (one process group per run, "
+        f"tokens {' | '.join(','.join(map(str, r['tokens'])) for r in results)})")
+    for r in results[1:]:
+        for rank, rr in zip(base["ranks"], r["ranks"]):
+            dup = set(rank["per_m"]) & set(rr["per_m"])
+            if dup:
+                raise ValueError(f"M={','.join(sorted(dup))} measured in two runs")
+            rank["per_m"].update(rr["per_m"])
+            have = {a["bytes"] for a in rank["allreduce"]}
+            rank["allreduce"] += [a for a in rr["allreduce"] if a["bytes"] not in have]
+            rank["allreduce"].sort(key=lambda a: a["bytes"])
+            rank["total_s"] = rank.get("total_s", 0) + rr.get("total_s", 0)
+        base["total_s"] = base.get("total_s", 0) + r.get("total_s", 0)
+    base["tokens"] = sorted({t for r in results for t in r["tokens"]})
+    for rank in base["ranks"]:
+        rank["per_m"] = dict(sorted(rank["per_m"].items(), key=lambda kv: int(kv[0])))
+    return base
 
 
 def _med(xs):
@@ -181,8 +224,9 @@ def _lint_gains(d: dict) -> dict:
 
 def markdown(d: dict, *, command: str = "", lint: bool = True,
              fit_max_bytes: int | None = FIT_MAX_BYTES,
-             fit_source: str = "graph") -> str:
-    """The report of result ``d`` (see the module docstring)."""
+             fit_source: str = "graph", caveats: tuple[str, ...] = ()) -> str:
+    """The report of result ``d`` (see the module docstring); ``caveats``
+    are printed as a list right after the machine lines."""
     ranks = d["ranks"]
     g = ranks[0]["machine"]
     ws, tp = d["world_size"], d["tp"]
@@ -199,6 +243,8 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
             + ", ".join(f"{k}={v}" for k, v in d["multicast_env"].items()),
             f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
             f"rounds, interleaved, barrier before each; {d['note']}.", ""]
+    if caveats:
+        out += ["Caveats:", ""] + [f"- {c}" for c in caveats] + [""]
     bad = [(r["rank"], M, a, c) for r in ranks for M, m in r["per_m"].items()
            for a, v in m["arms"].items() if (c := v.get("allreduce_check"))
            and c["passed"] != c["calls"]]
