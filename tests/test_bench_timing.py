@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 
 from l2sched.adapters import glm5next as ad
 from l2sched.bench import add_arguments, main
-from l2sched.bench.report import (lint_verdict, measured_verdict, noise_us,
-                                  report)
+from l2sched.bench.report import (correct_fills, correct_ops, event_overhead,
+                                  finish_errors, lint_verdict, measured_durations,
+                                  measured_verdict, noise_us, report)
 from l2sched.bench.run import TimedGraph, _collect, _summarize, run
 from l2sched.bench.step import FakeEvent
 from l2sched.devices import load_device
@@ -141,6 +142,18 @@ def _st(med, p10, p90, n=25):
     return {"median": med, "p10": p10, "p90": p90, "n": n}
 
 
+def _run_report(tmp_path, arms, specs, header=""):
+    """``report`` on a one-M (M=1) synthetic result of ``arms`` (per-M arm
+    dicts) and ``specs`` (the result's arm list)."""
+    res = {"arms": specs, "machine": {"gpu": "synthetic"}, "replays": 25,
+           "per_m": {"1": {"arms": arms, "distinct_experts": 8,
+                           "ideal": {"ideal_gain_us": 200.0, "consumers": []}}}}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(res))
+    return report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd",
+                  header=header)
+
+
 def test_report_synthetic(tmp_path, inv):
     cfg = load_model_config(None)
     prof = load_device("h200")
@@ -151,13 +164,13 @@ def test_report_synthetic(tmp_path, inv):
     none_ops = _ops_from(base.base_sg, base.base, 2.0, 1.25)
     arms = {
         "none": {"per_op_source": "graph", "ops": none_ops, "fills": {},
-                 "graph_step_us": _st(1000, 990, 1010), "timed_graph_step_us": _st(1050, 1040, 1060),
+                 "graph_step_us": _st(1000, 990, 1010),
                  "expert_stream_us": _st(200.0, 199, 201)},
         "compiled": {"per_op_source": "graph",
                      "ops": _ops_from(lint["compiled"].sg, lint["compiled"].sim, 1.0, 1.25),
                      "fills": {"3:attn.o_proj": {"fills": 1, "exit_before_experts_us": 20.0},
                                "3:moe.all_reduce": {"fills": 1, "exit_before_experts_us": 35.0}},
-                     "graph_step_us": _st(980, 975, 985), "timed_graph_step_us": _st(1029, 1020, 1040),
+                     "graph_step_us": _st(980, 975, 985),
                      "expert_stream_us": _st(203.0, 202, 204)},
         "bench/fill-over-experts": {
             "per_op_source": "graph",
@@ -167,22 +180,17 @@ def test_report_synthetic(tmp_path, inv):
                       for i, m in ((3, -4.0), (4, -2.0), (5, 6.0))},
             "graph_step_us": _st(1030, 1020, 1040), "expert_stream_us": _st(210.0, 209, 211)},
     }
-    res = {"arms": [{"name": "none", "path": None, "overrides": []},
-                    {"name": "compiled", "path": SCHED, "overrides": []},
-                    {"name": "bench/fill-over-experts", "path": BAD, "overrides": []}],
-           "machine": {"gpu": "synthetic"}, "replays": 25,
-           "per_m": {"1": {"arms": arms, "distinct_experts": 8,
-                           "ideal": {"ideal_gain_us": 200.0, "consumers": []}}}}
-    src = tmp_path / "bench.json"
-    src.write_text(json.dumps(res))
-    s = report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd")
+    s = _run_report(tmp_path, arms, [{"name": "none", "path": None, "overrides": []},
+                                     {"name": "compiled", "path": SCHED, "overrides": []},
+                                     {"name": "bench/fill-over-experts", "path": BAD,
+                                      "overrides": []}])
     m = s["per_m"]["1"]
     c, b = m["arms"]["compiled"], m["arms"]["bench/fill-over-experts"]
     # measured side
     assert (c["gain_us"], c["noise_us"], c["measured_verdict"]) == (20, 10, "ok")
     assert (b["gain_us"], b["noise_us"], b["measured_verdict"]) == (-30, 10, "bad")
     assert c["gain_of_ideal"] == pytest.approx(0.1)
-    assert c["timing_overhead_pct"] == pytest.approx(5.0)
+    assert c["event_overhead"] is None and "timing_overhead_pct" not in c
     assert c["expert_slowdown_pct"] == pytest.approx(1.5)
     assert b["expert_slowdown_pct"] == pytest.approx(5.0)
     assert (c["fill_points"], c["exits_after_expert_start"], c["min_margin_us"],
@@ -214,12 +222,15 @@ def test_report_synthetic(tmp_path, inv):
             assert (r[label]["verdict"], r[label]["reason"]) == lint_verdict(errs, pred, 10)
         assert r["agree"] == (r["calibrated"]["verdict"] == r["measured_verdict"])
         agree += r["agree"]
-    assert s["verdict_agreement"] == {"agree": agree, "total": 2}
+    va = s["verdict_agreement"]
+    assert va["schedule_arms"] == {"agree": agree, "total": 2}
+    assert va["all_arms"] == {"agree": agree, "total": 2}
     md = (tmp_path / "s.md").read_text()
     assert "Per-op times: graph (in-graph" in md
-    assert f"Lint verdict agreement (calibrated): {agree}/2" in md
-    assert "| bench/fill-over-experts | 1 | 210.0 | +5.00% | 3 | 2 | -4.0 / -2.0 |" in md
-    assert "| compiled | 980 / 1029 / - (+5.0%) |" in md
+    assert f"schedule arms (headline): {agree}/2" in md
+    assert ("| bench/fill-over-experts | 1 | 210.0 (210.0) | +5.00% (+5.00%) | 3 | 2 (2) | "
+            "-4.0 / -2.0 (-4.0 / -2.0) |") in md
+    assert "| compiled | 980 / - / - (-) |" in md
 
 
 def test_report_refuses_dry_result(tmp_path):
@@ -227,3 +238,196 @@ def test_report_refuses_dry_result(tmp_path):
     main(["run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)])
     with pytest.raises(ValueError, match="no CUDA-graph step times"):
         report(str(out), str(tmp_path / "s.json"), str(tmp_path / "s.md"))
+
+
+# -- event-overhead correction ---------------------------------------------------
+G_US, C_PRE, C_POST, S0 = 2.75, 3.5, 2.25, 4.125   # gap, in-duration (c = 5.75), lead
+
+
+def _true_and_timed(sg, sim):
+    """True (untimed) per-op values from a lint simulation's durations, laid
+    out back to back on the main stream (aux chains fork after the main ops
+    that finished before them in ``sim``), and the same step as the timed
+    graph would record it, simulated event by event: every op is
+    ``e0 | C_PRE | body | C_POST | e1`` on its stream, ``G_US`` from one op's
+    e1 to the next e0 (also into a forked aux chain), ``S0`` from the start
+    event to the first op's e0. Returns ``(true_ops, timed_ops, untimed_step)``."""
+    n = sg.num_layers
+    main, aux = [], {}
+    for v in sg.graph.nodes:
+        d = sg.graph.nodes[v]
+        if d["pos"] >= n or not d["active"] or d["stream"] not in ("main", "aux"):
+            continue
+        t = sim.timing[v]
+        item = (t.start, f"{d['layer']}:{d['op']}", t.finish - t.start, t.finish)
+        (main.append(item) if d["stream"] == "main" else aux.setdefault(d["layer"], []).append(item))
+    main.sort()
+    true, timed = {}, {}
+    t_true, t_timed = 0.0, S0
+    end_true, end_timed = [], []
+    for s_sim, key, dur, _ in main:
+        true[key] = {"dur_us": dur, "start_us": t_true, "finish_us": t_true + dur, "stream": "main"}
+        e0 = t_timed
+        e1 = e0 + C_PRE + dur + C_POST
+        timed[key] = {"dur_us": e1 - e0, "start_us": e0, "finish_us": e1, "stream": "main"}
+        end_true.append((s_sim, t_true + dur))
+        end_timed.append((s_sim, e1))
+        t_true, t_timed = t_true + dur, e1 + G_US
+    sim_fin = sorted((f, k) for _, k, _, f in main)
+    for layer, chain in aux.items():
+        chain.sort()
+        j = sum(1 for f, _ in sim_fin if f <= chain[0][0] + 1e-9)
+        assert j >= 1
+        prev = main[j - 1][1]
+        ta, tt = true[prev]["finish_us"], timed[prev]["finish_us"] + G_US
+        for _, key, dur, _ in chain:
+            true[key] = {"dur_us": dur, "start_us": ta, "finish_us": ta + dur, "stream": "aux"}
+            e1 = tt + C_PRE + dur + C_POST
+            timed[key] = {"dur_us": e1 - tt, "start_us": tt, "finish_us": e1, "stream": "aux"}
+            ta, tt = ta + dur, e1 + G_US
+    return true, timed, t_true
+
+
+def test_correct_ops_exact(inv):
+    cfg = load_model_config(None)
+    lr = run_lint(load_schedule(SCHED, []), inv, device=load_device("h200"), tokens=1,
+                  model_config=cfg)
+    true, timed, untimed = _true_and_timed(lr.base_sg, lr.base)
+    n_main = sum(1 for v in true.values() if v["stream"] == "main")
+    n_aux = len(true) - n_main
+    assert n_main > 500 and n_aux > 50
+    o = C_PRE + C_POST + G_US
+    arm = {"ops": timed, "graph_step_us": _st(untimed + 40, 0, 0),
+           "timed_graph_step_us": _st(untimed + 40 + n_main * o, 0, 0),
+           "main_gap_us": _st(G_US, G_US, G_US)}
+    ov = event_overhead(arm)
+    assert ov["n_main"] == n_main and ov["lead_us"] == S0
+    assert ov["per_op_us"] == pytest.approx(o, abs=1e-9)
+    assert ov["gap_us"] == G_US
+    assert ov["in_dur_us"] == pytest.approx(C_PRE + C_POST, abs=1e-9)
+    got = correct_ops(timed, ov)
+    assert set(got) == set(true)
+    worst = max(abs(got[k][q] - true[k][q]) for k in true
+                for q in ("dur_us", "start_us", "finish_us"))
+    assert worst < 1e-9
+    assert all(got[k]["stream"] == true[k]["stream"] for k in true)
+    # the raw values are off by up to n * o: the test can tell them apart
+    assert max(abs(timed[k]["finish_us"] - true[k]["finish_us"]) for k in true) > 1000
+    assert min(timed[k]["dur_us"] - true[k]["dur_us"] for k in true) == pytest.approx(C_PRE + C_POST)
+    # without an untimed/timed pair: nothing to correct
+    assert event_overhead({"ops": timed, "graph_step_us": _st(1, 0, 0)}) is None
+    assert correct_ops(timed, None) is timed
+
+
+def test_correct_fills_exact():
+    # main ops 0..3 true 10 us each; fill issued at op 1 exits at true 25;
+    # the experts (op 3, moe.w13) start at true 30
+    o, c, g = 9.0, 6.0, 3.0
+    ops = {}
+    for k, name in enumerate(("a", "b", "moe.align", "moe.w13")):
+        s = S0 + 10 * k + k * o
+        ops[f"3:{name}"] = {"dur_us": 10 + c, "start_us": s, "finish_us": s + 10 + c,
+                            "stream": "main"}
+    ov = {"per_op_us": o, "gap_us": g, "in_dur_us": c, "n_main": 4, "lead_us": S0}
+    exit_t = 25 + S0 + 1 * o + c            # forked after op 1's body
+    es = ops["3:moe.w13"]["start_us"]
+    fills = {"3:b": {"fills": 2, "fill_exit_us": exit_t, "expert_start_us": es,
+                     "exit_before_experts_us": es - exit_t},
+             "3:step_end": {"fills": 1, "fill_exit_us": 45 + S0 + 3 * o + c,
+                            "expert_start_us": None, "exit_before_experts_us": None}}
+    got = correct_fills(fills, ops, ov)
+    assert got["3:b"]["fill_exit_us"] == pytest.approx(25, abs=1e-9)
+    assert got["3:b"]["expert_start_us"] == pytest.approx(30, abs=1e-9)
+    assert got["3:b"]["exit_before_experts_us"] == pytest.approx(5, abs=1e-9)
+    assert got["3:b"]["fills"] == 2
+    assert got["3:step_end"]["fill_exit_us"] == pytest.approx(45, abs=1e-9)
+    assert got["3:step_end"]["exit_before_experts_us"] is None
+
+
+def test_report_corrected_and_agreement(tmp_path, inv):
+    """A synthetic result with a known per-event overhead: the report
+    calibrates with the true durations, measures finish-time errors against
+    the true finish times, and counts agreement over the schedule arms and
+    over all arms (the load arm disagrees: same schedule, measured bad)."""
+    cfg = load_model_config(None)
+    prof = load_device("h200")
+    s_c, s_b = load_schedule(SCHED, []), load_schedule(BAD, [])
+    lc = run_lint(s_c, inv, device=prof, tokens=1, model_config=cfg)
+    lb = run_lint(s_b, inv, device=prof, tokens=1, model_config=cfg)
+    o = C_PRE + C_POST + G_US
+    arms, truth = {}, {}
+    for name, (sg, sim), step in (("none", (lc.base_sg, lc.base), 1000.0),
+                                  ("compiled", (lc.sg, lc.sim), 980.0),
+                                  ("load", (lc.sg, lc.sim), 1100.0),
+                                  ("bench/fill-over-experts", (lb.sg, lb.sim), 1030.0)):
+        true, timed, _ = _true_and_timed(sg, sim)
+        n_main = sum(1 for v in true.values() if v["stream"] == "main")
+        truth[name] = true
+        arms[name] = {"per_op_source": "graph", "ops": timed, "fills": {},
+                      "graph_step_us": _st(step, step - 10, step + 10),
+                      "timed_graph_step_us": _st(step + n_main * o, step, step),
+                      "main_gap_us": _st(G_US, G_US, G_US),
+                      "expert_stream_us": _st(200.0, 199, 201)}
+    s = _run_report(tmp_path, arms, [
+        {"name": "none", "path": None, "overrides": []},
+        {"name": "compiled", "path": SCHED, "overrides": [], "runtime": {}},
+        {"name": "load", "path": SCHED, "overrides": [],
+         "runtime": {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}},
+        {"name": "bench/fill-over-experts", "path": BAD, "overrides": []}],
+        header="# Synthetic header\n")
+    m = s["per_m"]["1"]
+    # calibration = the TRUE durations (median per kind, op); raw keeps the inflated ones
+    want = measured_durations(truth["none"], inv.kinds)
+    assert set(m["calibration_us"]) == {f"{k}|{op}" for k, op in want}
+    for (k, op), v in want.items():
+        assert abs(m["calibration_us"][f"{k}|{op}"] - v) < 1e-9
+        assert abs(m["raw_calibration_us"][f"{k}|{op}"] - (v + C_PRE + C_POST)) < 1e-9
+    rows = m["arms"]
+    for name in ("none", "compiled", "load", "bench/fill-over-experts"):
+        ov = rows[name]["event_overhead"]
+        assert ov["per_op_us"] == pytest.approx(o, abs=1e-9)
+        assert ov["in_dur_us"] == pytest.approx(C_PRE + C_POST, abs=1e-9)
+    assert rows["compiled"]["timing_overhead_pct"] == pytest.approx(
+        100 * rows["compiled"]["event_overhead"]["n_main"] * o / 980.0)
+    # finish-time errors against the true finish times, with the true calibration
+    for name, sched in (("compiled", s_c), ("bench/fill-over-experts", s_b)):
+        r = rows[name]
+        for label, meas in (("uncalibrated", None), ("calibrated", want)):
+            lr = run_lint(sched, inv, device=prof, tokens=1, model_config=cfg, measured=meas)
+            errs = finish_errors(lr.sg, lr.sim, truth[name])
+            assert r[label]["finish_err"]["median"] == pytest.approx(statistics.median(errs),
+                                                                     abs=1e-12)
+            assert r[label]["finish_err"]["n"] == len(errs)
+            step = lr.step_period("sim")
+            assert r[label]["pred_step_us"] == pytest.approx(step)
+            assert r[label]["step_err_pct"] == pytest.approx(
+                100 * (step - r["step_us"]["median"]) / r["step_us"]["median"])
+        # the uncorrected numbers stay under raw and differ
+        raw_errs = finish_errors(lc.sg if name == "compiled" else lb.sg,
+                                 lc.sim if name == "compiled" else lb.sim, arms[name]["ops"])
+        assert r["raw"]["uncalibrated"]["finish_err"]["median"] == pytest.approx(
+            statistics.median(raw_errs))
+        assert r["raw"]["uncalibrated"]["finish_err"]["median"] != pytest.approx(
+            r["uncalibrated"]["finish_err"]["median"])
+    assert m["none_step_pred"]["calibrated"]["step_err_pct"] == pytest.approx(
+        100 * (m["none_step_pred"]["calibrated"]["pred_step_us"] - 1000.0) / 1000.0)
+    # agreement both ways: load = same schedule as compiled, measured bad
+    c, ld, b = rows["compiled"], rows["load"], rows["bench/fill-over-experts"]
+    assert ld["kernel_mode"] and not c["kernel_mode"] and not b["kernel_mode"]
+    assert ld["measured_verdict"] == "bad" and c["measured_verdict"] == "ok"
+    assert ld["calibrated"]["verdict"] == c["calibrated"]["verdict"] == "ok"
+    assert ld["agree"] is False
+    sched_agree = c["agree"] + b["agree"]
+    va = s["verdict_agreement"]
+    assert va["schedule_arms"] == {"agree": sched_agree, "total": 2}
+    assert va["all_arms"] == {"agree": sched_agree, "total": 3}
+    assert "load-mode" in va["why"]
+    t = {x["target"].split(" (")[0]: x for x in s["targets"]}
+    assert t["lint verdict agreement >= 95%"]["agree"] == sched_agree
+    md = (tmp_path / "s.md").read_text()
+    assert md.startswith("# Synthetic header\n")
+    assert "## Targets" in md
+    assert f"schedule arms (headline): {sched_agree}/2" in md
+    assert f"all arms including kernel-mode arms: {sched_agree}/3" in md
+    assert "| load (kernel mode) | 1 |" in md
+    assert f"| none | {o:.2f} / {G_US:.2f} / {C_PRE + C_POST:.2f} (" in md
