@@ -483,7 +483,6 @@ class CudaRuntime(RuntimeBase):
         current-stream query (``torch._C._cuda_getCurrentRawStream``), the
         capture query, two pre-created events (fork, done) and the
         ``sync`` backend's record/wait functions."""
-        dev = self.device
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._raw = raw if raw is not None else \
             (lambda d: torch.cuda.current_stream(d).cuda_stream)

@@ -389,11 +389,18 @@ def test_report_corrected_and_agreement(tmp_path, inv):
         assert ov["in_dur_us"] == pytest.approx(C_PRE + C_POST, abs=1e-9)
     assert rows["compiled"]["timing_overhead_pct"] == pytest.approx(
         100 * rows["compiled"]["event_overhead"]["n_main"] * o / 980.0)
+    # the calibrated kernel gap: untimed none step minus its true main durations, per op
+    main_true = [v["dur_us"] for v in truth["none"].values() if v["stream"] == "main"]
+    gap = max(0.0, (1000.0 - sum(main_true)) / len(main_true))
+    assert m["calibrated_kernel_gap_us"] == pytest.approx(gap, abs=1e-9)
+    import dataclasses
+    prof_cal = dataclasses.replace(prof, kernel_gap_us=gap)
     # finish-time errors against the true finish times, with the true calibration
     for name, sched in (("compiled", s_c), ("bench/fill-over-experts", s_b)):
         r = rows[name]
         for label, meas in (("uncalibrated", None), ("calibrated", want)):
-            lr = run_lint(sched, inv, device=prof, tokens=1, model_config=cfg, measured=meas)
+            lr = run_lint(sched, inv, device=prof if meas is None else prof_cal, tokens=1,
+                          model_config=cfg, measured=meas)
             errs = finish_errors(lr.sg, lr.sim, truth[name])
             assert r[label]["finish_err"]["median"] == pytest.approx(statistics.median(errs),
                                                                      abs=1e-12)

@@ -310,3 +310,23 @@ def test_fill_effect_scales_the_predicted_gain():
     assert run.device.fill_effect == 1.0  # the SM120 profile's assumption
     assert gains[1.0] == run.step_period("base") - run.step_period("sim")
     assert gains[0.0] < 0 < gains[0.5] < gains[1.0]  # with no effect, fills only cost
+
+
+def test_fill_larger_than_the_l2_is_an_error():
+    bad = ROOT / "schedules" / "bench" / "budget-over-l2.l2s"  # 120 MB B on h200
+    run = lint_path(str(bad))
+    f = only(run, "L2S107")
+    assert {x.severity for x in f} == {"error"}
+    l2 = run.device.l2_bytes
+    assert all(x.data["bytes"] > l2 == x.data["l2_bytes"] for x in f)
+    assert {x.data["window"] for x in f} == {"B"}
+    assert (f[0].span.line, f[0].span.column) == (14, 40)  # B's budget
+    assert f"{l2 / 1e6:.2f} MB L2 of h200" in f[0].message
+    # the same window under the L2: no L2S107
+    under = lint_path(str(bad), ["window.B.budget=60MB", "window.C.budget=20MB"])
+    assert "L2S107" not in codes(under)
+
+
+def test_shipped_schedules_fill_less_than_the_l2():
+    for path in sorted((ROOT / "schedules").glob("*.l2s")):
+        assert "L2S107" not in codes(lint_path(str(path))), path.name

@@ -49,7 +49,12 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     """``bench report``."""
     from .report import report
-    report(args.result, args.json_out, args.md_out, args.command)
+    header = ""
+    if args.header:
+        with open(args.header, encoding="utf-8") as f:
+            header = f.read()
+    report(args.result, args.json_out, args.md_out, args.command, header,
+           args.device_profile)
     return 0
 
 
@@ -81,7 +86,12 @@ def add_cli(subparsers) -> None:
     q.add_argument("result")
     q.add_argument("--json-out", required=True)
     q.add_argument("--md-out", required=True)
-    q.add_argument("--command", default="")
+    q.add_argument("--command", default="", help="command line to quote in the report")
+    q.add_argument("--header", default="", metavar="FILE",
+                   help="markdown file put verbatim at the top of --md-out")
+    q.add_argument("--device-profile", default="", metavar="NAME_OR_PATH",
+                   help="profile to lint with when the result does not record the one "
+                        "its idle intervals came from (default: h200 as shipped now)")
     q.set_defaults(func=cmd_report, handler=cmd_report)
     t = sub.add_parser("tp", help="multi-GPU decode step with real all-reduces "
                        "(one process per rank; --dry: CPU, gloo)")

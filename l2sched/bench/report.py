@@ -69,8 +69,10 @@ cannot express, so the lint sees the same schedule as ``compiled``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+from pathlib import Path
 
 from .run import AR_NOTE, FILL_NOTE, _q
 
@@ -313,10 +315,17 @@ def _targets(s: dict) -> list[dict]:
 
 
 def report(result: str, json_out: str, md_out: str, command: str = "",
-           header: str = "") -> dict:
+           header: str = "", device_profile: str = "") -> dict:
     """Read ``result`` (``bench run`` JSON), lint, write ``json_out``/``md_out``;
     returns the summary dict. ``header``: markdown put verbatim at the top of
-    ``md_out`` (machine, what is measured; kept in the JSON too)."""
+    ``md_out`` (machine, what is measured; kept in the JSON too).
+
+    The lint uses the device profile the run's idle intervals came from: the
+    copy recorded in the result (``device_profile_toml``), else
+    ``device_profile`` (name or path), else the shipped ``h200`` (said so in
+    the report: a profile edited since the run would lint a different
+    all-reduce than was measured). Raises ``L2sInputError`` for a bad
+    profile."""
     from ..devices import load_device
     from ..inventory import analytical_inventory, load_model_config
     from ..lint import run_lint
@@ -326,14 +335,27 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         d = json.load(f)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    prof = load_device("h200")
+    if d.get("device_profile_toml"):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            p = Path(tmp) / "h200.toml"
+            p.write_text(d["device_profile_toml"], encoding="utf-8")
+            prof = load_device(str(p))
+        profile_source = "the copy recorded in the result"
+    elif device_profile:
+        prof = load_device(device_profile)
+        profile_source = device_profile
+    else:
+        prof = load_device("h200")
+        profile_source = ("the shipped h200 profile as of now (the result does not "
+                          "record the one it ran with)")
     specs = {a["name"]: a for a in d["arms"]}
     scheds = {a["name"]: load_schedule(a["path"], a["overrides"])
               for a in d["arms"] if a["path"]}
     summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
                "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
                "header": header, "replays": d["replays"], "kernel_mode_note": KERNEL_MODE_WHY,
-               "per_m": {}}
+               "device_profile": profile_source, "per_m": {}}
     sources = set()
     agree = {"schedule_arms": [0, 0], "all_arms": [0, 0]}
     pooled = {"uncalibrated": [], "calibrated": []}
@@ -349,6 +371,12 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         none_c, _ = correct_arm(none)
         measured = measured_durations(none_c["ops"], inv.kinds)
         measured_raw = measured_durations(none["ops"], inv.kinds)
+        # calibrated kernel gap: what the untimed no-prefetch step leaves
+        # after its corrected main-stream durations, per main-stream op
+        main_durs = [o["dur_us"] for o in none_c["ops"].values() if o["stream"] == "main"]
+        gap_us = (max(0.0, (ng["median"] - sum(main_durs)) / len(main_durs))
+                  if main_durs else prof.kernel_gap_us)
+        prof_cal = dataclasses.replace(prof, kernel_gap_us=gap_us)
         rows = {}
         base_err = base_step = None
         for name, a in arms.items():
@@ -378,7 +406,8 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
                 row["measured_verdict"] = measured_verdict(gain, noise)
                 for label, meas, meas_raw in (("uncalibrated", None, None),
                                               ("calibrated", measured, measured_raw)):
-                    lr, errs, row[label] = _lint_row(run_lint, scheds[name], inv, prof, M, cfg,
+                    lp = prof if meas is None else prof_cal
+                    lr, errs, row[label] = _lint_row(run_lint, scheds[name], inv, lp, M, cfg,
                                                      meas, noise, ac["ops"], g["median"])
                     pooled[label] += errs
                     if not kernel_mode:
@@ -413,6 +442,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
             rows[name] = row
         summary["per_m"][M] = {"ideal_gain_us": ideal, "ideal": m["ideal"]["consumers"],
                                "distinct_experts": m["distinct_experts"],
+                               "calibrated_kernel_gap_us": gap_us,
                                "calibration_us": {f"{k[0]}|{k[1]}": v
                                                   for k, v in sorted(measured.items())},
                                "raw_calibration_us": {f"{k[0]}|{k[1]}": v
@@ -467,6 +497,12 @@ def markdown(s: dict) -> str:
             out.append(f"- **{'met' if t['met'] else 'missed'}**: {t['target']}: "
                        + _target_values(t))
         out.append("")
+    if s.get("device_profile"):
+        out += [f"Lint device profile: {s['device_profile']}.", ""]
+    if s.get("command"):
+        out += ["## Command", "", "```sh", s["command"],
+                "l2sched bench report RESULT --json-out J --md-out M --command ... --header H",
+                "```", ""]
     out += [f"Per-op times: {src}" + (" (in-graph external CUDA events of a timed graph "
                                      "variant)" if src == "graph" else
                                      " (NOT in-graph: host-launch-bound fallback)"),
@@ -584,11 +620,13 @@ def markdown(s: dict) -> str:
     out += ["", "Step level: the lint's predicted step time vs the untimed graph's median step "
             "(the real one), error = (predicted - measured) / measured. `none` = the lint's "
             "no-prefetch baseline."
-            + (f" The device profile adds kernel_gap_us = {kg['kernel_gap_us']:g} us on every "
-               f"same-stream kernel edge on top of the calibrated durations, which already hold "
-               f"the untimed graph's inter-kernel gaps (the correction removes only the event "
-               f"overhead): about {kg['n_main']} x {kg['kernel_gap_us']:g} = "
-               f"{kg['per_step_us']:.0f} us per step." if kg else ""), "",
+            + (f" Uncalibrated, the profile's kernel_gap_us = {kg['kernel_gap_us']:g} us is "
+               f"added on each of ~{kg['n_main']} same-stream kernel edges "
+               f"({kg['per_step_us']:.0f} us per step). Calibrated, the gap is measured too: "
+               f"(untimed no-prefetch step - sum of its corrected main-stream durations) / "
+               f"main-stream ops = "
+               + ", ".join(f"M={M}: {s['per_m'][M].get('calibrated_kernel_gap_us', 0):.2f} us"
+                           for M in s["per_m"]) + "." if kg else ""), "",
             "| arm | M | measured step us | predicted uncal us (error) | predicted cal us (error) |",
             "|---|---|---|---|---|"]
     for M in Ms:
@@ -625,27 +663,3 @@ def _target_values(t: dict) -> str:
     if "ideal" in t["target"]:
         return ", ".join(f"M={M}: {_pct(x)}" for M, x in v.items())
     return ", ".join(f"M={M}: {_us(x, '{:+.2f}')}%" for M, x in v.items())
-
-
-def main(argv=None) -> int:
-    """``python -m l2sched.bench.report RESULT --json-out J --md-out M
-    [--command C] [--header FILE]``: ``bench report`` with a markdown header
-    file put verbatim at the top of the markdown."""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m l2sched.bench.report")
-    ap.add_argument("result")
-    ap.add_argument("--json-out", required=True)
-    ap.add_argument("--md-out", required=True)
-    ap.add_argument("--command", default="")
-    ap.add_argument("--header", default="", help="markdown file put at the top of --md-out")
-    a = ap.parse_args(argv)
-    header = ""
-    if a.header:
-        with open(a.header) as f:
-            header = f.read()
-    report(a.result, a.json_out, a.md_out, a.command, header)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -36,6 +36,7 @@ import random
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
@@ -135,6 +136,8 @@ def run(args) -> dict:
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
         "warmup": args.warmup, "per_op": getattr(args, "per_op", "graph"),
         "fill_note": FILL_NOTE,
+        # the idle intervals come from this profile; the report lints with it
+        "device_profile_toml": Path(prof.path).read_text(encoding="utf-8"),
         "machine": _machine(torch, dry), "spin_cycles_per_us": cyc,
         "build_s": time.time() - t0,
         "expert_pools": args.expert_pools,

@@ -31,6 +31,7 @@ RULES: dict[str, tuple[str, str]] = {
     "L2S104": ("warning", "late-fill"),
     "L2S105": ("warning", "budget-exceeds-idle-window"),
     "L2S106": ("warning", "evicted-before-use"),
+    "L2S107": ("error", "fill-larger-than-l2"),
     "L2S201": ("info", "bytes-left-over"),
 }
 
@@ -234,6 +235,35 @@ def check_graph_mode(schedule, adapter, graph_mode: str) -> list[Finding]:
                                f"prefetches in piecewise graph mode (the runtime "
                                f"skips prefetch inside breakable captures)",
                                _window_span(w)))
+    return out
+
+
+def check_fill_size(schedule, plan, kinds, device) -> list[Finding]:
+    """L2S107: one fill of a window fetches more bytes than the device's L2
+    holds (``device.l2_bytes``): its own lines evict each other before any
+    consumer runs, and the surplus is device-memory traffic for nothing
+    (measured on the H200: the 120 MB window of schedules/bench/
+    budget-over-l2.l2s made the step 1.2-5.2% slower,
+    benchmarks/results/h200-2026-11-29b.md)."""
+    worst: dict = {}
+    layers: dict = defaultdict(set)
+    for issue in plan.issues:
+        if issue.bytes > device.l2_bytes:
+            key = (issue.window, str(kinds[issue.layer]))
+            worst[key] = max(worst.get(key, 0), issue.bytes)
+            layers[key].add(issue.layer)
+    out = []
+    for (wname, kind), nbytes in sorted(worst.items()):
+        try:
+            span = _window_span(schedule.window(wname), "budget")
+        except KeyError:
+            span = None
+        out.append(Finding("L2S107", f"window '{wname}' fills {format_size(nbytes)} at once, "
+                           f"more than the {format_size(device.l2_bytes)} L2 of "
+                           f"{device.name}: its lines evict each other before use, in "
+                           f"{_layers_text(kind, layers[(wname, kind)])}", span,
+                           {"window": wname, "bytes": nbytes, "l2_bytes": device.l2_bytes,
+                            "layers": sorted(layers[(wname, kind)])}))
     return out
 
 
