@@ -64,19 +64,9 @@ def _check_layout(schedule, model_config) -> None:
     """Check that the model splits at the schedule's TP/EP degree (what
     ``compile`` will need), reporting at the ``tp`` setting. Pure Python.
     Raises ``L2sSemanticError``."""
-    from .errors import DiagnosticSink, L2sModelError, L2sSemanticError
-    from .inventory import analytical_inventory, load_model_config
+    from .compile import schedule_inventory
 
-    config = model_config if model_config is not None else load_model_config(None)
-    try:
-        analytical_inventory(config, tp=schedule.tp, ep=schedule.ep)
-    except L2sModelError as err:
-        sink = DiagnosticSink()
-        for path, text in schedule.sources.items():
-            sink.add_source(path, text)
-        sink.error(f"the model cannot run at tp {schedule.tp}: "
-                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
-        sink.raise_if_errors(L2sSemanticError)
+    schedule_inventory(schedule, model_config)
 
 
 def cmd_check(args) -> int:

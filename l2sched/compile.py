@@ -236,20 +236,40 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
                      for r in rows)
 
 
+def schedule_inventory(schedule: Schedule, model_config=None, tp_rank: int = 0):
+    """The analytical inventory of ``model_config`` (default: the embedded
+    GLM-5.3-Flash config) at ``schedule``'s TP/EP for ``tp_rank``. Raises
+    ``L2sSemanticError`` at the schedule's ``tp`` setting (file:line:col)
+    when the model does not split at that degree."""
+    from .errors import DiagnosticSink, L2sModelError, L2sSemanticError
+    from .inventory import analytical_inventory, load_model_config
+
+    config = model_config if model_config is not None else load_model_config(None)
+    try:
+        return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
+                                    tp_rank=tp_rank)
+    except L2sModelError as err:
+        if not err.diagnostics[0].message.startswith(f"--tp {schedule.tp}:"):
+            raise
+        sink = DiagnosticSink()
+        for path, text in schedule.sources.items():
+            sink.add_source(path, text)
+        sink.error(f"the model cannot run at tp {schedule.tp}: "
+                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
+        sink.raise_if_errors(L2sSemanticError)
+        raise  # pragma: no cover - raise_if_errors raised
+
+
 def compile_from_args(args) -> tuple[Schedule, Plan]:
     """Load ``args.schedule`` with ``--set``/``--model-config``, build the
     analytical inventory for its TP/EP and compile for ``args.tp_rank``
     (shared by ``compile``, ``explain`` and ``lint``). Raises ``L2sError``."""
     from .cli import _load_model_config
-    from .inventory import analytical_inventory, load_model_config
     from .semantic import load_schedule
 
     config = _load_model_config(args.model_config)
     schedule = load_schedule(args.schedule, args.overrides, config)
-    inventory = analytical_inventory(config if config is not None
-                                     else load_model_config(None),
-                                     tp=schedule.tp, ep=schedule.ep,
-                                     tp_rank=args.tp_rank)
+    inventory = schedule_inventory(schedule, config, args.tp_rank)
     return schedule, compile_plan(schedule, inventory, args.tp_rank)
 
 
@@ -263,7 +283,7 @@ def cmd_compile(args) -> int:
     else:
         from .files import write_text_atomically
 
-        write_text_atomically(args.output, text)
+        write_text_atomically(args.output, text, protect=schedule.files)
         out = sys.stdout
         print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
               f"{len(plan.issues)} issues, "

@@ -2,9 +2,12 @@
 
 A write goes to a temporary file in the target's directory and replaces the
 target in one ``os.replace``: a crash or a full disk never leaves a
-half-written schedule or plan. Symlinks are written through (the link stays a
-link), an existing file keeps its permission bits, a new file gets the
-process umask's default mode. Failures are one-line ``L2sInputError``s.
+half-written schedule or plan; several outputs of one command (timeline's
+trace and SVG) are all written or none. Symlinks are written through (the
+link stays a link), an existing file keeps its permission bits, a new file
+gets the process umask's default mode; a device or FIFO (``-o /dev/null``)
+is written to and stays what it is. An output that is one of the command's
+input files is refused. Failures are one-line ``L2sInputError``s.
 """
 
 from __future__ import annotations
@@ -16,32 +19,101 @@ import tempfile
 from .errors import Diagnostic, L2sInputError, Span
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Replace the contents of ``path`` with UTF-8 ``text`` atomically.
+def _error(shown: str, message: str) -> L2sInputError:
+    return L2sInputError(Diagnostic(message, Span.point(shown)))
 
-    Raises ``L2sInputError`` (``path:1:1: cannot write: reason``) when the
-    directory is missing or unwritable, ``path`` is a directory, or the disk
-    is full; the original file is then unchanged."""
+
+def _is_stream(target: str) -> bool:
+    """True for an existing character/block device, FIFO or socket: those
+    are written to, never replaced (``-o /dev/null`` must stay a device)."""
+    try:
+        m = os.stat(target).st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(m) and not stat.S_ISDIR(m)
+
+
+def _check_target(path, protect) -> tuple[str, str]:
     shown = str(path)
     target = os.path.realpath(path)  # write through symlinks
+    for p in protect:
+        if os.path.realpath(p) == target:
+            raise _error(shown, f"refusing to overwrite the input file {p}")
+    if os.path.isdir(target):
+        raise _error(shown, "cannot write: is a directory")
+    return shown, target
+
+
+def write_texts_atomically(outputs, protect=()) -> None:
+    """Write every ``(path, text)`` of ``outputs`` (UTF-8) or none of them.
+
+    Every text goes to a temporary file beside its target first; only when
+    all are written are they moved into place with ``os.replace``, so a
+    failure (missing or unwritable directory, a directory in the way, a full
+    disk) leaves every target unchanged. Symlinks are written through, an
+    existing file keeps its permission bits, a new one gets the umask's
+    default mode. A target that is a device, FIFO or socket is written to
+    directly, after the regular files are in place. Raises ``L2sInputError``
+    (``path:1:1: ...``) for a failure, for two outputs naming the same file,
+    and for an output that is one of the ``protect`` paths (the command's
+    input files)."""
+    checked = []
+    seen: dict[str, str] = {}
+    for path, text in outputs:
+        shown, target = _check_target(path, protect)
+        if target in seen:
+            raise _error(shown, f"two outputs would go to the same file ({seen[target]})")
+        seen[target] = shown
+        checked.append((shown, target, text))
+    temps: list[tuple[str, str, str]] = []  # (shown, tmp, target)
     try:
-        if os.path.isdir(target):
-            raise IsADirectoryError(21, "is a directory")
-        try:
-            mode = stat.S_IMODE(os.stat(target).st_mode)
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(prefix=".l2sched-", dir=os.path.dirname(target))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as e:
-        raise L2sInputError(Diagnostic(f"cannot write: {e.strerror or e}",
-                                       Span.point(shown))) from None
+        for shown, target, text in checked:
+            if _is_stream(target):
+                continue
+            try:
+                mode = stat.S_IMODE(os.stat(target).st_mode)
+            except FileNotFoundError:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".l2sched-",
+                                           dir=os.path.dirname(target))
+            except OSError as e:
+                raise _error(shown, f"cannot write: {e.strerror or e}") from None
+            temps.append((shown, tmp, target))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.chmod(tmp, mode)
+            except OSError as e:
+                raise _error(shown, f"cannot write: {e.strerror or e}") from None
+        for shown, tmp, target in temps:
+            try:
+                os.replace(tmp, target)
+            except OSError as e:
+                raise _error(shown, f"cannot write: {e.strerror or e}") from None
+        temps.clear()
+        for shown, target, text in checked:
+            if _is_stream(target):
+                try:
+                    with open(target, "w", encoding="utf-8") as f:
+                        f.write(text)
+                except OSError as e:
+                    raise _error(shown, f"cannot write: {e.strerror or e}") from None
+    finally:
+        for _, tmp, _ in temps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, protect=()) -> None:
+    """Replace the contents of ``path`` with UTF-8 ``text`` atomically (see
+    ``write_texts_atomically``; a device or FIFO is written to, not
+    replaced). Raises ``L2sInputError`` (``path:1:1: cannot write:
+    reason``) when the directory is missing or unwritable, ``path`` is a
+    directory or one of ``protect``, or the disk is full; the original file
+    is then unchanged."""
+    write_texts_atomically([(path, text)], protect)

@@ -123,14 +123,15 @@ def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
     """Load the schedule at ``path`` (with ``--set`` ``overrides``), build
     its inventory at the schedule's TP/EP and run ``run_lint``.
     ``device_name`` overrides the schedule's ``device``."""
+    from ..compile import schedule_inventory
     from ..devices import load_device
-    from ..inventory import analytical_inventory, load_model_config
+    from ..inventory import load_model_config
     from ..semantic import load_schedule
 
     cfg = load_model_config(model_config_path)
     schedule = load_schedule(path, overrides,
                              cfg if model_config_path is not None else None)
-    inventory = analytical_inventory(cfg, tp=schedule.tp, ep=schedule.ep)
+    inventory = schedule_inventory(schedule, cfg)
     device = load_device(device_name or schedule.device)
     return run_lint(schedule, inventory, device=device, model_config=cfg, **kw)
 
@@ -144,7 +145,7 @@ def cmd_lint(args) -> int:
     exit 1 when an error remains."""
     import sys
 
-    from ..errors import suggest
+    from ..errors import L2sError, suggest
     from . import report, rules
 
     for opt in ("select", "ignore"):
@@ -165,10 +166,19 @@ def cmd_lint(args) -> int:
         measured, calib_rows = calibrate_path(args.calibrate, args.schedule,
                                               args.overrides, args.model_config,
                                               args.device, tokens=args.tokens)
-    run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
-                    tokens=args.tokens, graph_mode=args.graph_mode,
-                    select=_codes(args.select), ignore=_codes(args.ignore),
-                    measured=measured)
+    try:
+        run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
+                        tokens=args.tokens, graph_mode=args.graph_mode,
+                        select=_codes(args.select), ignore=_codes(args.ignore),
+                        measured=measured)
+    except L2sError as err:
+        # a machine-readable document even when the input is broken; the
+        # human message still goes to stderr (the CLI prints it, exit 1)
+        if args.format == "json":
+            sys.stdout.write(report.input_error_json(args.schedule, err))
+        elif args.format == "sarif":
+            sys.stdout.write(report.input_error_sarif(err))
+        raise
     run.calibration = calib_rows
     if args.format == "json":
         sys.stdout.write(report.to_json(run))

@@ -138,9 +138,34 @@ def to_json(run) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
+def input_error_findings(err) -> list:
+    """The diagnostics of an ``L2sError`` that stopped the lint before it
+    ran (syntax, semantic, model or profile errors) as ``L2S000`` findings,
+    so ``--format json|sarif`` still write a document a CI step can read."""
+    return [rules.Finding("L2S000", d.message, d.span) for d in err.diagnostics]
+
+
+def input_error_json(path: str, err) -> str:
+    """``to_json``'s shape for a schedule that could not be linted: the
+    ``L2S000`` findings, no summary, no step times."""
+    findings = input_error_findings(err)
+    doc = {"schedule": None, "path": path, "findings": [_finding_json(f) for f in findings],
+           "suppressed": 0, "summary": [], "step_us": None, "errors": len(findings)}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def input_error_sarif(err) -> str:
+    """``to_sarif``'s document for a schedule that could not be linted."""
+    return _sarif(input_error_findings(err))
+
+
 def to_sarif(run) -> str:
     """SARIF 2.1.0 for code-scanning: one run, the rule table, one result
     per finding (level error/warning/note)."""
+    return _sarif(run.findings)
+
+
+def _sarif(findings) -> str:
     level = {"error": "error", "warning": "warning", "info": "note"}
     rules_json = [{
         "id": code, "name": name,
@@ -149,7 +174,7 @@ def to_sarif(run) -> str:
         "defaultConfiguration": {"level": level[sev]},
     } for code, (sev, name) in rules.RULES.items()]
     results = []
-    for f in run.findings:
+    for f in findings:
         r = {"ruleId": f.code, "level": level[f.severity],
              "message": {"text": f.message}}
         if f.span is not None:

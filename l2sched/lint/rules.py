@@ -20,6 +20,7 @@ from ..semantic import format_layers, format_size
 
 #: code -> (severity, short name). Severity is fixed per rule.
 RULES: dict[str, tuple[str, str]] = {
+    "L2S000": ("error", "input-error"),
     "L2S001": ("error", "target-matches-nothing"),
     "L2S002": ("error", "prefetched-twice"),
     "L2S003": ("error", "prefetch-of-written-buffer"),

@@ -147,11 +147,19 @@ def gantt_svg(run, width: int = 1400) -> str:
 
 def write_timeline(run, output: str) -> list[str]:
     """Write ``output`` (Chrome trace JSON) and the SVG next to it (same
-    name, ``.svg``); returns both paths."""
-    from ..files import write_text_atomically
+    name, ``.svg``), both or neither; returns both paths. Raises
+    ``L2sInputError`` when ``output`` itself ends in ``.svg`` (the trace and
+    the chart would be one file), when it is one of the schedule's files, or
+    when a write fails."""
+    from ..errors import Diagnostic, L2sInputError, Span
+    from ..files import write_texts_atomically
 
     out = Path(output)
+    if out.suffix.lower() == ".svg":
+        raise L2sInputError(Diagnostic(
+            "-o names the trace (.json); the SVG is written next to it with the "
+            "same name and .svg", Span.point(str(output))))
     svg = out.with_suffix(".svg")
-    write_text_atomically(out, json.dumps(chrome_trace(run)) + "\n")
-    write_text_atomically(svg, gantt_svg(run))
+    write_texts_atomically([(out, json.dumps(chrome_trace(run)) + "\n"),
+                            (svg, gantt_svg(run))], protect=run.schedule.files)
     return [str(out), str(svg)]
