@@ -13,7 +13,9 @@ per microsecond), microseconds (us).
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -107,23 +109,28 @@ class DeviceProfile:
         return self.evict_last_protected_bytes
 
 
-# (toml section, key) -> (attribute, type, minimum)
-_FIELDS: dict[tuple[str, str], tuple[str, type, float]] = {
+# (toml section, key) -> (attribute, type, lower bound); a bound of
+# ``POSITIVE`` means "> 0", any other number means ">= bound".
+POSITIVE = "positive"
+_FIELDS: dict[tuple[str, str], tuple[str, type, float | str]] = {
     ("l2", "bytes"): ("l2_bytes", int, 1),
     ("l2", "set_aside_max_bytes"): ("set_aside_max_bytes", int, 0),
     ("l2", "evict_last_protected_bytes"): ("evict_last_protected_bytes", int, 0),
     ("l2", "evict_normal_survival"): ("evict_normal_survival", float, 0),
     ("l2", "fill_effect"): ("fill_effect", float, 0),
-    ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, 1e-9),
-    ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, 1e-9),
-    ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, 1e-9),
+    ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, POSITIVE),
+    ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, POSITIVE),
+    ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, POSITIVE),
     ("bandwidth", "gemm_fixed_us"): ("gemm_fixed_us", float, 0),
-    ("bandwidth", "fill_gbps"): ("fill_gbps", float, 1e-9),
+    ("bandwidth", "fill_gbps"): ("fill_gbps", float, POSITIVE),
     ("bandwidth", "fill_launch_us"): ("fill_launch_us", float, 0),
     ("latency", "kernel_gap_us"): ("kernel_gap_us", float, 0),
     ("latency", "small_kernel_us"): ("small_kernel_us", float, 0),
     ("latency", "attention_core_us"): ("attention_core_us", float, 0),
 }
+
+#: Keys of an ``[allreduce.tpN]`` table.
+_ALLREDUCE_KEYS = ("latency_us", "busbw_gbps", "measured", "source")
 
 
 def device_names() -> list[str]:
@@ -160,12 +167,21 @@ def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
 
 
 def _read_profile_text(path: Path) -> str:
-    """The profile's text; ``L2sInputError`` naming the file when unreadable."""
+    """The profile's text; ``L2sInputError`` naming the file when it is
+    missing, not a regular file (a FIFO would block), unreadable or not
+    UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise L2sInputError(f"{path}: not a regular file")
+        data = path.read_bytes()
     except OSError as e:
         raise L2sInputError(f"{path}: cannot read device profile: "
                             f"{e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise L2sInputError(f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
+                            f"at offset {e.start})") from None
 
 
 def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:
@@ -190,11 +206,23 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     lines = text.splitlines()
 
     def bad(section: str, key: str, msg: str) -> None:
-        span = _key_span(path, text, section, key) if text else None
-        where = f"{section}.{key}" if section else key
+        span = _key_span(path, text, section, key) if text and key else None
+        where = ".".join(p for p in (section, key) if p)
         line = lines[span.line - 1] if span else None
-        problems.append(Diagnostic(f"{path}: {where}: {msg}", span,
+        # A span already names the file (FILE:line:col: ...); without one
+        # the message does.
+        prefix = "" if span else f"{path}: "
+        problems.append(Diagnostic(f"{prefix}{where}: {msg}", span,
                                    source_line=line))
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    def finite(section: str, key: str, v: Any) -> bool:
+        if isinstance(v, float) and not math.isfinite(v):
+            bad(section, key, f"must be a finite number, got {v}")
+            return False
+        return True
 
     values: dict[str, Any] = {}
     for key in ("name", "description"):
@@ -202,6 +230,17 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
         if not isinstance(v, str) or not v:
             bad("", key, "missing or not a non-empty string")
         values[key] = v
+    for section in ("l2", "bandwidth", "latency"):
+        sec = raw.get(section)
+        if not isinstance(sec, dict):
+            if section in raw:
+                bad(section, "", "expected a table [" + section + "]")
+            continue
+        known = [k for s_, k in _FIELDS if s_ == section]
+        for key in sec:
+            if key not in known:
+                bad(section, key, f"unknown key{suggest(key, known)} "
+                                  f"(keys: {', '.join(known)})")
     for (section, key), (attr, typ, low) in _FIELDS.items():
         sec = raw.get(section)
         if not isinstance(sec, dict) or key not in sec:
@@ -213,7 +252,12 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             bad(section, key, f"expected {'an integer' if typ is int else 'a number'}, "
                               f"got {v!r}")
             continue
-        if v < low:
+        if not finite(section, key, v):
+            continue
+        if low == POSITIVE and v <= 0:
+            bad(section, key, f"must be > 0, got {v}")
+            continue
+        if low != POSITIVE and v < low:
             bad(section, key, f"must be >= {low:g}, got {v}")
             continue
         values[attr] = typ(v)
@@ -221,6 +265,10 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
         frac = values.get(key)
         if frac is not None and frac > 1:
             bad("l2", key, f"is a fraction in 0..1, got {frac}")
+    l2, aside = values.get("l2_bytes"), values.get("set_aside_max_bytes")
+    if l2 is not None and aside is not None and aside > l2:
+        bad("l2", "set_aside_max_bytes", f"must not exceed l2.bytes ({l2}), "
+                                         f"got {aside}")
     ar: dict[int, AllReduceModel] = {}
     sec = raw.get("allreduce")
     if not isinstance(sec, dict):
@@ -235,23 +283,37 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             if not (k.startswith("tp") and k[2:].isdigit() and isinstance(v, dict)):
                 bad("allreduce", k, "expected a table named tpN (e.g. [allreduce.tp4])")
                 continue
-            try:
-                lat, bw = float(v["latency_us"]), float(v["busbw_gbps"])
-            except (KeyError, TypeError, ValueError):
-                bad(f"allreduce.{k}", "latency_us",
+            table = f"allreduce.{k}"
+            unknown = [key for key in v if key not in _ALLREDUCE_KEYS]
+            for key in unknown:
+                bad(table, key, f"unknown key{suggest(key, _ALLREDUCE_KEYS)} "
+                                f"(keys: {', '.join(_ALLREDUCE_KEYS)})")
+            if unknown:
+                continue
+            missing = [key for key in ("latency_us", "busbw_gbps") if key not in v]
+            if missing:
+                bad(table, "" if len(missing) > 1 else missing[0],
                     "needs numbers latency_us and busbw_gbps")
                 continue
+            lat, bw = v["latency_us"], v["busbw_gbps"]
+            if not number(lat) or not number(bw):
+                bad(table, "latency_us" if not number(lat) else "busbw_gbps",
+                    f"expected a number, got {lat if not number(lat) else bw!r}")
+                continue
+            if not (finite(table, "latency_us", lat) & finite(table, "busbw_gbps", bw)):
+                continue
+            lat, bw = float(lat), float(bw)
             if lat < 0 or bw <= 0:
-                bad(f"allreduce.{k}", "busbw_gbps", "latency_us >= 0 and "
+                bad(table, "busbw_gbps", "latency_us >= 0 and "
                     "busbw_gbps > 0 required")
                 continue
             when, src = v.get("measured", ""), v.get("source", "")
             if not isinstance(when, str) or (when and not _is_iso_date(when)):
-                bad(f"allreduce.{k}", "measured", f"expected a date string "
+                bad(table, "measured", f"expected a date string "
                     f"YYYY-MM-DD, got {when!r}")
                 continue
             if not isinstance(src, str):
-                bad(f"allreduce.{k}", "source", f"expected a string, got {src!r}")
+                bad(table, "source", f"expected a string, got {src!r}")
                 continue
             ar[int(k[2:])] = AllReduceModel(lat, bw, when, src)
     if problems:

@@ -31,7 +31,8 @@ def test_bad_profile_names_file_and_key(tmp_path):
     with pytest.raises(L2sInputError) as e:
         load_device(str(p))
     msg = str(e.value)
-    assert f"{p}: bandwidth.fill_gbps: expected a number" in msg
+    line = e.value.diagnostics[0].span.line
+    assert f"{p}:{line}:1: bandwidth.fill_gbps: expected a number" in msg
     assert f"{p}: latency.kernel_gap_us: missing" in msg
     assert e.value.diagnostics[0].span.line > 1
 
@@ -121,3 +122,106 @@ def test_tp_result_fits_into_a_profile(tmp_path):
     assert got.busbw_gbps == pytest.approx(80.0, abs=0.1)
     assert got.measured == "2026-11-30" and got.source == "benchmarks/results/r.json"
     assert "2 x NVIDIA H200" in prof.read_text()
+
+
+def _h200_with(tmp_path, *edits, name="x.toml"):
+    """The shipped h200 profile with ``(old, new)`` text edits, as a file."""
+    text = open(load_device("h200").path).read()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_non_finite_numbers_are_rejected(tmp_path, value):
+    """inf made the lint's cost model loop forever; nan was accepted."""
+    p = _h200_with(tmp_path, ("dram_read_gbps = 4080", f"dram_read_gbps = {value}"),
+                   ("kernel_gap_us = 1.5", f"kernel_gap_us = {value}"),
+                   ("latency_us = ", f"latency_us = {value} #"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    msg = str(e.value)
+    shown = value.lstrip("-") if value == "nan" else value
+    assert f"bandwidth.dram_read_gbps: must be a finite number, got {shown}" in msg
+    assert f"latency.kernel_gap_us: must be a finite number, got {shown}" in msg
+    assert "latency_us: must be a finite number" in msg
+    assert all(d.span is not None for d in e.value.diagnostics)
+
+
+def test_lint_with_an_infinite_profile_does_not_hang(tmp_path):
+    import subprocess
+    import sys
+    p = _h200_with(tmp_path, ("dram_read_gbps = 4080", "dram_read_gbps = inf"),
+                   ("gemm_dram_gbps = 2333", "gemm_dram_gbps = inf"))
+    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "lint",
+                        "schedules/glm53-flash-h200-tp4.l2s", "--device", str(p)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "must be a finite number, got inf" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_messages_name_the_file_once_and_say_positive(tmp_path):
+    p = _h200_with(tmp_path, ("fill_gbps = 2300", "fill_gbps = -5"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    msg = str(e.value)
+    line = e.value.diagnostics[0].span.line
+    assert msg.splitlines()[0] == f"{p}:{line}:1: bandwidth.fill_gbps: must be > 0, got -5"
+    assert "1e-09" not in msg
+
+
+def test_missing_section_has_no_stray_dot(tmp_path):
+    text = open(load_device("h200").path).read()
+    text = text[:text.index("[allreduce]")]
+    p = tmp_path / "x.toml"
+    p.write_text(text)
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    assert f"{p}: allreduce: missing section [allreduce]" in str(e.value)
+    assert "allreduce.:" not in str(e.value)
+
+
+def test_non_utf8_profile_is_one_line(tmp_path):
+    p = tmp_path / "b.toml"
+    p.write_bytes(b'name = "x"\n\xff\xfe garbage\n')
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    assert str(e.value) == f"{p}: not valid UTF-8 (byte 0xff at offset 11)"
+
+
+def test_fifo_profile_is_refused(tmp_path):
+    """Reading a FIFO blocked forever (run in a subprocess with a timeout)."""
+    import os
+    import subprocess
+    import sys
+    p = tmp_path / "fifo.toml"
+    os.mkfifo(p)
+    code = ("import sys\nfrom l2sched.devices import load_device\n"
+            "from l2sched.errors import L2sInputError\n"
+            "try:\n    load_device(sys.argv[1])\n"
+            "except L2sInputError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.stdout.strip() == f"{p}: not a regular file"
+
+
+def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
+    p = _h200_with(tmp_path, ("small_kernel_us =", "smal_kernel_us ="),
+                   ("busbw_gbps = ", "busbw = 3\nbusbw_gbps = "))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    msg = str(e.value)
+    assert "latency.smal_kernel_us: unknown key; did you mean 'small_kernel_us'?" in msg
+    assert ".busbw: unknown key; did you mean 'busbw_gbps'?" in msg
+
+
+def test_set_aside_max_above_l2_is_rejected(tmp_path):
+    p = _h200_with(tmp_path, ("set_aside_max_bytes = 39321600",
+                              "set_aside_max_bytes = 99999999999"))
+    with pytest.raises(L2sInputError,
+                       match=r"l2.set_aside_max_bytes: must not exceed l2.bytes"):
+        load_device(str(p))
