@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from typing import Sequence
 
-from .errors import L2sError
+from .errors import L2sError, L2sUsageError
 
 #: Pipeline modules that register their own subcommands through
 #: ``add_cli(subparsers)`` (imported only when present).
@@ -35,10 +35,25 @@ def _load_model_config(path: str | None):
     return load_model_config(path)
 
 
+class _SetAction(argparse.Action):
+    """``--set KEY=VALUE`` (repeatable): a value that is not one line (a
+    newline or other control character) is a usage error, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .semantic import check_override_arg
+
+        items = list(getattr(namespace, self.dest) or [])
+        problem = check_override_arg(values)
+        if problem is not None:
+            parser.exit(2, f"{parser.prog}: error: --set #{len(items) + 1}: "
+                           f"{problem}\n")
+        setattr(namespace, self.dest, items + [values])
+
+
 def add_schedule_args(p: argparse.ArgumentParser) -> None:
     """The options every schedule-reading subcommand takes: ``--set``
     overrides and ``--model-config``."""
-    p.add_argument("--set", dest="overrides", action="append", default=[],
+    p.add_argument("--set", dest="overrides", action=_SetAction, default=[],
                    metavar="KEY=VALUE",
                    help="override a value, e.g. --set window.B.budget=25MB "
                         "(repeatable; applied after the file's own set lines)")
@@ -169,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
+    except L2sUsageError as err:
+        _print_error(err)
+        return 2
     except L2sError as err:
         _print_error(err)
         return 1

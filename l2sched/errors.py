@@ -110,6 +110,11 @@ class L2sModelError(L2sError):
     a wrong type, an unknown architecture."""
 
 
+class L2sUsageError(L2sError):
+    """The command line itself is wrong (an option value out of range, a
+    ``--set`` that is not one line): the CLI exits 2, not 1."""
+
+
 class L2sLintError(L2sError):
     """A lint run found at least one error-severity rule violation."""
 

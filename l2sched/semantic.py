@@ -25,6 +25,7 @@ from .errors import (
     L2sError,
     L2sSemanticError,
     L2sSyntaxError,
+    L2sUsageError,
     Span,
     suggest,
 )
@@ -48,6 +49,13 @@ SET_ASIDE_MAX = -1
 #: tokens").
 DEFAULT_MAX_TOKENS = 256
 
+#: Longest ``extends`` chain (files, the extending one included).
+MAX_EXTENDS_DEPTH = 64
+
+#: Largest budget or set-aside accepted: 1 TB (10^12 B), above the memory
+#: of any device a schedule can target.
+MAX_SIZE_BYTES = 10**12
+
 _SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_aside")
 _WINDOW_KEYS = ("budget", "at", "layers", "carry")
 _SELECTOR_NAMES = ("all", "kda", "mla", "dense", "moe")
@@ -61,12 +69,24 @@ def device_profile_names() -> list[str]:
 
 def format_size(nbytes: int) -> str:
     """Human text for a byte count: ``52.56 MB (52,559,872 B)`` style,
-    decimal MB (10^6 B), as used in every report."""
+    decimal MB (10^6 B), as used in every report. Exact for any int
+    (integer arithmetic, halves rounded up)."""
     if nbytes >= 10**6:
-        return f"{nbytes / 1e6:.2f} MB"
+        return _fixed(nbytes, 10**6, 2) + " MB"
     if nbytes >= 10**3:
-        return f"{nbytes / 1e3:.1f} KB"
+        return _fixed(nbytes, 10**3, 1) + " KB"
     return f"{nbytes} B"
+
+
+def _fixed(value: int, unit: int, places: int) -> str:
+    """``value / unit`` (``value`` >= 0) with ``places`` decimals, halves
+    rounded up."""
+    scale = 10**places
+    q, r = divmod(value * scale, unit)
+    if 2 * r >= unit:
+        q += 1
+    whole, frac = divmod(q, scale)
+    return f"{whole}.{frac:0{places}d}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +165,10 @@ def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
     value = Decimal(size.number) * UNITS[size.unit]
     if value != value.to_integral_value():
         sink.error(f"{what} {size.text} is not a whole number of bytes", size.span)
+        return None
+    if value > MAX_SIZE_BYTES:
+        sink.error(f"{what} {size.text} is larger than any device memory (at most "
+                   f"1 TB = 10^12 B)", size.span)
         return None
     return int(value)
 
@@ -308,6 +332,10 @@ def _load_chain(path: str, sink: DiagnosticSink, seen: tuple[str, ...] = (),
         sink.error(f"extends cycle: {' -> '.join(seen + (real,))}",
                    via.span if via else None)
         return []
+    if len(seen) >= MAX_EXTENDS_DEPTH:
+        sink.error(f"extends chain deeper than {MAX_EXTENDS_DEPTH} files",
+                   via.span if via else None)
+        return []
     try:
         text = read_source(path)
     except L2sError as e:
@@ -376,8 +404,12 @@ _FIELD = {"at": "hook", "budget": "budget", "layers": "layers", "carry": "carry"
 def parse_override_arg(arg: str, index: int = 1) -> n.Override:
     """A CLI ``--set KEY=VALUE`` argument as an ``Override`` whose spans point
     into the argument (path ``--set #index``, line 1). Raises
-    ``L2sSemanticError`` when there is no ``=``."""
+    ``L2sSemanticError`` when there is no ``=``, ``L2sUsageError`` for a
+    newline or other control character (it would split the value)."""
     path = f"--set #{index}"
+    problem = check_override_arg(arg)
+    if problem is not None:
+        raise L2sUsageError(f"{path}: {problem}")
     key, eq, value = arg.partition("=")
     if not eq or not key.strip():
         sink = DiagnosticSink()
@@ -392,6 +424,25 @@ def parse_override_arg(arg: str, index: int = 1) -> n.Override:
         n.Name(key, span=Span(path, 1, kcol, 1, kcol + len(key))), value,
         value_span=Span(path, 1, vcol, 1, vcol + max(len(value), 1)),
         span=Span(path, 1, 1, 1, len(arg) + 1))
+
+
+def _is_control(ch: str) -> bool:
+    """A control character (C0, DEL, C1) other than a tab."""
+    return ch != "\t" and (ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0)
+
+
+def override_control_message(ch: str) -> str:
+    """The error text for a control character ``ch`` in a ``--set`` value."""
+    what = {"\n": "a newline", "\r": "a carriage return"}.get(ch, "a control character")
+    return (f"the value contains {what} (U+{ord(ch):04X}); give one KEY=VALUE "
+            f"per --set")
+
+
+def check_override_arg(arg: str) -> str | None:
+    """The usage-error text for a ``--set`` argument that cannot be one
+    line of a schedule (a newline or other control character), else None."""
+    bad = next((c for c in arg if _is_control(c)), None)
+    return None if bad is None else override_control_message(bad)
 
 
 def _override_keys(draft: _Draft) -> list[str]:
@@ -518,6 +569,9 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
     hooks = getattr(adapter, "HOOKS_BY_NAME", {}) if adapter else {}
     resolved: list[Window] = []
     order: dict[str, int] = {name: i for i, name in enumerate(draft.windows)}
+    # Windows whose layers could not be resolved (their error is reported):
+    # the shared-layer check below would only cascade from it.
+    unresolved: set[str] = set()
     for index, (name, w) in enumerate(draft.windows.items()):
         spans = {"name": w["name"].span}
         ok = True
@@ -546,6 +600,8 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
             spans["layers"] = w["layers"].span
             before = len(sink.diagnostics)
             layers = select_layers(w["layers"], kinds, sink)
+            if len(sink.diagnostics) != before:
+                unresolved.add(name)
             # An empty result already explained by an error in the selector
             # itself (unknown name, bad index) is not reported twice.
             if kinds and not layers and len(sink.diagnostics) == before:
@@ -553,6 +609,8 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
                            w["layers"].span)
         else:
             layers = set(range(len(kinds)))
+        if not kinds or not layers:  # model or selector error already reported
+            unresolved.add(name)
         if ok and adapter and kinds:
             hp = hooks[hook.text]
             missing = sorted(i for i in layers if not hp.exists_in(kinds[i]))
@@ -593,7 +651,9 @@ def _resolve_windows(draft: _Draft, adapter, kinds, sink) -> list[Window]:
     by_name = {w.name: w for w in resolved}
     for w in resolved:
         target = by_name.get(w.carry) if w.carry else None
-        if target is not None and not set(w.layers) & set(target.layers):
+        if target is None or {w.name, target.name} & unresolved:
+            continue
+        if not set(w.layers) & set(target.layers):
             sink.error(
                 f"window '{w.name}' carries into '{target.name}', but they share no "
                 f"layer ('{w.name}' fires in {format_layers(w.layers)}, "

@@ -13,10 +13,11 @@ import dataclasses
 import functools
 import os
 import re
+import stat
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
@@ -38,6 +39,12 @@ from .errors import (
 
 _SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
 _UNITS = ("B", "KB", "MB", "GB", "KiB", "MiB", "GiB")
+#: A number glued to an ``e``, right before an unexpected token (``1e30MB``).
+_EXPONENT_RE = re.compile(r"(?<![A-Za-z0-9_.])[0-9]+(?:\.[0-9]+)?[eE]\Z")
+
+#: Deepest nesting of parentheses in a layer selector. Deeper selectors
+#: are an error: every stage walks selectors recursively.
+MAX_SELECTOR_DEPTH = 32
 
 #: How the parser's terminal names read in "expected ..." lists.
 _TERMINAL_TEXT = {
@@ -117,7 +124,8 @@ def read_source(path: str | os.PathLike) -> str:
     """Read a schedule file as UTF-8 text.
 
     Raises ``L2sInputError`` (one line, no traceback) when ``path`` is missing,
-    is a directory, is not UTF-8, or holds nothing but whitespace."""
+    is a directory or another non-regular file (a FIFO), is not UTF-8, or
+    holds nothing but whitespace."""
     p = Path(path)
     shown = str(path)
     if "\0" in shown:  # the OS cannot even look such a name up
@@ -127,6 +135,9 @@ def read_source(path: str | os.PathLike) -> str:
         raise L2sInputError(Diagnostic("is a directory, not a schedule file",
                                        Span.point(shown)))
     try:
+        # A FIFO or a device would block the read (or never end).
+        if not stat.S_ISREG(p.stat().st_mode):
+            raise L2sInputError(Diagnostic("not a regular file", Span.point(shown)))
         data = p.read_bytes()
     except FileNotFoundError:
         raise L2sInputError(Diagnostic("no such file", Span.point(shown))) from None
@@ -404,6 +415,7 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         prev = text[: err.token.start_pos].rstrip(" \t")
         if str(err.token) in _UNITS and prev[-1:].isdigit():
             message += " (write a size without a space, e.g. 20MB)"
+
         elif err.token.type == "NAME":
             message += _keyword_hint(str(err.token), expected)
     elif isinstance(err, UnexpectedEOF):
@@ -412,6 +424,12 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         width = 1
     else:  # pragma: no cover - Lark has no other UnexpectedInput kinds
         message, expected, width = str(err), set(), 1
+    pos = getattr(getattr(err, "token", None), "start_pos", None)
+    if not isinstance(pos, int):
+        pos = getattr(err, "pos_in_stream", None)
+    if isinstance(pos, int) and not at_end and _EXPONENT_RE.search(text, 0, pos):
+        message += (" (sizes are plain numbers with a unit, e.g. 20MB or 1.5GB; "
+                    "there is no exponent notation like 1e30)")
     accepted = _accepted(text, err, start)
     if accepted is not None:
         expected = accepted
@@ -423,6 +441,33 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
     span = Span(path, line + line_offset, col + col_offset, line + line_offset,
                 col + col_offset + width)
     return L2sSyntaxError(Diagnostic(message, span, "error", "", source, notes))
+
+
+def _check_nesting(tree, text: str, path: str, line_offset: int = 0,
+                   col_offset: int = 0) -> None:
+    """Raise ``L2sSyntaxError`` at the first layer selector nested more than
+    ``MAX_SELECTOR_DEPTH`` parentheses deep (walked without recursion: the
+    AST builder, formatter and checker recurse once per level)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, Tree):
+            continue
+        if node.data == "selector":
+            depth += 1
+            if depth > MAX_SELECTOR_DEPTH + 1:
+                m = node.meta
+                line = m.line + line_offset
+                col = m.column + (col_offset if m.line == 1 else 0)
+                # point at the '(' that opens this level
+                col = max(col - 1, 1)
+                lines = source_lines(text)
+                source = lines[m.line - 1] if m.line <= len(lines) else None
+                raise L2sSyntaxError(Diagnostic(
+                    f"layer selector nested deeper than {MAX_SELECTOR_DEPTH} "
+                    f"parentheses", Span(path, line, col, line, col + 1),
+                    source_line=source))
+        stack.extend((c, depth) for c in reversed(node.children))
 
 
 def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
@@ -437,6 +482,7 @@ def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
         tree = _parser().parse(text, start="start")
     except UnexpectedInput as err:
         raise _syntax_error(err, text, path, start="start") from None
+    _check_nesting(tree, text, path)
     # The LALR parser ignores comments; one lexing pass collects them for the
     # formatter (lexing cannot fail after a clean parse).
     comments = tuple(n.Comment(str(t), t.line, t.column)
@@ -482,6 +528,7 @@ def parse_fragment(text: str, start: str, path: str, line: int = 1,
         tree = _parser().parse(text, start=start)
     except UnexpectedInput as err:
         raise _syntax_error(err, text, path, line - 1, column - 1, start) from None
+    _check_nesting(tree, text, path, line - 1, column - 1)
     node = _ToAst(path).transform(tree)
     return _shift(node, line - 1, column - 1)
 

@@ -206,3 +206,68 @@ def test_explain_rejects_out_of_range_options(capsys, argv):
     code, out, err = run("explain", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
                          *argv, capsys=capsys)
     assert code == 2 and out == "" and "error:" in err
+
+
+# -------------------------------------------------------------------------
+# attacker findings
+
+
+SCHED = str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s")
+
+
+def test_fifo_is_refused_not_read(tmp_path):
+    """Reading a FIFO blocked forever (subprocess with a timeout)."""
+    fifo = tmp_path / "fifo.l2s"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "check", str(fifo)],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[0] == f"{fifo}:1:1: not a regular file"
+
+
+def test_exponent_size_gets_a_hint(tmp_path, capsys):
+    p = tmp_path / "e.l2s"
+    p.write_text(HEAD + "window A at layer.entry budget 1e30MB\n")
+    code, _, err = run("check", str(p), capsys=capsys)
+    assert code == 1
+    assert err.splitlines()[0] == (
+        f"{p}:5:34: unexpected '30MB' (sizes are plain numbers with a unit, e.g. "
+        "20MB or 1.5GB; there is no exponent notation like 1e30)")
+
+
+def test_set_with_a_newline_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", SCHED, "--set", "window.B.budget=20MB", "--set",
+              "window.B.budget=25MB\nwindow.A.budget=1MB"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == ("l2sched check: error: --set #2: the value contains a newline "
+                   "(U+000A); give one KEY=VALUE per --set\n")
+
+
+@pytest.mark.parametrize("cmd", ["check", "fmt"])
+def test_deep_selector_is_an_error_not_a_crash(tmp_path, capsys, cmd):
+    p = tmp_path / "p.l2s"
+    p.write_text(HEAD + "window A at layer.entry budget 1MB layers "
+                 + "(" * 200 + "moe" + ")" * 200 + "\n")
+    code, _, err = run(cmd, str(p), capsys=capsys)
+    assert code == 1
+    assert err.splitlines()[0] == (f"{p}:5:75: layer selector nested deeper than "
+                                   "32 parentheses")
+
+
+def test_deep_extends_chain_is_an_error_not_a_crash(tmp_path, capsys):
+    (tmp_path / "f0.l2s").write_text(HEAD)
+    for i in range(1, 500):
+        (tmp_path / f"f{i}.l2s").write_text(f'schedule f{i}\nextends "f{i - 1}.l2s"\n')
+    code, _, err = run("check", str(tmp_path / "f499.l2s"), capsys=capsys)
+    assert code == 1
+    assert err.splitlines()[0] == (f"{tmp_path / 'f436.l2s'}:2:9: extends chain "
+                                   "deeper than 64 files")
+
+
+@pytest.mark.parametrize("rank", ["7", "-1"])
+def test_compile_tp_rank_out_of_range_is_a_usage_error(capsys, rank):
+    code, out, err = run("compile", SCHED, "--tp-rank", rank, capsys=capsys)
+    assert code == 2 and out == ""
+    assert err == f"--tp-rank {rank} is outside 0..3 (the schedule's tp is 4)\n"

@@ -396,3 +396,85 @@ def test_carry_into_window_sharing_no_layer():
     (d,) = info.value.diagnostics
     assert d.message.startswith("window 'A' carries into 'B', but they share no layer")
     assert (d.span.line, d.span.column) == (5, 69)  # the carry target
+
+
+# -------------------------------------------------------------------------
+# attacker findings: no cascades, no recursion crashes, size limits
+
+
+SHIPPED_H200 = str(SCHEDULES / "glm53-flash-h200-tp4.l2s")
+
+
+@pytest.mark.parametrize("override", ["window.B.layers=999", "model=llama"])
+def test_no_shared_layer_cascade_after_a_layer_error(override):
+    with pytest.raises(L2sSemanticError) as info:
+        load_schedule(SHIPPED_H200, [override])
+    text = str(info.value)
+    assert "share no layer" not in text and "fires in ," not in text
+    assert len(info.value.diagnostics) == 1
+
+
+def test_extends_chain_depth_is_limited(tmp_path):
+    (tmp_path / "f0.l2s").write_text(HEAD)
+    for i in range(1, 200):
+        (tmp_path / f"f{i}.l2s").write_text(f'schedule f{i}\nextends "f{i - 1}.l2s"\n')
+    ((msg, line, col),) = errors_of(load_schedule, str(tmp_path / "f199.l2s"))
+    assert msg == "extends chain deeper than 64 files" and (line, col) == (2, 9)
+
+
+def errors_of(fn, *args):
+    with pytest.raises(L2sSemanticError) as info:
+        fn(*args)
+    return [(d.message, d.span.line, d.span.column) for d in info.value.diagnostics]
+
+
+def test_extends_chain_of_64_files_loads(tmp_path):
+    (tmp_path / "f0.l2s").write_text(HEAD)
+    for i in range(1, 64):
+        (tmp_path / f"f{i}.l2s").write_text(f'schedule f{i}\nextends "f{i - 1}.l2s"\n')
+    assert len(load_schedule(str(tmp_path / "f63.l2s")).files) == 64
+
+
+def test_deeply_nested_selector_is_a_syntax_error():
+    from l2sched.errors import L2sSyntaxError
+    deep = "(" * 200 + "moe" + ")" * 200
+    with pytest.raises(L2sSyntaxError) as info:
+        load(HEAD + W + f" layers {deep}\n")
+    d = info.value.diagnostics[0]
+    assert d.message == "layer selector nested deeper than 32 parentheses"
+    assert (d.span.line, d.span.column) == (5, 43 + 32)
+    with pytest.raises(L2sSemanticError, match=r"--set #1:1:\d+: layer selector nested"):
+        load(HEAD + W + "\n", [f"window.A.layers={deep}"])
+
+
+def test_selector_nested_32_deep_resolves_and_formats():
+    from l2sched.formatter import format_text
+    deep = "(" * 32 + "moe" + ")" * 32
+    s = load(HEAD + W + f" layers {deep}\n")
+    assert s.windows[0].layers
+    assert deep in format_text(HEAD + W + f" layers {deep}\n", "t.l2s")
+
+
+def test_budget_above_one_terabyte_is_an_error():
+    msg, line, col = one(HEAD + "window A at layer.entry budget "
+                         "1000000000000000000000000000000B\n")
+    assert msg == ("budget 1000000000000000000000000000000B is larger than any "
+                   "device memory (at most 1 TB = 10^12 B)") and (line, col) == (5, 32)
+    assert load(HEAD + "window A at layer.entry budget 1000GB\n").windows[0].budget \
+        == 10**12
+    assert "larger than any device memory" in one(HEAD + "set_aside 2000GB\n")[0]
+
+
+def test_format_size_is_exact_for_large_ints():
+    from l2sched.semantic import format_size
+    assert format_size(10**30) == "1000000000000000000000000.00 MB"
+    assert format_size(52_559_872) == "52.56 MB"
+    assert format_size(1500) == "1.5 KB" and format_size(999) == "999 B"
+    assert format_size(999_999) == "1000.0 KB"
+
+
+def test_set_value_with_a_newline_is_a_usage_error():
+    from l2sched.errors import L2sUsageError
+    with pytest.raises(L2sUsageError, match=r"--set #2: the value contains a newline"):
+        load(HEAD + W + "\n", ["window.A.budget=2MB",
+                               "window.A.budget=25MB\nwindow.A.layers=1"])
