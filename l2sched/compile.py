@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .errors import DiagnosticSink, L2sCompileError
+from .errors import DiagnosticSink, L2sCompileError, L2sUsageError
 from .plan import SPLIT_GRANULARITY, ByteRange, LeftOver, Plan, WindowIssue
 from .semantic import Schedule, Window, format_size
 
@@ -263,12 +263,16 @@ def schedule_inventory(schedule: Schedule, model_config=None, tp_rank: int = 0):
 def compile_from_args(args) -> tuple[Schedule, Plan]:
     """Load ``args.schedule`` with ``--set``/``--model-config``, build the
     analytical inventory for its TP/EP and compile for ``args.tp_rank``
-    (shared by ``compile``, ``explain`` and ``lint``). Raises ``L2sError``."""
+    (shared by ``compile``, ``explain`` and ``lint``). Raises ``L2sError``
+    (``L2sUsageError`` for a ``--tp-rank`` outside the schedule's TP)."""
     from .cli import _load_model_config
     from .semantic import load_schedule
 
     config = _load_model_config(args.model_config)
     schedule = load_schedule(args.schedule, args.overrides, config)
+    if not 0 <= args.tp_rank < schedule.tp:
+        raise L2sUsageError(f"--tp-rank {args.tp_rank} is outside 0..{schedule.tp - 1} "
+                            f"(the schedule's tp is {schedule.tp})")
     inventory = schedule_inventory(schedule, config, args.tp_rank)
     return schedule, compile_plan(schedule, inventory, args.tp_rank)
 

@@ -604,17 +604,26 @@ def hooks_md_text() -> str:
 
 def run_inventory(args) -> int:
     """Handler of ``l2sched inventory``: print the table (or ``--json``).
-    Returns 0, or 1 after printing an ``L2sError``."""
+    Returns 0, 1 after printing an ``L2sError``, or 2 for a ``--tp`` or
+    ``--tp-rank`` out of range."""
+    import sys
+
     from .errors import L2sError
 
+    if args.tp < 1:
+        print(f"l2sched inventory: error: --tp must be at least 1, got {args.tp}",
+              file=sys.stderr)
+        return 2
+    if not 0 <= args.tp_rank < args.tp:
+        print(f"l2sched inventory: error: --tp-rank must be in 0..{args.tp - 1}, "
+              f"got {args.tp_rank}", file=sys.stderr)
+        return 2
     try:
         config = load_model_config(args.model_config)
         name = args.model_config or DEFAULT_MODEL_NAME
         inv = analytical_inventory(config, args.tp, args.ep, args.tp_rank,
                                    model_name=name)
     except L2sError as e:
-        import sys
-
         print(str(e), file=sys.stderr)
         return 1
     if args.json:

@@ -407,3 +407,15 @@ def test_conditions():
     for kind in g.FLASH_KINDS:
         for op in g.decode_timeline(kind):
             g.condition_holds(op.condition, 0, 45, 4, True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tp", "0"], "l2sched inventory: error: --tp must be at least 1, got 0"),
+    (["--tp", "2", "--tp-rank", "2"],
+     "l2sched inventory: error: --tp-rank must be in 0..1, got 2"),
+])
+def test_inventory_bad_tp_is_a_usage_error(capsys, argv, message):
+    from l2sched.cli import main
+    assert main(["inventory", *argv]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == message + "\n"
