@@ -137,3 +137,55 @@ def test_results_of_runs_over_different_tokens_merge(result):
     c["world_size"] = 4
     with pytest.raises(ValueError, match="world_size"):
         merge([a, c])
+
+
+# -------------------------------------------------------------------------
+# input handling of the bench commands (no torch needed, no tracebacks)
+
+
+def _bench(tmp_path, *argv, no_torch=False):
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            + ("sys.modules['torch'] = None\n" if no_torch else "")
+            + "from l2sched.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    r = subprocess.run([sys.executable, "-c", code, "bench", *argv],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "Traceback" not in r.stderr
+    return r.returncode, r.stderr
+
+
+NEEDS_TORCH = "needs torch (pip install -e '.[vllm]' or a torch wheel)\n"
+
+
+@pytest.mark.parametrize("argv, code, err", [
+    (["tp", "--dry", "--world-size", "2", "--tokens", "1"], 2,
+     "l2sched bench tp: " + NEEDS_TORCH),
+    (["run", "--dry", "--tokens", "1"], 2, "l2sched bench run: " + NEEDS_TORCH),
+    (["tp", "--dry", "--world-size", "1"], 2,
+     "l2sched bench tp: --world-size must be >= 2, got 1\n"),
+    (["tp", "--dry", "--tokens", "0"], 2,
+     "l2sched bench tp: --tokens must be >= 1, got 0\n"),
+    (["run", "--dry", "--tokens", "4,0"], 2,
+     "l2sched bench run: --tokens must be >= 1, got 0\n"),
+])
+def test_bench_without_torch_or_with_bad_options(tmp_path, argv, code, err):
+    assert _bench(tmp_path, *argv, no_torch=True) == (code, err)
+
+
+@pytest.mark.parametrize("cmd", ["tp-report", "report"])
+def test_bench_reports_of_bad_files_are_one_line(tmp_path, cmd):
+    extra = ["--json-out", "o.json", "--md-out", "o.md"] if cmd == "report" else []
+    (tmp_path / "bin.json").write_bytes(b"\x80\x81 not text")
+    (tmp_path / "text.json").write_text("not json\n")
+    (tmp_path / "list.json").write_text("[1]\n")
+    what = "`l2sched bench tp` result" if cmd == "tp-report" else \
+        "`l2sched bench run` result"
+    for name, message in [
+            ("/nonexistent.json", "/nonexistent.json: no such result file"),
+            ("bin.json", "bin.json: not valid UTF-8 (byte 0x80 at offset 0)"),
+            ("text.json", "text.json: not valid JSON: Expecting value: line 1 "
+                          "column 1 (char 0)"),
+            ("list.json", f"list.json: not a {what}")]:
+        assert _bench(tmp_path, cmd, name, *extra) == \
+            (1, f"l2sched bench {cmd}: {message}\n")

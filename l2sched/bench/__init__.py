@@ -14,6 +14,7 @@ inside functions only.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -39,40 +40,117 @@ def add_arguments(p) -> None:
                         "host-launch-bound eager pass (fallback, labelled so)")
 
 
+def _usage(cmd: str, message: str) -> int:
+    print(f"l2sched bench {cmd}: {message}", file=sys.stderr)
+    return 2
+
+
+def _torch_missing(cmd: str) -> bool:
+    """True (after printing the one-line usage error) when torch cannot be
+    imported: ``bench run`` and ``bench tp`` need it."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        _usage(cmd, "needs torch (pip install -e '.[vllm]' or a torch wheel)")
+        return True
+    return False
+
+
+def _bad_tokens(tokens) -> str | None:
+    if not tokens:
+        return "--tokens is empty"
+    low = min(tokens)
+    return f"--tokens must be >= 1, got {low}" if low < 1 else None
+
+
+def read_text_file(path: str, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; ``L2sInputError`` (one line, naming the
+    file) when it is missing, not a regular file, unreadable or not UTF-8."""
+    import stat
+
+    from ..errors import L2sInputError
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise L2sInputError(f"{path}: not a regular file")
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise L2sInputError(f"{path}: no such {what}") from None
+    except OSError as e:
+        raise L2sInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise L2sInputError(f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
+                            f"at offset {e.start})") from None
+
+
+def read_json_file(path: str, what: str = "result file"):
+    """``read_text_file`` + JSON; ``L2sInputError`` when it is not JSON."""
+    import json
+
+    from ..errors import L2sInputError
+    text = read_text_file(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise L2sInputError(f"{path}: not valid JSON: {e}") from None
+
+
 def cmd_run(args) -> int:
-    """``bench run``."""
+    """``bench run``: exit 2 on unusable options or without torch."""
+    bad = _bad_tokens(args.tokens)
+    if bad:
+        return _usage("run", bad)
+    if _torch_missing("run"):
+        return 2
     from .run import run
     run(args)
     return 0
 
 
 def cmd_report(args) -> int:
-    """``bench report``."""
+    """``bench report``: exit 1 when the result or header file is unusable."""
+    from ..errors import L2sError
     from .report import report
-    header = ""
-    if args.header:
-        with open(args.header, encoding="utf-8") as f:
-            header = f.read()
-    report(args.result, args.json_out, args.md_out, args.command, header,
-           args.device_profile)
+    try:
+        header = read_text_file(args.header, "header file") if args.header else ""
+        report(args.result, args.json_out, args.md_out, args.command, header,
+               args.device_profile)
+    except L2sError as e:
+        print(f"l2sched bench report: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_tp(args) -> int:
-    """``bench tp``: exit 2 on unusable options."""
+    """``bench tp``: exit 2 on unusable options or without torch."""
+    bad = _bad_tokens(args.tokens)
+    if not bad and args.world_size and args.world_size < 2:
+        bad = f"--world-size must be >= 2, got {args.world_size}"
+    if bad:
+        return _usage("tp", bad)
+    if _torch_missing("tp"):
+        return 2
     from .tp import run_tp
     try:
         run_tp(args)
     except ValueError as e:
-        print(f"l2sched bench tp: {e}", file=sys.stderr)
-        return 2
+        return _usage("tp", str(e))
     return 0
 
 
 def cmd_tp_report(args) -> int:
-    """``bench tp-report``."""
+    """``bench tp-report``: exit 1 when a result file is unusable."""
+    from ..errors import L2sError
     from .tp_report import cmd
-    return cmd(args)
+    try:
+        return cmd(args)
+    except L2sError as e:
+        print(f"l2sched bench tp-report: {e}", file=sys.stderr)
+        return 1
 
 
 def add_cli(subparsers) -> None:

@@ -331,8 +331,12 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     from ..lint import run_lint
     from ..semantic import load_schedule
 
-    with open(result) as f:
-        d = json.load(f)
+    from ..errors import L2sInputError
+    from . import read_json_file
+
+    d = read_json_file(result)
+    if not isinstance(d, dict):
+        raise L2sInputError(f"{result}: not a `l2sched bench run` result")
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     if d.get("device_profile_toml"):

@@ -75,11 +75,14 @@ def cmd(args) -> int:
 
 
 def load(path: str) -> dict:
-    """Read a ``bench tp`` result; raises ``ValueError`` when it is not one."""
-    with open(path) as f:
-        d = json.load(f)
-    if d.get("kind") != "l2sched bench tp":
-        raise ValueError(f"{path}: not a `l2sched bench tp` result")
+    """Read a ``bench tp`` result; raises ``L2sInputError`` (a subclass of
+    ``L2sError``, one line naming the file) when it cannot be read, is not
+    UTF-8 JSON or is not such a result."""
+    from ..errors import L2sInputError
+    from . import read_json_file
+    d = read_json_file(path)
+    if not isinstance(d, dict) or d.get("kind") != "l2sched bench tp":
+        raise L2sInputError(f"{path}: not a `l2sched bench tp` result")
     return d
 
 
