@@ -70,7 +70,7 @@ def device_profile_names() -> list[str]:
 def format_size(nbytes: int) -> str:
     """Human text for a byte count: ``52.56 MB (52,559,872 B)`` style,
     decimal MB (10^6 B), as used in every report. Exact for any int
-    (integer arithmetic, halves rounded up)."""
+    (integer arithmetic, halves rounded to even as ``format(float)`` did)."""
     if nbytes >= 10**6:
         return _fixed(nbytes, 10**6, 2) + " MB"
     if nbytes >= 10**3:
@@ -80,10 +80,10 @@ def format_size(nbytes: int) -> str:
 
 def _fixed(value: int, unit: int, places: int) -> str:
     """``value / unit`` (``value`` >= 0) with ``places`` decimals, halves
-    rounded up."""
+    rounded to even."""
     scale = 10**places
     q, r = divmod(value * scale, unit)
-    if 2 * r >= unit:
+    if 2 * r > unit or (2 * r == unit and q % 2):
         q += 1
     whole, frac = divmod(q, scale)
     return f"{whole}.{frac:0{places}d}"

@@ -468,7 +468,7 @@ def test_budget_above_one_terabyte_is_an_error():
 def test_format_size_is_exact_for_large_ints():
     from l2sched.semantic import format_size
     assert format_size(10**30) == "1000000000000000000000000.00 MB"
-    assert format_size(52_559_872) == "52.56 MB"
+    assert format_size(52_559_872) == "52.56 MB" and format_size(38_625_000) == "38.62 MB"
     assert format_size(1500) == "1.5 KB" and format_size(999) == "999 B"
     assert format_size(999_999) == "1000.0 KB"
 
