@@ -330,3 +330,15 @@ def test_fill_larger_than_the_l2_is_an_error():
 def test_shipped_schedules_fill_less_than_the_l2():
     for path in sorted((ROOT / "schedules").glob("*.l2s")):
         assert "L2S107" not in codes(lint_path(str(path))), path.name
+
+
+def test_set_aside_above_the_device_maximum_is_a_warning(cfg, inv):
+    text = HEAD.replace("sm120-rtx-pro-6000-maxq", "h200") + "set_aside 1GB\n" + (
+        "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+        "    this self_attn.o_proj\n}\n")
+    run = lint_text(text, cfg, inv)
+    f = only(run, "L2S108")[0]
+    assert f.severity == "warning" and (f.span.line, f.span.column) == (5, 11)
+    assert f.data == {"set_aside": 10**9, "max": run.device.set_aside_max_bytes}
+    ok = lint_text(text.replace("set_aside 1GB", "set_aside max"), cfg, inv)
+    assert "L2S108" not in codes(ok)

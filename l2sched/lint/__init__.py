@@ -101,6 +101,7 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
              + rules.check_graph_mode(schedule, adapter, graph_mode)
              + rules.check_timing(run)
              + rules.check_fill_size(schedule, plan, inventory.kinds, device)
+             + rules.check_set_aside(schedule, device)
              + rules.check_left_over(schedule, plan, inventory.kinds))
     sources = dict(schedule.sources)
     kept = []

@@ -33,6 +33,7 @@ RULES: dict[str, tuple[str, str]] = {
     "L2S105": ("warning", "budget-exceeds-idle-window"),
     "L2S106": ("warning", "evicted-before-use"),
     "L2S107": ("error", "fill-larger-than-l2"),
+    "L2S108": ("warning", "set-aside-above-device-maximum"),
     "L2S201": ("info", "bytes-left-over"),
 }
 
@@ -266,6 +267,21 @@ def check_fill_size(schedule, plan, kinds, device) -> list[Finding]:
                            {"window": wname, "bytes": nbytes, "l2_bytes": device.l2_bytes,
                             "layers": sorted(layers[(wname, kind)])}))
     return out
+
+
+def check_set_aside(schedule, device) -> list[Finding]:
+    """L2S108: the schedule reserves more persisting L2 than the device
+    allows (``device.set_aside_max_bytes``); the runtime clamps it to the
+    maximum (runtime.apply_set_aside), so the schedule does not say what
+    runs."""
+    want = schedule.set_aside
+    if want <= 0 or want <= device.set_aside_max_bytes:
+        return []
+    return [Finding("L2S108", f"set_aside {format_size(want)} is above the "
+                    f"{format_size(device.set_aside_max_bytes)} maximum of {device.name}; "
+                    f"the runtime clamps it to the maximum (write 'set_aside max')",
+                    schedule.spans.get("set_aside"),
+                    {"set_aside": want, "max": device.set_aside_max_bytes})]
 
 
 def check_left_over(schedule, plan, kinds) -> list[Finding]:
