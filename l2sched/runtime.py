@@ -461,7 +461,10 @@ class CudaRuntime(RuntimeBase):
             self._side_handle = self._side.cuda_stream
             self._setup_streams(torch)
             n = max(self.offsets[-1], 1)
-            self._host = torch.zeros((n, 2), dtype=torch.int64, pin_memory=True)
+            # pageable, not pinned: the table changes only at bind/reload, and
+            # pinned blocks returned to torch's host cache made a later
+            # capture fail in its host-cache free (2-H200 bench, 4th M)
+            self._host = torch.zeros((n, 2), dtype=torch.int64)
             self._table = torch.zeros((n, 2), dtype=torch.int64, device=dev)
             self._table_ptr = self._table.data_ptr()
             self._launch = kern.bind(self._table_ptr, self._side_handle)
@@ -603,7 +606,7 @@ class CudaRuntime(RuntimeBase):
             if e > b:
                 self._host[b:e] = torch.tensor(rows, dtype=torch.int64)
         with torch.cuda.stream(self._side):
-            self._table.copy_(self._host, non_blocking=True)
+            self._table.copy_(self._host)  # synchronous from pageable memory
         self._dirty.clear()
         return True
 
