@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as _toml  # type: ignore[no-redef]
 
-from .errors import Diagnostic, L2sInputError, Span, suggest
+from .errors import Diagnostic, L2sInputError, Span, source_lines, suggest
 
 DEVICES_DIR = Path(__file__).resolve().parent / "data" / "devices"
 
@@ -109,28 +110,43 @@ class DeviceProfile:
         return self.evict_last_protected_bytes
 
 
-# (toml section, key) -> (attribute, type, lower bound); a bound of
-# ``POSITIVE`` means "> 0", any other number means ">= bound".
-POSITIVE = "positive"
-_FIELDS: dict[tuple[str, str], tuple[str, type, float | str]] = {
-    ("l2", "bytes"): ("l2_bytes", int, 1),
-    ("l2", "set_aside_max_bytes"): ("set_aside_max_bytes", int, 0),
-    ("l2", "evict_last_protected_bytes"): ("evict_last_protected_bytes", int, 0),
-    ("l2", "evict_normal_survival"): ("evict_normal_survival", float, 0),
-    ("l2", "fill_effect"): ("fill_effect", float, 0),
-    ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, POSITIVE),
-    ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, POSITIVE),
-    ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, POSITIVE),
-    ("bandwidth", "gemm_fixed_us"): ("gemm_fixed_us", float, 0),
-    ("bandwidth", "fill_gbps"): ("fill_gbps", float, POSITIVE),
-    ("bandwidth", "fill_launch_us"): ("fill_launch_us", float, 0),
-    ("latency", "kernel_gap_us"): ("kernel_gap_us", float, 0),
-    ("latency", "small_kernel_us"): ("small_kernel_us", float, 0),
-    ("latency", "attention_core_us"): ("attention_core_us", float, 0),
+# (toml section, key) -> (attribute, type, low, high, unit): the value must
+# lie in ``low..high`` (both inclusive). Ranges are sanity bounds, far wider
+# than any real GPU, that keep the lint's arithmetic finite and its step
+# times readable (``docs/devices.md`` lists them). A bandwidth's low bound is
+# positive: a value <= 0 is reported as "must be > 0".
+MAX_BYTES = 10**15
+MIN_GBPS, MAX_GBPS = 1e-3, 1e6
+MAX_US = 1e6
+_FIELDS: dict[tuple[str, str], tuple[str, type, float, float, str]] = {
+    ("l2", "bytes"): ("l2_bytes", int, 1, MAX_BYTES, "B"),
+    ("l2", "set_aside_max_bytes"): ("set_aside_max_bytes", int, 0, MAX_BYTES, "B"),
+    ("l2", "evict_last_protected_bytes"): ("evict_last_protected_bytes", int, 0,
+                                           MAX_BYTES, "B"),
+    ("l2", "evict_normal_survival"): ("evict_normal_survival", float, 0, 1, ""),
+    ("l2", "fill_effect"): ("fill_effect", float, 0, 1, ""),
+    ("bandwidth", "dram_read_gbps"): ("dram_read_gbps", float, MIN_GBPS, MAX_GBPS,
+                                      "GB/s"),
+    ("bandwidth", "gemm_dram_gbps"): ("gemm_dram_gbps", float, MIN_GBPS, MAX_GBPS,
+                                      "GB/s"),
+    ("bandwidth", "gemm_l2_gbps"): ("gemm_l2_gbps", float, MIN_GBPS, MAX_GBPS, "GB/s"),
+    ("bandwidth", "gemm_fixed_us"): ("gemm_fixed_us", float, 0, MAX_US, "us"),
+    ("bandwidth", "fill_gbps"): ("fill_gbps", float, MIN_GBPS, MAX_GBPS, "GB/s"),
+    ("bandwidth", "fill_launch_us"): ("fill_launch_us", float, 0, MAX_US, "us"),
+    ("latency", "kernel_gap_us"): ("kernel_gap_us", float, 0, MAX_US, "us"),
+    ("latency", "small_kernel_us"): ("small_kernel_us", float, 0, MAX_US, "us"),
+    ("latency", "attention_core_us"): ("attention_core_us", float, 0, MAX_US, "us"),
 }
 
-#: Keys of an ``[allreduce.tpN]`` table.
+#: Keys of an ``[allreduce.tpN]`` table, and the ranges of its numbers.
 _ALLREDUCE_KEYS = ("latency_us", "busbw_gbps", "measured", "source")
+_ALLREDUCE_RANGES = {"latency_us": (0, MAX_US, "us"),
+                     "busbw_gbps": (MIN_GBPS, MAX_GBPS, "GB/s")}
+#: TP degrees an ``[allreduce.tpN]`` table may name.
+MAX_TP_DEGREE = 1024
+#: Top-level keys and tables of a profile.
+_TOP_KEYS = ("name", "description", "compute_capability", "l2", "bandwidth",
+             "latency", "allreduce")
 
 
 def device_names() -> list[str]:
@@ -152,15 +168,23 @@ def profile_path(name_or_path: str | os.PathLike) -> Path:
     return path
 
 
+_HEADER_RE = re.compile(r"\s*\[\s*([^\]\s]+)\s*\]")
+
+
 def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
-    """Span of ``key`` inside ``[section]`` of the TOML text, if found."""
+    """Span of ``key`` inside ``[section]`` of the TOML text (of the
+    ``[section]`` header itself when ``key`` is empty), if found."""
     current = ""
-    for i, line in enumerate(text.splitlines(), 1):
+    for i, line in enumerate(source_lines(text), 1):
         s = line.strip()
         if s.startswith("["):
-            current = s.strip("[]").strip()
+            m = _HEADER_RE.match(line)
+            current = m.group(1) if m else s.strip("[]").strip()
+            if not key and current == section:
+                col = line.index("[") + 1
+                return Span(path, i, col, i, col + len(s.split("#")[0].rstrip()))
             continue
-        if current == section and s.split("=")[0].strip() == key:
+        if key and current == section and s.split("=")[0].strip() == key:
             col = line.index(key) + 1
             return Span(path, i, col, i, col + len(key))
     return None
@@ -178,7 +202,9 @@ def _read_profile_text(path: Path) -> str:
         raise L2sInputError(f"{path}: cannot read device profile: "
                             f"{e.strerror or e}") from None
     try:
-        return data.decode("utf-8")
+        # An editor's UTF-8 byte-order mark is not part of the text (TOML
+        # would reject it as a bare "Invalid statement").
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise L2sInputError(f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
                             f"at offset {e.start})") from None
@@ -195,7 +221,16 @@ def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:
     try:
         raw = _toml.loads(text)
     except _toml.TOMLDecodeError as e:
+        m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(e))
+        lines = source_lines(text)
+        if m and 1 <= int(m.group(1)) <= len(lines):
+            ln, col = int(m.group(1)), int(m.group(2))
+            raise L2sInputError(Diagnostic(
+                f"not valid TOML: {str(e)[:m.start()]}", Span.point(shown, ln, col),
+                source_line=lines[ln - 1])) from None
         raise L2sInputError(f"{shown}: not valid TOML: {e}") from None
+    except ValueError as e:  # an integer literal of thousands of digits
+        raise L2sInputError(f"{shown}: not valid TOML: {str(e).split(';')[0]}") from None
     return parse_device(raw, shown, text)
 
 
@@ -203,12 +238,12 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
                  text: str = "") -> DeviceProfile:
     """Validate a parsed profile dict (see ``load_device``)."""
     problems: list[Diagnostic] = []
-    lines = text.splitlines()
+    lines = source_lines(text)
 
     def bad(section: str, key: str, msg: str) -> None:
-        span = _key_span(path, text, section, key) if text and key else None
+        span = _key_span(path, text, section, key) if text else None
         where = ".".join(p for p in (section, key) if p)
-        line = lines[span.line - 1] if span else None
+        line = lines[span.line - 1] if span and span.line <= len(lines) else None
         # A span already names the file (FILE:line:col: ...); without one
         # the message does.
         prefix = "" if span else f"{path}: "
@@ -218,9 +253,22 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    def finite(section: str, key: str, v: Any) -> bool:
+    def in_range(section: str, key: str, v: Any, low: float, high: float,
+                 unit: str) -> bool:
+        """True when ``v`` (a number) is finite and in ``low..high``; else
+        report it at the key."""
         if isinstance(v, float) and not math.isfinite(v):
             bad(section, key, f"must be a finite number, got {v}")
+            return False
+        if low > 0 and v <= 0:
+            bad(section, key, f"must be > 0, got {v}")
+            return False
+        if low == 0 and v < 0:
+            bad(section, key, f"must be >= 0, got {v}")
+            return False
+        if not low <= v <= high:
+            u = f" {unit}" if unit else ""
+            bad(section, key, f"must be in {low:g}..{high:g}{u}, got {v:g}")
             return False
         return True
 
@@ -230,6 +278,12 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
         if not isinstance(v, str) or not v:
             bad("", key, "missing or not a non-empty string")
         values[key] = v
+    for key in raw:
+        if key not in _TOP_KEYS:
+            what = "table" if isinstance(raw[key], dict) else "key"
+            bad(key if what == "table" else "", "" if what == "table" else key,
+                f"unknown top-level {what}{suggest(key, _TOP_KEYS)} "
+                f"(known: {', '.join(_TOP_KEYS)})")
     for section in ("l2", "bandwidth", "latency"):
         sec = raw.get(section)
         if not isinstance(sec, dict):
@@ -241,7 +295,7 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             if key not in known:
                 bad(section, key, f"unknown key{suggest(key, known)} "
                                   f"(keys: {', '.join(known)})")
-    for (section, key), (attr, typ, low) in _FIELDS.items():
+    for (section, key), (attr, typ, low, high, unit) in _FIELDS.items():
         sec = raw.get(section)
         if not isinstance(sec, dict) or key not in sec:
             bad(section, key, f"missing ({'integer' if typ is int else 'number'})")
@@ -252,19 +306,9 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             bad(section, key, f"expected {'an integer' if typ is int else 'a number'}, "
                               f"got {v!r}")
             continue
-        if not finite(section, key, v):
-            continue
-        if low == POSITIVE and v <= 0:
-            bad(section, key, f"must be > 0, got {v}")
-            continue
-        if low != POSITIVE and v < low:
-            bad(section, key, f"must be >= {low:g}, got {v}")
+        if not in_range(section, key, v, low, high, unit):
             continue
         values[attr] = typ(v)
-    for key in ("evict_normal_survival", "fill_effect"):
-        frac = values.get(key)
-        if frac is not None and frac > 1:
-            bad("l2", key, f"is a fraction in 0..1, got {frac}")
     l2, aside = values.get("l2_bytes"), values.get("set_aside_max_bytes")
     if l2 is not None and aside is not None and aside > l2:
         bad("l2", "set_aside_max_bytes", f"must not exceed l2.bytes ({l2}), "
@@ -274,16 +318,29 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     if not isinstance(sec, dict):
         bad("allreduce", "", "missing section [allreduce] with [allreduce.tpN] tables")
     else:
+        tables = 0
         for k, v in sec.items():
             if k == "model":
                 if v != "latency_plus_bandwidth":
                     bad("allreduce", "model", f"unknown model {v!r} "
                                               "(latency_plus_bandwidth)")
                 continue
-            if not (k.startswith("tp") and k[2:].isdigit() and isinstance(v, dict)):
-                bad("allreduce", k, "expected a table named tpN (e.g. [allreduce.tp4])")
+            if not (re.fullmatch(r"tp[0-9]+", k) and isinstance(v, dict)):
+                if isinstance(v, dict):
+                    bad(f"allreduce.{k}", "", "expected a table named tpN "
+                        "(e.g. [allreduce.tp4])")
+                else:
+                    bad("allreduce", k, f"unknown key{suggest(k, ['model'])}; "
+                        "expected model or a table named tpN (e.g. [allreduce.tp4])")
                 continue
+            tables += 1
             table = f"allreduce.{k}"
+            # (int() of a few thousand digits raises ValueError)
+            degree = int(k[2:]) if len(k) <= 8 else MAX_TP_DEGREE + 1
+            if not 1 <= degree <= MAX_TP_DEGREE:
+                bad(table, "", f"TP degree must be in 1..{MAX_TP_DEGREE}, got "
+                    f"{k[2:] if len(k) <= 24 else k[2:22] + '...'}")
+                continue
             unknown = [key for key in v if key not in _ALLREDUCE_KEYS]
             for key in unknown:
                 bad(table, key, f"unknown key{suggest(key, _ALLREDUCE_KEYS)} "
@@ -295,18 +352,16 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
                 bad(table, "" if len(missing) > 1 else missing[0],
                     "needs numbers latency_us and busbw_gbps")
                 continue
-            lat, bw = v["latency_us"], v["busbw_gbps"]
-            if not number(lat) or not number(bw):
-                bad(table, "latency_us" if not number(lat) else "busbw_gbps",
-                    f"expected a number, got {lat if not number(lat) else bw!r}")
+            ok = True
+            for key, (low, high, unit) in _ALLREDUCE_RANGES.items():
+                if not number(v[key]):
+                    bad(table, key, f"expected a number, got {v[key]!r}")
+                    ok = False
+                elif not in_range(table, key, v[key], low, high, unit):
+                    ok = False
+            if not ok:
                 continue
-            if not (finite(table, "latency_us", lat) & finite(table, "busbw_gbps", bw)):
-                continue
-            lat, bw = float(lat), float(bw)
-            if lat < 0 or bw <= 0:
-                bad(table, "busbw_gbps", "latency_us >= 0 and "
-                    "busbw_gbps > 0 required")
-                continue
+            lat, bw = float(v["latency_us"]), float(v["busbw_gbps"])
             when, src = v.get("measured", ""), v.get("source", "")
             if not isinstance(when, str) or (when and not _is_iso_date(when)):
                 bad(table, "measured", f"expected a date string "
@@ -315,7 +370,10 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
             if not isinstance(src, str):
                 bad(table, "source", f"expected a string, got {src!r}")
                 continue
-            ar[int(k[2:])] = AllReduceModel(lat, bw, when, src)
+            ar[degree] = AllReduceModel(lat, bw, when, src)
+        if not tables:
+            bad("allreduce", "", "needs at least one [allreduce.tpN] table "
+                "(e.g. [allreduce.tp4] with latency_us and busbw_gbps)")
     if problems:
         raise L2sInputError(problems)
     return DeviceProfile(path=path, allreduce=ar, **values)

@@ -225,3 +225,98 @@ def test_set_aside_max_above_l2_is_rejected(tmp_path):
     with pytest.raises(L2sInputError,
                        match=r"l2.set_aside_max_bytes: must not exceed l2.bytes"):
         load_device(str(p))
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("kernel_gap_us = 1.5", "kernel_gap_us = 1e300",
+     "latency.kernel_gap_us: must be in 0..1e+06 us, got 1e+300"),
+    ("gemm_dram_gbps = 2333", "gemm_dram_gbps = 1e-300",
+     "bandwidth.gemm_dram_gbps: must be in 0.001..1e+06 GB/s, got 1e-300"),
+    ("bytes = 62914560 ", "bytes = 100000000000000000000000000000 ",
+     "l2.bytes: must be in 1..1e+15 B, got 1e+29"),
+    ("fill_effect = 0.27", "fill_effect = 1.5",
+     "l2.fill_effect: must be in 0..1, got 1.5"),
+    ("busbw_gbps = 111.7", "busbw_gbps = 1e9",
+     "allreduce.tp2.busbw_gbps: must be in 0.001..1e+06 GB/s, got 1e+09"),
+    ("latency_us = 14.19", "latency_us = 2e6",
+     "allreduce.tp2.latency_us: must be in 0..1e+06 us, got 2e+06"),
+])
+def test_huge_or_tiny_numbers_are_out_of_range(tmp_path, old, new, message):
+    """kernel_gap_us = 1e300 crashed the lint (ZeroDivisionError);
+    gemm_dram_gbps = 1e-300 gave 300-digit step times."""
+    p = _h200_with(tmp_path, (old, new))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    line = next(i for i, s in enumerate(open(p), 1) if new in s)
+    assert str(e.value).splitlines()[0] == f"{p}:{line}:1: {message}"
+
+
+def test_lint_with_a_huge_kernel_gap_is_one_error(tmp_path):
+    import subprocess
+    import sys
+    p = _h200_with(tmp_path, ("kernel_gap_us = 1.5", "kernel_gap_us = 1e300"))
+    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "lint",
+                        "schedules/glm53-flash-h200-tp4.l2s", "--device", str(p)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "latency.kernel_gap_us: must be in 0..1e+06 us" in r.stderr
+
+
+def test_a_profile_needs_an_allreduce_table(tmp_path):
+    import re
+    text = open(load_device("h200").path).read()
+    text = re.sub(r"\[allreduce\.tp\d+\]\n(?:[^\[]*\n)*?(?=\[|\Z)", "", text)
+    assert "[allreduce.tp" not in text and "[allreduce]" in text
+    p = tmp_path / "x.toml"
+    p.write_text(text)
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    line = text.splitlines().index("[allreduce]") + 1
+    assert str(e.value).splitlines()[0] == (
+        f"{p}:{line}:1: allreduce: needs at least one [allreduce.tpN] table "
+        "(e.g. [allreduce.tp4] with latency_us and busbw_gbps)")
+
+
+def test_unknown_top_level_keys_and_tables(tmp_path):
+    p = _h200_with(tmp_path, ('name = "h200"', 'nmae = "x"\nname = "h200"'),
+                   ("[latency]", "[weird]\nx = 1\n\n[latency]"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    msg = str(e.value)
+    assert ": nmae: unknown top-level key; did you mean 'name'?" in msg
+    assert ": weird: unknown top-level table (known: " in msg
+    assert all(d.span is not None for d in e.value.diagnostics)
+
+
+@pytest.mark.parametrize("degree", ["0", "1025", "99999999999999999999999",
+                                    "1" + "0" * 5000])
+def test_allreduce_degree_is_bounded(tmp_path, degree):
+    p = _h200_with(tmp_path, ("[allreduce.tp8]", f"[allreduce.tp{degree}]"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    assert "TP degree must be in 1..1024, got " in str(e.value)
+    assert e.value.diagnostics[0].span is not None
+
+
+def test_each_allreduce_key_is_reported_at_its_own_line(tmp_path):
+    """latency_us = -1 was reported at busbw_gbps's line."""
+    p = _h200_with(tmp_path, ("latency_us = 14.19", "latency_us = -1"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    line = next(i for i, s in enumerate(open(p), 1) if "latency_us = -1" in s)
+    assert str(e.value).splitlines()[0] == (
+        f"{p}:{line}:1: allreduce.tp2.latency_us: must be >= 0, got -1")
+
+
+def test_bom_prefixed_profile_loads(tmp_path):
+    p = tmp_path / "bom.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + open(load_device("h200").path, "rb").read())
+    assert load_device(str(p)).name == "h200"
+
+
+def test_invalid_toml_is_located(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text('name = "x"\nfoo = = 3\n')
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    assert str(e.value).splitlines()[0] == f"{p}:2:7: not valid TOML: Invalid value"
