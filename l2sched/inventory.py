@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import Diagnostic, DiagnosticSink, L2sModelError, Span
+from .errors import Diagnostic, DiagnosticSink, L2sModelError, Span, source_lines
 
 MiB = 1 << 20
 
@@ -230,7 +231,9 @@ def _key_diag(path: str, text: str, key: str, message: str) -> Diagnostic:
     span = _key_span(path, text, key) if text else None
     if span is None:
         return Diagnostic(f"{path}: {message}")
-    return Diagnostic(message, span, source_line=text.splitlines()[span.line - 1])
+    lines = source_lines(text)
+    line = lines[span.line - 1] if span.line <= len(lines) else None
+    return Diagnostic(message, span, source_line=line)
 
 
 def _type_name(types: Sequence[type | None]) -> str:
@@ -248,6 +251,18 @@ def _type_ok(value: Any, types: Sequence[type | None]) -> bool:
         if t not in (int, None) and isinstance(value, t):  # type: ignore[arg-type]
             return True
     return False
+
+
+#: Upper bounds of the config's integer sizes: sanity limits far above any
+#: real model, so that a typo (``num_hidden_layers: 10000000``) is an error
+#: naming the key instead of minutes of work (``docs/inventory.md``). Keys
+#: not listed here are bounded by ``MAX_DIM``.
+MAX_DIM = 1 << 20
+CONFIG_MAX: dict[str, int] = {
+    "num_hidden_layers": 4096, "n_routed_experts": 65536,
+    "n_shared_experts": 1024, "num_experts_per_tok": 65536, "hc_mult": 64,
+    "linear_conv_kernel_dim": 1024, "index_kpool": 1024,
+}
 
 
 def validate_config(config: Mapping[str, Any], path: str = "<config>",
@@ -279,10 +294,26 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
                 and config[key] < (0 if key in ("qk_rope_head_dim",
                                                 "n_shared_experts") else 1):
             err(key, f"must be positive, got {config[key]}")
+        elif isinstance(config[key], int) and not isinstance(config[key], bool) \
+                and config[key] > CONFIG_MAX.get(key, MAX_DIM):
+            err(key, f"must be at most {CONFIG_MAX.get(key, MAX_DIM)}, got "
+                     f"{config[key]}")
     for key, types in adapter.OPTIONAL_KEYS.items():
         if key in config and not _type_ok(config[key], types):
             err(key, f"expected {_type_name(types)}, got "
                      f"{type(config[key]).__name__} {config[key]!r}")
+    # Read by the lint's routing model (expert-stream bytes).
+    topk = config.get("num_experts_per_tok")
+    if topk is not None:
+        n_exp = config.get("n_routed_experts")
+        high = n_exp if _type_ok(n_exp, (int,)) and n_exp >= 1 else \
+            CONFIG_MAX["num_experts_per_tok"]
+        if not _type_ok(topk, (int,)):
+            err("num_experts_per_tok", f"expected an integer, got "
+                f"{type(topk).__name__} {topk!r}")
+        elif not 1 <= topk <= high:
+            err("num_experts_per_tok", f"must be in 1..{high} (n_routed_experts), "
+                f"got {topk}")
     if sink.has_errors:
         sink.raise_if_errors(L2sModelError)
     if config["mhc"] is not True:
@@ -337,21 +368,33 @@ def load_model_config(path: str | os.PathLike | None = None) -> dict[str, Any]:
         shown = os.fspath(path)
         file = os.path.join(shown, "config.json") if os.path.isdir(shown) else shown
         try:
+            # A FIFO or a device would block the read (or never end).
+            if not stat.S_ISREG(os.stat(file).st_mode):
+                raise L2sModelError(Diagnostic(f"{file}: not a regular file"))
             with open(file, encoding="utf-8") as f:
                 text = f.read()
         except FileNotFoundError:
             what = "has no config.json" if file != shown else "no such file"
             raise L2sModelError(Diagnostic(f"{shown}: {what}")) from None
-        except (OSError, UnicodeDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError) as e:
             raise L2sModelError(Diagnostic(f"{file}: cannot read: {e}")) from None
         shown = file
+        # An editor's UTF-8 byte-order mark is not part of the text.
+        text = text.removeprefix("\ufeff")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        line = text.splitlines()[e.lineno - 1] if text.splitlines() else ""
+        # e.lineno counts "\n" only; the error may sit just past the last line
+        # (an unterminated "{" at the end of the file).
+        lines = source_lines(text)
+        line = lines[e.lineno - 1] if 1 <= e.lineno <= len(lines) else None
         raise L2sModelError(Diagnostic(
             f"not valid JSON: {e.msg}", Span.point(shown, e.lineno, e.colno),
             source_line=line)) from None
+    except (ValueError, RecursionError) as e:
+        # int() of a literal of thousands of digits, or nesting too deep
+        msg = str(e).split(";")[0] or "nested too deeply"
+        raise L2sModelError(Diagnostic(f"{shown}: not valid JSON: {msg}")) from None
     if not isinstance(raw, dict):
         raise L2sModelError(Diagnostic(
             f"{shown}: expected a JSON object, got {type(raw).__name__}"))

@@ -419,3 +419,66 @@ def test_inventory_bad_tp_is_a_usage_error(capsys, argv, message):
     assert main(["inventory", *argv]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err == message + "\n"
+
+
+@pytest.mark.parametrize("text,where", [("{\n", "2:1"), ("{", "1:2"),
+                                        ('{"a":\n', "2:1"), ("", "1:1")])
+def test_truncated_json_is_one_line_not_an_index_error(tmp_path, text, where):
+    """'{' (then a newline) gave IndexError: the error's line was past the
+    last line of the file."""
+    path = _write(tmp_path, text, "badcfg.json")
+    msg = _error(path)
+    assert msg.splitlines()[0].startswith(f"{path}:{where}: not valid JSON: ")
+
+
+@pytest.mark.parametrize("cmd", ["inventory", "check", "lint"])
+def test_cli_with_truncated_json_has_no_traceback(tmp_path, cmd):
+    path = _write(tmp_path, "{\n", "badcfg.json")
+    args = ([cmd] + (["schedules/glm53-flash-h200-tp4.l2s"] if cmd != "inventory"
+                     else []) + ["--model-config", path])
+    r = subprocess.run([sys.executable, "-m", "l2sched.cli"] + args, cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"{path}:2:1: not valid JSON: " in r.stderr
+
+
+def test_bom_prefixed_config_loads(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_bytes(b"\xef\xbb\xbf" + default_config_text().encode())
+    assert load_model_config(str(p))["hidden_size"] == 4096
+
+
+def test_fifo_model_config_is_refused(tmp_path):
+    """Reading a FIFO blocked forever (run in a subprocess with a timeout)."""
+    p = tmp_path / "fifo.json"
+    os.mkfifo(p)
+    code = ("import sys\nfrom l2sched.inventory import load_model_config\n"
+            "from l2sched.errors import L2sError\n"
+            "try:\n    load_model_config(sys.argv[1])\n"
+            "except L2sError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True,
+                       text=True, timeout=30, cwd=ROOT)
+    assert r.stdout.strip() == f"{p}: not a regular file"
+
+
+@pytest.mark.parametrize("key,value,limit", [
+    ("num_hidden_layers", 10_000_000, 4096), ("n_routed_experts", 10**9, 65536),
+    ("hidden_size", 10**12, 1 << 20)])
+def test_config_sizes_are_bounded(tmp_path, key, value, limit):
+    """num_hidden_layers = 10000000 ran for minutes."""
+    cfg = _raw()
+    cfg[key] = value
+    cfg["layer_types"] = cfg["mlp_layer_types"] = None
+    path = _write(tmp_path, cfg)
+    msg = _error(path)
+    line = next(i for i, s in enumerate(open(path), 1) if f'"{key}"' in s)
+    assert f"{path}:{line}:2: {key}: must be at most {limit}, got {value}" in msg
+
+
+@pytest.mark.parametrize("value", ["8", 0, 289])
+def test_num_experts_per_tok_is_checked(tmp_path, value):
+    cfg = _raw()
+    cfg["num_experts_per_tok"] = value
+    msg = _error(_write(tmp_path, cfg))
+    assert "num_experts_per_tok: " in msg
