@@ -28,19 +28,28 @@ def _is_stream(target: str) -> bool:
     are written to, never replaced (``-o /dev/null`` must stay a device)."""
     try:
         m = os.stat(target).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     return not stat.S_ISREG(m) and not stat.S_ISDIR(m)
 
 
 def _check_target(path, protect) -> tuple[str, str]:
     shown = str(path)
-    target = os.path.realpath(path)  # write through symlinks
-    for p in protect:
-        if os.path.realpath(p) == target:
-            raise _error(shown, f"refusing to overwrite the input file {p}")
-    if os.path.isdir(target):
-        raise _error(shown, "cannot write: is a directory")
+    if not shown:
+        raise _error("<empty>", "cannot write: the output path is empty")
+    try:
+        if _is_stream(path):
+            # open the name as given: /dev/stdout on a pipe resolves to
+            # 'pipe:[N]', which is not a path
+            return shown, os.fspath(path)
+        target = os.path.realpath(path, strict=False)  # write through symlinks
+        for p in protect:
+            if os.path.realpath(p) == target:
+                raise _error(shown, f"refusing to overwrite the input file {p}")
+        if os.path.isdir(target):
+            raise _error(shown, "cannot write: is a directory")
+    except OSError as e:  # a symlink loop, a name too long, ...
+        raise _error(shown, f"cannot write: {e.strerror or e}") from None
     return shown, target
 
 

@@ -145,7 +145,8 @@ def _st(med, p10, p90, n=25):
 def _run_report(tmp_path, arms, specs, header=""):
     """``report`` on a one-M (M=1) synthetic result of ``arms`` (per-M arm
     dicts) and ``specs`` (the result's arm list)."""
-    res = {"arms": specs, "machine": {"gpu": "synthetic"}, "replays": 25,
+    res = {"kind": "l2sched bench", "arms": specs, "machine": {"gpu": "synthetic"},
+           "replays": 25,
            "per_m": {"1": {"arms": arms, "distinct_experts": 8,
                            "ideal": {"ideal_gain_us": 200.0, "consumers": []}}}}
     src = tmp_path / "bench.json"
@@ -236,8 +237,25 @@ def test_report_synthetic(tmp_path, inv):
 def test_report_refuses_dry_result(tmp_path):
     out = tmp_path / "r.json"
     main(["run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)])
-    with pytest.raises(ValueError, match="no CUDA-graph step times"):
+    from l2sched.errors import L2sInputError
+    with pytest.raises(L2sInputError, match="a --dry result has no CUDA-graph step times"):
         report(str(out), str(tmp_path / "s.json"), str(tmp_path / "s.md"))
+    assert not (tmp_path / "s.json").exists() and not (tmp_path / "s.md").exists()
+
+
+def test_report_cli_refuses_other_files_and_its_input(tmp_path, capsys):
+    tp = tmp_path / "tp.json"
+    tp.write_text(json.dumps({"kind": "l2sched bench tp"}))
+    assert main(["report", str(tp), "--json-out", str(tmp_path / "a.json"),
+                 "--md-out", str(tmp_path / "b.md")]) == 1
+    assert "not a `l2sched bench run` result" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"kind": "l2sched bench", "arms": 5, "per_m": {}}))
+    assert main(["report", str(broken), "--json-out", str(tmp_path / "a.json"),
+                 "--md-out", str(tmp_path / "b.md")]) == 1
+    err = capsys.readouterr().err
+    assert "not a usable `l2sched bench run` result (TypeError" in err
+    assert "Traceback" not in err
 
 
 # -- event-overhead correction ---------------------------------------------------

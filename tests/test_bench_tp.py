@@ -189,3 +189,34 @@ def test_bench_reports_of_bad_files_are_one_line(tmp_path, cmd):
             ("list.json", f"list.json: not a {what}")]:
         assert _bench(tmp_path, cmd, name, *extra) == \
             (1, f"l2sched bench {cmd}: {message}\n")
+
+
+def test_tp_report_never_overwrites_its_input_and_names_broken_results(result, tmp_path,
+                                                                      capsys):
+    src = tmp_path / "tp.json"
+    src.write_text(json.dumps(result))
+    before = src.read_text()
+    assert main(["tp-report", "--no-lint", str(src), "--md-out", str(src)]) == 1
+    assert src.read_text() == before
+    assert "refusing to overwrite the input file" in capsys.readouterr().err
+    bad = dict(result)
+    del bad["ranks"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(bad))
+    assert main(["tp-report", "--no-lint", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert "not a usable `l2sched bench tp` result (KeyError: 'ranks')" in err
+    assert main(["tp-report", "--no-lint", str(src), str(src)]) == 1
+    assert "measured in two runs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "window.Z.budget=1MB"], "unknown window 'Z'"),
+    (["--device-profile", "nosuch"], "unknown device profile 'nosuch'"),
+    (["--tp", "3"], "not divisible by the TP size 3"),
+])
+def test_bad_schedule_or_profile_fails_before_spawning(extra, message, capsys):
+    assert main(["tp", "--dry", "--world-size", "2", "--tokens", "1"] + extra) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("l2sched bench tp: ") and message in err
+    assert "Traceback" not in err and "ProcessExited" not in err

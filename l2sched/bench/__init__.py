@@ -18,6 +18,22 @@ import os
 import sys
 
 
+def shipped_path(path: str) -> str:
+    """``path`` as given when it exists; else, for a path under
+    ``schedules/`` (the benchmark defaults and the arm paths results
+    record), the shipped copy of that file or folder, so the benchmark and
+    its reports work from any directory. Unchanged otherwise (the caller
+    reports a missing file)."""
+    from pathlib import Path
+
+    from ..syntax import packaged_dir
+    p = Path(path)
+    if p.exists() or p.is_absolute() or not p.parts or p.parts[0] != "schedules":
+        return path
+    shipped = packaged_dir("l2sched.schedules", "schedules").joinpath(*p.parts[1:])
+    return str(shipped) if shipped.exists() else path
+
+
 def add_arguments(p) -> None:
     """Options of ``bench run``."""
     p.add_argument("--out", default="", help="result JSON path")
@@ -122,6 +138,12 @@ def cmd_report(args) -> int:
     except L2sError as e:
         print(f"l2sched bench report: {e}", file=sys.stderr)
         return 1
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        # a result JSON with missing or mistyped fields
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        print(f"l2sched bench report: {args.result}: not a usable `l2sched bench run` "
+              f"result ({why})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -134,9 +156,13 @@ def cmd_tp(args) -> int:
         return _usage("tp", bad)
     if _torch_missing("tp"):
         return 2
+    from ..errors import L2sError
     from .tp import run_tp
     try:
         run_tp(args)
+    except L2sError as e:  # the schedule, --set or the device profile
+        print(f"l2sched bench tp: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:
         return _usage("tp", str(e))
     return 0

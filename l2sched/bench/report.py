@@ -335,8 +335,11 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     from . import read_json_file
 
     d = read_json_file(result)
-    if not isinstance(d, dict):
+    if not isinstance(d, dict) or d.get("kind") != "l2sched bench":
         raise L2sInputError(f"{result}: not a `l2sched bench run` result")
+    if d.get("dry"):
+        raise L2sInputError(f"{result}: a --dry result has no CUDA-graph step times to "
+                            f"report")
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     if d.get("device_profile_toml"):
@@ -354,7 +357,8 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         profile_source = ("the shipped h200 profile as of now (the result does not "
                           "record the one it ran with)")
     specs = {a["name"]: a for a in d["arms"]}
-    scheds = {a["name"]: load_schedule(a["path"], a["overrides"])
+    from . import shipped_path
+    scheds = {a["name"]: load_schedule(shipped_path(a["path"]), a["overrides"])
               for a in d["arms"] if a["path"]}
     summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
                "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
@@ -470,10 +474,11 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         summary["lint_kernel_gap"] = {"kernel_gap_us": prof.kernel_gap_us, "n_main": n_main,
                                       "per_step_us": prof.kernel_gap_us * n_main}
     summary["targets"] = _targets(summary)
-    with open(json_out, "w") as f:
-        json.dump(summary, f, indent=1, default=str)
-    with open(md_out, "w") as f:
-        f.write(markdown(summary))
+    from ..files import write_texts_atomically
+    protect = [result] + ([device_profile] if device_profile
+                          and Path(device_profile).exists() else [])
+    write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),
+                            (md_out, markdown(summary))], protect=protect)
     return summary
 
 

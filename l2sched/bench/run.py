@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import shipped_path
+
 SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
 BENCH_DIR = "schedules/bench"
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
@@ -126,10 +128,11 @@ def run(args) -> dict:
     model = build_tree(inv, device=dev, expert_pools=args.expert_pools)
     runner = StepRunner(model, prof, tokens=args.tokens[0])
     cyc = runner.calibrate_sleep()
-    arms = arm_specs(args.schedule, args.bench_dir, args.load_mode, args.variant)
+    arms = arm_specs(args.schedule, shipped_path(args.bench_dir), args.load_mode,
+                     args.variant)
     for a in arms:
         if a["path"]:
-            a["schedule"] = load_schedule(a["path"], a["overrides"])
+            a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])
             a["plan"] = compile_plan(a["schedule"], inv, 0)
     out: dict[str, Any] = {
         "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,

@@ -48,6 +48,7 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
+from . import shipped_path
 from .run import SCHEDULE, stats
 from .step import FakeEvent, StepRunner
 
@@ -127,6 +128,16 @@ def options(args) -> dict:
         raise ValueError(f"--world-size {ws} above the modelled --tp {o['tp']}")
     if not o["tokens"]:
         raise ValueError("--tokens is empty")
+    # fail here, once, rather than in every spawned rank
+    from ..devices import load_device
+    from ..semantic import load_schedule
+    o["schedule"] = shipped_path(o["schedule"])
+    from ..inventory import analytical_inventory, load_model_config
+    load_schedule(o["schedule"], o["overrides"])  # raises L2sError
+    load_device(o["device_profile"])
+    analytical_inventory(load_model_config(None), tp=o["tp"], ep=False)
+    if o["out"] and os.path.isdir(o["out"]):
+        raise ValueError(f"--out {o['out']} is a directory")
     return o
 
 
@@ -192,10 +203,8 @@ def _result(o: dict, ranks: list, total_s: float) -> dict:
 
 
 def _write(path: str, out: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1, default=str)
-    os.replace(tmp, path)
+    from ..files import write_text_atomically
+    write_text_atomically(path, json.dumps(out, indent=1, default=str))
 
 
 # ---------------------------------------------------------------------------

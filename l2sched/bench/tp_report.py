@@ -50,14 +50,29 @@ def add_arguments(p) -> None:
 def cmd(args) -> int:
     """``bench tp-report``: write the markdown; update the profile if asked.
     Returns the exit code (1 when the fit is impossible)."""
-    d = merge([load(p) for p in args.result])
+    from ..errors import L2sInputError
+    from ..files import write_text_atomically
+    results = [load(p) for p in args.result]
     source_path = " + ".join(args.result)
-    text = markdown(d, command=args.command, lint=not args.no_lint,
-                    fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
-                    caveats=tuple(args.caveat))
+    try:
+        d = merge(results)
+        text = markdown(d, command=args.command, lint=not args.no_lint,
+                        fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
+                        caveats=tuple(args.caveat))
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        # a result JSON with missing or mistyped fields, or runs that do not merge
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        raise L2sInputError(f"{source_path}: not a usable `l2sched bench tp` result "
+                            f"({why})") from None
     if args.md_out:
-        with open(args.md_out, "w") as f:
-            f.write(text)
+        protect = list(args.result)
+        if args.update_profile:
+            from ..devices import profile_path
+            try:
+                protect.append(str(profile_path(args.update_profile)))
+            except Exception:
+                pass  # update_profile reports an unknown profile below
+        write_text_atomically(args.md_out, text, protect=protect)
     else:
         print(text, end="")
     if args.update_profile:
@@ -217,7 +232,8 @@ def _lint_gains(d: dict) -> dict:
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
     prof = load_device(d["device_profile"])
-    sched = load_schedule(d["schedule"], d["overrides"])
+    from . import shipped_path
+    sched = load_schedule(shipped_path(d["schedule"]), d["overrides"])
     out = {}
     for M in d["tokens"]:
         lr = run_lint(sched, inv, device=prof, tokens=int(M), model_config=cfg)
