@@ -199,12 +199,12 @@ def add_cli(subparsers) -> None:
     q.set_defaults(func=cmd_report, handler=cmd_report)
     t = sub.add_parser("tp", help="multi-GPU decode step with real all-reduces "
                        "(one process per rank; --dry: CPU, gloo)")
-    from .tp import add_arguments as tp_arguments
+    from .options import tp_arguments
     tp_arguments(t)
     t.set_defaults(func=cmd_tp, handler=cmd_tp)
     tr = sub.add_parser("tp-report", help="markdown of a `bench tp` result; "
                         "optionally fit the all-reduce model into a device profile")
-    from .tp_report import add_arguments as tp_report_arguments
+    from .options import tp_report_arguments
     tp_report_arguments(tr)
     tr.set_defaults(func=cmd_tp_report, handler=cmd_tp_report)
 

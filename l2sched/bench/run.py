@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from . import shipped_path
+from .options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 
-SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
-BENCH_DIR = "schedules/bench"
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")
 

@@ -49,7 +49,7 @@ from dataclasses import asdict
 from typing import Any
 
 from . import shipped_path
-from .run import SCHEDULE, stats
+from .run import stats
 from .step import FakeEvent, StepRunner
 
 #: Environment every rank sets before ``init_process_group``: no NVLink
@@ -68,37 +68,6 @@ ARMS = ("none", "compiled")
 #: ``torch.cuda.graph`` capture mode: ``thread_local``, so the NCCL
 #: watchdog thread's event queries cannot invalidate a capture.
 CAPTURE_MODE = "thread_local"
-
-
-def add_arguments(p) -> None:
-    """Options of ``bench tp``."""
-    toks = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
-    p.add_argument("--world-size", type=int, default=0,
-                   help="processes (GPUs); default: all visible GPUs (nccl) or 2 (gloo)")
-    p.add_argument("--backend", choices=("nccl", "gloo"), default=None,
-                   help="default: nccl when CUDA is available and not --dry, else gloo")
-    p.add_argument("--dry", action="store_true",
-                   help="CPU: meta-device tree, dry-run runtime, gloo all-reduces")
-    p.add_argument("--out", default="", help="result JSON path (rank 0 writes it)")
-    p.add_argument("--tokens", type=toks, default=[1, 2, 4, 8, 16, 32, 64],
-                   help="decode tokens M per step (list)")
-    p.add_argument("--replays", type=int, default=25, help="timed replays per graph")
-    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
-    p.add_argument("--timed-reps", type=int, default=3,
-                   help="replays of the graph with per-op events")
-    p.add_argument("--ar-iters", type=int, default=40,
-                   help="standalone all-reduce calls per message size")
-    p.add_argument("--ar-extra-tokens", type=toks, default=[128, 256, 1024, 4096],
-                   help="standalone all-reduce sizes beyond --tokens, in tokens")
-    p.add_argument("--tp", type=int, default=4,
-                   help="modelled TP degree of the inventory and plan")
-    p.add_argument("--schedule", default=SCHEDULE)
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="schedule override (as l2sched check)")
-    p.add_argument("--device-profile", default="h200")
-    p.add_argument("--expert-pools", type=int, default=3)
-    p.add_argument("--no-spin-arms", action="store_true",
-                   help="skip the idle-interval (spin) arms")
 
 
 def options(args) -> dict:

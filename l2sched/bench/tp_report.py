@@ -25,26 +25,7 @@ from __future__ import annotations
 import json
 import statistics
 
-#: Largest message the default fit uses: a 256-token decode step
-#: (the plans' ``max_tokens``) of hidden 4096 in bf16, bytes.
-FIT_MAX_BYTES = 256 * 4096 * 2
-
-
-def add_arguments(p) -> None:
-    """Options of ``bench tp-report``."""
-    p.add_argument("result", nargs="+",
-                   help="JSON written by `l2sched bench tp --out`; several results of "
-                        "runs over different --tokens on the same machine are merged")
-    p.add_argument("--md-out", default="", help="markdown path (default: stdout)")
-    p.add_argument("--command", default="", help="command line to quote in the report")
-    p.add_argument("--no-lint", action="store_true",
-                   help="skip the lint's predicted gains (CPU, a few s per M)")
-    p.add_argument("--update-profile", default="", metavar="NAME_OR_PATH",
-                   help="write the fitted all-reduce model into this device profile")
-    p.add_argument("--fit-max-bytes", type=int, default=FIT_MAX_BYTES)
-    p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
-    p.add_argument("--caveat", action="append", default=[],
-                   help="a caveat line for the report (repeatable)")
+from .options import FIT_MAX_BYTES
 
 
 def cmd(args) -> int:

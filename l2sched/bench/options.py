@@ -1,0 +1,62 @@
+"""Command-line options of ``l2sched bench tp``, kept apart from ``tp.py``
+so that registering the subcommands (every ``l2sched`` call does) imports
+neither the benchmark's step machinery nor torch."""
+
+from __future__ import annotations
+
+#: The schedule the benchmarks measure by default (a path under schedules/;
+#: ``bench.shipped_path`` finds the shipped copy outside the repository).
+SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
+#: The deliberately bad schedules of the verdict set.
+BENCH_DIR = "schedules/bench"
+#: Largest message the all-reduce fit uses by default: a 256-token decode
+#: step (the plans' ``max_tokens``) of hidden 4096 in bf16, bytes.
+FIT_MAX_BYTES = 256 * 4096 * 2
+
+
+def tp_arguments(p) -> None:
+    """Options of ``bench tp``."""
+    toks = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+    p.add_argument("--world-size", type=int, default=0,
+                   help="processes (GPUs); default: all visible GPUs (nccl) or 2 (gloo)")
+    p.add_argument("--backend", choices=("nccl", "gloo"), default=None,
+                   help="default: nccl when CUDA is available and not --dry, else gloo")
+    p.add_argument("--dry", action="store_true",
+                   help="CPU: meta-device tree, dry-run runtime, gloo all-reduces")
+    p.add_argument("--out", default="", help="result JSON path (rank 0 writes it)")
+    p.add_argument("--tokens", type=toks, default=[1, 2, 4, 8, 16, 32, 64],
+                   help="decode tokens M per step (list)")
+    p.add_argument("--replays", type=int, default=25, help="timed replays per graph")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
+    p.add_argument("--timed-reps", type=int, default=3,
+                   help="replays of the graph with per-op events")
+    p.add_argument("--ar-iters", type=int, default=40,
+                   help="standalone all-reduce calls per message size")
+    p.add_argument("--ar-extra-tokens", type=toks, default=[128, 256, 1024, 4096],
+                   help="standalone all-reduce sizes beyond --tokens, in tokens")
+    p.add_argument("--tp", type=int, default=4,
+                   help="modelled TP degree of the inventory and plan")
+    p.add_argument("--schedule", default=SCHEDULE)
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="schedule override (as l2sched check)")
+    p.add_argument("--device-profile", default="h200")
+    p.add_argument("--expert-pools", type=int, default=3)
+    p.add_argument("--no-spin-arms", action="store_true",
+                   help="skip the idle-interval (spin) arms")
+
+
+def tp_report_arguments(p) -> None:
+    """Options of ``bench tp-report``."""
+    p.add_argument("result", nargs="+",
+                   help="JSON written by `l2sched bench tp --out`; several results of "
+                        "runs over different --tokens on the same machine are merged")
+    p.add_argument("--md-out", default="", help="markdown path (default: stdout)")
+    p.add_argument("--command", default="", help="command line to quote in the report")
+    p.add_argument("--no-lint", action="store_true",
+                   help="skip the lint's predicted gains (CPU, a few s per M)")
+    p.add_argument("--update-profile", default="", metavar="NAME_OR_PATH",
+                   help="write the fitted all-reduce model into this device profile")
+    p.add_argument("--fit-max-bytes", type=int, default=FIT_MAX_BYTES)
+    p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
+    p.add_argument("--caveat", action="append", default=[],
+                   help="a caveat line for the report (repeatable)")
