@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from l2sched.lint import lint_path
 from l2sched.lint.calibrate import measure
 from l2sched.lint.graph import layer_graph
@@ -70,3 +72,37 @@ def test_lint_usage_errors_and_steps_above_max_tokens(capsys):
 
     doc = json.loads(capsys.readouterr().out)
     assert doc["findings"] == [] or all(f["code"] == "L2S201" for f in doc["findings"])
+
+
+@pytest.mark.parametrize("content,where,message", [
+    ('{"a": 1}', "1:1", "not a torch-profiler Chrome trace"),
+    ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "dur": 3}]}',
+     "1:1", "traceEvents[0]: kernel event has no 'ts'"),
+    ('[{"ph": "X", "cat": "kernel", "ts": "soon", "dur": 3}]', "1:1",
+     "traceEvents[0]: 'ts' must be a number"),
+    ('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "tid": [1]}]}',
+     "1:1", "traceEvents[0]: 'tid' must be"),
+    ('{"traceEvents": [\n  1,', "2:5", "not a JSON trace"),
+    ("\xff", "1:1", "not a JSON trace: not UTF-8"),
+])
+def test_calibrate_bad_trace_is_one_line_error(tmp_path, capsys, content, where,
+                                               message):
+    """A trace without 'ts' was a KeyError traceback; --format json printed
+    nothing for a bad trace."""
+    from l2sched.cli import main
+
+    trace = tmp_path / "bad.json"
+    trace.write_bytes(content.encode("latin-1"))
+    sched = str(POST_AR)
+    assert main(["lint", sched, "--calibrate", str(trace)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"{trace}:{where}: {message}")
+    assert err.count("\n") == 1
+    assert main(["lint", sched, "--calibrate", str(trace), "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (f,) = doc["findings"]
+    assert f["code"] == "L2S000" and f["span"]["path"] == str(trace)
+    assert main(["lint", sched, "--calibrate", str(trace), "--format", "sarif"]) == 1
+    sarif = json.loads(capsys.readouterr().out)
+    (r,) = sarif["runs"][0]["results"]
+    assert r["ruleId"] == "L2S000" and message in r["message"]["text"]

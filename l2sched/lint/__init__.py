@@ -161,13 +161,13 @@ def cmd_lint(args) -> int:
         return 2
     measured = None
     calib_rows: list = []
-    if args.calibrate:
-        from .calibrate import calibrate_path
-
-        measured, calib_rows = calibrate_path(args.calibrate, args.schedule,
-                                              args.overrides, args.model_config,
-                                              args.device, tokens=args.tokens)
     try:
+        if args.calibrate:
+            from .calibrate import calibrate_path
+
+            measured, calib_rows = calibrate_path(args.calibrate, args.schedule,
+                                                  args.overrides, args.model_config,
+                                                  args.device, tokens=args.tokens)
         run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                         tokens=args.tokens, graph_mode=args.graph_mode,
                         select=_codes(args.select), ignore=_codes(args.ignore),

@@ -14,12 +14,13 @@ matches none of the next few expected ops is skipped), and each
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from collections import defaultdict
 from importlib import resources
 
-from ..errors import L2sInputError
+from ..errors import Diagnostic, L2sInputError, Span
 
 #: How many expected ops ahead a kernel may match (skipped ops = not traced).
 LOOKAHEAD = 6
@@ -37,29 +38,71 @@ def load_kernel_map(model: str) -> dict:
     return {"ignore": re.compile(raw["ignore"]), "ops": ops}
 
 
+def _trace_error(path: str, message: str, line: int = 1, column: int = 1):
+    return L2sInputError(Diagnostic(message, Span.point(path, line, column)))
+
+
+def _number(value) -> float | None:
+    """``value`` as a finite float, or ``None`` when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def read_kernels(path: str) -> dict[int, list[tuple[float, float, str]]]:
     """Kernel events of a Chrome trace per stream id: ``[(ts, dur, name)]``
-    sorted by start. Raises ``L2sInputError`` on an unreadable file."""
+    sorted by start. Raises ``L2sInputError`` (``TRACE:line:col: message``)
+    when the file cannot be read, is not JSON, is not a Chrome trace
+    (``{"traceEvents": [...]}`` or a bare event list), has a kernel event
+    without a numeric ``ts`` (or with a bad ``dur``/``tid``), or has no
+    kernel events."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise L2sInputError(f"{path}: cannot read trace: {e}") from None
-    events = doc.get("traceEvents", doc) if isinstance(doc, dict) else doc
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _trace_error(path, f"cannot read trace: {e.strerror or e}") from None
+    try:
+        doc = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
+    except UnicodeDecodeError as e:
+        raise _trace_error(path, f"not a JSON trace: not UTF-8 text (byte "
+                                 f"0x{data[e.start]:02x} at offset {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise _trace_error(path, f"not a JSON trace: {e.msg}", e.lineno,
+                           e.colno) from None
+    except (ValueError, RecursionError) as e:  # e.g. nesting too deep
+        raise _trace_error(path, f"not a JSON trace: {e}") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
-        raise L2sInputError(f"{path}: no traceEvents list")
-    out: dict[int, list] = defaultdict(list)
-    for e in events:
+        raise _trace_error(path, "not a torch-profiler Chrome trace: expected "
+                                 "an object with a 'traceEvents' list")
+    out: dict = defaultdict(list)
+    for i, e in enumerate(events):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         if str(e.get("cat", "")).lower() not in ("kernel", "gpu"):
             continue
-        out[e.get("tid", 0)].append((float(e["ts"]), float(e.get("dur", 0.0)),
-                                     str(e.get("name", ""))))
+        where = f"traceEvents[{i}]"
+        if "ts" not in e:
+            raise _trace_error(path, f"{where}: kernel event has no 'ts'")
+        ts = _number(e["ts"])
+        if ts is None:
+            raise _trace_error(path, f"{where}: 'ts' must be a number, got "
+                                     f"{e['ts']!r:.40}")
+        dur = _number(e.get("dur", 0.0))
+        if dur is None or dur < 0:
+            raise _trace_error(path, f"{where}: 'dur' must be a number >= 0, got "
+                                     f"{e.get('dur')!r:.40}")
+        tid = e.get("tid", 0)
+        if not isinstance(tid, (int, str)) or isinstance(tid, bool):
+            raise _trace_error(path, f"{where}: 'tid' must be a number or a "
+                                     f"string, got {tid!r:.40}")
+        out[tid].append((ts, dur, str(e.get("name", ""))))
     for v in out.values():
         v.sort()
     if not out:
-        raise L2sInputError(f"{path}: no kernel events (ph 'X', cat 'kernel')")
+        raise _trace_error(path, "no kernel events (ph 'X', cat 'kernel') in the "
+                                 "trace")
     return out
 
 
