@@ -354,6 +354,9 @@ def _with_bases(tree: n.ScheduleFile, path: str, sink: DiagnosticSink,
     holds the real paths already on the chain, ``tree``'s included."""
     if tree.extends is None:
         return [tree]
+    if not tree.extends.text.strip():
+        sink.error("extends needs a file name", tree.extends.span)
+        return [tree]
     base = _resolve_extends(tree.extends, path)
     return _load_chain(base, sink, seen, tree.extends) + [tree]
 

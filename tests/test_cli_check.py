@@ -271,3 +271,40 @@ def test_compile_tp_rank_out_of_range_is_a_usage_error(capsys, rank):
     code, out, err = run("compile", SCHED, "--tp-rank", rank, capsys=capsys)
     assert code == 2 and out == ""
     assert err == f"--tp-rank {rank} is outside 0..3 (the schedule's tp is 4)\n"
+
+
+@pytest.mark.parametrize("argv,word", [(["--set", "tp=2"], "--set"),
+                                       (["--tp-rank", "2"], "--tp-rank 2"),
+                                       (["--model-config", "X"], "--model-config")])
+def test_explain_plan_refuses_schedule_options(tmp_path, capsys, argv, word):
+    """These were silently ignored for a plan.json (exit 0)."""
+    plan = tmp_path / "plan.json"
+    assert run("compile", SCHED, "-o", str(plan), capsys=capsys)[0] == 0
+    code, out, err = run("explain", str(plan), *argv, capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"l2sched explain: error: {word}") and err.count("\n") == 1
+    code, out, err = run("explain", str(plan), "--tp-rank", "0", capsys=capsys)
+    assert code == 0 and err == ""
+
+
+def test_explain_plan_with_a_byte_order_mark(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert run("compile", SCHED, "-o", str(plan), capsys=capsys)[0] == 0
+    plan.write_bytes(b"\xef\xbb\xbf" + plan.read_bytes())
+    assert run("explain", str(plan), capsys=capsys)[0] == 0
+
+
+def test_explain_tp_rank_error_has_the_usual_prefix(capsys):
+    code, out, err = run("explain", SCHED, "--tp-rank", "4", capsys=capsys)
+    assert code == 2 and out == ""
+    assert err == ("l2sched explain: error: --tp-rank 4 is outside 0..3 "
+                   "(the schedule's tp is 4)\n")
+
+
+def test_extends_empty_string_needs_a_file_name(tmp_path, capsys):
+    p = tmp_path / "e.l2s"
+    p.write_text('schedule s\nextends ""\nmodel glm5next\ndevice h200\ntp 4\n')
+    code, out, err = run("check", str(p), capsys=capsys)
+    assert code == 1
+    assert err.startswith(f"{p}:2:9: extends needs a file name\n")
+    assert "directory" not in err
