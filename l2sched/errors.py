@@ -62,16 +62,35 @@ class Diagnostic:
         lines = [f"{where}{sev}{code}{self.message}"]
         if self.span is not None and self.source_line is not None:
             text = self.source_line.expandtabs(1)
-            lines.append("    " + text)
             start = max(self.span.column - 1, 0)
             if self.span.end_line == self.span.line:
                 width = max(self.span.end_column - self.span.column, 1)
             else:
                 width = max(len(text) - start, 1)
             width = min(width, max(len(text) - start, 1))
+            text, start, width = _clip(text, start, width)
+            lines.append("    " + text)
             lines.append("    " + " " * start + "^" * width)
         lines.extend(f"    note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+#: Longest source line echoed under a message; longer ones are cut around
+#: the caret, with ``...`` where text was left out.
+MAX_ECHO = 200
+
+
+def _clip(text: str, start: int, width: int) -> tuple[str, int, int]:
+    """``text`` cut to about ``MAX_ECHO`` characters around the caret at
+    ``start`` (``width`` wide), with the caret's new start and width."""
+    if len(text) <= MAX_ECHO:
+        return text, start, width
+    width = min(width, MAX_ECHO // 2)
+    lo = max(0, min(start - MAX_ECHO // 4, len(text) - MAX_ECHO))
+    hi = min(len(text), lo + MAX_ECHO)
+    head = "..." if lo > 0 else ""
+    tail = "..." if hi < len(text) else ""
+    return head + text[lo:hi] + tail, start - lo + len(head), width
 
 
 class L2sError(Exception):
@@ -149,7 +168,10 @@ class DiagnosticSink:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def add_source(self, path: str, text: str) -> None:
-        """Remember ``text`` as the contents of ``path`` for caret lines."""
+        """Remember ``text`` as the contents of ``path`` for caret lines
+        (split the way ``syntax.parse`` reads a schedule: a leading
+        byte-order mark dropped, ``\\r\\n`` or a lone ``\\r`` ends a line)."""
+        text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
         self.sources[path] = source_lines(text)
 
     def line_of(self, span: Span | None) -> str | None:

@@ -7,6 +7,8 @@ every comment kept (own-line comments before the statement that follows
 them, end-of-line comments after the statement whose last line they share;
 comments inside a statement written over several lines move above it).
 ``parse(format_file(parse(x))) == parse(x)`` for every valid ``x``.
+``format_text`` keeps the file's dominant line ending (LF or CRLF, the same
+on every line) and a leading UTF-8 byte-order mark.
 """
 
 from __future__ import annotations
@@ -152,7 +154,22 @@ def _is_plain_name(text: str) -> bool:
         "max_tokens", "policy", "set_aside"}
 
 
+def line_ending(text: str) -> str:
+    """The line ending ``fmt`` writes for ``text``: ``\\r\\n`` when more
+    of its lines end that way than with a bare ``\\n`` or ``\\r``, else
+    ``\\n`` (CR-only files are rewritten with ``\\n``)."""
+    crlf = text.count("\r\n")
+    others = text.count("\n") + text.count("\r") - 2 * crlf
+    return "\r\n" if crlf > others else "\n"
+
+
 def format_text(text: str, path: str = "<string>") -> str:
-    """Parse ``text`` and return its canonical layout. Raises the parser's
-    ``L2sError`` on invalid input (nothing is rewritten then)."""
-    return format_file(parse(text, path))
+    """Parse ``text`` and return its canonical layout, every line ending
+    with the file's dominant line ending (``line_ending``) and a leading
+    UTF-8 byte-order mark kept. Raises the parser's ``L2sError`` on invalid
+    input (nothing is rewritten then)."""
+    out = format_file(parse(text, path))
+    newline = line_ending(text)
+    if newline != "\n":
+        out = out.replace("\n", newline)
+    return ("\ufeff" if text.startswith("\ufeff") else "") + out

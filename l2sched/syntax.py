@@ -125,7 +125,9 @@ def read_source(path: str | os.PathLike) -> str:
 
     Raises ``L2sInputError`` (one line, no traceback) when ``path`` is missing,
     is a directory or another non-regular file (a FIFO), is not UTF-8, or
-    holds nothing but whitespace."""
+    holds nothing but whitespace. A leading byte-order mark and ``\\r``
+    line endings are kept as they are (``fmt`` writes them back; ``parse``
+    reads through them)."""
     p = Path(path)
     shown = str(path)
     if "\0" in shown:  # the OS cannot even look such a name up
@@ -145,16 +147,27 @@ def read_source(path: str | os.PathLike) -> str:
         raise L2sInputError(Diagnostic(f"cannot read: {e.strerror}",
                                        Span.point(shown))) from None
     try:
-        # An editor's UTF-8 byte-order mark is not part of the text.
-        text = data.decode("utf-8").removeprefix("\ufeff")
+        # An editor's UTF-8 byte-order mark is kept (``fmt`` writes it back);
+        # ``parse`` ignores it.
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise L2sInputError(Diagnostic(
             f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
             Span.point(shown, line, col))) from None
-    if not text.strip():
+    if not text.removeprefix("\ufeff").strip():
         raise L2sInputError(Diagnostic("empty schedule file", Span.point(shown)))
+    return text
+
+
+def normalize_newlines(text: str) -> str:
+    """``text`` without a leading UTF-8 byte-order mark and with every line
+    break (``\\r\\n``, or a lone ``\\r`` as old Mac files have) written
+    as ``\\n``. Columns do not move: a ``\\r`` only ever ends a line."""
+    text = text.removeprefix("\ufeff")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 
 
@@ -475,7 +488,10 @@ def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
 
     ``path`` names the source in spans and messages. Comments are kept on
     the result for the formatter. Raises ``L2sSyntaxError`` (first syntax
-    error, with expected tokens) or ``L2sInputError`` for empty text."""
+    error, with expected tokens) or ``L2sInputError`` for empty text.
+    A leading byte-order mark is ignored; ``\\r\\n`` and a lone ``\\r``
+    end a line like ``\\n`` (see ``normalize_newlines``)."""
+    text = normalize_newlines(text)
     if not text.strip():
         raise L2sInputError(Diagnostic("empty schedule file", Span.point(path)))
     try:

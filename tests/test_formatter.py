@@ -96,3 +96,52 @@ def test_empty_body_and_no_body():
 def test_refuses_invalid_input():
     with pytest.raises(L2sSyntaxError):
         format_text("schedule s\nwindow A budget 20 MB\n")
+
+
+# -------------------------------------------------------------------------
+# line endings and byte-order marks (attacker findings)
+
+
+def test_crlf_file_stays_crlf_on_every_line():
+    """A CRLF file came out with comment lines ending in \\r\\n, statement
+    lines in \\n and a trailing comment keeping its \\r."""
+    text = MESSY.replace("\n", "\r\n")
+    out = format_text(text)
+    assert out == CANONICAL.replace("\n", "\r\n")
+    assert "\r\r" not in out and out.count("\n") == out.count("\r\n")
+    assert format_text(out) == out
+
+
+def test_mixed_line_endings_take_the_dominant_one():
+    lf_mostly = CANONICAL.replace("\n", "\r\n", 2)
+    assert format_text(lf_mostly) == CANONICAL
+    crlf_mostly = CANONICAL.replace("\n", "\r\n").replace("\r\n", "\n", 2)
+    assert format_text(crlf_mostly) == CANONICAL.replace("\n", "\r\n")
+
+
+def test_cr_only_file_is_rewritten_with_lf():
+    assert format_text(CANONICAL.replace("\n", "\r")) == CANONICAL
+
+
+def test_byte_order_mark_is_kept():
+    assert format_text("\ufeff" + MESSY) == "\ufeff" + CANONICAL
+    assert format_text("\ufeff" + CANONICAL) == "\ufeff" + CANONICAL
+
+
+def test_fmt_check_flags_a_file_whose_line_endings_would_change(tmp_path, capsys):
+    from l2sched.cli import main
+
+    mixed = tmp_path / "mixed.l2s"
+    mixed.write_bytes(CANONICAL.replace("\n", "\r\n").replace("\r\n", "\n", 3)
+                      .encode())
+    assert main(["fmt", "--check", str(mixed)]) == 1
+    assert "would reformat" in capsys.readouterr().out
+    assert main(["fmt", str(mixed)]) == 0
+    assert mixed.read_bytes() == CANONICAL.replace("\n", "\r\n").encode()
+    assert main(["fmt", "--check", str(mixed)]) == 0
+    bom = tmp_path / "bom.l2s"
+    bom.write_bytes(b"\xef\xbb\xbf" + MESSY.encode())
+    assert main(["fmt", str(bom)]) == 0
+    assert bom.read_bytes() == b"\xef\xbb\xbf" + CANONICAL.encode()
+    assert main(["fmt", "--check", str(bom)]) == 0
+    assert main(["check", str(bom)]) == 0

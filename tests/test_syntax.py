@@ -276,3 +276,87 @@ def test_keyword_prefixed_names_still_parse():
     (t,) = w.targets
     assert [p.text for p in t.patterns] == ["this_x", "nextish"]
     assert [p.text for p in t.excludes] == ["exception"]
+
+
+# -------------------------------------------------------------------------
+# line endings, byte-order marks, long lines (attacker findings)
+
+_CR_TEXT = ("# a comment\nschedule s  # name\nmodel glm5next\ndevice h200\n"
+            "tp 4\nset tp = 4  # trailing\nwindow B at attn.pre_all_reduce "
+            "budget 20MB layers all {\n    this a\n}\n")
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_crlf_and_cr_only_line_endings_parse_like_lf(newline):
+    """A CR-only file was one line whose first '#' commented out the rest:
+    '1:...: unexpected end of file, expected schedule'."""
+    want = parse(_CR_TEXT)
+    got = parse(_CR_TEXT.replace("\n", newline))
+    assert got == want
+    assert [(c.text, c.line, c.column) for c in got.comments] == \
+        [(c.text, c.line, c.column) for c in want.comments]
+    assert all("\r" not in c.text for c in got.comments)
+    assert got.items[-2].value == "4"
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_syntax_error_in_a_cr_file_is_on_its_line(newline):
+    text = "schedule s\nmodel glm5next\n  tp @\n".replace("\n", newline)
+    d = err(text)
+    assert where(d) == (3, 6)
+    assert d.render().splitlines()[1] == "      tp @"
+
+
+def test_check_cr_only_file_reports_the_right_line(tmp_path, capsys):
+    from l2sched.cli import main
+
+    p = tmp_path / "cr.l2s"
+    p.write_bytes(b"# old Mac file\rschedule s\rmodel glm5next\rdevice h200\r"
+                  b"tp 4\rmax_tokens zz\r")
+    assert main(["check", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{p}:6:12: ") and "\n    max_tokens zz\n" in err
+    assert "old Mac" not in err
+
+
+def test_byte_order_mark_is_kept_by_read_source_and_ignored_by_parse(tmp_path):
+    p = tmp_path / "bom.l2s"
+    p.write_bytes(b"\xef\xbb\xbf" + _CR_TEXT.encode())
+    text = read_source(p)
+    assert text.startswith("\ufeff")
+    assert parse(text) == parse(_CR_TEXT)
+    assert where(err("\ufeffschedule s\n  @\n")) == (2, 3)
+    with pytest.raises(L2sInputError):
+        read_source(_write(tmp_path / "e.l2s", b"\xef\xbb\xbf \n"))
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_a_very_long_source_line_is_cut_around_the_caret():
+    """A 400 KB line was echoed in full under the message."""
+    text = "schedule s\nmodel " + "a" * 200_000 + " @ " + "b" * 200_000 + "\n"
+    d = err(text)
+    assert where(d) == (2, 200_008)
+    lines = d.render().splitlines()
+    echo, caret = lines[1], lines[2]
+    assert len(echo) < 220 and echo.startswith("    ...") and echo.endswith("...")
+    assert echo[caret.index("^")] == "@"
+    short = err("schedule s\nmodel x @\n").render().splitlines()
+    assert short[1] == "    model x @" and short[2].index("^") == 12
+
+
+@pytest.mark.parametrize("column,head,tail", [(1, False, True), (500, True, True),
+                                              (1000, True, False)])
+def test_long_line_clipping_at_both_ends(column, head, tail):
+    from l2sched.errors import Diagnostic, Span
+
+    line = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    d = Diagnostic("m", Span("f", 1, column, 1, column + 3), source_line=line)
+    _, echo, caret = d.render().splitlines()
+    assert echo.startswith("    ...") == head and echo.endswith("...") == tail
+    at = caret.index("^")
+    assert echo[at:at + 3] == line[column - 1:column + 2]
+    assert caret.count("^") == min(3, 1001 - column)
