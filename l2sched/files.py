@@ -92,7 +92,7 @@ def write_texts_atomically(outputs, protect=()) -> None:
                 raise _error(shown, f"cannot write: {e.strerror or e}") from None
             temps.append((shown, tmp, target))
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
                     f.write(text)
                 os.chmod(tmp, mode)
             except OSError as e:
@@ -106,7 +106,7 @@ def write_texts_atomically(outputs, protect=()) -> None:
         for shown, target, text in checked:
             if _is_stream(target):
                 try:
-                    with open(target, "w", encoding="utf-8") as f:
+                    with open(target, "w", encoding="utf-8", newline="") as f:
                         f.write(text)
                 except OSError as e:
                     raise _error(shown, f"cannot write: {e.strerror or e}") from None
