@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -191,23 +190,11 @@ def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
 
 
 def _read_profile_text(path: Path) -> str:
-    """The profile's text; ``L2sInputError`` naming the file when it is
-    missing, not a regular file (a FIFO would block), unreadable or not
-    UTF-8."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise L2sInputError(f"{path}: not a regular file")
-        data = path.read_bytes()
-    except OSError as e:
-        raise L2sInputError(f"{path}: cannot read device profile: "
-                            f"{e.strerror or e}") from None
-    try:
-        # An editor's UTF-8 byte-order mark is not part of the text (TOML
-        # would reject it as a bare "Invalid statement").
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise L2sInputError(f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
-                            f"at offset {e.start})") from None
+    """The profile's text without a leading byte-order mark (TOML would
+    reject it as a bare "Invalid statement"); ``L2sInputError`` naming the
+    file as ``files.read_input_text`` raises it."""
+    from .files import read_input_text
+    return read_input_text(path, "device profile").removeprefix("\ufeff")
 
 
 def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:

@@ -19,6 +19,30 @@ import tempfile
 from .errors import Diagnostic, L2sInputError, Span
 
 
+def read_input_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The UTF-8 text of input file ``path`` (a device profile, a benchmark
+    result or header). Raises ``L2sInputError`` with one line naming the
+    file when it is missing (``no such WHAT``), not a regular file (a FIFO
+    would block the read), unreadable, or not UTF-8 (with the byte and its
+    offset). Schedules go through ``syntax.read_source``, which also gives
+    line:col."""
+    shown = os.fspath(path)
+    try:
+        if not stat.S_ISREG(os.stat(shown).st_mode):
+            raise L2sInputError(f"{shown}: not a regular file")
+        with open(shown, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise L2sInputError(f"{shown}: no such {what}") from None
+    except OSError as e:
+        raise L2sInputError(f"{shown}: cannot read {what}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise L2sInputError(f"{shown}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
+                            f"at offset {e.start})") from None
+
+
 def _error(shown: str, message: str) -> L2sInputError:
     return L2sInputError(Diagnostic(message, Span.point(shown)))
 

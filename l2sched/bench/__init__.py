@@ -14,7 +14,6 @@ inside functions only.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -83,24 +82,10 @@ def _bad_tokens(tokens) -> str | None:
 
 def read_text_file(path: str, what: str = "file") -> str:
     """The UTF-8 text of ``path``; ``L2sInputError`` (one line, naming the
-    file) when it is missing, not a regular file, unreadable or not UTF-8."""
-    import stat
-
-    from ..errors import L2sInputError
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise L2sInputError(f"{path}: not a regular file")
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise L2sInputError(f"{path}: no such {what}") from None
-    except OSError as e:
-        raise L2sInputError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise L2sInputError(f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
-                            f"at offset {e.start})") from None
+    file) when it is missing, not a regular file, unreadable or not UTF-8
+    (``files.read_input_text``)."""
+    from ..files import read_input_text
+    return read_input_text(path, what)
 
 
 def read_json_file(path: str, what: str = "result file"):
