@@ -12,23 +12,7 @@ from l2sched.install import (ALIGN, HookSite, L2sInstallError, clamp_range,  # n
                              install, storage_span_elems, tensor_row)
 from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import DryRunRuntime, StepInfo  # noqa: E402
-
-
-class QuantMethod:
-    """Stands in for vLLM's per-layer UnquantizedLinearMethod."""
-
-    def apply(self, layer, x):
-        return x @ layer.weight.t()
-
-
-class Proj(nn.Module):
-    def __init__(self, n, m):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(m, n))
-        self.quant_method = QuantMethod()
-
-    def forward(self, x):
-        return self.quant_method.apply(self, x)
+from tiny_modules import Proj  # noqa: E402
 
 
 class Attn(nn.Module):

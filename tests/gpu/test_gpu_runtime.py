@@ -5,6 +5,9 @@ small module tree are bitwise identical with and without the plan (eager and
 graph); a PIECEWISE capture skips prefetch cleanly; the fill kernel runs over
 odd tables; the persisting-L2 set-aside is clamped and read back."""
 
+import os
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,22 +23,15 @@ from l2sched.install import HookSite, install  # noqa: E402
 from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import CudaRuntime, StepInfo, apply_set_aside  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tiny_modules import Proj as _Proj  # noqa: E402
+
 D = 1024
 
 
-class QuantMethod:
-    def apply(self, layer, x):
-        return x @ layer.weight.t()
-
-
-class Proj(nn.Module):
-    def __init__(self, n, m):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(m, n, dtype=torch.bfloat16) / n ** 0.5)
-        self.quant_method = QuantMethod()
-
-    def forward(self, x):
-        return self.quant_method.apply(self, x)
+def Proj(n, m):
+    """bf16 ``tiny_modules.Proj`` scaled to unit-ish outputs."""
+    return _Proj(n, m, dtype=torch.bfloat16, scale=n ** -0.5)
 
 
 class Layer(nn.Module):
