@@ -60,11 +60,12 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    from l2sched.compile import compile_plan
-    from l2sched.install import HookSite, install
-    from l2sched.inventory import analytical_inventory, load_model_config
-    from l2sched.runtime import DryRunRuntime
-    from l2sched.semantic import load_schedule
+    from l2sched.compiler.compile import compile_plan
+    from l2sched.lang.resolve import load_schedule
+    from l2sched.model.config import load_model_config
+    from l2sched.model.inventory import analytical_inventory
+    from l2sched.runtime.dry_run import DryRunRuntime
+    from l2sched.runtime.install import HookSite, install
 
     schedule = load_schedule(SCHEDULE)
     config = load_model_config(None)

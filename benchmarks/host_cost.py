@@ -35,9 +35,10 @@ import time
 import torch
 
 sys.path.insert(0, ".")
-from l2sched import kernel as K  # noqa: E402
-from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
-from l2sched.runtime import CudaRuntime, StepInfo  # noqa: E402
+from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
+from l2sched.runtime import kernel as K  # noqa: E402
+from l2sched.runtime.cuda import CudaRuntime
+from l2sched.runtime.gate import StepInfo  # noqa: E402
 
 ROW = 16384  # bytes per table row in the benchmark windows
 
@@ -126,8 +127,8 @@ def driver_floor(side_handle, calls, batches):
 
 
 def bench_launch(rt, a):
-    kern, side = rt._kernel, rt._side_handle
-    tab = rt._table_ptr
+    kern, side = rt.kernel, rt.side.cuda_stream
+    tab = rt.table.device_ptr
     res = {"path": "tvm_ffi" if kern.ffi else "generic",
            "driver_floor_cuLaunchKernel": driver_floor(side, a.calls, a.batches)}
     bound = kern.bind(tab, side)
@@ -153,9 +154,9 @@ def bench_fork(rts, a):
     res = {}
     for sync, rt in rts.items():
         # eager: a fork needs no matching join, so it can be timed alone
-        res[f"runtime_{sync}"] = per_call(rt._fork_side, a.calls, a.batches)
+        res[f"runtime_{sync}"] = per_call(rt.fork_join.fork, a.calls, a.batches)
     ev = torch.cuda.Event()
-    side = rts["torch"]._side
+    side = rts["torch"].side
 
     def public():
         ev.record(torch.cuda.current_stream())

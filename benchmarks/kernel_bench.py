@@ -34,9 +34,10 @@ import time
 import torch
 
 sys.path.insert(0, ".")
-from l2sched import kernel as K  # noqa: E402
-from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
-from l2sched.runtime import CudaRuntime, StepInfo  # noqa: E402
+from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
+from l2sched.runtime import kernel as K  # noqa: E402
+from l2sched.runtime.cuda import CudaRuntime
+from l2sched.runtime.gate import StepInfo  # noqa: E402
 
 MB = 10 ** 6
 
@@ -241,7 +242,7 @@ def bench_launch(b):
     res["runtime_issue_plus_join_host_us"] = host_cost(issue_join)
     res["runtime_issue_only_host_us"] = host_cost(lambda: rt.issue(0))
     rt.join()
-    res["runtime_path"] = "tvm_ffi" if rt._kernel.ffi else "generic"
+    res["runtime_path"] = "tvm_ffi" if rt.kernel.ffi else "generic"
     # graph replay with and without a captured fill
     x = torch.zeros(1024, device="cuda")
     graphs = {}

@@ -16,7 +16,8 @@ import torch
 sys.path.insert(0, ".")
 sys.path.insert(0, "benchmarks")
 from kernel_bench import MB, make_read, probe_setup, q, table_for  # noqa: E402
-from l2sched import kernel as K  # noqa: E402
+
+from l2sched.runtime import kernel as K  # noqa: E402
 
 
 def main():

@@ -15,7 +15,8 @@ import sys
 sys.path.insert(0, ".")
 sys.path.insert(0, "benchmarks")
 from kernel_bench import MB, fill_profile, probe_setup  # noqa: E402
-from l2sched import kernel as K  # noqa: E402
+
+from l2sched.runtime import kernel as K  # noqa: E402
 
 
 def main():

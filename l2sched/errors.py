@@ -16,6 +16,7 @@ error of a file, then raise once (see ``DiagnosticSink.raise_if_errors``).
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -142,12 +143,58 @@ class L2sCompileError(L2sError):
     """A schedule cannot be compiled into a plan for the given inventory."""
 
 
-def source_lines(text: str) -> list[str]:
-    """``text`` split into lines the way the parser counts them: at ``\\n``
-    only (a trailing ``\\r`` is dropped), so that form feeds, ``\\x1c`` or
-    ``\\u2028`` inside a line do not shift later line numbers the way
-    ``str.splitlines`` would."""
-    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+class L2sInstallError(L2sError):
+    """A plan cannot be installed into a module tree: a hook slot is already
+    held, a hook point has no site, a site's path does not resolve."""
+
+
+class L2sPluginError(L2sError):
+    """A reason for the vLLM plugin to leave prefetch off on one TP rank,
+    logged as one line: ``what`` is the short reason (``bad configuration``,
+    ``unsupported hardware``, ``install failed``, ...), ``detail`` the
+    specifics (may be empty)."""
+
+    def __init__(self, what: str, detail: str = ""):
+        super().__init__(f"{what}: {detail}" if detail else what)
+        self.what = what
+        self.detail = detail
+
+
+#: What ends a line, everywhere l2sched maps text to lines: ``\r\n``, a
+#: lone ``\r`` (old Mac files) or ``\n``. Nothing else does: form feeds,
+#: ``\x1c``, ``\x85`` or ``\u2028`` inside a line (or a comment) are text,
+#: although ``str.splitlines`` would break there.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str, keepends: bool = False) -> list[str]:
+    """``text`` split into lines the way the parser counts them: only
+    ``\\r\\n``, ``\\r`` and ``\\n`` end a line (see ``_LINE_END``). With
+    ``keepends`` each line keeps its line ending, so ``"".join(result) ==
+    text``. The one line splitter of l2sched: diagnostics, suppression
+    comments and profile edits all use it, so line numbers agree."""
+    if not keepends:
+        return _LINE_END.split(text)
+    out, start = [], 0
+    for m in _LINE_END.finditer(text):
+        out.append(text[start:m.end()])
+        start = m.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based ``(line, column)`` of character ``offset`` of ``text``,
+    lines ending as in ``source_lines`` (a ``\\r\\n`` counts once). Raises
+    ``ValueError`` when ``offset`` is outside ``0..len(text)``."""
+    if not 0 <= offset <= len(text):
+        raise ValueError(f"offset {offset} outside 0..{len(text)}")
+    line, start = 1, 0
+    for m in _LINE_END.finditer(text, 0, offset):
+        line += 1
+        start = m.end()
+    return line, offset - start + 1
 
 
 def suggest(name: str, choices: Iterable[str]) -> str:
@@ -171,8 +218,7 @@ class DiagnosticSink:
         """Remember ``text`` as the contents of ``path`` for caret lines
         (split the way ``syntax.parse`` reads a schedule: a leading
         byte-order mark dropped, ``\\r\\n`` or a lone ``\\r`` ends a line)."""
-        text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-        self.sources[path] = source_lines(text)
+        self.sources[path] = source_lines(text.removeprefix("\ufeff"))
 
     def line_of(self, span: Span | None) -> str | None:
         """The source line under ``span``, if the file was registered."""

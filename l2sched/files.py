@@ -15,8 +15,20 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from importlib import resources
+from pathlib import Path
 
-from .errors import Diagnostic, L2sInputError, Span
+from l2sched.errors import Diagnostic, L2sInputError, Span
+
+
+def packaged_dir(package: str, source_dir: str) -> Path:
+    """Directory of a data package shipped in the wheel (``l2sched.grammar``,
+    ``l2sched.schedules``), or its source folder at the repository root when
+    running from a checkout."""
+    source = Path(__file__).resolve().parent.parent / source_dir
+    if source.is_dir():
+        return source
+    return Path(str(resources.files(package)))
 
 
 def read_input_text(path: str | os.PathLike, what: str = "file") -> str:

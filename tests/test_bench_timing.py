@@ -9,17 +9,27 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from l2sched.adapters import glm5next as ad
-from l2sched.bench import add_arguments, main
-from l2sched.bench.report import (correct_fills, correct_ops, event_overhead,
-                                  finish_errors, lint_verdict, measured_durations,
-                                  measured_verdict, noise_us, report)
+from l2sched.bench.options import run_arguments as add_arguments
+from l2sched.bench.report import (
+    correct_fills,
+    correct_ops,
+    event_overhead,
+    finish_errors,
+    lint_verdict,
+    measured_durations,
+    measured_verdict,
+    noise_us,
+    report,
+)
 from l2sched.bench.run import TimedGraph, _collect, _summarize, run
 from l2sched.bench.step import FakeEvent
-from l2sched.devices import load_device
-from l2sched.inventory import analytical_inventory, load_model_config
+from l2sched.cli import main
+from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
-from l2sched.semantic import load_schedule
+from l2sched.model.adapters import glm5next as ad
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
+from l2sched.model.inventory import analytical_inventory
 
 SCHED = "schedules/glm53-flash-h200-tp4.l2s"
 BAD = "schedules/bench/fill-over-experts.l2s"
@@ -39,7 +49,7 @@ def _active_ops(inv):
 
 def test_dry_timed_graph(tmp_path, inv):
     out = tmp_path / "r.json"
-    assert main(["run", "--dry", "--tokens", "1", "--replays", "3", "--warmup", "1",
+    assert main(["bench", "run", "--dry", "--tokens", "1", "--replays", "3", "--warmup", "1",
                  "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert "errors" not in d and d["per_op"] == "graph"
@@ -236,7 +246,7 @@ def test_report_synthetic(tmp_path, inv):
 
 def test_report_refuses_dry_result(tmp_path):
     out = tmp_path / "r.json"
-    main(["run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)])
+    main(["bench", "run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)])
     from l2sched.errors import L2sInputError
     with pytest.raises(L2sInputError, match="a --dry result has no CUDA-graph step times"):
         report(str(out), str(tmp_path / "s.json"), str(tmp_path / "s.md"))
@@ -246,12 +256,12 @@ def test_report_refuses_dry_result(tmp_path):
 def test_report_cli_refuses_other_files_and_its_input(tmp_path, capsys):
     tp = tmp_path / "tp.json"
     tp.write_text(json.dumps({"kind": "l2sched bench tp"}))
-    assert main(["report", str(tp), "--json-out", str(tmp_path / "a.json"),
+    assert main(["bench", "report", str(tp), "--json-out", str(tmp_path / "a.json"),
                  "--md-out", str(tmp_path / "b.md")]) == 1
     assert "not a `l2sched bench run` result" in capsys.readouterr().err
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"kind": "l2sched bench", "arms": 5, "per_m": {}}))
-    assert main(["report", str(broken), "--json-out", str(tmp_path / "a.json"),
+    assert main(["bench", "report", str(broken), "--json-out", str(tmp_path / "a.json"),
                  "--md-out", str(tmp_path / "b.md")]) == 1
     err = capsys.readouterr().err
     assert "not a usable `l2sched bench run` result (TypeError" in err

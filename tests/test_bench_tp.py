@@ -12,13 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from l2sched.adapters import glm5next as ad
-from l2sched.bench import main
 from l2sched.bench.run import SCHEDULE
-from l2sched.compile import compile_plan
-from l2sched.inventory import analytical_inventory, load_model_config
-from l2sched.runtime import StepInfo, explain_step
-from l2sched.semantic import load_schedule
+from l2sched.cli import main
+from l2sched.compiler.compile import compile_plan
+from l2sched.lang.resolve import load_schedule
+from l2sched.model.adapters import glm5next as ad
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
+from l2sched.runtime.dry_run import explain_step
+from l2sched.runtime.gate import StepInfo
 
 TOKENS = (1, 2)
 REPLAYS, WARMUP = 2, 1
@@ -27,7 +29,7 @@ REPLAYS, WARMUP = 2, 1
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("tp") / "tp.json"
-    rc = main(["tp", "--dry", "--world-size", "2", "--tokens", ",".join(map(str, TOKENS)),
+    rc = main(["bench", "tp", "--dry", "--world-size", "2", "--tokens", ",".join(map(str, TOKENS)),
                "--replays", str(REPLAYS), "--warmup", str(WARMUP), "--ar-iters", "2",
                "--ar-extra-tokens", "16", "--out", str(out)])
     assert rc == 0
@@ -104,7 +106,7 @@ def test_report_renders(result, tmp_path):
                                   ["--dry", "--backend", "nccl"],
                                   ["--dry", "--world-size", "8"]])
 def test_bad_options_are_usage_errors(argv, capsys):
-    assert main(["tp", *argv, "--tokens", "1"]) == 2
+    assert main(["bench", "tp", *argv, "--tokens", "1"]) == 2
     assert "l2sched bench tp:" in capsys.readouterr().err
 
 
@@ -160,14 +162,14 @@ NEEDS_TORCH = "needs torch (pip install -e '.[vllm]' or a torch wheel)\n"
 
 @pytest.mark.parametrize("argv, code, err", [
     (["tp", "--dry", "--world-size", "2", "--tokens", "1"], 2,
-     "l2sched bench tp: " + NEEDS_TORCH),
-    (["run", "--dry", "--tokens", "1"], 2, "l2sched bench run: " + NEEDS_TORCH),
+     "l2sched bench tp: error: " + NEEDS_TORCH),
+    (["run", "--dry", "--tokens", "1"], 2, "l2sched bench run: error: " + NEEDS_TORCH),
     (["tp", "--dry", "--world-size", "1"], 2,
-     "l2sched bench tp: --world-size must be >= 2, got 1\n"),
+     "l2sched bench tp: error: --world-size must be >= 2, got 1\n"),
     (["tp", "--dry", "--tokens", "0"], 2,
-     "l2sched bench tp: --tokens must be >= 1, got 0\n"),
+     "l2sched bench tp: error: --tokens must be >= 1, got 0\n"),
     (["run", "--dry", "--tokens", "4,0"], 2,
-     "l2sched bench run: --tokens must be >= 1, got 0\n"),
+     "l2sched bench run: error: --tokens must be >= 1, got 0\n"),
 ])
 def test_bench_without_torch_or_with_bad_options(tmp_path, argv, code, err):
     assert _bench(tmp_path, *argv, no_torch=True) == (code, err)
@@ -196,17 +198,17 @@ def test_tp_report_never_overwrites_its_input_and_names_broken_results(result, t
     src = tmp_path / "tp.json"
     src.write_text(json.dumps(result))
     before = src.read_text()
-    assert main(["tp-report", "--no-lint", str(src), "--md-out", str(src)]) == 1
+    assert main(["bench", "tp-report", "--no-lint", str(src), "--md-out", str(src)]) == 1
     assert src.read_text() == before
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     bad = dict(result)
     del bad["ranks"]
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(bad))
-    assert main(["tp-report", "--no-lint", str(broken)]) == 1
+    assert main(["bench", "tp-report", "--no-lint", str(broken)]) == 1
     err = capsys.readouterr().err
     assert "not a usable `l2sched bench tp` result (KeyError: 'ranks')" in err
-    assert main(["tp-report", "--no-lint", str(src), str(src)]) == 1
+    assert main(["bench", "tp-report", "--no-lint", str(src), str(src)]) == 1
     assert "measured in two runs" in capsys.readouterr().err
 
 
@@ -216,7 +218,7 @@ def test_tp_report_never_overwrites_its_input_and_names_broken_results(result, t
     (["--tp", "3"], "not divisible by the TP size 3"),
 ])
 def test_bad_schedule_or_profile_fails_before_spawning(extra, message, capsys):
-    assert main(["tp", "--dry", "--world-size", "2", "--tokens", "1"] + extra) == 1
+    assert main(["bench", "tp", "--dry", "--world-size", "2", "--tokens", "1"] + extra) == 1
     err = capsys.readouterr().err
     assert err.startswith("l2sched bench tp: ") and message in err
     assert "Traceback" not in err and "ProcessExited" not in err

@@ -4,7 +4,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from l2sched.bench.tree import build_tree, distinct_experts, tree_entries
-from l2sched.inventory import analytical_inventory, load_model_config
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
 
 
 def test_tree_equals_inventory_tp4():
@@ -23,9 +24,9 @@ def test_distinct_experts():
 
 
 def test_dry_run(tmp_path):
-    from l2sched.bench import main
+    from l2sched.cli import main
     out = tmp_path / "r.json"
-    assert main(["run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)]) == 0
+    assert main(["bench", "run", "--dry", "--tokens", "1", "--replays", "1", "--out", str(out)]) == 0
     import json
     d = json.loads(out.read_text())
     assert d["per_m"]["1"]["arms"]["compiled"]["runtime_stats"]["issued"] > 0

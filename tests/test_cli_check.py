@@ -87,7 +87,7 @@ def test_input_errors_one_line(tmp_path, capsys, kind, message):
 
 
 def test_input_error_no_traceback_in_a_real_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "l2sched.cli", "check",
+    proc = subprocess.run([sys.executable, "-m", "l2sched", "check",
                            str(tmp_path / "nope.l2s")], capture_output=True, text=True,
                           cwd=ROOT)
     assert proc.returncode == 1
@@ -219,7 +219,7 @@ def test_fifo_is_refused_not_read(tmp_path):
     """Reading a FIFO blocked forever (subprocess with a timeout)."""
     fifo = tmp_path / "fifo.l2s"
     os.mkfifo(fifo)
-    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "check", str(fifo)],
+    r = subprocess.run([sys.executable, "-m", "l2sched", "check", str(fifo)],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 1
     assert r.stderr.splitlines()[0] == f"{fifo}:1:1: not a regular file"
@@ -270,7 +270,7 @@ def test_deep_extends_chain_is_an_error_not_a_crash(tmp_path, capsys):
 def test_compile_tp_rank_out_of_range_is_a_usage_error(capsys, rank):
     code, out, err = run("compile", SCHED, "--tp-rank", rank, capsys=capsys)
     assert code == 2 and out == ""
-    assert err == f"--tp-rank {rank} is outside 0..3 (the schedule's tp is 4)\n"
+    assert err == f"l2sched compile: error: --tp-rank {rank} is outside 0..3 (the schedule's tp is 4)\n"
 
 
 @pytest.mark.parametrize("argv,word", [(["--set", "tp=2"], "--set"),

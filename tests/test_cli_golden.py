@@ -18,9 +18,9 @@ import io
 from pathlib import Path
 
 import pytest
+from test_lint_golden import ROOT, SCHEDULES, _check
 
 from l2sched.cli import main
-from test_lint_golden import ROOT, SCHEDULES, _check
 
 GOLDEN = ROOT / "tests" / "data" / "cli-golden"
 BENCH_SCHEDULES = sorted(p.stem for p in (ROOT / "schedules" / "bench").glob("*.l2s"))

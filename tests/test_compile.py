@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from l2sched.compile import compile_plan, pattern_matches
+from l2sched.compiler.compile import compile_plan, pattern_matches
+from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sCompileError
-from l2sched.inventory import analytical_inventory, load_model_config
-from l2sched.plan import Plan
-from l2sched.semantic import load_schedule, load_schedule_text
+from l2sched.lang.resolve import load_schedule, load_schedule_text
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
 
 HEADER = "schedule t\nmodel glm5next\ndevice h200\ntp 4\n"
 IN_PROJ = 52_559_872  # KDA in_proj_qkvbfg_a per GPU at TP4 (map doc 1b)
@@ -127,7 +128,7 @@ def test_cli_compile_is_byte_identical(tmp_path):
     outs = []
     for name in ("a.json", "b.json"):
         out = tmp_path / name
-        r = subprocess.run([sys.executable, "-m", "l2sched.cli", "compile",
+        r = subprocess.run([sys.executable, "-m", "l2sched", "compile",
                             "schedules/glm53-flash-sm120-tp4.l2s", "-o", str(out)],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

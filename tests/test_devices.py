@@ -2,8 +2,8 @@
 
 import pytest
 
-from l2sched.devices import device_names, load_device
 from l2sched.errors import L2sInputError
+from l2sched.model.devices import device_names, load_device
 
 
 def test_shipped_profiles_load():
@@ -45,7 +45,8 @@ def test_adding_a_device_is_adding_a_file(tmp_path):
 
 
 def test_fit_allreduce_recovers_a_linear_model():
-    from l2sched.devices import AllReduceModel, fit_allreduce
+    from l2sched.model.allreduce_fit import fit_allreduce
+    from l2sched.model.devices import AllReduceModel
     true = AllReduceModel(9.5, 120.0)
     pts = [(b, true.time_us(b)) for b in (8192, 65536, 524288, 2097152)]
     m = fit_allreduce(pts, measured="2026-11-30", source="r.json")
@@ -58,7 +59,8 @@ def test_fit_allreduce_recovers_a_linear_model():
 
 
 def test_write_allreduce_model_replaces_one_table(tmp_path):
-    from l2sched.devices import AllReduceModel, write_allreduce_model
+    from l2sched.model.allreduce_fit import write_allreduce_model
+    from l2sched.model.devices import AllReduceModel
     src = open(load_device("h200").path).read()
     p = tmp_path / "h200.toml"
     p.write_text(src)
@@ -99,8 +101,9 @@ def test_tp_result_fits_into_a_profile(tmp_path):
     """The fit reads its numbers from a `bench tp` result JSON (here a
     synthetic one with a known model) and writes [allreduce.tpW]."""
     import json
+
     from l2sched.bench.tp_report import load, update_profile
-    from l2sched.devices import AllReduceModel
+    from l2sched.model.devices import AllReduceModel
     true = AllReduceModel(14.0, 80.0)
     sizes = [t * 8192 for t in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)]
 
@@ -156,7 +159,7 @@ def test_lint_with_an_infinite_profile_does_not_hang(tmp_path):
     import sys
     p = _h200_with(tmp_path, ("dram_read_gbps = 4080", "dram_read_gbps = inf"),
                    ("gemm_dram_gbps = 2333", "gemm_dram_gbps = inf"))
-    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "lint",
+    r = subprocess.run([sys.executable, "-m", "l2sched", "lint",
                         "schedules/glm53-flash-h200-tp4.l2s", "--device", str(p)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
@@ -200,7 +203,7 @@ def test_fifo_profile_is_refused(tmp_path):
     import sys
     p = tmp_path / "fifo.toml"
     os.mkfifo(p)
-    code = ("import sys\nfrom l2sched.devices import load_device\n"
+    code = ("import sys\nfrom l2sched.model.devices import load_device\n"
             "from l2sched.errors import L2sInputError\n"
             "try:\n    load_device(sys.argv[1])\n"
             "except L2sInputError as e:\n    print(e)\n")
@@ -255,7 +258,7 @@ def test_lint_with_a_huge_kernel_gap_is_one_error(tmp_path):
     import subprocess
     import sys
     p = _h200_with(tmp_path, ("kernel_gap_us = 1.5", "kernel_gap_us = 1e300"))
-    r = subprocess.run([sys.executable, "-m", "l2sched.cli", "lint",
+    r = subprocess.run([sys.executable, "-m", "l2sched", "lint",
                         "schedules/glm53-flash-h200-tp4.l2s", "--device", str(p)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from l2sched.errors import L2sSyntaxError
-from l2sched.formatter import format_file, format_selector, format_text
-from l2sched.syntax import parse
+from l2sched.lang.formatter import format_file, format_selector, format_text
+from l2sched.lang.syntax import parse
 
 SHIPPED = sorted((Path(__file__).resolve().parent.parent / "schedules").glob("*.l2s"))
 

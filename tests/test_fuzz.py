@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from l2sched.errors import L2sError
-from l2sched.formatter import format_file, format_text
-from l2sched.semantic import load_schedule, load_schedule_text
-from l2sched.syntax import parse
+from l2sched.lang.formatter import format_file, format_text
+from l2sched.lang.resolve import load_schedule, load_schedule_text
+from l2sched.lang.syntax import parse
 
 SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
 SHIPPED = {p.name: p.read_text("utf-8") for p in sorted(SCHEDULES.glob("*.l2s"))}

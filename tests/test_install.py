@@ -5,14 +5,23 @@ clamping (property test on non-contiguous views), and dry-run order."""
 import pytest
 
 torch = pytest.importorskip("torch")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
+from tiny_modules import Proj  # noqa: E402
 from torch import nn  # noqa: E402
 
-from l2sched.install import (ALIGN, HookSite, L2sInstallError, clamp_range,  # noqa: E402
-                             install, storage_span_elems, tensor_row)
-from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
-from l2sched.runtime import DryRunRuntime, StepInfo  # noqa: E402
-from tiny_modules import Proj  # noqa: E402
+from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
+from l2sched.errors import L2sInstallError
+from l2sched.runtime.dry_run import DryRunRuntime
+from l2sched.runtime.gate import StepInfo  # noqa: E402
+from l2sched.runtime.install import (  # noqa: E402
+    HookSite,
+    clamp_range,
+    install,
+    storage_span_elems,
+    tensor_row,
+)
+from l2sched.units import ALIGN
 
 
 class Attn(nn.Module):

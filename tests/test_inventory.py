@@ -11,14 +11,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from l2sched.adapters import glm5next as g
+from l2sched.cli.docs import hooks_md_text
+from l2sched.cli.inventory import add_cli, render_table
 from l2sched.errors import L2sError, L2sModelError
-from l2sched.inventory import (MiB, add_cli, analytical_inventory,
-                               default_config_text, hooks_md_text,
-                               load_model_config, render_table)
+from l2sched.model.adapters import glm5next as g
+from l2sched.model.config import default_config_text, load_model_config
+from l2sched.model.inventory import analytical_inventory
+from l2sched.units import MiB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +54,7 @@ def test_embedded_config_values():
                        "scoring_func": "sigmoid", "mla_use_nope": True,
                        "indexer_rope_interleave": True}.items():
         assert raw[key] == value
-    assert g.default_config()["hidden_size"] == 4096
+    assert load_model_config(None)["hidden_size"] == 4096
 
 
 # ------------------------------------------------------------- known bytes
@@ -195,14 +198,17 @@ def test_hook_catalogue_names_and_orders_are_fixed():
 
 
 def test_kernel_patterns_name_real_ops():
+    table = json.loads((Path(ROOT) / "l2sched" / "data" / "glm5next-kernels.json")
+                       .read_text(encoding="utf-8"))
     names = {op.name for k in g.FLASH_KINDS for op in g.decode_timeline(k)}
-    assert set(g.KERNEL_PATTERNS) <= names
+    assert set(table["ops"]) <= names
+    assert set(table["gemm_ops"]) <= names
 
 
 def test_docs_hooks_md_is_generated():
     with open(os.path.join(ROOT, "docs", "hooks.md"), encoding="utf-8") as f:
         assert f.read() == hooks_md_text(), \
-            "regenerate: python -m l2sched.adapters.glm5next --hooks-md > docs/hooks.md"
+            "regenerate: l2sched docs hooks"
 
 
 # ------------------------------------------------------------- bad configs
@@ -436,7 +442,7 @@ def test_cli_with_truncated_json_has_no_traceback(tmp_path, cmd):
     path = _write(tmp_path, "{\n", "badcfg.json")
     args = ([cmd] + (["schedules/glm53-flash-h200-tp4.l2s"] if cmd != "inventory"
                      else []) + ["--model-config", path])
-    r = subprocess.run([sys.executable, "-m", "l2sched.cli"] + args, cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "l2sched"] + args, cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
@@ -453,7 +459,7 @@ def test_fifo_model_config_is_refused(tmp_path):
     """Reading a FIFO blocked forever (run in a subprocess with a timeout)."""
     p = tmp_path / "fifo.json"
     os.mkfifo(p)
-    code = ("import sys\nfrom l2sched.inventory import load_model_config\n"
+    code = ("import sys\nfrom l2sched.model.config import load_model_config\n"
             "from l2sched.errors import L2sError\n"
             "try:\n    load_model_config(sys.argv[1])\n"
             "except L2sError as e:\n    print(e)\n")

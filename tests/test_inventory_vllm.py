@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from vllm_cpu import run_ranks, vllm_available
 
-from l2sched.inventory import (MiB, Inventory, TensorEntry, analytical_inventory,
-                               default_config_text, live_inventory,
-                               load_model_config)
+from l2sched.model.config import default_config_text, load_model_config
+from l2sched.model.inventory import (
+    Inventory,
+    TensorEntry,
+    analytical_inventory,
+    live_inventory,
+)
+from l2sched.units import MiB
 
 _OK, _WHY = vllm_available()
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not _OK, reason=_WHY)]
@@ -56,7 +60,8 @@ def _check_hook_targets(model) -> list[str]:
     not a class-level function only (so an instance attribute can shadow it)."""
     import torch
 
-    from l2sched.adapters import glm5next as g
+    from l2sched.attrs import resolve_path
+    from l2sched.model.adapters import glm5next as g
 
     problems = []
     for i, layer in enumerate(g.decoder_layers(model)):
@@ -66,7 +71,7 @@ def _check_hook_targets(model) -> list[str]:
                 continue
             inst = h.install_for(kind)
             try:
-                target = g.resolve_path(layer, inst.target)
+                target = resolve_path(layer, inst.target)
             except AttributeError as e:
                 problems.append(f"layer {i} {h.name}: {inst.target}: {e}")
                 continue
@@ -81,7 +86,7 @@ def _check_hook_targets(model) -> list[str]:
 
 
 def _load(d: dict, source: str, tp: int, ep: bool, rank: int) -> Inventory:
-    from l2sched.adapters.glm5next import LayerKind
+    from l2sched.model.adapters.glm5next import LayerKind
 
     def entry(j: dict) -> TensorEntry:
         return TensorEntry(j["path"], j["dtype"], tuple(j["shape"]), j["bytes"],

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.inventory import analytical_inventory, load_model_config
+from l2sched.lang.resolve import load_schedule_text
 from l2sched.lint import lint_path, run_lint
 from l2sched.lint.rules import RULES
-from l2sched.semantic import load_schedule_text
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"
@@ -193,8 +194,8 @@ def test_l2s201_left_over_names_tensors(cfg, inv):
 
 def test_every_rule_is_documented():
     doc = (ROOT / "docs" / "lint.md").read_text()
-    for code, (sev, name) in RULES.items():
-        assert f"## {code}" in doc and name in doc
+    for code, rule in RULES.items():
+        assert f"## {code} {rule.name} ({rule.severity})" in doc
 
 
 # -- selection, suppression, formats ------------------------------------------------
@@ -216,7 +217,7 @@ def test_select_ignore_and_suppression(cfg, inv, tmp_path):
 
 def test_cli_exit_codes_and_formats(tmp_path):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "l2sched.cli", *args],
+        return subprocess.run([sys.executable, "-m", "l2sched", *args],
                               capture_output=True, text=True, cwd=ROOT)
 
     ok = cli("lint", str(SHIPPED))

@@ -5,9 +5,12 @@ import logging
 
 import pytest
 
-from l2sched.plan import ByteRange, Plan, WindowIssue
-from l2sched.runtime import (GRAPH_MODES, DryRunRuntime, StepInfo, explain_step,
-                             format_events, gate, gate_pair, make_runtime)
+from l2sched.cli.explain import format_events
+from l2sched.compiler.plan import ByteRange, Plan, WindowIssue
+from l2sched.runtime import make_runtime
+from l2sched.runtime.dry_run import DryRunRuntime, explain_step
+from l2sched.runtime.gate import StepInfo, gate, gate_pair
+from l2sched.units import GRAPH_MODES
 
 
 def _plan(max_tokens=256, issues=None, policy="evict_last", set_aside=0):
@@ -74,7 +77,7 @@ def test_gate_pair_equals_gate_for_every_step():
 
 
 def test_cuda_runtime_rejects_unknown_sync():
-    from l2sched.runtime import CudaRuntime
+    from l2sched.runtime.cuda import CudaRuntime
     with pytest.raises(ValueError):
         CudaRuntime(_plan(), sync="cupy")
 
@@ -144,8 +147,8 @@ def test_cuda_runtime_without_gpu_disables_with_one_log_line(caplog):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
-    from l2sched import kernel as K
-    from l2sched.runtime import CudaRuntime
+    from l2sched.runtime import kernel as K
+    from l2sched.runtime.cuda import CudaRuntime
     K.reset_for_tests()
     plan = _plan()
     with caplog.at_level(logging.INFO):
@@ -167,7 +170,7 @@ def test_cuda_runtime_without_gpu_disables_with_one_log_line(caplog):
 def test_kernel_module_imports_nothing_heavy():
     import subprocess
     import sys
-    code = ("import sys, l2sched.kernel, l2sched.runtime, l2sched.install; "
+    code = ("import sys, l2sched.runtime.kernel, l2sched.runtime, l2sched.runtime.install; "
             "bad=[m for m in ('torch','cutlass') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -175,7 +178,7 @@ def test_kernel_module_imports_nothing_heavy():
 
 
 def test_unknown_policy_disables(caplog):
-    from l2sched import kernel as K
+    from l2sched.runtime import kernel as K
     K.reset_for_tests()
     with caplog.at_level(logging.WARNING):
         assert K.get_kernel(0, policy="evict_sometimes", check_device=False) is None
@@ -193,7 +196,7 @@ def test_ffi_kernel_calls_the_bare_tvm_ffi_function():
     import sys
     code = (
         "import tvm_ffi\n"
-        "from l2sched import kernel as K\n"
+        "from l2sched.runtime import kernel as K\n"
         "k = K.get_kernel(0, check_device=False, ffi=True)\n"
         "assert k is not None and k.ffi, K.disabled_reason()\n"
         "f = k._ffi_call\n"

@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 
 from l2sched.errors import L2sSemanticError
-from l2sched.semantic import (
-    SET_ASIDE_MAX,
-    UNITS,
-    load_schedule,
-    load_schedule_text,
-)
+from l2sched.lang.resolve import load_schedule, load_schedule_text
+from l2sched.lang.schedule import SET_ASIDE_MAX
+from l2sched.units import UNITS
 
 SCHEDULES = Path(__file__).resolve().parent.parent / "schedules"
 HEAD = "schedule s\nmodel glm5next\ndevice h200\ntp 4\n"  # lines 1-4
@@ -448,7 +445,7 @@ def test_deeply_nested_selector_is_a_syntax_error():
 
 
 def test_selector_nested_32_deep_resolves_and_formats():
-    from l2sched.formatter import format_text
+    from l2sched.lang.formatter import format_text
     deep = "(" * 32 + "moe" + ")" * 32
     s = load(HEAD + W + f" layers {deep}\n")
     assert s.windows[0].layers
@@ -466,7 +463,7 @@ def test_budget_above_one_terabyte_is_an_error():
 
 
 def test_format_size_is_exact_for_large_ints():
-    from l2sched.semantic import format_size
+    from l2sched.units import format_size
     assert format_size(10**30) == "1000000000000000000000000.00 MB"
     assert format_size(52_559_872) == "52.56 MB" and format_size(38_625_000) == "38.62 MB"
     assert format_size(1500) == "1.5 KB" and format_size(999) == "999 B"

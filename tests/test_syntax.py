@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from l2sched import nodes as n
 from l2sched.errors import L2sInputError, L2sSyntaxError
-from l2sched.syntax import parse, parse_file, parse_fragment, read_source
+from l2sched.lang import nodes as n
+from l2sched.lang.syntax import parse, parse_file, parse_fragment, read_source
 
 
 def err(text: str, cls=L2sSyntaxError):

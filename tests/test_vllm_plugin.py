@@ -3,7 +3,7 @@
 Two gloo ranks each build the real model from a tiny GLM-5.3-shaped config
 (layer 0 KDA+dense, layers 1-2 KDA+MoE, layer 3 MLA+MoE), run decode-shaped
 forwards through vLLM's own layer code, then go through the plugin path:
-``l2sched.vllm_plugin.register()`` wraps vLLM's
+``l2sched.vllm.register()`` wraps vLLM's
 ``process_weights_after_loading``; calling it with
 ``additional_config={"l2sched": {...}}`` compiles the shipped SM120 schedule
 (``set tp=2`` and a small window B so it carries into C) against the rank's
@@ -125,10 +125,11 @@ def _rank_scenario(ctx):
 
     import torch
     import vllm.model_executor.model_loader.utils as loader_utils
-
     import vllm_forward as vf
-    from l2sched import vllm_plugin
+
+    import l2sched.vllm as vllm_registration
     from l2sched.errors import Diagnostic
+    from l2sched.vllm import plugin as vllm_plugin
 
     records: list[str] = []
 
@@ -153,13 +154,13 @@ def _rank_scenario(ctx):
     # The plugin path: register() wraps process_weights_after_loading, which
     # vLLM's loaders call after loading. When l2sched is pip-installed, vLLM
     # itself already ran register() through the entry point in this process.
-    out["registered_by_vllm"] = vllm_plugin._registered
-    vllm_plugin.register()
-    vllm_plugin.register()  # idempotent
+    out["registered_by_vllm"] = vllm_registration._registered
+    vllm_registration.register()
+    vllm_registration.register()  # idempotent
     assert getattr(loader_utils.process_weights_after_loading, "__l2sched__", False)
     # Substitution 7: the same wrapper around the CPU body.
     loader_utils.process_weights_after_loading = vf.cpu_post_load
-    vllm_plugin._patch_loader_utils(loader_utils)
+    vllm_registration._patch_loader_utils(loader_utils)
     assert getattr(loader_utils.process_weights_after_loading, "__l2sched__", False)
     cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION)}
     records.clear()
@@ -203,10 +204,10 @@ def _rank_scenario(ctx):
         bad_syntax = os.path.join(d, "broken.l2s")
         with open(bad_syntax, "w") as f:
             f.write("schedule broken\nmodel glm5next\nwindow A at\n")
-        fake_lint = types.ModuleType("l2sched.lint")
-        fake_lint.run_lint = lambda schedule, inventory, **kw: types.SimpleNamespace(
-            findings=[Diagnostic("fill overlaps the expert stream (stand-in)",
-                                 severity="error", code="L2S101")])
+        def fake_lint(schedule, inventory, **kw):
+            return types.SimpleNamespace(
+                findings=[Diagnostic("fill overlaps the expert stream (stand-in)",
+                                     severity="error", code="L2S101")])
         cases = {
             "bad_path": ({"schedule": os.path.join(d, "missing.l2s"),
                           "backend": "dry-run"}, None),
@@ -215,20 +216,17 @@ def _rank_scenario(ctx):
             "lint_error": (dict(PLUGIN_SECTION), fake_lint),
         }
         out["failures"] = {}
-        for name, (section, lint_mod) in cases.items():
-            saved = sys.modules.get("l2sched.lint")
-            if lint_mod is not None:
-                sys.modules["l2sched.lint"] = lint_mod
+        real_lint = vllm_plugin.run_lint
+        for name, (section, lint_fn) in cases.items():
+            if lint_fn is not None:
+                vllm_plugin.run_lint = lint_fn
             try:
                 cfg.additional_config = {"l2sched": section}
                 records.clear()
                 got = loader_utils.process_weights_after_loading(
                     model, cfg.model_config, torch.device("cpu"))
             finally:
-                if saved is None:
-                    sys.modules.pop("l2sched.lint", None)
-                else:
-                    sys.modules["l2sched.lint"] = saved
+                vllm_plugin.run_lint = real_lint
             trace.events.clear()
             same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
             out["failures"][name] = {
@@ -351,7 +349,7 @@ def test_failures_log_one_line_per_rank_and_keep_serving(ranks, case, needle):
 
 
 def test_read_config_sources():
-    from l2sched.vllm_plugin import PluginConfig, read_config
+    from l2sched.vllm.config import PluginConfig, read_config
 
     assert read_config({}, {}) is None
     env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2, window.B.budget=25MB"}

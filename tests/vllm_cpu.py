@@ -179,8 +179,10 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
         shim_platform_env()
         shim_sparse_backend()
         from vllm.config import set_current_vllm_config
-        from vllm.distributed import (init_distributed_environment,
-                                      initialize_model_parallel)
+        from vllm.distributed import (
+            init_distributed_environment,
+            initialize_model_parallel,
+        )
 
         cfg = engine_config(model_dir, tp, ep)
         with set_current_vllm_config(cfg):

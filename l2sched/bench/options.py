@@ -1,5 +1,5 @@
-"""Command-line options of ``l2sched bench tp``, kept apart from ``tp.py``
-so that registering the subcommands (every ``l2sched`` call does) imports
+"""Command-line options of ``l2sched bench run`` and ``tp``, kept apart from
+``run.py`` and ``tp.py`` so that registering the subcommands (every ``l2sched`` call does) imports
 neither the benchmark's step machinery nor torch."""
 
 from __future__ import annotations
@@ -12,6 +12,28 @@ BENCH_DIR = "schedules/bench"
 #: Largest message the all-reduce fit uses by default: a 256-token decode
 #: step (the plans' ``max_tokens``) of hidden 4096 in bf16, bytes.
 FIT_MAX_BYTES = 256 * 4096 * 2
+
+
+def run_arguments(p) -> None:
+    """Options of ``bench run`` on the argparse parser ``p``."""
+    p.add_argument("--out", default="", help="result JSON path")
+    p.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[1, 4, 16, 64], help="decode tokens M per step (list)")
+    p.add_argument("--replays", type=int, default=25)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--eager-reps", type=int, default=2)
+    p.add_argument("--ideal-reps", type=int, default=5)
+    p.add_argument("--expert-pools", type=int, default=3)
+    p.add_argument("--schedule", default=SCHEDULE)
+    p.add_argument("--bench-dir", default=BENCH_DIR)
+    p.add_argument("--variant", action="append", default=[],
+                   help="NAME:KEY=VALUE,... extra arm of the schedule with overrides")
+    p.add_argument("--load-mode", action="store_true",
+                   help="add an arm with the load-mode fill kernel")
+    p.add_argument("--dry", action="store_true", help="meta device, no GPU")
+    p.add_argument("--per-op", dest="per_op", choices=("graph", "eager"), default="graph",
+                   help="per-op times from a timed CUDA-graph variant (default) or the "
+                        "host-launch-bound eager pass (fallback, labelled so)")
 
 
 def tp_arguments(p) -> None:

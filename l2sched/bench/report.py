@@ -74,7 +74,15 @@ import json
 import statistics
 from pathlib import Path
 
-from .run import AR_NOTE, FILL_NOTE, _q
+from l2sched.bench import read_json_file, shipped_path
+from l2sched.bench.run import AR_NOTE, FILL_NOTE, quantile
+from l2sched.errors import L2sInputError
+from l2sched.files import write_texts_atomically
+from l2sched.lang.resolve import load_schedule
+from l2sched.lint import run_lint
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
+from l2sched.model.inventory import analytical_inventory
 
 VERDICT_RULE = ("lint verdict bad = an error finding, or a predicted step-time change "
                 "that is a slowdown beyond the noise threshold; measured verdict bad = "
@@ -243,7 +251,7 @@ def err_stats(errs: list[float]) -> dict | None:
     """``{median, p90, n}`` of relative errors, None when empty."""
     if not errs:
         return None
-    return {"median": statistics.median(errs), "p90": _q(errs, 0.9), "n": len(errs)}
+    return {"median": statistics.median(errs), "p90": quantile(errs, 0.9), "n": len(errs)}
 
 
 def expert_summary(arm: dict, none: dict) -> dict:
@@ -326,13 +334,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     the report: a profile edited since the run would lint a different
     all-reduce than was measured). Raises ``L2sInputError`` for a bad
     profile."""
-    from ..devices import load_device
-    from ..inventory import analytical_inventory, load_model_config
-    from ..lint import run_lint
-    from ..semantic import load_schedule
 
-    from ..errors import L2sInputError
-    from . import read_json_file
 
     d = read_json_file(result)
     if not isinstance(d, dict) or d.get("kind") != "l2sched bench":
@@ -357,7 +359,6 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         profile_source = ("the shipped h200 profile as of now (the result does not "
                           "record the one it ran with)")
     specs = {a["name"]: a for a in d["arms"]}
-    from . import shipped_path
     scheds = {a["name"]: load_schedule(shipped_path(a["path"]), a["overrides"])
               for a in d["arms"] if a["path"]}
     summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
@@ -474,7 +475,6 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         summary["lint_kernel_gap"] = {"kernel_gap_us": prof.kernel_gap_us, "n_main": n_main,
                                       "per_step_us": prof.kernel_gap_us * n_main}
     summary["targets"] = _targets(summary)
-    from ..files import write_texts_atomically
     protect = [result] + ([device_profile] if device_profile
                           and Path(device_profile).exists() else [])
     write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),

@@ -39,8 +39,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import shipped_path
-from .options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
+from l2sched.bench import shipped_path
+from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
+from l2sched.bench.step import StepRunner
+from l2sched.bench.tree import build_tree, distinct_experts
+from l2sched.compiler.compile import compile_plan, storage_entry
+from l2sched.lang.resolve import load_schedule
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
+from l2sched.model.inventory import analytical_inventory
+from l2sched.runtime import make_runtime
+from l2sched.runtime.gate import StepInfo
+from l2sched.runtime.kernel import H200_LOAD_SHAPE, cutlass_version
+from l2sched.vllm.sites import install_plan
 
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")
@@ -50,7 +61,7 @@ FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
              "requests are issued, before its lines land in L2")
 
 
-def _q(xs, q):
+def quantile(xs, q):
     xs = sorted(xs)
     if not xs:
         return None
@@ -61,7 +72,7 @@ def _q(xs, q):
 
 def stats(xs) -> dict:
     """``{median, p10, p90, n}`` of a list of us values."""
-    return {"median": _q(xs, 0.5), "p10": _q(xs, 0.1), "p90": _q(xs, 0.9),
+    return {"median": quantile(xs, 0.5), "p10": quantile(xs, 0.1), "p90": quantile(xs, 0.9),
             "n": len(xs)}
 
 
@@ -86,7 +97,6 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     kernel); ``evict_normal`` (same windows, no cache policy: the Kimi-K3
     kernel's behaviour); ``load`` (load-mode kernel, optional); one per
     ``--variant`` override set; one per ``schedules/bench/*.l2s``."""
-    from ..kernel import H200_LOAD_SHAPE
     arms = [{"name": "none", "path": None},
             {"name": "compiled", "path": schedule_path, "overrides": []},
             {"name": "evict_normal", "path": schedule_path,
@@ -111,12 +121,6 @@ def run(args) -> dict:
     result dict (also written to ``args.out``)."""
     import torch
 
-    from ..devices import load_device
-    from ..inventory import analytical_inventory, load_model_config
-    from ..semantic import load_schedule
-    from ..compile import compile_plan
-    from .step import StepRunner
-    from .tree import build_tree
 
     dry = args.dry
     cfg = load_model_config(None)
@@ -178,9 +182,6 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     the timed graph's in-graph events after it (``_collect``). With
     ``args.per_op == "eager"`` (fallback, host-launch-bound) the per-op times
     come from timed eager steps instead and no timed graph is captured."""
-    from ..runtime import StepInfo, make_runtime
-    from ..vllm_plugin import _install
-    from .tree import distinct_experts
     per_op = getattr(args, "per_op", "graph")
     runner.set_tokens(M)
     rec: dict[str, Any] = {"distinct_experts": distinct_experts(M),
@@ -196,7 +197,7 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
             rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
                               **({} if dry else a.get("runtime", {})))
             rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-            inst = _install(model, inv, a["plan"], rt)
+            inst = install_plan(model.layers, inv, a["plan"], rt)
             if not dry:
                 rt.prepare()
         count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
@@ -283,7 +284,6 @@ def _sync(torch, dry):
 def _machine(torch, dry) -> dict:
     d = {"python": sys.version.split()[0], "torch": torch.__version__}
     try:
-        from ..kernel import cutlass_version
         d["cutlass_dsl"] = cutlass_version()
     except Exception:
         pass
@@ -427,7 +427,6 @@ def _summarize(acc: dict, source: str) -> dict:
 
 def _consumers(plan, inv, runner) -> dict:
     """``(kind, op) -> [layers]`` of ops that read bytes the plan fetches."""
-    from ..compile import storage_entry
     fetched = set()
     for w in plan.issues:
         for r in w.ranges:

@@ -51,8 +51,10 @@ from __future__ import annotations
 
 import math
 
-from ..adapters import glm5next as ad
-from .tree import distinct_experts
+from l2sched.attrs import resolve_path
+from l2sched.bench.tree import distinct_experts
+from l2sched.model.adapters import glm5next as ad
+from l2sched.runtime.streams import side_stream
 
 #: Attention-core state footprint per token per GPU, bytes: KDA recurrent
 #: state = 16 heads/rank x 128 x 128 x fp32 = 1 MiB (read and written);
@@ -83,12 +85,6 @@ _METHOD_OPS = {
 #: Ops whose GEMM goes through ``quant_method.apply`` (wrap_after target).
 _APPLY_OPS = {"attn.o_proj": "self_attn.o_proj", "mlp.down_proj": "mlp.down_proj"}
 
-
-def _resolve(root, path):
-    obj = root
-    for part in path.split(".") if path else ():
-        obj = getattr(obj, part)
-    return obj
 
 
 class FakeEvent:
@@ -251,7 +247,6 @@ class StepRunner:
     def _side_stream(self):
         if not self.cuda:
             return None
-        from ..runtime import side_stream
         return side_stream(self.device.index or 0)
 
     # -- the step --------------------------------------------------------------
@@ -302,7 +297,7 @@ class StepRunner:
                 i += len(_METHOD_OPS["_forward"])
                 continue
             if mod_path is not None:
-                mod = _resolve(lay, mod_path)
+                mod = resolve_path(lay, mod_path)
                 group = [g for g in _MODULE_OPS[mod_path] if g in self._ops]
                 mod(x)
                 i = names.index(group[-1]) + 1
@@ -393,7 +388,7 @@ class StepRunner:
             self.spin(prof.allreduce_us(self.tp, M * self.hidden * 2))
             return
         if op.cls == "expert_stream":
-            pool = _resolve(lay, op.reads[0])
+            pool = resolve_path(lay, op.reads[0])
             s, d = self.expert_range[lay.layer_idx]
             me = max(1, math.ceil(M * 8 / d))
             w = pool[s:s + d]
@@ -407,13 +402,13 @@ class StepRunner:
         did = False
         for path in op.reads:
             try:
-                w = _resolve(lay, path)
+                w = resolve_path(lay, path)
             except AttributeError:
                 continue
             if not hasattr(w, "dim") or w.dim() not in (2, 3):
                 continue
             if op.name in _APPLY_OPS and path.endswith(".weight"):
-                mod = _resolve(lay, _APPLY_OPS[op.name])
+                mod = resolve_path(lay, _APPLY_OPS[op.name])
                 mod.quant_method.apply(mod, self.inp((M, w.shape[1]), w.dtype))
             elif w.dim() == 2:
                 F.linear(self.inp((M, w.shape[-1]), w.dtype), w)

@@ -48,9 +48,23 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from . import shipped_path
-from .run import stats
-from .step import FakeEvent, StepRunner
+from l2sched.bench import shipped_path
+from l2sched.bench.run import stats
+from l2sched.bench.step import FakeEvent, StepRunner
+from l2sched.bench.tree import build_tree
+from l2sched.compiler.compile import compile_plan
+from l2sched.files import write_text_atomically
+from l2sched.lang.resolve import load_schedule
+from l2sched.model.adapters import glm5next as ad
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
+from l2sched.model.inventory import analytical_inventory
+from l2sched.runtime.cuda import CudaRuntime
+from l2sched.runtime.dry_run import DryRunRuntime
+from l2sched.runtime.gate import StepInfo
+from l2sched.runtime.kernel import cutlass_version
+from l2sched.runtime.streams import side_stream
+from l2sched.vllm.sites import install_plan
 
 #: Environment every rank sets before ``init_process_group``: no NVLink
 #: multicast (NVLS) in NCCL, torch symmetric memory or NVSHMEM.
@@ -98,10 +112,7 @@ def options(args) -> dict:
     if not o["tokens"]:
         raise ValueError("--tokens is empty")
     # fail here, once, rather than in every spawned rank
-    from ..devices import load_device
-    from ..semantic import load_schedule
     o["schedule"] = shipped_path(o["schedule"])
-    from ..inventory import analytical_inventory, load_model_config
     load_schedule(o["schedule"], o["overrides"])  # raises L2sError
     load_device(o["device_profile"])
     analytical_inventory(load_model_config(None), tp=o["tp"], ep=False)
@@ -172,7 +183,6 @@ def _result(o: dict, ranks: list, total_s: float) -> dict:
 
 
 def _write(path: str, out: dict) -> None:
-    from ..files import write_text_atomically
     write_text_atomically(path, json.dumps(out, indent=1, default=str))
 
 
@@ -209,7 +219,6 @@ class TPStepRunner(StepRunner):
         self._external = _external_events(self.torch) if self.cuda else False
         self._side = None
         if self.cuda:
-            from ..runtime import side_stream
             self._side = side_stream(self.device.index or 0)
 
     def set_tokens(self, tokens: int) -> None:
@@ -281,7 +290,6 @@ def timed_runtime(plan, device: int, external: bool):
     the side stream after each fill launch: ``fills`` =
     ``[(issue index, fork event, exit event)]``. The exit event's time is
     the fill kernel's exit, not the landing of its lines (bulk mode)."""
-    from ..runtime import CudaRuntime, side_stream
 
     class TimedCudaRuntime(CudaRuntime):
         timing = False
@@ -312,11 +320,6 @@ def _rank_bench(rank: int, o: dict, ctl) -> dict:
     """Build, compile, install, measure; returns this rank's record."""
     import torch
 
-    from ..compile import compile_plan
-    from ..devices import load_device
-    from ..inventory import analytical_inventory, load_model_config
-    from ..semantic import load_schedule
-    from .tree import build_tree
 
     gpu = o["backend"] == "nccl"
     t0 = time.time()
@@ -362,7 +365,6 @@ def _machine(torch, gpu: bool, rank: int) -> dict:
         except Exception:
             pass
         try:
-            from ..kernel import cutlass_version
             d["cutlass_dsl"] = cutlass_version()
         except Exception:
             pass
@@ -492,8 +494,6 @@ def all_ranks_ok(ctl, ok: bool) -> bool:
 
 def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -> dict:
     """All arms at ``M`` tokens on this rank (see the module docstring)."""
-    from ..runtime import DryRunRuntime, StepInfo
-    from ..vllm_plugin import _install
     torch = runner.torch
     gpu = runner.cuda
     runner.set_tokens(M)
@@ -511,7 +511,7 @@ def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -
             rt = (timed_runtime(plan, runner.device.index or 0, runner._external)
                   if gpu else DryRunRuntime(plan))
             rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-            inst = _install(model, inv, plan, rt)
+            inst = install_plan(model.layers, inv, plan, rt)
             if gpu:
                 rt.prepare()
         runner.runtime = rt
@@ -632,14 +632,13 @@ def _eager_timed(runner: TPStepRunner) -> dict:
 def _eager_arm(runner: TPStepRunner, model, inv, plan, rt, a: dict):
     """CPU: a replay of an arm is an eager forward (the plan installed for
     it on the dry-run runtime); joins per forward go to ``a``."""
-    from ..vllm_plugin import _install
     a["joins_per_forward"] = []
 
     def forward():
         if rt is None:
             runner.step()
             return
-        inst = _install(model, inv, plan, rt)
+        inst = install_plan(model.layers, inv, plan, rt)
         try:
             runner.step()
         finally:
@@ -675,7 +674,6 @@ def _timed_summary(t: dict, runner: TPStepRunner, plan, reps: int, ctl,
     expert-stream op) and the slack = expert start - fill exit (us from the
     step start; slack only when the experts start after the fork, as the
     lint's summary; negative = the fill overlapped the expert stream)."""
-    from ..adapters import glm5next as ad
     inv = runner.inv
     cls = {}
     for i in range(len(inv.layers)):

@@ -25,14 +25,21 @@ from __future__ import annotations
 import json
 import statistics
 
-from .options import FIT_MAX_BYTES
+from l2sched.bench import read_json_file, shipped_path
+from l2sched.bench.options import FIT_MAX_BYTES
+from l2sched.errors import L2sInputError
+from l2sched.files import write_text_atomically
+from l2sched.lang.resolve import load_schedule
+from l2sched.lint import run_lint
+from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device, profile_path
+from l2sched.model.inventory import analytical_inventory
 
 
 def cmd(args) -> int:
     """``bench tp-report``: write the markdown; update the profile if asked.
     Returns the exit code (1 when the fit is impossible)."""
-    from ..errors import L2sInputError
-    from ..files import write_text_atomically
     results = [load(p) for p in args.result]
     source_path = " + ".join(args.result)
     try:
@@ -48,7 +55,6 @@ def cmd(args) -> int:
     if args.md_out:
         protect = list(args.result)
         if args.update_profile:
-            from ..devices import profile_path
             try:
                 protect.append(str(profile_path(args.update_profile)))
             except Exception:
@@ -74,8 +80,6 @@ def load(path: str) -> dict:
     """Read a ``bench tp`` result; raises ``L2sInputError`` (a subclass of
     ``L2sError``, one line naming the file) when it cannot be read, is not
     UTF-8 JSON or is not such a result."""
-    from ..errors import L2sInputError
-    from . import read_json_file
     d = read_json_file(path)
     if not isinstance(d, dict) or d.get("kind") != "l2sched bench tp":
         raise L2sInputError(f"{path}: not a `l2sched bench tp` result")
@@ -149,7 +153,6 @@ def fit(d: dict, result_path: str, *, max_bytes: int | None = FIT_MAX_BYTES,
     world size and the backend; and the maximum relative error of the fit
     over the points. Raises ``ValueError`` when it cannot be fitted (see
     ``devices.fit_allreduce``)."""
-    from ..devices import fit_allreduce
     pts = allreduce_points(d, max_bytes=max_bytes, source=source)
     m = fit_allreduce(pts, measured=d["date"], source=result_path)
     err = max(abs(m.time_us(b) - t) / t for b, t in pts)
@@ -162,7 +165,6 @@ def update_profile(d: dict, result_path: str, profile: str, *,
     into ``profile`` (device name or ``.toml`` path). Returns ``(model,
     path)``. Raises ``ValueError`` for a dry (CPU) result or an impossible
     fit, ``L2sInputError`` for an unreadable profile."""
-    from ..devices import write_allreduce_model
     if d.get("dry") or d.get("backend") != "nccl":
         raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
                          "device profile")
@@ -206,14 +208,9 @@ def _gain(arms: dict, base: str, arm: str):
 def _lint_gains(d: dict) -> dict:
     """M -> the lint's predicted gain (us) of the schedule at the modelled TP
     (its all-reduces: the device profile's model, as the single-GPU bench)."""
-    from ..devices import load_device
-    from ..inventory import analytical_inventory, load_model_config
-    from ..lint import run_lint
-    from ..semantic import load_schedule
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
     prof = load_device(d["device_profile"])
-    from . import shipped_path
     sched = load_schedule(shipped_path(d["schedule"]), d["overrides"])
     out = {}
     for M in d["tokens"]:

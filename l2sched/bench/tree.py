@@ -31,6 +31,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from l2sched.attrs import resolve_path
+
+
 #: Distinct experts a decode step of ``tokens`` tokens reads (expected value,
 #: top-k of n uniform): ``n * (1 - (1 - k/n)^tokens)``, rounded, at least k.
 def distinct_experts(tokens: int, top_k: int = 8, n_experts: int = 288) -> int:
@@ -179,7 +182,7 @@ def build_tree(inventory, *, device: str = "meta", expert_pools: int = 3,
         for e in entries:  # MLA absorbed decode weights: views of kv_b_proj
             if not e.view_of:
                 continue
-            base = _resolve(lay, e.view_of)
+            base = resolve_path(lay, e.view_of)
             head, _, name = e.path.rpartition(".")
             owner = _ensure(lay, head, Node)
             setattr(owner, name, mla_view(base, name, e.shape))
@@ -206,12 +209,6 @@ def mla_view(kv_b_weight, name: str, shape: Sequence[int]):
     return w[:, :, per - v:].transpose(0, 1)
 
 
-def _resolve(root, path: str):
-    obj = root
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
 
 def tree_entries(model) -> list[tuple[int, str, tuple[int, ...], str]]:
     """``(layer, path, shape, dtype name)`` of every parameter and buffer of
@@ -231,7 +228,7 @@ def tree_entries(model) -> list[tuple[int, str, tuple[int, ...], str]]:
             if e.path in seen:
                 continue
             try:
-                t = _resolve(lay, e.path)
+                t = resolve_path(lay, e.path)
             except AttributeError:
                 continue
             out.append((i, e.path, tuple(t.shape), str(t.dtype).replace("torch.", "")))

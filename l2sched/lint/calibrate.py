@@ -20,7 +20,8 @@ import statistics
 from collections import defaultdict
 from importlib import resources
 
-from ..errors import Diagnostic, L2sInputError, Span
+from l2sched.errors import Diagnostic, L2sInputError, Span
+from l2sched.lint.run import lint_path
 
 #: How many expected ops ahead a kernel may match (skipped ops = not traced).
 LOOKAHEAD = 6
@@ -169,7 +170,5 @@ def calibrate_path(trace: str, schedule_path: str, overrides=(), model_config=No
                    device=None, tokens: int = 1) -> tuple[dict, list]:
     """``measure`` for a schedule file: lint it uncalibrated, then read
     ``trace``. Returns ``(measured, rows)`` for ``run_lint(measured=...)``."""
-    from . import lint_path
-
     run = lint_path(schedule_path, overrides, model_config, device, tokens=tokens)
     return measure(run, trace)

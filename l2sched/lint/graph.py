@@ -117,14 +117,6 @@ class StepGraph:
         return self._nx
 
 
-def _condition(cond: str, layer: int, last: int, tp: int, ep: bool) -> bool:
-    """Evaluate an adapter ``Op.condition`` (``CONDITIONS``)."""
-    return {
-        "": True, "tp>1": tp > 1, "tp>1 or ep": tp > 1 or ep,
-        "layer==0": layer == 0, "layer>0": layer > 0, "layer==last": layer == last,
-    }[cond]
-
-
 def _storage(entry) -> tuple[str, int]:
     base = getattr(entry, "view_of", "") or entry.path
     return base, int(getattr(entry, "view_offset", 0) or 0)
@@ -162,7 +154,6 @@ class _Skeleton:
 def _skeleton(inventory, adapter, tokens: int, top_k: int,
               n_experts: int) -> _Skeleton:
     n = len(inventory.layers)
-    last = n - 1
     nodes: list = []
     edges: list = []
     main: list[str] = []
@@ -181,7 +172,8 @@ def _skeleton(inventory, adapter, tokens: int, top_k: int,
         aux_last: str | None = None
         for op in ops:
             nid = f"{pos}:{op.name}"
-            active = _condition(op.condition, layer, last, inventory.tp, inventory.ep)
+            active = adapter.condition_holds(op.condition, layer, n, inventory.tp,
+                                             inventory.ep)
             reads = reads_of.get((layer, op.name))
             if reads is None:  # position N is layer 0 again: same reads
                 reads = reads_of[(layer, op.name)] = _reads(

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ..compile import format_table
-from . import rules
+from l2sched.lint import rules
+from l2sched.units import format_table
 
 TOOL_URI = "https://example.invalid/l2sched/docs/lint.md"
 
@@ -109,7 +109,7 @@ def human(run, summary: bool = True) -> str:
 def _finding_json(f) -> dict:
     span = f.span
     return {
-        "code": f.code, "name": rules.RULES[f.code][1], "severity": f.severity,
+        "code": f.code, "name": rules.RULES[f.code].name, "severity": f.severity,
         "message": f.message,
         "span": None if span is None else {
             "path": span.path, "line": span.line, "column": span.column,
@@ -168,11 +168,11 @@ def to_sarif(run) -> str:
 def _sarif(findings) -> str:
     level = {"error": "error", "warning": "warning", "info": "note"}
     rules_json = [{
-        "id": code, "name": name,
-        "shortDescription": {"text": name.replace("-", " ")},
+        "id": code, "name": rule.name,
+        "shortDescription": {"text": rule.name.replace("-", " ")},
         "helpUri": f"{TOOL_URI}#{code.lower()}",
-        "defaultConfiguration": {"level": level[sev]},
-    } for code, (sev, name) in rules.RULES.items()]
+        "defaultConfiguration": {"level": level[rule.severity]},
+    } for code, rule in rules.RULES.items()]
     results = []
     for f in findings:
         r = {"ruleId": f.code, "level": level[f.severity],

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from .graph import GEMM_CLASSES, StepGraph
+from l2sched.lint.graph import GEMM_CLASSES, StepGraph
 
 _EPS = 1e-9
 

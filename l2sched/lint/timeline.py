@@ -13,7 +13,9 @@ import json
 from html import escape
 from pathlib import Path
 
-from .graph import layer_graph, timeline_order
+from l2sched.errors import Diagnostic, L2sInputError, Span
+from l2sched.files import write_texts_atomically
+from l2sched.lint.graph import layer_graph, timeline_order
 
 STREAM_TID = {"main": 1, "aux": 2, "side": 3}
 STREAM_NAME = {"main": "main stream", "aux": "aux stream (shared expert)",
@@ -151,9 +153,6 @@ def write_timeline(run, output: str) -> list[str]:
     ``L2sInputError`` when ``output`` itself ends in ``.svg`` (the trace and
     the chart would be one file), when it is one of the schedule's files, or
     when a write fails."""
-    from ..errors import Diagnostic, L2sInputError, Span
-    from ..files import write_texts_atomically
-
     out = Path(output)
     if out.suffix.lower() == ".svg":
         raise L2sInputError(Diagnostic(

@@ -8,7 +8,7 @@ load modes."""
 
 import torch
 
-from l2sched import kernel as K
+from l2sched.runtime import kernel as K
 
 buf = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
 p, n = buf.data_ptr(), buf.numel()

@@ -18,10 +18,12 @@ pytestmark = [pytest.mark.gpu,
 
 from torch import nn  # noqa: E402
 
-from l2sched import kernel as K  # noqa: E402
-from l2sched.install import HookSite, install  # noqa: E402
-from l2sched.plan import ByteRange, Plan, WindowIssue  # noqa: E402
-from l2sched.runtime import CudaRuntime, StepInfo, apply_set_aside  # noqa: E402
+from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
+from l2sched.runtime import kernel as K  # noqa: E402
+from l2sched.runtime.cuda import CudaRuntime
+from l2sched.runtime.gate import StepInfo
+from l2sched.runtime.install import HookSite, install  # noqa: E402
+from l2sched.runtime.set_aside import apply_set_aside  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tiny_modules import Proj as _Proj  # noqa: E402
@@ -199,7 +201,7 @@ def test_fork_and_join_order_streams(sync):
     rt = CudaRuntime(_one_issue_plan(), sync=sync)
     rt.set_step(StepInfo(num_tokens=1))
     assert rt.set_rows(0, [(w.data_ptr(), 1 << 20)]), K.disabled_reason()
-    side = rt._side
+    side = rt.side
     a = torch.zeros(1 << 16, device="cuda")
     b = torch.zeros_like(a)
     c = torch.zeros_like(a)

@@ -1,0 +1,123 @@
+"""``l2sched bench run|report|tp|tp-report``: the H200 stand-in benchmark of
+a GLM-5.3-Flash decode step (``l2sched.bench``). Options are validated
+before torch is imported or ranks are spawned."""
+
+from __future__ import annotations
+
+import sys
+
+from l2sched.bench import read_text_file
+from l2sched.bench.options import run_arguments, tp_arguments, tp_report_arguments
+from l2sched.cli.options import add_command
+from l2sched.errors import L2sError, L2sUsageError
+
+
+def _require_torch() -> None:
+    """Raise ``L2sUsageError`` when torch cannot be imported: ``bench run``
+    and ``bench tp`` need it."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise L2sUsageError("needs torch (pip install -e '.[vllm]' or a torch "
+                            "wheel)") from None
+
+
+def _bad_tokens(tokens) -> str | None:
+    if not tokens:
+        return "--tokens is empty"
+    low = min(tokens)
+    return f"--tokens must be >= 1, got {low}" if low < 1 else None
+
+
+def cmd_run(args) -> int:
+    """``bench run``: exit 2 on unusable options or without torch."""
+    bad = _bad_tokens(args.tokens)
+    if bad:
+        raise L2sUsageError(bad)
+    _require_torch()
+    from l2sched.bench.run import run  # imports torch
+
+    run(args)
+    return 0
+
+
+def cmd_report(args) -> int:
+    """``bench report``: exit 1 when the result or header file is unusable."""
+    # the benchmark modules load only when their command runs: every other
+    # l2sched command (lint above all) starts faster without them
+    from l2sched.bench.report import report
+
+    try:
+        header = read_text_file(args.header, "header file") if args.header else ""
+        report(args.result, args.json_out, args.md_out, args.command, header,
+               args.device_profile)
+    except L2sError as e:
+        print(f"l2sched bench report: {e}", file=sys.stderr)
+        return 1
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        # a result JSON with missing or mistyped fields
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        print(f"l2sched bench report: {args.result}: not a usable `l2sched bench run` "
+              f"result ({why})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_tp(args) -> int:
+    """``bench tp``: exit 2 on unusable options or without torch."""
+    bad = _bad_tokens(args.tokens)
+    if not bad and args.world_size and args.world_size < 2:
+        bad = f"--world-size must be >= 2, got {args.world_size}"
+    if bad:
+        raise L2sUsageError(bad)
+    _require_torch()
+    from l2sched.bench.tp import run_tp  # imports torch
+
+    try:
+        run_tp(args)
+    except L2sError as e:  # the schedule, --set or the device profile
+        print(f"l2sched bench tp: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        raise L2sUsageError(str(e)) from None
+    return 0
+
+
+def cmd_tp_report(args) -> int:
+    """``bench tp-report``: exit 1 when a result file is unusable."""
+    from l2sched.bench.tp_report import cmd as tp_report_cmd
+
+    try:
+        return tp_report_cmd(args)
+    except L2sError as e:
+        print(f"l2sched bench tp-report: {e}", file=sys.stderr)
+        return 1
+
+
+def add_cli(subparsers) -> None:
+    """Register ``l2sched bench`` (``run``/``report``) on ``subparsers``."""
+    p = subparsers.add_parser("bench", help="H200 stand-in benchmark of a decode step")
+    sub = p.add_subparsers(dest="bench_cmd", required=True)
+    r = add_command(sub, "run", cmd_run, help="measure the arms (GPU)")
+    run_arguments(r)
+    q = add_command(sub, "report", cmd_report,
+                    help="lint the arms, compare, write JSON + markdown")
+    q.add_argument("result")
+    q.add_argument("--json-out", required=True)
+    q.add_argument("--md-out", required=True)
+    q.add_argument("--command", default="", help="command line to quote in the report")
+    q.add_argument("--header", default="", metavar="FILE",
+                   help="markdown file put verbatim at the top of --md-out")
+    q.add_argument("--device-profile", default="", metavar="NAME_OR_PATH",
+                   help="profile to lint with when the result does not record the one "
+                        "its idle intervals came from (default: h200 as shipped now)")
+    t = add_command(sub, "tp", cmd_tp,
+                    help="multi-GPU decode step with real all-reduces (one process "
+                         "per rank; --dry: CPU, gloo)")
+    tp_arguments(t)
+    tr = add_command(sub, "tp-report", cmd_tp_report,
+                     help="markdown of a `bench tp` result; optionally fit the "
+                          "all-reduce model into a device profile")
+    tp_report_arguments(tr)

@@ -1,0 +1,66 @@
+"""``l2sched check FILE...``: parse, resolve and report every error; a
+window table for clean files."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
+from l2sched.compiler.compile import schedule_inventory
+from l2sched.errors import L2sError
+from l2sched.lang.resolve import load_schedule
+from l2sched.units import format_size, format_table
+
+
+def window_table(schedule) -> list[str]:
+    """The indented rows ``check`` prints under a clean schedule: window,
+    hook point, budget, layers per kind, carry."""
+    rows = [("window", "hook point", "budget", "layers", "carry")]
+    for w in schedule.windows:
+        kinds = Counter(str(schedule.layer_kinds[i]) for i in w.layers)
+        layer_text = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
+        rows.append((w.name, w.hook, format_size(w.budget), layer_text,
+                     w.carry or "-"))
+    return ["  " + line for line in format_table(rows).splitlines()]
+
+
+def cmd_check(args) -> int:
+    """Parse, resolve extends, apply --set and report every error found;
+    check that the model splits at the schedule's TP/EP (what ``compile``
+    will need, reported at the ``tp`` setting). Exit 1 when a file has
+    errors."""
+    try:
+        model_config = model_config_arg(args.model_config)
+    except L2sError as err:
+        print(str(err), file=sys.stderr)
+        return 1
+    failed = 0
+    for path in args.files:
+        try:
+            s = load_schedule(path, args.overrides, model_config)
+            schedule_inventory(s, model_config)
+        except L2sError as err:
+            print(str(err), file=sys.stderr)
+            failed += 1
+            continue
+        if not args.quiet:
+            print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
+                  f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
+                  f"prefetch at <= {s.max_tokens} tokens, "
+                  f"{len(s.windows)} windows")
+            for line in window_table(s):
+                print(line)
+    if failed:
+        print(f"{failed} of {len(args.files)} file(s) have errors", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched check``."""
+    p = add_command(sub, "check", cmd_check,
+                    help="parse and resolve schedules, report errors")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing for clean files")
+    add_schedule_args(p)

@@ -1,0 +1,104 @@
+"""``l2sched lint SCHEDULE`` (findings and the per-kind summary, human, JSON
+or SARIF) and ``l2sched timeline SCHEDULE -o FILE`` (the predicted timeline
+as a Chrome/Perfetto trace and an SVG Gantt)."""
+
+from __future__ import annotations
+
+import sys
+
+from l2sched.cli.options import add_command, add_schedule_args
+from l2sched.errors import L2sError, L2sUsageError, suggest
+from l2sched.lint import lint_path, report, rules
+from l2sched.lint.calibrate import calibrate_path
+from l2sched.lint.timeline import write_timeline
+from l2sched.units import GRAPH_MODES
+
+
+def _codes(text: str | None) -> list[str]:
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
+
+
+def cmd_lint(args) -> int:
+    """Print findings and the per-kind summary; exit 1 when an error
+    remains. Raises ``L2sUsageError`` for a ``--select``/``--ignore`` code
+    no rule starts with or ``--tokens`` below 1."""
+    for opt in ("select", "ignore"):
+        for code in _codes(getattr(args, opt)):
+            if not any(c.startswith(code) for c in rules.RULES):
+                raise L2sUsageError(f"--{opt} {code}: no rule code starts with "
+                                    f"it{suggest(code, rules.RULES)}")
+    if args.tokens < 1:
+        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    measured = None
+    calib_rows: list = []
+    try:
+        if args.calibrate:
+            measured, calib_rows = calibrate_path(args.calibrate, args.schedule,
+                                                  args.overrides, args.model_config,
+                                                  args.device, tokens=args.tokens)
+        run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
+                        tokens=args.tokens, graph_mode=args.graph_mode,
+                        select=_codes(args.select), ignore=_codes(args.ignore),
+                        measured=measured)
+    except L2sError as err:
+        # a machine-readable document even when the input is broken; the
+        # human message still goes to stderr (the CLI prints it, exit 1)
+        if args.format == "json":
+            sys.stdout.write(report.input_error_json(args.schedule, err))
+        elif args.format == "sarif":
+            sys.stdout.write(report.input_error_sarif(err))
+        raise
+    run.calibration = calib_rows
+    if args.format == "json":
+        sys.stdout.write(report.to_json(run))
+    elif args.format == "sarif":
+        sys.stdout.write(report.to_sarif(run))
+    else:
+        sys.stdout.write(report.human(run, summary=not args.no_summary))
+    return 1 if run.has_errors else 0
+
+
+def cmd_timeline(args) -> int:
+    """Write the Chrome trace JSON and an SVG Gantt (``FILE`` with
+    ``.svg``) of the predicted timeline."""
+    run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
+                    tokens=args.tokens)
+    for p in write_timeline(run, args.output):
+        print(f"wrote {p}")
+    return 0
+
+
+def _common(p) -> None:
+    p.add_argument("schedule", metavar="SCHEDULE")
+    add_schedule_args(p)
+    p.add_argument("--device", metavar="NAME",
+                   help="device profile name or .toml path (default: the "
+                        "schedule's device)")
+    p.add_argument("--tokens", type=int, default=1, metavar="N",
+                   help="decode tokens per step (default 1)")
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched lint`` and ``l2sched timeline``."""
+    p = add_command(sub, "lint", cmd_lint,
+                    help="predict fill overlaps and L2 hits of a schedule; report "
+                         "rule violations")
+    _common(p)
+    p.add_argument("--format", choices=("human", "json", "sarif"), default="human")
+    p.add_argument("--select", metavar="CODES",
+                   help="comma-separated rule codes or prefixes to report")
+    p.add_argument("--ignore", metavar="CODES",
+                   help="comma-separated rule codes or prefixes to skip")
+    p.add_argument("--graph-mode", choices=GRAPH_MODES, default="full",
+                   help="CUDA-graph mode decode runs in (default full)")
+    p.add_argument("--calibrate", metavar="TRACE",
+                   help="torch-profiler Chrome trace: use its measured kernel "
+                        "times and report the per-op difference")
+    p.add_argument("--no-summary", action="store_true",
+                   help="print only the findings")
+
+    p = add_command(sub, "timeline", cmd_timeline,
+                    help="write the predicted timeline as a Chrome/Perfetto trace "
+                         "and an SVG Gantt")
+    _common(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json")

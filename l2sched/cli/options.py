@@ -1,0 +1,52 @@
+"""Options several ``l2sched`` subcommands share, and how a subcommand is
+registered (so every one reports usage errors the same way)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from l2sched.lang.overrides import check_override_arg
+from l2sched.model.config import load_model_config
+
+
+class SetAction(argparse.Action):
+    """``--set KEY=VALUE`` (repeatable): a value that is not one line (a
+    newline or other control character) is a usage error, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest) or [])
+        problem = check_override_arg(values)
+        if problem is not None:
+            parser.exit(2, f"{parser.prog}: error: --set #{len(items) + 1}: "
+                           f"{problem}\n")
+        setattr(namespace, self.dest, items + [values])
+
+
+def add_command(sub, name: str, handler: Callable[[Any], int], **kw
+                ) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` to the argparse ``sub`` (a subparsers
+    action); ``handler(args)`` returns the exit code. ``args.prog`` is the
+    command's name as usage errors print it (``l2sched explain``)."""
+    p = sub.add_parser(name, **kw)
+    p.set_defaults(handler=handler, prog=p.prog)
+    return p
+
+
+def add_schedule_args(p: argparse.ArgumentParser) -> None:
+    """The options every schedule-reading subcommand takes: ``--set``
+    overrides and ``--model-config``."""
+    p.add_argument("--set", dest="overrides", action=SetAction, default=[],
+                   metavar="KEY=VALUE",
+                   help="override a value, e.g. --set window.B.budget=25MB "
+                        "(repeatable; applied after the file's own set lines)")
+    p.add_argument("--model-config", metavar="PATH",
+                   help="HF config.json or model directory (default: the "
+                        "embedded GLM-5.3-Flash config)")
+
+
+def model_config_arg(path: str | None) -> dict | None:
+    """The validated config ``--model-config PATH`` names, or ``None`` when
+    not given (each stage then uses the adapter's embedded config). Raises
+    ``L2sModelError``."""
+    return None if path is None else load_model_config(path)

@@ -1,0 +1,231 @@
+"""Compile stage: a resolved ``Schedule`` + a tensor inventory -> ``Plan``.
+
+For every decoder layer, windows fire in timeline order (hook order from the
+adapter's catalogue, then declaration order). Each window's queue is its
+carried-in bytes first, then its own targets expanded against the inventory
+(consumption order). Budgets are greedy: whole tensors while they fit; the
+tensor that straddles the budget splits into a head rounded down to
+``SPLIT_GRANULARITY`` (4 KiB) and a tail, and the tail plus everything after
+it flows to the window named by ``carry`` (same layer). What no window takes
+is reported in ``Plan.left_over``. No byte is fetched twice in one decode
+step: ranges are deduplicated per storage, and a strided view (MLA's
+``W_UK_T``/``W_UV``) is fetched as the storage of the tensor it views.
+
+Pure Python; imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections import defaultdict
+from dataclasses import dataclass
+
+from l2sched.compiler.plan import ByteRange, LeftOver, Plan, WindowIssue
+from l2sched.errors import (
+    DiagnosticSink,
+    L2sCompileError,
+    L2sModelError,
+    L2sSemanticError,
+)
+from l2sched.lang.schedule import Schedule, Window
+from l2sched.model.adapters import get_adapter
+from l2sched.model.config import default_config
+from l2sched.model.inventory import Inventory, analytical_inventory
+from l2sched.units import SPLIT_GRANULARITY
+
+
+@functools.lru_cache(maxsize=65536)
+def pattern_matches(pattern: str, path: str) -> bool:
+    """True when glob ``pattern`` matches tensor ``path`` itself or names a
+    module that contains it (``self_attn.o_proj`` matches
+    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. Cached:
+    the same (pattern, path) pairs recur in every layer."""
+    if fnmatch.fnmatchcase(path, pattern):
+        return True
+    parts = path.split(".")
+    return any(fnmatch.fnmatchcase(".".join(parts[:k]), pattern)
+               for k in range(1, len(parts)))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A contiguous byte range of one tensor waiting for a window:
+    ``length`` bytes at ``offset`` into tensor ``tensor`` of layer ``layer``."""
+
+    layer: int
+    tensor: str
+    offset: int
+    length: int
+    lazy: bool
+
+
+def _entries(inventory, layer: int):
+    return inventory.tensors(layer)
+
+
+def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, object]]:
+    """The inventory entries ``window`` names when it fires in ``layer``, in
+    fill order: targets in source order, each expanded in the inventory's
+    consumption order, without repeats. Returns ``(target_layer, entry)``."""
+    count = len(inventory.layers)
+    out: list[tuple[int, object]] = []
+    seen: set[tuple[int, str]] = set()
+    for target in window.targets:
+        tl = layer if target.scope == "this" else (layer + 1) % count
+        for entry in _entries(inventory, tl):
+            if entry.lazy and not target.lazy:
+                continue
+            if not any(pattern_matches(p.text, entry.path) for p in target.patterns):
+                continue
+            if any(pattern_matches(p.text, entry.path) for p in target.excludes):
+                continue
+            if (tl, entry.path) not in seen:
+                seen.add((tl, entry.path))
+                out.append((tl, entry))
+    return out
+
+
+def storage_entry(inventory, layer: int, entry):
+    """The entry whose storage ``entry`` occupies: itself, or for a strided
+    view (``view_of``, e.g. MLA ``W_UK_T``/``W_UV`` of ``kv_b_proj.weight``)
+    the tensor it views. A view is fetched as its base storage, once: the
+    views' spans overlap and together cover it
+    (docs/sources.md#vllm-glm5next, MLA ``W_UK_T``/``W_UV``)."""
+    if getattr(entry, "view_of", ""):
+        return inventory.tensor(layer, entry.view_of)
+    return entry
+
+
+class _Coverage:
+    """Byte intervals already fetched per storage in one decode step."""
+
+    def __init__(self):
+        self.spans: dict = defaultdict(list)
+
+    def subtract(self, key, start: int, end: int) -> list[tuple[int, int]]:
+        """Parts of ``[start, end)`` not yet covered; marks them covered."""
+        parts = [(start, end)]
+        for s, e in self.spans[key]:
+            nxt = []
+            for a, b in parts:
+                if e <= a or s >= b:
+                    nxt.append((a, b))
+                    continue
+                if a < s:
+                    nxt.append((a, s))
+                if e < b:
+                    nxt.append((e, b))
+            parts = nxt
+        self.spans[key].extend(parts)
+        return parts
+
+
+def _take(queue: list[Piece], budget: int) -> tuple[list[Piece], list[Piece]]:
+    """Split ``queue`` at ``budget`` bytes: (taken, remainder). The piece
+    that straddles the budget splits at a 4 KiB-aligned head; a head of 0 B
+    leaves the whole piece in the remainder."""
+    taken: list[Piece] = []
+    left = budget
+    for i, p in enumerate(queue):
+        if p.length <= left:
+            taken.append(p)
+            left -= p.length
+            continue
+        head = (left // SPLIT_GRANULARITY) * SPLIT_GRANULARITY
+        rest = list(queue[i + 1:])
+        if head > 0:
+            taken.append(Piece(p.layer, p.tensor, p.offset, head, p.lazy))
+            rest.insert(0, Piece(p.layer, p.tensor, p.offset + head,
+                                 p.length - head, p.lazy))
+        else:
+            rest.insert(0, p)
+        return taken, rest
+    return taken, []
+
+
+def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
+                 hook_order: dict[str, int] | None = None) -> Plan:
+    """Compile ``schedule`` for TP rank ``tp_rank`` against ``inventory``
+    (``l2sched.model.inventory.Inventory``: per layer, tensors in consumption
+    order with ``path``, ``nbytes``, ``lazy`` and optional ``view_of``).
+
+    Returns a ``Plan`` whose issues are ordered as the side stream sees them
+    in one decode step. Raises ``L2sCompileError`` when the inventory's layer
+    count differs from the schedule's model or ``tp_rank`` is not in
+    ``0..tp-1``."""
+    sink = DiagnosticSink()
+    for path, text in schedule.sources.items():
+        sink.add_source(path, text)
+    if not 0 <= tp_rank < schedule.tp:
+        sink.error(f"TP rank {tp_rank} is outside 0..{schedule.tp - 1}",
+                   schedule.spans.get("tp"))
+    count = len(inventory.layers)
+    if count != len(schedule.layer_kinds):
+        sink.error(f"the inventory has {count} layers but the schedule was resolved "
+                   f"for {len(schedule.layer_kinds)}", None)
+    sink.raise_if_errors(L2sCompileError)
+    if hook_order is None:
+        hook_order = {h.name: h.order for h in get_adapter(schedule.model).HOOKS}
+
+    issues: list[WindowIssue] = []
+    left_over: list[LeftOver] = []
+    coverage = _Coverage()
+    by_name = {w.name: w for w in schedule.windows}
+    for layer in range(count):
+        active = sorted((w for w in schedule.windows if layer in w.layers),
+                        key=lambda w: (hook_order[w.hook], w.index))
+        carried: dict[str, list[Piece]] = defaultdict(list)
+        for w in active:
+            queue = list(carried.pop(w.name, []))
+            carried_in = sum(p.length for p in queue)
+            for tl, entry in expand_targets(w, layer, inventory):
+                store = storage_entry(inventory, tl, entry)
+                lazy = entry.lazy and store is entry
+                for a, b in coverage.subtract((tl, store.path), 0, store.nbytes):
+                    queue.append(Piece(tl, store.path, a, b - a, lazy))
+            taken, rest = _take(queue, w.budget)
+            if taken or carried_in:
+                issues.append(WindowIssue(
+                    window=w.name, hook=w.hook, layer=layer, budget=w.budget,
+                    ranges=tuple(ByteRange(p.layer, p.tensor, p.offset, p.length,
+                                           p.lazy) for p in taken),
+                    carried_in=carried_in))
+            if not rest:
+                continue
+            nxt = by_name.get(w.carry) if w.carry else None
+            if nxt is not None and layer in nxt.layers:
+                carried[nxt.name].extend(rest)
+            else:
+                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.length)
+                                 for p in rest)
+        for name, pieces in carried.items():  # carry target never fired here
+            left_over.extend(LeftOver(name, p.layer, p.tensor, p.length)
+                             for p in pieces)
+    return Plan(schedule=schedule.name, model=schedule.model, device=schedule.device,
+                tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,
+                policy=schedule.policy, max_tokens=schedule.max_tokens,
+                set_aside=schedule.set_aside, num_layers=count,
+                issues=tuple(issues), left_over=tuple(left_over))
+
+
+def schedule_inventory(schedule: Schedule, model_config=None,
+                       tp_rank: int = 0) -> Inventory:
+    """The analytical inventory of ``model_config`` (default: the embedded
+    GLM-5.3-Flash config) at ``schedule``'s TP/EP for ``tp_rank``. Raises
+    ``L2sSemanticError`` at the schedule's ``tp`` setting (file:line:col)
+    when the model does not split at that degree."""
+    config = model_config if model_config is not None else default_config(schedule.model)
+    try:
+        return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
+                                    tp_rank=tp_rank)
+    except L2sModelError as err:
+        if not err.diagnostics[0].message.startswith(f"--tp {schedule.tp}:"):
+            raise
+        sink = DiagnosticSink()
+        for path, text in schedule.sources.items():
+            sink.add_source(path, text)
+        sink.error(f"the model cannot run at tp {schedule.tp}: "
+                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
+        sink.raise_if_errors(L2sSemanticError)
+        raise  # pragma: no cover - raise_if_errors raised

@@ -1,0 +1,107 @@
+"""The compiled plan: what to prefetch, where, in which order.
+
+A ``Plan`` is the compiler's output and the runtime's input. It is plain data
+(JSON round-trip through ``to_json``/``from_json``), so a plan compiled on a
+CPU-only machine can be inspected, diffed and shipped.
+
+Byte ranges name tensors by their path relative to the decoder layer that owns
+them (``self_attn.o_proj.weight``) plus the index of that layer; offsets and
+lengths are in bytes from the start of the tensor's storage span (the first
+element the view addresses, see ``l2sched.runtime.install``). Ranges of tensors that
+only exist after the first forward (``lazy``) are resolved at bind time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """``length`` bytes of tensor ``tensor`` in decoder layer ``layer``,
+    starting ``offset`` bytes into its storage span. ``lazy`` marks a tensor
+    that exists only after the first forward. ``length == -1`` means "the
+    whole tensor", used for lazy tensors whose size is unknown until bind."""
+
+    layer: int
+    tensor: str
+    offset: int
+    length: int
+    lazy: bool = False
+
+
+@dataclass(frozen=True)
+class WindowIssue:
+    """One fill: window ``window`` issued at hook point ``hook`` of layer
+    ``layer``, fetching ``ranges`` in order. ``budget`` is the window's byte
+    budget, ``carried_in`` the bytes that arrived from an earlier window."""
+
+    window: str
+    hook: str
+    layer: int
+    budget: int
+    ranges: tuple[ByteRange, ...]
+    carried_in: int = 0
+
+    @property
+    def bytes(self) -> int:
+        """Bytes this issue fetches (lazy whole-tensor ranges count 0)."""
+        return sum(r.length for r in self.ranges if r.length > 0)
+
+
+@dataclass(frozen=True)
+class LeftOver:
+    """Bytes of ``tensor`` (in layer ``layer``) that no window could take,
+    reported by the compiler (never silently dropped)."""
+
+    window: str
+    layer: int
+    tensor: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule compiled for one TP rank of one model.
+
+    ``issues`` are ordered by (layer, hook order, declaration order): the
+    order the side stream sees them in one decode step. ``policy`` is
+    ``evict_last``/``evict_normal``/``evict_first``; ``set_aside`` is bytes,
+    ``-1`` for the device maximum, or 0 to leave the driver limit alone;
+    ``max_tokens`` is the largest decode step (tokens) that prefetches.
+    """
+
+    schedule: str
+    model: str
+    device: str
+    tp: int
+    tp_rank: int
+    ep: bool
+    policy: str
+    max_tokens: int
+    set_aside: int
+    num_layers: int
+    issues: tuple[WindowIssue, ...]
+    left_over: tuple[LeftOver, ...] = ()
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def issues_at(self, layer: int, hook: str) -> list[WindowIssue]:
+        """The issues fired at ``hook`` of ``layer``, in issue order."""
+        return [i for i in self.issues if i.layer == layer and i.hook == hook]
+
+    def to_json(self) -> str:
+        """Deterministic JSON (sorted keys, fixed separators)."""
+        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        """Inverse of ``to_json``. Raises ``ValueError``/``KeyError`` on a
+        malformed document."""
+        d = json.loads(text)
+        issues = tuple(
+            WindowIssue(**{**i, "ranges": tuple(ByteRange(**r) for r in i["ranges"])})
+            for i in d.pop("issues")
+        )
+        left = tuple(LeftOver(**x) for x in d.pop("left_over"))
+        return cls(issues=issues, left_over=left, **d)

@@ -1,0 +1,98 @@
+"""The semantic model of a schedule: a resolved ``Schedule`` and its
+``Window``s, plus the language's settings and their defaults.
+
+``lang.resolve`` builds a ``Schedule`` from parsed files; every later stage
+(compiler, lint, runtime via the plan, the vLLM plugin) reads it. Units:
+bytes for budgets and the set-aside, tokens for ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from l2sched.errors import Span
+from l2sched.lang import nodes as n
+from l2sched.units import CACHE_POLICIES
+
+#: L2 cache policies a schedule's ``policy`` may name.
+POLICIES = CACHE_POLICIES
+
+#: ``set_aside max``: reserve the device's maximum persisting-L2 set-aside.
+SET_ASIDE_MAX = -1
+
+#: Default of ``max_tokens``: decode steps with more tokens are not
+#: prefetched ("prefetch only in decode with <= 256 tokens",
+#: docs/sources.md#runtime-rules).
+DEFAULT_MAX_TOKENS = 256
+
+#: Largest budget or set-aside accepted: 1 TB (10^12 B), above the memory
+#: of any device a schedule can target.
+MAX_SIZE_BYTES = 10**12
+
+#: Header settings a schedule (or ``set``/``--set``) may give.
+SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_aside")
+#: Window fields a ``set window.NAME.KEY`` override may change.
+WINDOW_KEYS = ("budget", "at", "layers", "carry")
+#: Names a layer selector may use besides indices and ranges.
+SELECTOR_NAMES = ("all", "kda", "mla", "dense", "moe")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A resolved window.
+
+    ``budget`` in bytes; ``layers`` the sorted decoder-layer indices it fires
+    in; ``carry`` the name of the later window that takes the bytes this
+    budget could not; ``targets`` in fill order; ``index`` its declaration
+    order in the merged schedule (base file first). ``spans`` maps ``name``,
+    ``at``, ``budget``, ``layers``, ``carry`` to where each value was set
+    (an override's value span when a ``set`` changed it)."""
+
+    name: str
+    hook: str
+    budget: int
+    layers: tuple[int, ...]
+    carry: str | None
+    targets: tuple[n.Target, ...]
+    index: int
+    span: Span
+    spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule after ``extends``, overrides and name resolution.
+
+    ``tp`` is the tensor-parallel degree, ``ep`` expert parallelism on/off,
+    ``max_tokens`` the largest decode step (tokens) that prefetches,
+    ``policy`` one of ``POLICIES``, ``set_aside`` bytes of persisting L2 to
+    reserve (0 = leave the driver limit alone, ``SET_ASIDE_MAX`` = device
+    maximum). ``layer_kinds`` lists the model's decoder layers; ``files`` the
+    extends chain, base first. ``spans`` maps each setting key to where its
+    value was given; ``sources`` maps each file to its text (for carets)."""
+
+    name: str
+    path: str
+    model: str
+    device: str
+    tp: int
+    ep: bool
+    max_tokens: int
+    policy: str
+    set_aside: int
+    windows: tuple[Window, ...]
+    layer_kinds: tuple
+    files: tuple[str, ...]
+    spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False,
+                                       repr=False)
+
+    def window(self, name: str) -> Window:
+        """The window called ``name``. Raises ``KeyError``."""
+        for w in self.windows:
+            if w.name == name:
+                return w
+        raise KeyError(name)
+
+

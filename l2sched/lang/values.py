@@ -1,0 +1,159 @@
+"""Values of a schedule: sizes in bytes, whole numbers, names from a fixed
+list, the header settings, and layer selectors evaluated over a model's
+layer kinds.
+
+Each function records its problems in a ``DiagnosticSink`` (with the span
+of the value) and returns ``None`` (or an empty set) instead of raising, so
+one run reports every error of a file.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Sequence
+
+from l2sched.errors import DiagnosticSink, Span, suggest
+from l2sched.lang import nodes as n
+from l2sched.lang.schedule import (
+    MAX_SIZE_BYTES,
+    POLICIES,
+    SELECTOR_NAMES,
+    SET_ASIDE_MAX,
+)
+from l2sched.model.adapters import adapter_names
+from l2sched.model.devices import device_names
+from l2sched.units import UNITS
+
+
+def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
+    """Bytes of ``size``, or ``None`` after recording an error (no unit,
+    unknown unit, not a whole number of bytes)."""
+    if not size.unit:
+        sink.error(f"{what} {size.number} has no unit; write e.g. {size.number}MB "
+                   f"(units: {', '.join(UNITS)})", size.span)
+        return None
+    if size.unit not in UNITS:
+        hint = suggest(size.unit, UNITS) or f" (units: {', '.join(UNITS)})"
+        sink.error(f"unknown size unit '{size.unit}'{hint}", size.span)
+        return None
+    value = Decimal(size.number) * UNITS[size.unit]
+    if value != value.to_integral_value():
+        sink.error(f"{what} {size.text} is not a whole number of bytes", size.span)
+        return None
+    if value > MAX_SIZE_BYTES:
+        sink.error(f"{what} {size.text} is larger than any device memory (at most "
+                   f"1 TB = 10^12 B)", size.span)
+        return None
+    return int(value)
+
+
+def _whole(value: n.Scalar, sink: DiagnosticSink, key: str, minimum: int) -> int | None:
+    if isinstance(value, n.Size) and not value.unit and "." not in value.number:
+        number = int(value.number)
+        if number >= minimum:
+            return number
+        sink.error(f"{key} must be at least {minimum}, got {number}", value.span)
+        return None
+    sink.error(f"{key} takes a whole number, got '{_text(value)}'", value.span)
+    return None
+
+
+def _text(value: n.Scalar) -> str:
+    return value.text
+
+
+def _choice(value: n.Scalar, sink: DiagnosticSink, key: str,
+            choices: Sequence[str]) -> str | None:
+    text = _text(value)
+    if isinstance(value, n.Name) and text in choices:
+        return text
+    if isinstance(value, n.StringValue) and text in choices:
+        sink.error(f"{key} takes a name, not a string: write {text} without quotes",
+                   value.span)
+        return None
+    hint = suggest(text, choices) or f" (one of: {', '.join(choices)})"
+    sink.error(f"unknown {key} '{text}'{hint}", value.span)
+    return None
+
+
+def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
+    """Typed value of header setting ``key`` or ``None`` after an error."""
+    if key == "model":
+        return _choice(value, sink, "model adapter", adapter_names())
+    if key == "device":
+        return _choice(value, sink, "device profile", device_names())
+    if key == "tp":
+        return _whole(value, sink, "tp", 1)
+    if key == "max_tokens":
+        return _whole(value, sink, "max_tokens", 1)
+    if key == "ep":
+        got = _choice(value, sink, "ep value", ("on", "off"))
+        return None if got is None else got == "on"
+    if key == "policy":
+        return _choice(value, sink, "cache policy", POLICIES)
+    if key == "set_aside":
+        if isinstance(value, n.Name) and value.text == "max":
+            return SET_ASIDE_MAX
+        if isinstance(value, n.Size) and not value.unit and value.number == "0":
+            return 0
+        if isinstance(value, n.Size) and value.unit:
+            return size_bytes(value, sink, "set_aside")
+        sink.error(f"set_aside takes a size (e.g. 40MB), 'max', or 0 to leave the "
+                   f"driver limit alone; got '{_text(value)}'", value.span)
+        return None
+    raise AssertionError(key)  # pragma: no cover
+
+
+def select_layers(selector: n.Selector, kinds: Sequence, sink: DiagnosticSink
+                  ) -> set[int]:
+    """Evaluate ``selector`` over a model whose layer ``i`` has kind
+    ``kinds[i]`` (``LayerKind``). Records errors for unknown names, indices
+    out of ``0..len(kinds)-1`` and empty ranges; returns the selected indices."""
+    count = len(kinds)
+
+    def index(text: str, span: Span) -> int | None:
+        i = int(text) if "." not in text else None
+        if i is None:
+            sink.error(f"layer index '{text}' must be a whole number", span)
+            return None
+        if i >= count:
+            sink.error(f"layer {i} does not exist; the model has layers 0..{count - 1}",
+                       span)
+            return None
+        return i
+
+    def ev(node) -> set[int]:
+        if isinstance(node, n.SelName):
+            name = node.name
+            if name == "all":
+                return set(range(count))
+            if name in ("kda", "mla"):
+                return {i for i, k in enumerate(kinds) if k.attention == name}
+            if name in ("dense", "moe"):
+                return {i for i, k in enumerate(kinds) if k.mlp == name}
+            hint = suggest(name, SELECTOR_NAMES) or \
+                f" (one of: {', '.join(SELECTOR_NAMES)}, an index or a range)"
+            sink.error(f"unknown layer selector '{name}'{hint}", node.span)
+            return set()
+        if isinstance(node, n.SelIndex):
+            i = index(node.index, node.span)
+            return set() if i is None else {i}
+        if isinstance(node, n.SelRange):
+            lo, hi = index(node.lo, node.span), index(node.hi, node.span)
+            if lo is None or hi is None:
+                return set()
+            if lo > hi:
+                sink.error(f"empty layer range {lo}..{hi} (ranges are lo..hi, inclusive)",
+                           node.span)
+            return set(range(lo, hi + 1))
+        if isinstance(node, n.SelInter):
+            sets = [ev(x) for x in node.items]
+            return set.intersection(*sets)
+        if isinstance(node, n.SelUnion):
+            return set().union(*(ev(x) for x in node.items))
+        if isinstance(node, n.Selector):
+            inc = ev(node.include)
+            return inc - ev(node.exclude) if node.exclude is not None else inc
+        raise AssertionError(node)  # pragma: no cover
+
+    return ev(selector)

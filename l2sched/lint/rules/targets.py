@@ -1,0 +1,126 @@
+"""Target rules (no simulation): a pattern that matches nothing
+(L2S001), a tensor two windows fetch in one step (L2S002), a cache or
+buffer the model writes right before reading it (L2S003)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from l2sched.compiler.compile import expand_targets, pattern_matches
+from l2sched.lint.rules.base import Finding, Rule, target_span, window_span
+
+RULES = (
+    Rule(
+        "L2S001", "target-matches-nothing", "error",
+        what=("a target pattern matches no tensor of any layer its window fires in."),
+        why=("a typo silently prefetches nothing; the window's budget goes to carried bytes only.\n"
+             "A pattern naming only lazily created tensors without `lazy` is reported here too, with a hint."),
+        example=("`this self_attn.o_prj`"),
+        fix=("correct the name (`l2sched inventory` lists the paths), or add `lazy`.")),
+    Rule(
+        "L2S002", "prefetched-twice", "error",
+        what=("two windows name the same tensor (same storage) for the same layer in one step."),
+        why=("the compiler fetches each byte once, so the second window's budget is silently smaller\n"
+             "than written and its fill order is not what the author meant."),
+        example=("window A `this self_attn.o_proj` and window A2 `this self_attn.o_proj.weight`."),
+        fix=("name each tensor in one window; use `carry` to move the rest to a later window.")),
+    Rule(
+        "L2S003", "prefetch-of-written-buffer", "error",
+        what=("a target names a cache or buffer the model writes during decode right before reading\n"
+             "it (KV cache, indexer key cache, KDA conv/recurrent state, block tables, top-k buffer,\n"
+             "rotary caches; list in `l2sched/lint/rules.py` `WRITTEN_BUFFERS`)."),
+        why=("the write replaces the prefetched lines; the fill is pure waste of bandwidth, and\n"
+             "caches are never prefetched (prefetch-background.md, runtime rules)."),
+        example=("`this self_attn.indexer.k_cache`"),
+        fix=("remove the target.")),
+)
+
+#: Caches and buffers the model writes during decode, right before reading
+#: them: never prefetch ("caches are never prefetched",
+#: docs/sources.md#runtime-rules). Globs over paths relative to the layer.
+WRITTEN_BUFFERS: dict[str, str] = {
+    "*kv_cache*": "the KV cache, written by the cache-update op before the core",
+    "*k_cache*": "the indexer key cache, written by the kpool insert",
+    "*conv_state*": "the KDA conv state, updated in place every step",
+    "*ssm_state*": "the KDA recurrent state, updated in place every step",
+    "*recurrent_state*": "the KDA recurrent state, updated in place every step",
+    "*block_table*": "block tables, rewritten by the scheduler every step",
+    "*topk_indices_buffer*": "the top-k index buffer the indexer writes",
+    "*cos_sin_cache*": "a rotary cache",
+}
+
+
+def check(run) -> list[Finding]:
+    """L2S001 (a pattern matches nothing in any layer its window fires in),
+    L2S003 (a pattern names a cache or buffer written right before use) and
+    L2S002 (a tensor named by two windows for the same decode step), over
+    ``run.schedule`` and ``run.inventory``."""
+    schedule, inventory = run.schedule, run.inventory
+    out: list[Finding] = []
+    n = len(inventory.layers)
+    for w in schedule.windows:
+        for t in w.targets:
+            for p in t.patterns:
+                written = [why for glob, why in WRITTEN_BUFFERS.items()
+                           if re.fullmatch(_glob_re(glob), p.text)]
+                if written:
+                    out.append(Finding("L2S003", f"window '{w.name}' prefetches "
+                                       f"'{p.text}': {written[0]}; it is written "
+                                       f"right before it is read", p.span))
+                    continue
+                hit = False
+                for layer in w.layers:
+                    tl = layer if t.scope == "this" else (layer + 1) % n
+                    for e in inventory.tensors(tl):
+                        if pattern_matches(p.text, e.path) and (t.lazy or not e.lazy):
+                            hit = True
+                            break
+                    if hit:
+                        break
+                if not hit:
+                    lazy_hint = ""
+                    for layer in w.layers[:1]:
+                        tl = layer if t.scope == "this" else (layer + 1) % n
+                        if any(pattern_matches(p.text, e.path) and e.lazy
+                               for e in inventory.tensors(tl)):
+                            lazy_hint = " (it names lazily created tensors: write " \
+                                        f"'{t.scope} lazy ...')"
+                    out.append(Finding("L2S001", f"target '{t.scope} {p.text}' of "
+                                       f"window '{w.name}' matches no tensor in "
+                                       f"its layers{lazy_hint}", p.span))
+    # L2S002: the same storage bytes named for the same target layer twice
+    claimed: dict[tuple[int, str], tuple[str, Any]] = {}
+    reported: set = set()
+    expanded: dict = {}  # targets depend only on (window, this kind, next kind)
+    for layer in range(n):
+        for w in schedule.windows:
+            if layer not in w.layers:
+                continue
+            sig = (w.name, str(inventory.kinds[layer]),
+                   str(inventory.kinds[(layer + 1) % n]))
+            if sig not in expanded:
+                expanded[sig] = [(tl != layer, e) for tl, e in
+                                 expand_targets(w, layer, inventory)]
+            for is_next, e in expanded[sig]:
+                tl = (layer + 1) % n if is_next else layer
+                key = (tl, e.view_of or e.path)
+                if key in claimed and claimed[key][0] != w.name:
+                    first = claimed[key][0]
+                    if (w.name, first, e.path) in reported:
+                        continue
+                    reported.add((w.name, first, e.path))
+                    scope = "this" if tl == layer else "next"
+                    span = target_span(schedule, w.name, scope, e.path)
+                    out.append(Finding("L2S002", f"'{e.path}' (layer {tl}) is "
+                                       f"prefetched by window '{first}' and again "
+                                       f"by window '{w.name}' in one decode step",
+                                       span or window_span(w, "name"),
+                                       {"tensor": e.path, "layer": tl}))
+                else:
+                    claimed.setdefault(key, (w.name, e))
+    return out
+
+
+def _glob_re(glob: str) -> str:
+    return "".join(".*" if c == "*" else re.escape(c) for c in glob)

@@ -1,0 +1,260 @@
+"""Model configs: reading and validating a Hugging Face ``config.json``.
+
+``load_model_config(path)`` returns the validated **text** config dict a
+model adapter reads (layer kinds, per-rank tensor shapes); ``None`` gives
+the config embedded for the adapter (GLM-5.3-Flash). Every problem is an
+``L2sModelError`` naming the file and, where it can, the key's
+``line:col``. Pure Python: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from importlib import resources
+from typing import Any, Mapping, Sequence
+
+from l2sched.errors import (
+    Diagnostic,
+    DiagnosticSink,
+    L2sModelError,
+    Span,
+    line_col,
+    source_lines,
+)
+from l2sched.model.adapters import adapter_for, get_adapter, supported_architectures
+
+
+def _key_span(path: str, text: str, key: str) -> Span | None:
+    """The span of ``"key":`` in ``text`` (first occurrence), or ``None``."""
+    m = re.search(r'"' + re.escape(key) + r'"\s*:', text)
+    if not m:
+        return None
+    line, col = line_col(text, m.start())
+    return Span(path, line, col, line, col + len(key) + 2)
+
+
+def _key_diag(path: str, text: str, key: str, message: str) -> Diagnostic:
+    """A diagnostic about ``key`` of the file ``path``: located at the key
+    (``path:line:col``, with the source line) when ``text`` contains it, else
+    the message is prefixed with ``path``."""
+    span = _key_span(path, text, key) if text else None
+    if span is None:
+        return Diagnostic(f"{path}: {message}")
+    lines = source_lines(text)
+    line = lines[span.line - 1] if span.line <= len(lines) else None
+    return Diagnostic(message, span, source_line=line)
+
+
+def _type_name(types: Sequence[type | None]) -> str:
+    names = {int: "an integer", bool: "a boolean", str: "a string",
+             list: "a list", None: "null", float: "a number"}
+    return " or ".join(names[t] for t in types)
+
+
+def _type_ok(value: Any, types: Sequence[type | None]) -> bool:
+    for t in types:
+        if t is None and value is None:
+            return True
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if t not in (int, None) and isinstance(value, t):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+#: Upper bounds of the config's integer sizes: sanity limits far above any
+#: real model, so that a typo (``num_hidden_layers: 10000000``) is an error
+#: naming the key instead of minutes of work (``docs/inventory.md``). Keys
+#: not listed here are bounded by ``MAX_DIM``.
+MAX_DIM = 1 << 20
+CONFIG_MAX: dict[str, int] = {
+    "num_hidden_layers": 4096, "n_routed_experts": 65536,
+    "n_shared_experts": 1024, "num_experts_per_tok": 65536, "hc_mult": 64,
+    "linear_conv_kernel_dim": 1024, "index_kpool": 1024,
+}
+
+
+def validate_config(config: Mapping[str, Any], path: str = "<config>",
+                    text: str = "", adapter=None) -> None:
+    """Check a text config against what the adapter's inventory reads.
+
+    Every problem (missing key, wrong type, bad value, unsupported feature)
+    becomes one diagnostic naming the key and ``path`` (with the key's line
+    when ``text``, the file's contents, is given); all are raised together as
+    one ``L2sModelError``."""
+    if adapter is None:
+        adapter = get_adapter("glm5next")
+    sink = DiagnosticSink()
+    where = "text_config." if text and '"text_config"' in text else ""
+
+    def err(key: str, msg: str) -> None:
+        sink.add(_key_diag(path, text, key, f"{where}{key}: {msg}"))
+
+    for key, types in adapter.REQUIRED_KEYS.items():
+        if key not in config:
+            sink.add(Diagnostic(f"{path}: missing key '{where}{key}' "
+                                f"({_type_name(types)}, needed for the "
+                                f"{adapter.NAME} tensor inventory)"))
+        elif not _type_ok(config[key], types):
+            err(key, f"expected {_type_name(types)}, got "
+                     f"{type(config[key]).__name__} {config[key]!r}")
+        elif isinstance(config[key], int) and not isinstance(config[key], bool) \
+                and config[key] < (0 if key in ("qk_rope_head_dim",
+                                                "n_shared_experts") else 1):
+            err(key, f"must be positive, got {config[key]}")
+        elif isinstance(config[key], int) and not isinstance(config[key], bool) \
+                and config[key] > CONFIG_MAX.get(key, MAX_DIM):
+            err(key, f"must be at most {CONFIG_MAX.get(key, MAX_DIM)}, got "
+                     f"{config[key]}")
+    for key, types in adapter.OPTIONAL_KEYS.items():
+        if key in config and not _type_ok(config[key], types):
+            err(key, f"expected {_type_name(types)}, got "
+                     f"{type(config[key]).__name__} {config[key]!r}")
+    # Read by the lint's routing model (expert-stream bytes).
+    topk = config.get("num_experts_per_tok")
+    if topk is not None:
+        n_exp = config.get("n_routed_experts")
+        high = n_exp if _type_ok(n_exp, (int,)) and n_exp >= 1 else \
+            CONFIG_MAX["num_experts_per_tok"]
+        if not _type_ok(topk, (int,)):
+            err("num_experts_per_tok", f"expected an integer, got "
+                f"{type(topk).__name__} {topk!r}")
+        elif not 1 <= topk <= high:
+            err("num_experts_per_tok", f"must be in 1..{high} (n_routed_experts), "
+                f"got {topk}")
+    if sink.has_errors:
+        sink.raise_if_errors(L2sModelError)
+    if config["mhc"] is not True:
+        err("mhc", "false is not supported: only the mHC decoder path of "
+                   "GLM-5.3 (mhc: true) is modelled")
+    if config["qk_rope_head_dim"] != 0:
+        err("qk_rope_head_dim", f"must be 0 (GLM-5.3 MLA is NoPE), got "
+                                f"{config['qk_rope_head_dim']}")
+    if config.get("quantization_config") is not None:
+        err("quantization_config", "quantized checkpoints are not modelled (the "
+            "dense MLP and the experts would be FP8 with block scales); use "
+            "the BF16 config")
+    dt = adapter.model_dtype(config)
+    if dt not in ("bfloat16", "float16", "float32"):
+        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
+        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    n = config["num_hidden_layers"]
+    for key in ("layer_types", "mlp_layer_types"):
+        v = config.get(key)
+        if v is not None:
+            if len(v) != n:
+                err(key, f"has {len(v)} entries, num_hidden_layers is {n}")
+            elif not all(isinstance(x, str) for x in v):
+                err(key, "entries must be strings")
+    if not sink.has_errors:
+        try:
+            adapter.layer_kinds(config)
+        except ValueError as e:
+            err(str(e).split("[")[0], str(e))
+    sink.raise_if_errors(L2sModelError)
+
+
+def default_config_text(model: str = "glm5next") -> str:
+    """Text of the config embedded for adapter ``model`` (its
+    ``DEFAULT_CONFIG`` file in ``l2sched/data``; for ``glm5next`` the
+    GLM-5.3-Flash config, sources in the ``.md`` next to it)."""
+    name = get_adapter(model).DEFAULT_CONFIG
+    return resources.files("l2sched.data").joinpath(name).read_text(encoding="utf-8")
+
+
+def default_config(model: str = "glm5next") -> dict[str, Any]:
+    """The validated text config embedded for adapter ``model``
+    (``load_model_config(None, model)``)."""
+    return load_model_config(None, model)
+
+
+def load_model_config(path: str | os.PathLike | None = None,
+                      model: str = "glm5next") -> dict[str, Any]:
+    """The validated HF **text** config dict of a model.
+
+    ``path`` is a ``config.json``, a model directory holding one, or ``None``
+    for the config embedded for adapter ``model`` (GLM-5.3-Flash for
+    ``glm5next``). A multimodal config
+    (``Glm5NextForConditionalGeneration``) is unwrapped to its
+    ``text_config`` (top-level ``torch_dtype`` carried over). Raises
+    ``L2sModelError`` naming the file (and the key) when the file is missing,
+    is not JSON, has an unknown architecture, or lacks or mistypes a key."""
+    if path is None:
+        shown = f"<embedded {get_adapter(model).DEFAULT_CONFIG}>"
+        text = default_config_text(model)
+    else:
+        shown = os.fspath(path)
+        file = os.path.join(shown, "config.json") if os.path.isdir(shown) else shown
+        try:
+            # A FIFO or a device would block the read (or never end).
+            if not stat.S_ISREG(os.stat(file).st_mode):
+                raise L2sModelError(Diagnostic(f"{file}: not a regular file"))
+            with open(file, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            what = "has no config.json" if file != shown else "no such file"
+            raise L2sModelError(Diagnostic(f"{shown}: {what}")) from None
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise L2sModelError(Diagnostic(f"{file}: cannot read: {e}")) from None
+        shown = file
+        # An editor's UTF-8 byte-order mark is not part of the text.
+        text = text.removeprefix("\ufeff")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        # the error may sit just past the last line (an unterminated "{"
+        # at the end of the file)
+        lineno, colno = line_col(text, e.pos)
+        lines = source_lines(text)
+        line = lines[lineno - 1] if 1 <= lineno <= len(lines) else None
+        raise L2sModelError(Diagnostic(
+            f"not valid JSON: {e.msg}", Span.point(shown, lineno, colno),
+            source_line=line)) from None
+    except (ValueError, RecursionError) as e:
+        # int() of a literal of thousands of digits, or nesting too deep
+        msg = str(e).split(";")[0] or "nested too deeply"
+        raise L2sModelError(Diagnostic(f"{shown}: not valid JSON: {msg}")) from None
+    if not isinstance(raw, dict):
+        raise L2sModelError(Diagnostic(
+            f"{shown}: expected a JSON object, got {type(raw).__name__}"))
+    archs = raw.get("architectures")
+    model_type = raw.get("model_type")
+    if archs is not None and (not isinstance(archs, list) or not archs
+                              or not all(isinstance(a, str) for a in archs)):
+        raise L2sModelError(_key_diag(
+            shown, text, "architectures",
+            f"architectures: expected a non-empty list of strings, got {archs!r}"))
+    if archs is None and model_type is None:
+        raise L2sModelError(Diagnostic(
+            f"{shown}: missing key 'architectures' (and no 'model_type'); "
+            f"supported: {', '.join(supported_architectures())}"))
+    adapter = None
+    for a in archs or [None]:
+        adapter = adapter_for(a, model_type)
+        if adapter is not None:
+            break
+    if adapter is None:
+        key, val = ("architectures", archs) if archs else ("model_type",
+                                                           model_type)
+        raise L2sModelError(_key_diag(
+            shown, text, key, f"{key}: unknown architecture {val!r}; supported: "
+            f"{', '.join(supported_architectures())}"))
+    config = raw
+    if isinstance(raw.get("text_config"), dict):
+        config = dict(raw["text_config"])
+        for k in ("torch_dtype", "dtype"):
+            if k in raw and k not in config:
+                config[k] = raw[k]
+    elif "text_config" in raw and raw["text_config"] is not None:
+        raise L2sModelError(_key_diag(
+            shown, text, "text_config", f"text_config: expected an object, got "
+            f"{type(raw['text_config']).__name__}"))
+    validate_config(config, shown, text, adapter)
+    config = dict(config)
+    config.setdefault("architectures", archs or [])
+    return config
+
+

@@ -1,0 +1,92 @@
+"""What every runtime backend shares: the plan, the step state, the bound
+rows of every issue and the gate (``runtime.gate``).
+
+A runtime serves one ``Plan`` on one device. The installer
+(``runtime.install``) binds every ``WindowIssue`` of the plan to rows
+``(address, nbytes)`` and calls
+
+* ``set_rows(index, rows)`` when an issue's rows are first known or change
+  (weight reload: CUDA graphs bake raw addresses in, so the device table is
+  updated in place and later replays follow it);
+* ``issue(index)`` at the issue's hook point: the gate decides; if it
+  passes, the fill of that issue's rows is enqueued on the side stream;
+* ``join()`` once per model forward: the current stream waits on the side
+  stream's last fill (before any pipeline-parallel early return, and before
+  a capture ends, else the capture ends forked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from l2sched.compiler.plan import Plan, WindowIssue
+from l2sched.runtime.gate import GateDecision, StepInfo, gate
+
+
+@dataclass
+class RuntimeStats:
+    """Counters since creation: ``issued``/``joined`` calls that did work,
+    ``skipped`` per gate reason, ``bytes_issued`` (bytes, from bound rows)."""
+
+    issued: int = 0
+    joined: int = 0
+    bytes_issued: int = 0
+    skipped: dict = field(default_factory=dict)
+
+
+class RuntimeBase:
+    """Shared bookkeeping of the backends: the plan, the step state, the bound
+    rows of every issue (index into ``plan.issues``) and the gate.
+
+    ``step`` is the current ``StepInfo``; set it with ``set_step`` before each
+    forward, or give ``step_provider`` (a callable returning a ``StepInfo``,
+    called once per ``issue``)."""
+
+    def __init__(self, plan: Plan, *,
+                 step_provider: Callable[[], StepInfo] | None = None):
+        self.plan = plan
+        self.step = StepInfo()
+        self.step_provider = step_provider
+        self.stats = RuntimeStats()
+        self.rows: list[list[tuple[int, int]]] = [[] for _ in plan.issues]
+        self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
+        self.enabled = True
+
+    def index_of(self, window_issue: WindowIssue) -> int:
+        """Index of ``window_issue`` in ``plan.issues`` (by identity, then by
+        value). Raises ``KeyError`` when it is not one of the plan's."""
+        i = self._index.get(id(window_issue))
+        if i is None:
+            i = self.plan.issues.index(window_issue)  # ValueError -> KeyError
+        return i
+
+    def set_step(self, step: StepInfo) -> None:
+        """Set the step state the gate reads until the next call."""
+        self.step = step
+
+    def _capturing(self, step: StepInfo) -> bool:
+        return bool(step.capturing)
+
+    def decide(self) -> GateDecision:
+        """The gate decision for a hook firing now."""
+        step = self.step_provider() if self.step_provider is not None else self.step
+        return gate(step, capturing=self._capturing(step),
+                    max_tokens=self.plan.max_tokens, enabled=self.enabled)
+
+    def _skip(self, reason: str) -> None:
+        self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + 1
+
+    def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
+        """Bind issue ``index`` to ``rows`` of ``(address, bytes)`` (16-byte
+        aligned, multiples of 16; a ``(0, 0)`` row is an unresolved range).
+        Returns False when the rows cannot be applied now (they are kept and
+        applied later)."""
+        self.rows[index] = [(int(a), int(n)) for a, n in rows]
+        return True
+
+    def issue(self, index: int | WindowIssue) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def join(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,227 @@
+"""The CUDA backend: issues fills on the device's side stream with the CuTe
+DSL fill kernel (``runtime.kernel``).
+
+At an issue's hook point the gate (``runtime.gate``) decides; if it passes,
+the side stream forks from the current stream (``runtime.streams``) and the
+kernel is launched there over that issue's rows of the fill table
+(``runtime.table``). ``join()`` once per forward makes the current stream
+wait for the side stream. The kernel, side stream, table and persisting-L2
+set-aside are prepared at the first ``prepare``/``set_rows``/``issue``; any
+failure there disables prefetch with one log line and never raises into the
+host program. Nothing here imports torch at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from l2sched.compiler.plan import Plan, WindowIssue
+from l2sched.runtime import kernel as K
+from l2sched.runtime.base import RuntimeBase
+from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
+from l2sched.runtime.set_aside import apply_set_aside
+from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
+from l2sched.runtime.table import FillTable
+
+log = logging.getLogger("l2sched.runtime")
+
+
+class CudaRuntime(RuntimeBase):
+    """Issues fills on the device's side stream with the CuTe DSL kernel.
+
+    ``device``: CUDA device index (default: the current device at first use).
+    ``grid``/``threads``/``chunk``: kernel shape (CTAs, threads per CTA, bytes
+    per request; defaults in ``runtime.kernel``); ``mode``: the kernel's fill
+    instruction (``bulk`` default, ``load``; see ``kernel.get_kernel``).
+    ``sync``: how fork and join are enqueued (``runtime.streams.ForkJoin``).
+    After ``prepare``: ``kernel`` (the compiled ``PrefetchKernel``),
+    ``side`` (the side stream), ``table`` (the ``FillTable``) and
+    ``fork_join``. Raises ``ValueError`` for an unknown ``sync``."""
+
+    SYNCS = SYNCS
+
+    def __init__(self, plan: Plan, *, device: int | None = None,
+                 grid: int | None = None, threads: int | None = None,
+                 chunk: int | None = None, mode: str = "bulk",
+                 sync: str = "auto", **kw):
+        super().__init__(plan, **kw)
+        if sync not in SYNCS:
+            raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
+        self.device = device
+        self.grid, self.threads, self.chunk = grid, threads, chunk
+        self.mode = mode
+        self.sync = sync
+        self.table = FillTable(plan)
+        self.rows = self.table.rows
+        self.kernel = None
+        self.side = None
+        self.fork_join = None
+        self._ready = False
+        self._pending = False
+        self._warned_dirty = False
+        # gate_pair of the last StepInfo object seen (identity-cached), and
+        # the decision when the capture state cannot change it (else None).
+        self._gate_step: StepInfo | None = None
+        self._gate_nocap = self._gate_cap = self._gate_fixed = GATE_DECISIONS["eager"]
+
+    def _capturing(self, step: StepInfo) -> bool:
+        if step.capturing is not None:
+            return step.capturing
+        return self.fork_join is not None and bool(self.fork_join.is_capturing())
+
+    def disable(self, why: str) -> None:
+        """Turn prefetch off for this runtime, logging ``why`` once."""
+        if self.enabled:
+            self.enabled = False
+            log.warning("l2sched: L2 prefetch disabled: %s", why)
+
+    def prepare(self) -> bool:
+        """Compile the kernel, create the side stream, events and table, apply
+        the set-aside. Idempotent; returns whether prefetch is enabled. Call it
+        before any capture when possible (the first forward does otherwise)."""
+        if self._ready:
+            return self.enabled
+        self._ready = True
+        try:
+            import torch
+        except Exception as e:  # pragma: no cover
+            self.disable(f"torch unavailable ({e})")
+            return False
+        self._torch = torch
+        ok, why = K.device_supported(self.device or 0)
+        if not ok:
+            K.disable(why)  # the one log line
+            self.enabled = False
+            return False
+        try:
+            dev = torch.cuda.current_device() if self.device is None else self.device
+            self.device = dev
+            kern = K.get_kernel(dev, grid=self.grid or K.DEFAULT_GRID,
+                                threads=self.threads or K.DEFAULT_THREADS,
+                                chunk=self.chunk or K.DEFAULT_CHUNK,
+                                policy=self.plan.policy, mode=self.mode)
+            if kern is None:
+                self.enabled = False  # kernel module logged the reason once
+                return False
+            self.kernel = kern
+            self.side = side_stream(dev)
+            self.fork_join = ForkJoin(torch, dev, self.side, self.sync)
+            self.sync = self.fork_join.sync
+            self.table.allocate(torch, dev)
+            self._launch = kern.bind(self.table.device_ptr, self.side.cuda_stream)
+            if self.plan.set_aside != 0:
+                apply_set_aside(dev, self.plan.set_aside)
+            if not torch.cuda.is_current_stream_capturing():
+                self._warm_launch()
+        except Exception as e:
+            self.disable(f"runtime setup failed: {type(e).__name__}: {e}")
+            return False
+        return True
+
+    def _warm_launch(self) -> None:
+        """An empty launch (no rows) on the side stream, outside any capture:
+        loads the module and checks the launch path, so the first launch inside
+        a capture makes no module-loading driver call."""
+        try:
+            self._launch(0, 0)
+        except Exception:
+            if not self._fallback():
+                raise
+            self._launch(0, 0)
+
+    def _fallback(self) -> bool:
+        """Switch to the generic launch path after a TVM-FFI call raised;
+        whether there is one."""
+        new = K.fallback_to_generic(self.kernel) if self.kernel.ffi else None
+        if new is None:
+            return False
+        self.kernel = new
+        self._launch = new.bind(self.table.device_ptr, self.side.cuda_stream)
+        return True
+
+    def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
+        """Bind issue ``index`` to ``rows`` (``(address, nbytes)``; more rows
+        than the issue's ranges is an error). Outside a capture the device
+        table is updated at once (on the side stream, after earlier fills);
+        during a capture it is deferred and the issue is skipped until then."""
+        self.table.set(index, rows)
+        if not self.prepare():
+            return False
+        return self._flush()
+
+    def _flush(self) -> bool:
+        if not self.table.dirty or not self.enabled:
+            return True
+        return self.table.flush(self.side)
+
+    def _decision(self):
+        """The gate decision for a hook firing now: evaluated once per
+        ``StepInfo`` object; the capture state is asked only when it can
+        change the decision (warm-up and PIECEWISE steps)."""
+        step = self.step_provider() if self.step_provider is not None else self.step
+        if step is not self._gate_step:
+            nocap, cap = gate_pair(step, self.plan.max_tokens)
+            # both issue (eager vs full-capture differ only in the reason,
+            # which nothing records for an issued fill) or the same skip
+            same = (nocap.issue and cap.issue) or nocap is cap
+            self._gate_nocap, self._gate_cap = nocap, cap
+            self._gate_fixed = nocap if same else None
+            self._gate_step = step
+        d = self._gate_fixed
+        if d is None:
+            d = self._gate_cap if self.fork_join.is_capturing() else self._gate_nocap
+        return d
+
+    def issue(self, index: int | WindowIssue) -> bool:
+        """Gate, then fork the side stream from the current stream and launch
+        the fill of issue ``index`` there. Returns whether a fill was enqueued
+        (or captured). Never raises on CUDA/kernel trouble: it disables.
+
+        Host cost (benchmarks/host_cost.py): the gate as in ``_decision``,
+        then two driver calls (fork) and the launch, with no allocation."""
+        i = index if isinstance(index, int) else self.index_of(index)
+        if not self._ready:
+            self.prepare()
+        if not self.enabled:
+            self._skip("disabled")
+            return False
+        d = self._decision()
+        if not d.issue:
+            self._skip(d.reason)
+            return False
+        if self.table.dirty and not self._flush():
+            if not self._warned_dirty:
+                self._warned_dirty = True
+                log.warning("l2sched: table rows changed during a capture; "
+                            "issue skipped until the next eager forward")
+            self._skip("unbound-in-capture")
+            return False
+        span = self.table.spans[i]
+        if span is None:
+            return False
+        self.fork_join.fork()
+        # From here the side stream waited on the fork: the join must run
+        # even when the launch fails.
+        self._pending = True
+        b, e = span
+        try:
+            self._launch(b, e)
+        except Exception as ex:
+            if not self._fallback():
+                self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
+                return False
+            self._launch(b, e)
+        stats = self.stats
+        stats.issued += 1
+        stats.bytes_issued += self.table.nbytes[i]
+        return True
+
+    def join(self) -> None:
+        """Make the current stream wait for the side stream's work so far, so
+        for the last fill (no-op when nothing was issued since the last join).
+        """
+        if self._pending:
+            self.fork_join.join()
+            self._pending = False
+            self.stats.joined += 1

@@ -1,0 +1,89 @@
+"""The dry-run backend: records what would be issued (window, layer, hook
+point, bytes, order, join) instead of touching a GPU, for CPU checks, the
+vLLM plugin's ``dry-run`` backend and ``l2sched explain`` (``explain_step``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from l2sched.compiler.plan import Plan, WindowIssue
+from l2sched.runtime.base import RuntimeBase
+from l2sched.runtime.gate import StepInfo
+
+
+@dataclass(frozen=True)
+class DryRunEvent:
+    """One recorded action. ``op`` is ``fork`` (current stream -> side stream),
+    ``launch`` (a fill of ``bytes`` bytes over ``rows`` table rows), ``skip``
+    (gate said no; ``reason``) or ``join`` (current stream waits on the side
+    stream). ``order`` counts events from 0."""
+
+    order: int
+    op: str
+    window: str = ""
+    layer: int = -1
+    hook: str = ""
+    bytes: int = 0
+    rows: int = 0
+    reason: str = ""
+
+
+class DryRunRuntime(RuntimeBase):
+    """Records what would be issued instead of touching a GPU.
+
+    Bytes of a launch come from the bound rows when the installer bound them,
+    else from the plan (``WindowIssue.bytes``; lazy whole-tensor ranges count
+    0). ``events`` is the ordered record; ``clear()`` empties it."""
+
+    def __init__(self, plan: Plan, **kw):
+        super().__init__(plan, **kw)
+        self.events: list[DryRunEvent] = []
+        self._pending = False
+
+    def _rec(self, op: str, wi: WindowIssue | None = None, **kw) -> None:
+        if wi is not None:
+            kw.update(window=wi.window, layer=wi.layer, hook=wi.hook)
+        self.events.append(DryRunEvent(len(self.events), op, **kw))
+
+    def clear(self) -> None:
+        """Forget recorded events."""
+        self.events.clear()
+
+    def issue(self, index: int | WindowIssue) -> bool:
+        """Gate, then record ``fork`` and ``launch`` (or one ``skip``)."""
+        i = index if isinstance(index, int) else self.index_of(index)
+        wi = self.plan.issues[i]
+        d = self.decide()
+        if not d.issue:
+            self._skip(d.reason)
+            self._rec("skip", wi, reason=d.reason)
+            return False
+        rows = self.rows[i]
+        nbytes = sum(n for _, n in rows) if rows else wi.bytes
+        nrows = len(rows) if rows else len(wi.ranges)
+        self._rec("fork", wi)
+        self._rec("launch", wi, bytes=nbytes, rows=nrows, reason=d.reason)
+        self.stats.issued += 1
+        self.stats.bytes_issued += nbytes
+        self._pending = True
+        return True
+
+    def join(self) -> None:
+        """Record ``join`` when a fill is pending since the last join."""
+        if self._pending:
+            self._rec("join")
+            self.stats.joined += 1
+            self._pending = False
+
+
+def explain_step(plan: Plan, step: StepInfo | None = None) -> list[DryRunEvent]:
+    """The events of one decode step of ``plan`` in issue order, as the
+    runtime would produce them: every issue fired in ``plan.issues`` order
+    (layer, hook order), then one join. ``step`` defaults to a 1-token eager
+    decode step."""
+    rt = DryRunRuntime(plan)
+    rt.set_step(step or StepInfo(num_tokens=1))
+    for i in range(len(plan.issues)):
+        rt.issue(i)
+    rt.join()
+    return rt.events

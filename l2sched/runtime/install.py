@@ -1,0 +1,403 @@
+"""Putting a plan into a module tree, and taking it out again.
+
+``install(model_layers, plan, sites, backend)`` places one hook per *slot*
+for every hook point the plan names in every layer:
+
+* ``HookSite(path, "forward_pre")`` / ``"forward_post"``: a module forward
+  (pre-)hook on ``layers[i]`` + ``path`` (``""`` = the decoder layer itself);
+* ``HookSite(path, "wrap_method", attribute, position)``: an instance-level
+  wrapper of ``obj.attribute`` where ``obj`` is ``layers[i]`` + ``path`` (any
+  object, e.g. ``self_attn.o_proj.quant_method`` with ``apply``), running the
+  fills ``before`` or ``after`` the call.
+
+A slot is ``(object, kind, attribute)``. Several hook points (and the join)
+that map to the same slot in one installation are composed into one hook, in
+plan order, join last. A slot that another live installation holds is refused
+with ``L2sInstallError``; nothing is half-installed then.
+
+Binding is lazy: a range's tensor is looked up (``layers[layer]`` + dotted
+``tensor`` path; the last component may be a parameter, a buffer or a plain
+tensor attribute) the first time its issue fires, so tensors created during
+the first forward (MLA's absorbed decode weights) exist by then; a range whose
+tensor is still missing binds to an empty row and is retried at every firing.
+Every firing compares the tensor's ``data_ptr()`` and storage size with the
+bound ones and rebinds on change (weight reload). Rows are clamped to the
+tensor's storage span and aligned by ``clamp_range``.
+
+``Installation.remove()`` restores every touched object exactly: hook handles
+are removed, wrapped instance attributes are put back as the very objects they
+were (or deleted when the method came from the class).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from l2sched.attrs import resolve_path
+from l2sched.compiler.plan import Plan
+from l2sched.errors import L2sInstallError
+from l2sched.runtime.base import RuntimeBase
+from l2sched.units import ALIGN
+
+log = logging.getLogger("l2sched.install")
+
+#: How a ``HookSite`` runs code: a module forward pre-hook, a forward hook,
+#: or an instance-level wrapper of a method.
+KINDS = ("forward_pre", "forward_post", "wrap_method")
+
+
+@dataclass(frozen=True)
+class HookSite:
+    """How to run code at one hook point of one decoder layer.
+
+    ``path``: dotted path from the layer to the module/object (``""`` = the
+    layer). ``kind``: ``forward_pre``, ``forward_post`` or ``wrap_method``.
+    ``attribute``: the method name for ``wrap_method``. ``position``: for
+    ``wrap_method``, fire ``before`` or ``after`` the wrapped call.
+    ``match``: optional ``(layer, args, kwargs) -> bool`` discriminator for a
+    module that is called more than once per layer (GLM-5.3's
+    ``mhc_fused_post_pre_op``: ``kwargs["fn"] is layer.hc_attn_fn``); for
+    ``forward_post`` it gets ``(layer, args, kwargs)`` of the call too.
+    ``optional``: a layer where ``path`` does not resolve is skipped instead
+    of refused."""
+
+    path: str
+    kind: str
+    attribute: str | None = None
+    position: str = "before"
+    match: Callable[[Any, tuple, dict], bool] | None = None
+    optional: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"HookSite.kind {self.kind!r} is not one of {KINDS}")
+        if self.kind == "wrap_method" and not self.attribute:
+            raise ValueError("HookSite(kind='wrap_method') needs an attribute")
+        if self.position not in ("before", "after"):
+            raise ValueError(f"HookSite.position {self.position!r}: before/after")
+
+
+# ---------------------------------------------------------------------------
+# Ranges
+
+
+def storage_span_elems(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements a strided view addresses from its first element to its last,
+    inclusive: ``1 + sum((n - 1) * stride)``; 0 for an empty view. (The
+    Kimi-K3 host code in vLLM 0.33.0 uses the same span.)"""
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+
+
+def clamp_range(base: int, span: int, offset: int, length: int,
+                limit: int | None = None) -> tuple[int, int]:
+    """The fill row ``(address, bytes)`` for ``length`` bytes at ``offset`` of
+    a tensor whose span starts at address ``base`` and is ``span`` bytes long.
+
+    ``length == -1`` means to the end of the span. The row is intersected with
+    the span and, when given, with ``[base, limit)`` (the end of the
+    underlying storage), then its start is rounded up to 16 bytes and its
+    length down to a multiple of 16. An empty result is ``(0, 0)``. All
+    values are bytes/addresses."""
+    end = base + span
+    if limit is not None:
+        end = min(end, limit)
+    start = base + max(offset, 0)
+    stop = end if length < 0 else min(end, base + max(offset, 0) + length)
+    a = (start + ALIGN - 1) // ALIGN * ALIGN
+    e = stop // ALIGN * ALIGN
+    if e <= a:
+        return (0, 0)
+    return (a, e - a)
+
+
+def tensor_row(t, offset: int, length: int) -> tuple[int, int]:
+    """``clamp_range`` for a torch tensor ``t`` (a view, possibly strided):
+    its span is ``storage_span_elems * element_size`` bytes from
+    ``t.data_ptr()``, clamped to the end of ``t.untyped_storage()``."""
+    item = t.element_size()
+    span = storage_span_elems(t.shape, t.stride()) * item
+    base = t.data_ptr()
+    try:
+        st = t.untyped_storage()
+        limit = st.data_ptr() + st.nbytes()
+    except Exception:
+        limit = None
+    return clamp_range(base, span, offset, length, limit)
+
+
+# ---------------------------------------------------------------------------
+# Binding
+
+
+class _Ref:
+    """Lazily resolved tensor of one range, with the identity it was bound to."""
+
+    __slots__ = ("layer_obj", "path", "owner", "name", "head")
+
+    def __init__(self, layer_obj, path: str):
+        self.layer_obj = layer_obj
+        self.path = path
+        self.head, _, self.name = path.rpartition(".")
+        self.owner = None
+
+    def get(self):
+        """The tensor now, or ``None`` when it does not exist (yet)."""
+        if self.owner is not None:
+            t = getattr(self.owner, self.name, None)
+            if t is not None:
+                return t
+        try:
+            self.owner = resolve_path(self.layer_obj, self.head)
+        except AttributeError:
+            self.owner = None
+            return None
+        return getattr(self.owner, self.name, None)
+
+
+class _BoundIssue:
+    """Rows of one issue plus the identities they were computed from."""
+
+    __slots__ = ("index", "ranges", "refs", "keys", "rows")
+
+    def __init__(self, index, ranges, refs):
+        self.index = index
+        self.ranges = ranges
+        self.refs = refs
+        self.keys = [None] * len(ranges)
+        self.rows: list[tuple[int, int]] = [(0, 0)] * len(ranges)
+
+    def refresh(self) -> bool:
+        """Re-read every range's tensor; True when any row changed."""
+        changed = False
+        for j, (r, ref) in enumerate(zip(self.ranges, self.refs)):
+            t = ref.get()
+            if t is None or not hasattr(t, "data_ptr"):
+                key = None
+            else:
+                try:
+                    key = (t.data_ptr(), t.untyped_storage().nbytes(),
+                           tuple(t.shape), tuple(t.stride()))
+                except Exception:
+                    key = None
+            if key == self.keys[j]:
+                continue
+            self.keys[j] = key
+            row = (0, 0) if key is None or key[0] == 0 else tensor_row(t, r.offset, r.length)
+            if row != self.rows[j]:
+                self.rows[j] = row
+                changed = True
+        return changed
+
+
+# ---------------------------------------------------------------------------
+# Installation
+
+_slots_lock = threading.Lock()
+#: (id(obj), kind, attribute) -> Installation holding it.
+_taken: dict[tuple, "Installation"] = {}
+_WRAPPER_MARK = "__l2sched_wrapper__"
+
+
+@dataclass
+class _Slot:
+    obj: Any
+    kind: str
+    attribute: str | None
+    actions: list = field(default_factory=list)  # (match, callable, position)
+
+
+class Installation:
+    """The hooks of one plan in one module tree. ``remove()`` undoes them;
+    ``runtime`` is the backend; ``bound`` the per-issue binding state;
+    ``slots`` the number of hooks placed. Also a context manager."""
+
+    def __init__(self, runtime: RuntimeBase):
+        self.runtime = runtime
+        self.bound: list[_BoundIssue] = []
+        self._undo: list[Callable[[], None]] = []
+        self._keys: list[tuple] = []
+        self.slots = 0
+        self.removed = False
+
+    def fire(self, index: int) -> bool:
+        """Bind (or rebind) issue ``index`` and hand it to the runtime."""
+        b = self.bound[index]
+        if b.refresh():
+            self.runtime.set_rows(index, b.rows)
+        return self.runtime.issue(index)
+
+    def bind_all(self) -> None:
+        """Resolve every range now (normally done lazily at each firing)."""
+        for b in self.bound:
+            if b.refresh():
+                self.runtime.set_rows(b.index, b.rows)
+
+    def join(self) -> None:
+        """The runtime's join (for callers placing the join themselves)."""
+        self.runtime.join()
+
+    def remove(self) -> None:
+        """Restore every touched object exactly; idempotent."""
+        if self.removed:
+            return
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+        with _slots_lock:
+            for k in self._keys:
+                if _taken.get(k) is self:
+                    del _taken[k]
+        self._keys.clear()
+        self.removed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _run(actions, layer, args, kwargs) -> None:
+    """Run the ``(match, callable, position)`` actions whose match accepts."""
+    for match, act, _ in actions:
+        if match is None or match(layer, args, kwargs):
+            act()
+
+
+def _module_hook(slot: _Slot, layer) -> tuple[Callable, Callable[[], None]]:
+    actions = slot.actions
+    mod = slot.obj
+
+    if slot.kind == "forward_pre":
+        def pre(module, args, kwargs):
+            _run(actions, layer, args, kwargs)
+        h = mod.register_forward_pre_hook(pre, with_kwargs=True)
+        return pre, h.remove
+
+    def post(module, args, kwargs, output):
+        _run(actions, layer, args, kwargs)
+    h = mod.register_forward_hook(post, with_kwargs=True)
+    return post, h.remove
+
+
+def _wrap_method(slot: _Slot, layer) -> Callable[[], None]:
+    obj, name = slot.obj, slot.attribute
+    d = getattr(obj, "__dict__", None)
+    if d is None:
+        raise L2sInstallError(f"cannot wrap {type(obj).__name__}.{name}: the "
+                              "object has no instance __dict__")
+    had_own = name in d
+    own = d.get(name)
+    original = getattr(obj, name)
+    if getattr(original, _WRAPPER_MARK, None) is not None:
+        raise L2sInstallError(f"{type(obj).__name__}.{name} is already wrapped "
+                              "by an l2sched installation")
+    before = [a for a in slot.actions if a[2] == "before"]
+    after = [a for a in slot.actions if a[2] != "before"]
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        _run(before, layer, args, kwargs)
+        out = original(*args, **kwargs)
+        _run(after, layer, args, kwargs)
+        return out
+
+    setattr(wrapper, _WRAPPER_MARK, True)
+    d[name] = wrapper
+
+    def undo():
+        if had_own:
+            d[name] = own
+        else:
+            d.pop(name, None)
+    return undo
+
+
+def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSite],
+            backend: RuntimeBase, *, join_on: Any = "last_layer") -> Installation:
+    """Place ``plan``'s issues into ``model_layers`` (the decoder layers,
+    indexed like ``ByteRange.layer``), firing them through ``backend``.
+
+    ``sites`` maps every hook point name the plan uses to a ``HookSite``.
+    ``join_on``: where ``backend.join()`` runs once per forward:
+    ``"last_layer"`` (a forward post-hook on ``model_layers[-1]``), a module
+    (a forward post-hook on it), or ``None`` (the caller calls
+    ``Installation.join()``, e.g. before a pipeline-parallel early return).
+
+    Raises ``L2sInstallError`` (and installs nothing) when a hook point has no
+    site, a site's path does not resolve, or a slot is held by another
+    installation."""
+    inst = Installation(backend)
+    slots: dict[tuple, _Slot] = {}
+    missing = sorted({wi.hook for wi in plan.issues if wi.hook not in sites})
+    if missing:
+        raise L2sInstallError(f"no HookSite for hook point(s) {', '.join(missing)} "
+                              f"(known: {', '.join(sorted(sites))})")
+
+    def slot_for(obj, kind, attr) -> _Slot:
+        key = (id(obj), kind, attr)
+        s = slots.get(key)
+        if s is None:
+            s = slots[key] = _Slot(obj, kind, attr)
+        return s
+
+    layer_of_slot: dict[int, Any] = {}
+    for idx, wi in enumerate(plan.issues):
+        if not 0 <= wi.layer < len(model_layers):
+            raise L2sInstallError(f"plan issue {wi.window}@{wi.hook} names layer "
+                                  f"{wi.layer}; the model has {len(model_layers)}")
+        layer = model_layers[wi.layer]
+        refs = [_Ref(model_layers[r.layer], r.tensor) if 0 <= r.layer < len(model_layers)
+                else _Ref(None, r.tensor) for r in wi.ranges]
+        inst.bound.append(_BoundIssue(idx, wi.ranges, refs))
+        site = sites[wi.hook]
+        try:
+            obj = resolve_path(layer, site.path)
+        except AttributeError as e:
+            if site.optional:
+                continue
+            raise L2sInstallError(f"hook point {wi.hook}: layer {wi.layer} has no "
+                                  f"{site.path!r} ({e})") from None
+        s = slot_for(obj, site.kind, site.attribute)
+        layer_of_slot[id(s)] = layer
+        s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
+
+    if join_on is not None:
+        jmod = model_layers[-1] if join_on == "last_layer" else join_on
+        s = slot_for(jmod, "forward_post", None)
+        layer_of_slot.setdefault(id(s), jmod)
+        s.actions.append((None, backend.join, "after"))
+
+    with _slots_lock:
+        for key in slots:
+            held = _taken.get(key)
+            if held is not None and not held.removed:
+                s = slots[key]
+                what = (f"{type(s.obj).__name__}.{s.attribute}" if s.attribute
+                        else f"{type(s.obj).__name__} {s.kind} hook")
+                raise L2sInstallError(
+                    f"slot {what} is already held by another l2sched installation; "
+                    "remove() it first (one hook per slot: never silently replaced)")
+        try:
+            for key, s in slots.items():
+                layer = layer_of_slot[id(s)]
+                if s.kind == "wrap_method":
+                    inst._undo.append(_wrap_method(s, layer))
+                else:
+                    _, undo = _module_hook(s, layer)
+                    inst._undo.append(undo)
+                _taken[key] = inst
+                inst._keys.append(key)
+                inst.slots += 1
+        except Exception:
+            inst.remove()
+            raise
+    log.info("l2sched: installed %d issues of plan %r into %d hook slots",
+             len(plan.issues), plan.schedule, inst.slots)
+    return inst

@@ -1,0 +1,318 @@
+"""The vLLM plugin's post-load step: per TP rank, compile and install an
+L2-prefetch schedule into the loaded GLM-5.3 model (``activate_after_load``).
+
+Per TP rank, after loading: the configuration (``vllm.config``) -> live
+inventory of the rank's own module tree -> ``compile_plan`` -> lint with the
+device profile of the rank's GPU (an error refuses to install) ->
+``vllm.sites.install_plan`` with the join as a forward post-hook on the last
+decoder layer (it runs before ``Glm5NextModel.forward``'s pipeline-parallel
+early return) -> one summary log line. Every failure is one log line per
+rank, prefetch stays off for that rank, and nothing is raised into vLLM.
+``l2sched.vllm.register`` (the entry point) arranges for this to run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from l2sched.compiler.compile import compile_plan
+from l2sched.errors import (
+    L2sError,
+    L2sInputError,
+    L2sLintError,
+    L2sPluginError,
+    L2sSyntaxError,
+)
+from l2sched.lang.resolve import load_schedule
+from l2sched.lint import run_lint
+from l2sched.model.adapters import get_adapter
+from l2sched.model.devices import device_names, load_device
+from l2sched.model.inventory import live_inventory
+from l2sched.runtime import kernel as K
+from l2sched.runtime import make_runtime
+from l2sched.units import format_size
+from l2sched.vllm.config import PluginConfig, read_config
+from l2sched.vllm.sites import Installed, install_plan
+from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
+
+try:  # vLLM's logger convention, so the lines share vLLM's format and level.
+    from vllm.logger import init_logger as _init_logger
+
+    log = _init_logger("vllm.l2sched")
+except Exception:  # pragma: no cover - vLLM absent or broken
+    log = logging.getLogger("l2sched.vllm")
+
+#: Architectures (class names of the top-level model) the plugin serves.
+ARCHITECTURES = ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration")
+
+#: The live installations of this process (one per loaded model).
+INSTALLED: list[Installed] = []
+
+
+# --------------------------------------------------------------------------
+# the post-load step
+
+
+def _route_library_logs() -> None:
+    """Send the ``l2sched.*`` loggers (runtime, installer, kernel) to vLLM's
+    handler so their lines appear in the server log in vLLM's format."""
+    lib = logging.getLogger("l2sched")
+    vllm_logger = logging.getLogger("vllm")
+    if lib.handlers or not vllm_logger.handlers:
+        return
+    for h in vllm_logger.handlers:
+        lib.addHandler(h)
+    lib.setLevel(vllm_logger.level or logging.INFO)
+    lib.propagate = False
+
+
+def _current_vllm_config():
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+
+        return get_current_vllm_config_or_none()
+    except Exception:
+        return None
+
+
+def _tp_layout(vllm_config) -> tuple[int, int, bool, int]:
+    """``(tp, tp_rank, ep, pp)`` of this process."""
+    from vllm.distributed import (
+        get_tensor_model_parallel_rank,
+        get_tensor_model_parallel_world_size,
+    )
+
+    tp = get_tensor_model_parallel_world_size()
+    rank = get_tensor_model_parallel_rank()
+    pc = getattr(vllm_config, "parallel_config", None)
+    ep = bool(getattr(pc, "enable_expert_parallel", False)) and tp > 1
+    pp = int(getattr(pc, "pipeline_parallel_size", 1) or 1)
+    return tp, rank, ep, pp
+
+
+def _decoder_layers(model):
+    """The decoder-layer list of a GLM-5.3 CausalLM or ConditionalGeneration
+    (the adapter's ``DECODER_LAYER_PATHS``). Raises ``L2sPluginError``."""
+    ad = get_adapter("glm5next")
+    layers = ad.decoder_layers(model)
+    if layers is model:
+        raise L2sPluginError("unsupported model", f"{type(model).__name__} has no "
+                             "decoder layers at " + " or ".join(
+                                 f".{p}" for p in ad.DECODER_LAYER_PATHS))
+    return layers
+
+
+def activate_after_load(model, vllm_config=None, *, environ=None,
+                        config: PluginConfig | None = None) -> Installed | None:
+    """The post-load step for one loaded ``model`` (never raises).
+
+    Reads the configuration (``config``, else ``vllm_config`` /
+    the current vLLM config's ``additional_config`` and the environment);
+    returns ``None`` when no schedule is configured, the model is not a
+    GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (logged as
+    one line for this rank, prefetch off). On success returns the
+    ``Installed`` handle (also appended to ``INSTALLED``)."""
+    rank_txt = "TP rank ?"
+    try:
+        vllm_config = vllm_config or _current_vllm_config()
+        if config is None:
+            extra = getattr(vllm_config, "additional_config", None) or {}
+            config = read_config(extra, environ)
+        if config is None:
+            return None
+        arch = type(model).__name__
+        if arch not in ARCHITECTURES:
+            log.debug("l2sched: %s is not one of %s; not prefetched", arch,
+                      ", ".join(ARCHITECTURES))
+            return None
+        _route_library_logs()
+        tp, tp_rank, ep, pp = _tp_layout(vllm_config)
+        rank_txt = f"TP rank {tp_rank}/{tp}"
+        installed = _activate(model, vllm_config, config, tp, tp_rank, ep, pp)
+        INSTALLED.append(installed)
+        log.info("l2sched: %s: %s", rank_txt, installed.summary)
+        return installed
+    except L2sPluginError as e:
+        log.error("l2sched: %s: prefetch OFF: %s", rank_txt, e)
+    except Exception as e:  # never raise into vLLM
+        log.error("l2sched: %s: prefetch OFF: unexpected %s: %s", rank_txt,
+                  type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    return None
+
+
+def _first_line(err) -> str:
+    diags = getattr(err, "diagnostics", ())
+    if diags:
+        d = diags[0]
+        where = f"{d.span}: " if d.span else ""
+        more = f" (+{len(diags) - 1} more)" if len(diags) > 1 else ""
+        return f"{where}{d.message}{more}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
+              ep: bool, pp: int) -> Installed:
+    if cfg.backend not in ("cuda", "dry-run"):
+        raise L2sPluginError("bad configuration", f"backend {cfg.backend!r} is not "
+                          "'cuda' or 'dry-run'")
+    if pp > 1:
+        raise L2sPluginError("unsupported layout", f"pipeline parallel size {pp} "
+                          "(vLLM gates PP off for GLM-5.3; l2sched supports PP=1)")
+    layers = _decoder_layers(model)
+    hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
+    model_config = hf.to_dict() if hf is not None else None
+
+    try:
+        schedule = load_schedule(cfg.schedule, cfg.overrides, model_config)
+    except L2sInputError as e:
+        raise L2sPluginError(f"cannot read schedule {cfg.schedule!r}",
+                          _first_line(e)) from None
+    except L2sSyntaxError as e:
+        _log_diagnostics(e, tp_rank)
+        raise L2sPluginError(f"syntax error in schedule {cfg.schedule!r}",
+                          _first_line(e)) from None
+    except L2sError as e:
+        _log_diagnostics(e, tp_rank)
+        raise L2sPluginError(f"invalid schedule {cfg.schedule!r}",
+                          _first_line(e)) from None
+    if schedule.tp != tp or bool(schedule.ep) != ep:
+        raise L2sPluginError(
+            "schedule/layout mismatch",
+            f"{schedule.name} is for tp {schedule.tp} ep "
+            f"{'on' if schedule.ep else 'off'}, this server runs tp {tp} ep "
+            f"{'on' if ep else 'off'} (fix it with \"set\": {{\"tp\": \"{tp}\"}} "
+            "or the matching schedule)")
+
+    device = _device_profile(cfg.backend, schedule.device)
+    inventory = live_inventory(layers, tp, ep, tp_rank,
+                               model_name=type(model).__name__)
+    try:
+        plan = compile_plan(schedule, inventory, tp_rank)
+    except L2sError as e:
+        _log_diagnostics(e, tp_rank)
+        raise L2sPluginError("compile failed", _first_line(e)) from None
+    lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank)
+    runtime = _make_runtime(cfg.backend, plan)
+    installed = install_plan(layers, inventory, plan, runtime)
+    installed.lint = lint_note
+    installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
+    return installed
+
+
+def _log_diagnostics(err, tp_rank: int) -> None:
+    """The full compiler-style diagnostics, once (TP rank 0)."""
+    if tp_rank == 0:
+        log.warning("l2sched: diagnostics:\n%s", err)
+
+
+def _device_profile(backend: str, wanted: str) -> str:
+    """The device profile to lint with: the profile whose compute capability
+    matches this rank's GPU (the schedule's own when it matches), else the
+    schedule's. Raises ``PluginError`` for the CUDA backend without a usable
+    GPU (no CUDA, compute capability < 9.0)."""
+    if backend == "dry-run":
+        return wanted
+    import torch
+
+    if not torch.cuda.is_available():
+        raise L2sPluginError("unsupported hardware", "no CUDA device in this process "
+                          "(use backend dry-run to check a schedule on CPU)")
+    dev = torch.cuda.current_device()
+    ok, why = K.device_supported(dev)
+    if not ok:
+        raise L2sPluginError("unsupported hardware", why)
+    cc = list(torch.cuda.get_device_capability(dev))
+    profiles = _profiles()
+    if profiles.get(wanted) == cc:
+        return wanted
+    match = sorted(n for n, c in profiles.items() if c == cc)
+    if match:
+        log.warning("l2sched: schedule written for device %s, this GPU is "
+                    "sm_%d%d (%s): linting with device profile %s", wanted,
+                    cc[0], cc[1], torch.cuda.get_device_name(dev), match[0])
+        return match[0]
+    log.warning("l2sched: no device profile for sm_%d%d (%s); linting with the "
+                "schedule's %s", cc[0], cc[1], torch.cuda.get_device_name(dev),
+                wanted)
+    return wanted
+
+
+def _profiles() -> dict[str, list[int]]:
+    """Shipped device profile name -> compute capability (``[]`` when the
+    profile does not give one)."""
+    out = {}
+    for name in device_names():
+        cc = load_device(name).compute_capability
+        out[name] = list(cc) if cc else []
+    return out
+
+
+def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
+          tp_rank: int) -> str:
+    """Lint with ``device``'s profile through ``l2sched.lint.run_lint`` (FULL
+    graph mode, as vLLM runs decode) when this build has the lint. Errors
+    raise ``PluginError`` (not installed; diagnostics logged once, TP rank
+    0); warnings are logged once (TP rank 0). Returns a short note for the
+    summary line."""
+    if not cfg.lint:
+        return "lint off"
+    try:
+        run = run_lint(schedule, inventory, device=load_device(device),
+                       graph_mode="full", model_config=model_config)
+    except L2sError as e:
+        _log_diagnostics(e, tp_rank)
+        raise L2sPluginError(f"lint failed with device profile {device}",
+                          _first_line(e)) from None
+    diags = [f.diagnostic(schedule.sources) if hasattr(f, "diagnostic") else f
+             for f in getattr(run, "findings", run)]
+    errors = [d for d in diags if d.severity == "error"]
+    warnings = [d for d in diags if d.severity == "warning"]
+    if errors:
+        err = L2sLintError(errors)
+        _log_diagnostics(err, tp_rank)
+        raise L2sPluginError(f"lint error with device profile {device}",
+                          _first_line(err))
+    if warnings and tp_rank == 0:
+        log.warning("l2sched: lint warnings (device profile %s):\n%s", device,
+                    "\n".join(d.render() for d in warnings))
+    return f"lint {device}: 0 errors, {len(warnings)} warnings"
+
+
+# --------------------------------------------------------------------------
+# runtime
+
+
+def _make_runtime(backend: str, plan):
+    try:
+        track_graph_capture()
+    except Exception as e:  # pragma: no cover - vLLM internals moved
+        log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
+                    "forwards are not recognised", e)
+    return make_runtime(plan, backend, step_provider=vllm_step_info)
+
+
+def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
+             lint_note: str) -> str:
+    """The one summary line: bytes per window, windows per layer kind."""
+    per_window: dict[str, list[int]] = defaultdict(list)
+    kinds_windows: dict[str, list[str]] = defaultdict(list)
+    for wi in plan.issues:
+        per_window[wi.window].append(wi.bytes)
+        k = str(inventory.kinds[wi.layer])
+        if wi.window not in kinds_windows[k]:
+            kinds_windows[k].append(wi.window)
+    windows = ", ".join(
+        f"{w} {format_size(sum(v))} in {len(v)} layer{'s' if len(v) > 1 else ''}"
+        for w, v in per_window.items())
+    kinds = "; ".join(
+        f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
+        for k in sorted({str(k) for k in inventory.kinds}))
+    total = sum(wi.bytes for wi in plan.issues)
+    left = sum(lo.bytes for lo in plan.left_over)
+    over = ", ".join(cfg.overrides)
+    return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
+            f") installed, backend {cfg.backend}, device {device}, {lint_note}: "
+            f"{len(plan.issues)} issues, {format_size(total)} per decode step "
+            f"[{windows}]; windows per layer kind [{kinds}]; left over "
+            f"{format_size(left)}")

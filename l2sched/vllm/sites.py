@@ -1,0 +1,104 @@
+"""Installing a plan into vLLM's GLM-5.3 decoder layers: the hook sites of
+each layer kind (from the adapter's ``Install`` records) and one
+installation per layer kind feeding one runtime. ``install_plan`` is the
+public API the plugin and the benchmarks use."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from l2sched.errors import L2sPluginError
+from l2sched.model.adapters import get_adapter
+from l2sched.runtime.install import HookSite, install
+
+
+@dataclass
+class Installed:
+    """A plan installed in one model: ``plan``, ``runtime`` (the backend),
+    ``installations`` (one per layer kind, ``runtime.install.Installation``),
+    ``summary`` (the log line). ``remove()`` takes every hook out."""
+
+    plan: Any
+    runtime: Any
+    installations: list = field(default_factory=list)
+    summary: str = ""
+    lint: str = ""
+
+    def remove(self) -> None:
+        """Remove every hook of this plan; idempotent."""
+        for inst in reversed(self.installations):
+            inst.remove()
+
+
+class _IssueMap:
+    """The runtime seen through a sub-plan: sub-plan issue index -> index in
+    the full plan. ``install`` talks to it exactly as to a runtime."""
+
+    def __init__(self, runtime, indices):
+        self.runtime = runtime
+        self.indices = indices
+
+    def set_rows(self, index, rows):
+        return self.runtime.set_rows(self.indices[index], rows)
+
+    def issue(self, index):
+        return self.runtime.issue(self.indices[index])
+
+    def join(self):
+        self.runtime.join()
+
+
+def hook_sites(kind) -> dict:
+    """``{hook name: HookSite}`` for a layer of ``kind`` (a ``LayerKind``),
+    from the adapter's ``Install`` records."""
+    sites = {}
+    for h in get_adapter("glm5next").HOOKS:
+        if not h.exists_in(kind):
+            continue
+        inst = h.install_for(kind)
+        if inst.mechanism in ("forward_pre_hook", "forward_hook"):
+            sites[h.name] = HookSite(inst.target, "forward_pre" if
+                                     inst.mechanism == "forward_pre_hook"
+                                     else "forward_post")
+        else:
+            path, _, attr = inst.target.rpartition(".")
+            sites[h.name] = HookSite(path, "wrap_method", attr,
+                                     "before" if inst.mechanism == "wrap_before"
+                                     else "after")
+    return sites
+
+
+def install_plan(decoder_layers, inventory, plan, runtime) -> Installed:
+    """Install ``plan`` into ``decoder_layers`` (the model's decoder-layer
+    list, indexed like the inventory): one ``runtime.install.install`` per
+    layer kind (hook sites differ between KDA and MLA layers), all feeding
+    the one ``runtime``; the join goes with the kind of the last layer, as a
+    forward post-hook on the last decoder layer (before the
+    pipeline-parallel early return of ``Glm5NextModel.forward``). Raises
+    ``L2sPluginError`` (``unsupported model``, ``install failed``), having
+    installed nothing."""
+    layers = list(decoder_layers)
+    kinds = list(inventory.kinds)
+    if len(layers) != len(kinds):
+        raise L2sPluginError("unsupported model", f"{len(layers)} decoder layers, "
+                             f"{len(kinds)} with weights")
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, wi in enumerate(plan.issues):
+        groups[str(kinds[wi.layer])].append(i)
+    last_kind = str(kinds[-1])
+    groups.setdefault(last_kind, [])
+    by_name = {str(k): k for k in kinds}
+    out = Installed(plan, runtime)
+    try:
+        for name in sorted(groups, key=lambda k: k == last_kind):
+            idx = groups[name]
+            sub = replace(plan, issues=tuple(plan.issues[i] for i in idx))
+            out.installations.append(install(
+                layers, sub, hook_sites(by_name[name]), _IssueMap(runtime, idx),
+                join_on=layers[-1] if name == last_kind else None))
+    except Exception as e:
+        out.remove()
+        raise L2sPluginError("install failed", f"{type(e).__name__}: {e}") from None
+    return out
