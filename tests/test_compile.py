@@ -44,8 +44,8 @@ def test_whole_tensor_under_budget(inventory):
     plan = compile_text("window A at attn.after_first_proj budget 20MB layers 4 {\n"
                         "  this self_attn.o_proj\n}\n", inventory)
     (issue,) = plan.issues
-    assert (issue.layer, issue.window, issue.bytes) == (4, "A", KDA_O_PROJ)
-    assert [(r.layer, r.tensor, r.offset, r.length) for r in issue.ranges] == [
+    assert (issue.layer, issue.window, issue.nbytes) == (4, "A", KDA_O_PROJ)
+    assert [(r.layer, r.tensor, r.offset, r.nbytes) for r in issue.ranges] == [
         (4, "self_attn.o_proj.weight", 0, KDA_O_PROJ)]
     assert plan.left_over == ()
 
@@ -57,11 +57,11 @@ def test_straddling_tensor_splits_at_4kib_and_tail_carries(inventory):
     plan = compile_text(body, inventory)
     b, c = plan.issues
     head = (10_000_000 // 4096) * 4096
-    assert b.ranges[0].length == head == 9_998_336
-    assert (c.carried_in, c.ranges[0].offset, c.ranges[0].length) == (
+    assert b.ranges[0].nbytes == head == 9_998_336
+    assert (c.carried_in, c.ranges[0].offset, c.ranges[0].nbytes) == (
         IN_PROJ - head, head, IN_PROJ - head)
     assert c.ranges[0].layer == 5  # 'next' of layer 4
-    assert b.bytes + c.bytes == IN_PROJ  # no byte twice, none lost
+    assert b.nbytes + c.nbytes == IN_PROJ  # no byte twice, none lost
 
 
 def test_remainder_without_carry_is_left_over(inventory):
@@ -69,7 +69,7 @@ def test_remainder_without_carry_is_left_over(inventory):
                         "  this self_attn.o_proj\n}\n", inventory)
     (left,) = plan.left_over
     assert (left.window, left.layer, left.tensor) == ("A", 4, "self_attn.o_proj.weight")
-    assert left.bytes == KDA_O_PROJ - (1_000_000 // 4096) * 4096
+    assert left.nbytes == KDA_O_PROJ - (1_000_000 // 4096) * 4096
 
 
 def test_seed_window_b_exact_bytes(inventory):
@@ -79,10 +79,10 @@ def test_seed_window_b_exact_bytes(inventory):
     # next layer: hc_attn_* (1,572,972) + input norm (8,192); then in_proj head.
     small = 1_572_972 + 8_192 + 2_360_448 + 1_572_972 + 8_192
     head = ((50_000_000 - small) // 4096) * 4096
-    assert b4.bytes == small + head == 49_997_144
+    assert b4.nbytes == small + head == 49_997_144
     c4 = plan.issues_at(4, "moe.pre_all_reduce")[0]
     assert c4.ranges[0].tensor == "self_attn.in_proj_qkvbfg_a.weight"
-    assert c4.ranges[0].offset == head and c4.carried_in == c4.bytes
+    assert c4.ranges[0].offset == head and c4.carried_in == c4.nbytes
     # dense layers 0-2 get nothing; layer 44's next is layer 0
     assert not [i for i in plan.issues if i.layer in (0, 1, 2)]
     b44 = plan.issues_at(44, "attn.pre_all_reduce")[0]
@@ -96,7 +96,7 @@ def test_no_byte_fetched_twice_across_windows(inventory):
             "  this self_attn.o_proj, hc_ffn_fn\n}\n")
     plan = compile_text(body, inventory)
     a, b = plan.issues
-    assert a.bytes == KDA_O_PROJ
+    assert a.nbytes == KDA_O_PROJ
     assert [r.tensor for r in b.ranges] == ["hc_ffn_fn"]
 
 
@@ -107,7 +107,7 @@ def test_lazy_tensors_need_lazy_keyword(inventory):
     lazy = compile_text("window A at attn.after_first_proj budget 50MB layers 4 {\n"
                         "  this lazy self_attn._merged_conv_weight\n}\n", inventory)
     (r,) = lazy.issues[0].ranges
-    assert r.lazy and r.length == 98_304
+    assert r.lazy and r.nbytes == 98_304
 
 
 def test_deterministic_and_json_round_trip(inventory):
@@ -146,6 +146,6 @@ def test_absorbed_views_fetch_kv_b_storage_once(inventory):
         "  this lazy self_attn.mla_attn.mla_attn.W_UK_T, self_attn.mla_attn.mla_attn.W_UV\n"
         "  this self_attn.o_proj\n}\n", inventory)
     (issue,) = plan.issues
-    assert [(r.tensor, r.offset, r.length) for r in issue.ranges] == [
+    assert [(r.tensor, r.offset, r.nbytes) for r in issue.ranges] == [
         ("self_attn.kv_b_proj.weight", 0, 8_388_608),
         ("self_attn.o_proj.weight", 0, MLA_O_PROJ)]

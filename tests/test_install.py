@@ -275,15 +275,15 @@ def test_storage_span():
     rs=st.integers(1, 3), cs=st.integers(1, 3),
     transpose=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.int8, torch.float64]),
-    offset=st.integers(0, 600), length=st.integers(-1, 900),
+    offset=st.integers(0, 600), nbytes=st.integers(-1, 900),
 )
 def test_rows_never_cross_storage(rows, cols, r0, c0, rs, cs, transpose, dtype,
-                                  offset, length):
+                                  offset, nbytes):
     base = torch.zeros(rows + 4, cols + 4, dtype=dtype)
     v = base[r0:r0 + rows * rs:rs, c0:c0 + cols * cs:cs]
     if transpose:
         v = v.t()
-    addr, n = tensor_row(v, offset, length)
+    addr, n = tensor_row(v, offset, nbytes)
     st_ = base.untyped_storage()
     s_lo, s_hi = st_.data_ptr(), st_.data_ptr() + st_.nbytes()
     span = storage_span_elems(v.shape, v.stride()) * v.element_size()
@@ -296,9 +296,9 @@ def test_rows_never_cross_storage(rows, cols, r0, c0, rs, cs, transpose, dtype,
     assert s_lo <= addr and addr + n <= s_hi
     assert v_lo <= addr and addr + n <= v_lo + span
     assert addr >= v_lo + offset
-    if length >= 0:
-        assert addr + n <= v_lo + offset + length
+    if nbytes >= 0:
+        assert addr + n <= v_lo + offset + nbytes
     # maximal: no further 16-byte block fits
     lo = v_lo + offset
-    hi = min(v_lo + span, s_hi, v_lo + offset + length if length >= 0 else 1 << 62)
+    hi = min(v_lo + span, s_hi, v_lo + offset + nbytes if nbytes >= 0 else 1 << 62)
     assert addr - 16 < lo and addr + n + 16 > hi

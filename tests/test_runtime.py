@@ -97,7 +97,7 @@ def test_dry_run_records_fork_launch_join_in_order():
                    ("join", "", -1)]
     assert [e.order for e in rt.events] == list(range(7))
     launches = [e for e in rt.events if e.op == "launch"]
-    assert [e.bytes for e in launches] == [4096, 8192 + (1 << 20), 0]
+    assert [e.nbytes for e in launches] == [4096, 8192 + (1 << 20), 0]
     assert rt.stats.issued == 3 and rt.stats.joined == 1
 
 
@@ -107,7 +107,7 @@ def test_dry_run_uses_bound_rows_and_skips():
     rt.set_rows(2, [(0x1000, 4096 * 3)])
     rt.set_step(StepInfo(num_tokens=4))
     rt.issue(2)
-    assert rt.events[-1].bytes == 4096 * 3 and rt.events[-1].rows == 1
+    assert rt.events[-1].nbytes == 4096 * 3 and rt.events[-1].rows == 1
     rt.set_step(StepInfo(num_tokens=17))
     assert not rt.issue(0)
     assert rt.events[-1].op == "skip" and rt.events[-1].reason == "too-many-tokens"

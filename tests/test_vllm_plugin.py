@@ -176,13 +176,13 @@ def _rank_scenario(ctx):
     def rec(op, wi=None, **kw):
         original_rec(op, wi, **kw)
         e = rt.events[-1]
-        trace.add("l2s", e.op, e.window, e.layer, e.hook, e.bytes)
+        trace.add("l2s", e.op, e.window, e.layer, e.hook, e.nbytes)
 
     rt._rec = rec
     out["plan"] = [(wi.window, wi.hook, wi.layer, wi.carried_in,
-                    [(r.layer, r.tensor, r.length) for r in wi.ranges])
+                    [(r.layer, r.tensor, r.nbytes) for r in wi.ranges])
                    for wi in inst.plan.issues]
-    out["left_over"] = sum(lo.bytes for lo in inst.plan.left_over)
+    out["left_over"] = sum(lo.nbytes for lo in inst.plan.left_over)
 
     trace.events.clear()
     trace.on = True

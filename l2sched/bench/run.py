@@ -150,7 +150,7 @@ def run(args) -> dict:
         "arms": [{"name": a["name"], "path": a["path"],
                   "overrides": a.get("overrides", []),
                   "runtime": a.get("runtime", {}),
-                  "plan_bytes": sum(w.bytes for w in a["plan"].issues) if a.get("plan") else 0,
+                  "plan_bytes": sum(w.nbytes for w in a["plan"].issues) if a.get("plan") else 0,
                   "plan_issues": len(a["plan"].issues) if a.get("plan") else 0}
                  for a in arms],
         "per_m": {},

@@ -337,7 +337,7 @@ def _rank_bench(rank: int, o: dict, ctl) -> dict:
         "rank": rank, "tp_rank": tp_rank, "hidden": runner.hidden,
         "machine": _machine(torch, gpu, rank), "spin_cycles_per_us": cyc,
         "external_events": runner._external,
-        "plan": {"issues": len(plan.issues), "bytes": sum(w.bytes for w in plan.issues)},
+        "plan": {"issues": len(plan.issues), "bytes": sum(w.nbytes for w in plan.issues)},
         "build_s": time.time() - t0}
     sizes = sorted({t * runner.hidden * 2 for t in o["tokens"] + o["ar_extra_tokens"]})
     rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, prof, o["tp"])
@@ -713,7 +713,7 @@ def _timed_summary(t: dict, runner: TPStepRunner, plan, reps: int, ctl,
         wi = plan.issues[i]
         es = expert_start.get(wi.layer)
         fills.append({"window": wi.window, "layer": wi.layer, "hook": wi.hook,
-                      "bytes": wi.bytes, "fork_us": fork, "exit_us": exit_,
+                      "bytes": wi.nbytes, "fork_us": fork, "exit_us": exit_,
                       "expert_start_us": es,
                       "slack_us": (es - exit_) if es is not None and es >= fork else None})
     return {"step_us": med([s["step"] for s in samples]),

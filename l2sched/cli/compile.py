@@ -27,9 +27,9 @@ def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
         groups[(str(layer_kinds[issue.layer]), issue.window)].append(issue)
     left: dict = defaultdict(int)
     for lo in plan.left_over:
-        left[(lo.window, lo.layer)] += lo.bytes
+        left[(lo.window, lo.layer)] += lo.nbytes
     for (kind, window), items in sorted(groups.items()):
-        sizes = [i.bytes for i in items]
+        sizes = [i.nbytes for i in items]
         carried = [i.carried_in for i in items]
         lefts = [left.get((window, i.layer), 0) for i in items]
 
@@ -69,10 +69,10 @@ def cmd_compile(args) -> int:
         out = sys.stdout
         print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
               f"{len(plan.issues)} issues, "
-              f"{format_size(sum(i.bytes for i in plan.issues))} per decode step",
+              f"{format_size(sum(i.nbytes for i in plan.issues))} per decode step",
               file=out)
     print(format_table(summary_rows(plan, schedule.layer_kinds)), file=out)
-    total_left = sum(lo.bytes for lo in plan.left_over)
+    total_left = sum(lo.nbytes for lo in plan.left_over)
     if total_left:
         print(f"left over (no window could take): {format_size(total_left)} in "
               f"{len(plan.left_over)} pieces; `l2sched lint` lists the tensors",

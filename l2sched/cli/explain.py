@@ -22,8 +22,8 @@ def format_events(events: Sequence[DryRunEvent]) -> str:
              f"{'bytes':>12}  {'MB':>8}  {'rows':>4}  reason"]
     for e in events:
         layer = "" if e.layer < 0 else str(e.layer)
-        mb = f"{e.bytes / 1e6:.2f}" if e.op == "launch" else ""
-        by = str(e.bytes) if e.op == "launch" else ""
+        mb = f"{e.nbytes / 1e6:.2f}" if e.op == "launch" else ""
+        by = str(e.nbytes) if e.op == "launch" else ""
         rows = str(e.rows) if e.op == "launch" else ""
         lines.append(f"{e.order:>4}  {e.op:<6}  {layer:>5}  {e.hook:<22}  "
                      f"{e.window:<10}  {by:>12}  {mb:>8}  {rows:>4}  {e.reason}")

@@ -48,18 +48,6 @@ def pattern_matches(pattern: str, path: str) -> bool:
                for k in range(1, len(parts)))
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A contiguous byte range of one tensor waiting for a window:
-    ``length`` bytes at ``offset`` into tensor ``tensor`` of layer ``layer``."""
-
-    layer: int
-    tensor: str
-    offset: int
-    length: int
-    lazy: bool
-
-
 def _entries(inventory, layer: int):
     return inventory.tensors(layer)
 
@@ -121,23 +109,24 @@ class _Coverage:
         return parts
 
 
-def _take(queue: list[Piece], budget: int) -> tuple[list[Piece], list[Piece]]:
-    """Split ``queue`` at ``budget`` bytes: (taken, remainder). The piece
-    that straddles the budget splits at a 4 KiB-aligned head; a head of 0 B
-    leaves the whole piece in the remainder."""
-    taken: list[Piece] = []
-    left = budget
+def _take(queue: list[ByteRange], budget: int) -> tuple[list[ByteRange], list[ByteRange]]:
+    """Split ``queue`` at ``budget`` bytes: (taken, remainder). The range
+    that straddles the budget splits into a head of the budget still
+    unspent, rounded down to ``SPLIT_GRANULARITY``, and a tail; a head of
+    0 B leaves the whole range in the remainder."""
+    taken: list[ByteRange] = []
+    unspent = budget
     for i, p in enumerate(queue):
-        if p.length <= left:
+        if p.nbytes <= unspent:
             taken.append(p)
-            left -= p.length
+            unspent -= p.nbytes
             continue
-        head = (left // SPLIT_GRANULARITY) * SPLIT_GRANULARITY
+        head = (unspent // SPLIT_GRANULARITY) * SPLIT_GRANULARITY
         rest = list(queue[i + 1:])
         if head > 0:
-            taken.append(Piece(p.layer, p.tensor, p.offset, head, p.lazy))
-            rest.insert(0, Piece(p.layer, p.tensor, p.offset + head,
-                                 p.length - head, p.lazy))
+            taken.append(ByteRange(p.layer, p.tensor, p.offset, head, p.lazy))
+            rest.insert(0, ByteRange(p.layer, p.tensor, p.offset + head,
+                                 p.nbytes - head, p.lazy))
         else:
             rest.insert(0, p)
         return taken, rest
@@ -175,21 +164,20 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
     for layer in range(count):
         active = sorted((w for w in schedule.windows if layer in w.layers),
                         key=lambda w: (hook_order[w.hook], w.index))
-        carried: dict[str, list[Piece]] = defaultdict(list)
+        carried: dict[str, list[ByteRange]] = defaultdict(list)
         for w in active:
             queue = list(carried.pop(w.name, []))
-            carried_in = sum(p.length for p in queue)
+            carried_in = sum(p.nbytes for p in queue)
             for tl, entry in expand_targets(w, layer, inventory):
                 store = storage_entry(inventory, tl, entry)
                 lazy = entry.lazy and store is entry
                 for a, b in coverage.subtract((tl, store.path), 0, store.nbytes):
-                    queue.append(Piece(tl, store.path, a, b - a, lazy))
+                    queue.append(ByteRange(tl, store.path, a, b - a, lazy))
             taken, rest = _take(queue, w.budget)
             if taken or carried_in:
                 issues.append(WindowIssue(
                     window=w.name, hook=w.hook, layer=layer, budget=w.budget,
-                    ranges=tuple(ByteRange(p.layer, p.tensor, p.offset, p.length,
-                                           p.lazy) for p in taken),
+                    ranges=tuple(taken),
                     carried_in=carried_in))
             if not rest:
                 continue
@@ -197,10 +185,10 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
             if nxt is not None and layer in nxt.layers:
                 carried[nxt.name].extend(rest)
             else:
-                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.length)
+                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes)
                                  for p in rest)
         for name, pieces in carried.items():  # carry target never fired here
-            left_over.extend(LeftOver(name, p.layer, p.tensor, p.length)
+            left_over.extend(LeftOver(name, p.layer, p.tensor, p.nbytes)
                              for p in pieces)
     return Plan(schedule=schedule.name, model=schedule.model, device=schedule.device,
                 tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,

@@ -5,10 +5,16 @@ A ``Plan`` is the compiler's output and the runtime's input. It is plain data
 CPU-only machine can be inspected, diffed and shipped.
 
 Byte ranges name tensors by their path relative to the decoder layer that owns
-them (``self_attn.o_proj.weight``) plus the index of that layer; offsets and
-lengths are in bytes from the start of the tensor's storage span (the first
-element the view addresses, see ``l2sched.runtime.install``). Ranges of tensors that
-only exist after the first forward (``lazy``) are resolved at bind time.
+them (``self_attn.o_proj.weight``) plus the index of that layer; ``offset`` and
+``nbytes`` are bytes from the start of the tensor's storage span (the first
+element the view addresses, see ``l2sched.runtime.install``). Ranges of tensors
+that only exist after the first forward (``lazy``) are resolved at bind time.
+
+A window's byte count has one name per hop: ``budget`` in the ``.l2s``
+language and on ``Window``/``WindowIssue`` (what the window may fetch),
+``nbytes`` on everything that holds bytes: ``ByteRange.nbytes``,
+``WindowIssue.nbytes`` (what a fill fetches), ``LeftOver.nbytes``, the
+runtime's rows ``(address, nbytes)`` and the kernel's table rows.
 """
 
 from __future__ import annotations
@@ -19,15 +25,15 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass(frozen=True)
 class ByteRange:
-    """``length`` bytes of tensor ``tensor`` in decoder layer ``layer``,
+    """``nbytes`` bytes of tensor ``tensor`` in decoder layer ``layer``,
     starting ``offset`` bytes into its storage span. ``lazy`` marks a tensor
-    that exists only after the first forward. ``length == -1`` means "the
+    that exists only after the first forward. ``nbytes == -1`` means "the
     whole tensor", used for lazy tensors whose size is unknown until bind."""
 
     layer: int
     tensor: str
     offset: int
-    length: int
+    nbytes: int
     lazy: bool = False
 
 
@@ -45,20 +51,21 @@ class WindowIssue:
     carried_in: int = 0
 
     @property
-    def bytes(self) -> int:
+    def nbytes(self) -> int:
         """Bytes this issue fetches (lazy whole-tensor ranges count 0)."""
-        return sum(r.length for r in self.ranges if r.length > 0)
+        return sum(r.nbytes for r in self.ranges if r.nbytes > 0)
 
 
 @dataclass(frozen=True)
 class LeftOver:
-    """Bytes of ``tensor`` (in layer ``layer``) that no window could take,
-    reported by the compiler (never silently dropped)."""
+    """``nbytes`` bytes of ``tensor`` (in layer ``layer``) that no window
+    could take after window ``window``, reported by the compiler (never
+    silently dropped)."""
 
     window: str
     layer: int
     tensor: str
-    bytes: int
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,13 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         """Inverse of ``to_json``. Raises ``ValueError``/``KeyError`` on a
-        malformed document."""
+        malformed document, ``ValueError`` naming the fix for a plan written
+        before byte counts were called ``nbytes`` (recompile it)."""
         d = json.loads(text)
+        if '"length"' in text and any("length" in r for i in d.get("issues", ())
+                                      for r in i.get("ranges", ())):
+            raise ValueError("written by an older l2sched (ranges have 'length', "
+                             "not 'nbytes'); compile the schedule again")
         issues = tuple(
             WindowIssue(**{**i, "ranges": tuple(ByteRange(**r) for r in i["ranges"])})
             for i in d.pop("issues")

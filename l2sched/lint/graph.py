@@ -56,7 +56,7 @@ class Read:
 
 @dataclass(frozen=True)
 class FillChunk:
-    """Bytes ``[lo, lo + length)`` of ``storage`` (layer ``layer``) fetched
+    """Bytes ``[lo, lo + nbytes)`` of ``storage`` (layer ``layer``) fetched
     ``offset`` bytes into fill ``fill``'s byte stream; ``pos`` is the step
     position of the layer whose ops consume them."""
 
@@ -67,7 +67,7 @@ class FillChunk:
     tensor: str
     storage: str
     lo: int
-    length: int
+    nbytes: int
 
 
 @dataclass
@@ -258,7 +258,7 @@ def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
         sg.fills.append(nid)
         offset = 0
         for r in issue.ranges:
-            if r.length <= 0:
+            if r.nbytes <= 0:
                 continue
             key = (r.layer, r.tensor)
             if key not in entries:
@@ -270,8 +270,8 @@ def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
             storage = _storage(entry)[0] if entry is not None else r.tensor
             tpos = pos if r.layer == issue.layer else pos + 1
             sg.chunks.setdefault((tpos, storage), []).append(FillChunk(
-                nid, offset, tpos, r.layer, r.tensor, storage, r.offset, r.length))
-            offset += r.length
+                nid, offset, tpos, r.layer, r.tensor, storage, r.offset, r.nbytes))
+            offset += r.nbytes
     if prev_fill is not None:
         sg.add_edge(prev_fill, "join", {"delay": 0.0, "kind": "join"})
     return sg

@@ -47,7 +47,7 @@ def summary_rows(run) -> list[tuple[str, ...]]:
             slack = es - t.finish
         h, got = hits[f]
         groups[(d["kind"], issue.window)].append(
-            (issue.layer, issue.bytes, t.finish - fork, slack,
+            (issue.layer, issue.nbytes, t.finish - fork, slack,
              h / got if got else 1.0))
 
     def layer_us(timing, sg, pos):

@@ -183,7 +183,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
         cls = d["cls"]
         if cls == "fill":
             issue = d["fill"]
-            nbytes = issue.bytes
+            nbytes = issue.nbytes
             fs = _FillState(nbytes, policy)
             fills[ids[i]] = fill_of[i] = fs
             live.append(fs)
@@ -231,7 +231,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
         for r in d["reads"]:
             total += r.hi - r.lo
             for c in chunks_of.get((pos, r.storage), ()):
-                a, b = max(r.lo, c.lo), min(r.hi, c.lo + c.length)
+                a, b = max(r.lo, c.lo), min(r.hi, c.lo + c.nbytes)
                 if b <= a:
                     continue
                 fs = fills.get(c.fill)
@@ -239,7 +239,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
                     t.late.append((c.fill, b - a))
                     t.late_bytes += b - a
                     continue
-                landed_end = c.lo + max(0.0, min(c.length, fs.landed - c.offset))
+                landed_end = c.lo + max(0.0, min(c.nbytes, fs.landed - c.offset))
                 got = max(0.0, min(b, landed_end) - a)
                 missing = (b - a) - got
                 if missing > 0:

@@ -51,7 +51,7 @@ def chrome_trace(run) -> dict:
         args = {"layer": d["layer"], "kind": d["kind"], "class": d["cls"]}
         if d["cls"] == "fill":
             args.update(window=d["fill"].window, hook=d["fill"].hook,
-                        bytes=d["fill"].bytes)
+                        bytes=d["fill"].nbytes)
         elif t.read_bytes:
             args.update(read_bytes=t.read_bytes, l2_hit_bytes=round(t.hit_bytes))
         name = d["op"] if d["pos"] < run.sg.num_layers else f"{d['op']} (next step)"
@@ -108,7 +108,7 @@ def gantt_svg(run, width: int = 1400) -> str:
                 cls = "protected_small"
             op = 0.35 if d["pos"] != pos else 0.9
             label = d["op"] if d["cls"] != "fill" else \
-                f'{d["op"]} {d["fill"].bytes / 1e6:.1f} MB'
+                f'{d["op"]} {d["fill"].nbytes / 1e6:.1f} MB'
             parts.append(
                 f'<rect x="{x:.1f}" y="{ry}" width="{w:.1f}" height="{row_h}" '
                 f'fill="{COLOURS.get(cls, "#999")}" fill-opacity="{op}" stroke="#fff">'

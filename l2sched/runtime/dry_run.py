@@ -14,7 +14,7 @@ from l2sched.runtime.gate import StepInfo
 @dataclass(frozen=True)
 class DryRunEvent:
     """One recorded action. ``op`` is ``fork`` (current stream -> side stream),
-    ``launch`` (a fill of ``bytes`` bytes over ``rows`` table rows), ``skip``
+    ``launch`` (a fill of ``nbytes`` bytes over ``rows`` table rows), ``skip``
     (gate said no; ``reason``) or ``join`` (current stream waits on the side
     stream). ``order`` counts events from 0."""
 
@@ -23,7 +23,7 @@ class DryRunEvent:
     window: str = ""
     layer: int = -1
     hook: str = ""
-    bytes: int = 0
+    nbytes: int = 0
     rows: int = 0
     reason: str = ""
 
@@ -32,7 +32,7 @@ class DryRunRuntime(RuntimeBase):
     """Records what would be issued instead of touching a GPU.
 
     Bytes of a launch come from the bound rows when the installer bound them,
-    else from the plan (``WindowIssue.bytes``; lazy whole-tensor ranges count
+    else from the plan (``WindowIssue.nbytes``; lazy whole-tensor ranges count
     0). ``events`` is the ordered record; ``clear()`` empties it."""
 
     def __init__(self, plan: Plan, **kw):
@@ -59,10 +59,10 @@ class DryRunRuntime(RuntimeBase):
             self._rec("skip", wi, reason=d.reason)
             return False
         rows = self.rows[i]
-        nbytes = sum(n for _, n in rows) if rows else wi.bytes
+        nbytes = sum(n for _, n in rows) if rows else wi.nbytes
         nrows = len(rows) if rows else len(wi.ranges)
         self._rec("fork", wi)
-        self._rec("launch", wi, bytes=nbytes, rows=nrows, reason=d.reason)
+        self._rec("launch", wi, nbytes=nbytes, rows=nrows, reason=d.reason)
         self.stats.issued += 1
         self.stats.bytes_issued += nbytes
         self._pending = True

@@ -94,21 +94,21 @@ def storage_span_elems(shape: Sequence[int], stride: Sequence[int]) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
-def clamp_range(base: int, span: int, offset: int, length: int,
+def clamp_range(base: int, span: int, offset: int, nbytes: int,
                 limit: int | None = None) -> tuple[int, int]:
-    """The fill row ``(address, bytes)`` for ``length`` bytes at ``offset`` of
+    """The fill row ``(address, nbytes)`` for ``nbytes`` bytes at ``offset`` of
     a tensor whose span starts at address ``base`` and is ``span`` bytes long.
 
-    ``length == -1`` means to the end of the span. The row is intersected with
+    ``nbytes == -1`` means to the end of the span. The row is intersected with
     the span and, when given, with ``[base, limit)`` (the end of the
     underlying storage), then its start is rounded up to 16 bytes and its
-    length down to a multiple of 16. An empty result is ``(0, 0)``. All
+    size down to a multiple of 16. An empty result is ``(0, 0)``. All
     values are bytes/addresses."""
     end = base + span
     if limit is not None:
         end = min(end, limit)
     start = base + max(offset, 0)
-    stop = end if length < 0 else min(end, base + max(offset, 0) + length)
+    stop = end if nbytes < 0 else min(end, base + max(offset, 0) + nbytes)
     a = (start + ALIGN - 1) // ALIGN * ALIGN
     e = stop // ALIGN * ALIGN
     if e <= a:
@@ -116,7 +116,7 @@ def clamp_range(base: int, span: int, offset: int, length: int,
     return (a, e - a)
 
 
-def tensor_row(t, offset: int, length: int) -> tuple[int, int]:
+def tensor_row(t, offset: int, nbytes: int) -> tuple[int, int]:
     """``clamp_range`` for a torch tensor ``t`` (a view, possibly strided):
     its span is ``storage_span_elems * element_size`` bytes from
     ``t.data_ptr()``, clamped to the end of ``t.untyped_storage()``."""
@@ -128,7 +128,7 @@ def tensor_row(t, offset: int, length: int) -> tuple[int, int]:
         limit = st.data_ptr() + st.nbytes()
     except Exception:
         limit = None
-    return clamp_range(base, span, offset, length, limit)
+    return clamp_range(base, span, offset, nbytes, limit)
 
 
 # ---------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class _BoundIssue:
             if key == self.keys[j]:
                 continue
             self.keys[j] = key
-            row = (0, 0) if key is None or key[0] == 0 else tensor_row(t, r.offset, r.length)
+            row = (0, 0) if key is None or key[0] == 0 else tensor_row(t, r.offset, r.nbytes)
             if row != self.rows[j]:
                 self.rows[j] = row
                 changed = True

@@ -298,7 +298,7 @@ def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
     per_window: dict[str, list[int]] = defaultdict(list)
     kinds_windows: dict[str, list[str]] = defaultdict(list)
     for wi in plan.issues:
-        per_window[wi.window].append(wi.bytes)
+        per_window[wi.window].append(wi.nbytes)
         k = str(inventory.kinds[wi.layer])
         if wi.window not in kinds_windows[k]:
             kinds_windows[k].append(wi.window)
@@ -308,8 +308,8 @@ def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
     kinds = "; ".join(
         f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
         for k in sorted({str(k) for k in inventory.kinds}))
-    total = sum(wi.bytes for wi in plan.issues)
-    left = sum(lo.bytes for lo in plan.left_over)
+    total = sum(wi.nbytes for wi in plan.issues)
+    left = sum(lo.nbytes for lo in plan.left_over)
     over = ", ".join(cfg.overrides)
     return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
             f") installed, backend {cfg.backend}, device {device}, {lint_note}: "

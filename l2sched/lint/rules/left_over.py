@@ -24,7 +24,7 @@ def check(run) -> list[Finding]:
     layers: dict = defaultdict(set)
     for lo in plan.left_over:
         key = (lo.window, str(kinds[lo.layer]))
-        groups[key][lo.tensor] += lo.bytes
+        groups[key][lo.tensor] += lo.nbytes
         layers[key].add(lo.layer)
     out = []
     for (wname, kind), tensors in sorted(groups.items()):

@@ -47,9 +47,9 @@ def check_fill_size(run) -> list[Finding]:
     worst: dict = {}
     layers: dict = defaultdict(set)
     for issue in plan.issues:
-        if issue.bytes > device.l2_bytes:
+        if issue.nbytes > device.l2_bytes:
             key = (issue.window, str(kinds[issue.layer]))
-            worst[key] = max(worst.get(key, 0), issue.bytes)
+            worst[key] = max(worst.get(key, 0), issue.nbytes)
             layers[key].add(issue.layer)
     out = []
     for (wname, kind), nbytes in sorted(worst.items()):

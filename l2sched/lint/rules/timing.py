@@ -189,7 +189,7 @@ def _fill_findings(run, f: str, by_pos: dict, found: _Found) -> None:
     other = _other_dram_bytes(by_pos.get(layer, []) + by_pos.get(layer + 1, []),
                               ft.start, stop[0])
     fit = max(0.0, min(idle * rate, idle * device.dram_read_gbps * 1e3 - other))
-    if w.budget > fit and issue.bytes > fit:
+    if w.budget > fit and issue.nbytes > fit:
         found.add("L2S105", w.name, kind, stop[1], layer, fit,
                   {"idle_us": idle, "fit": fit})
 
