@@ -29,9 +29,9 @@ RULES = (
         "L2S003", "prefetch-of-written-buffer", "error",
         what=("a target names a cache or buffer the model writes during decode right before reading\n"
              "it (KV cache, indexer key cache, KDA conv/recurrent state, block tables, top-k buffer,\n"
-             "rotary caches; list in `l2sched/lint/rules.py` `WRITTEN_BUFFERS`)."),
+             "rotary caches; list in `l2sched/lint/rules/targets.py` `WRITTEN_BUFFERS`)."),
         why=("the write replaces the prefetched lines; the fill is pure waste of bandwidth, and\n"
-             "caches are never prefetched (prefetch-background.md, runtime rules)."),
+             "caches are never prefetched (docs/sources.md, runtime rules)."),
         example=("`this self_attn.indexer.k_cache`"),
         fix=("remove the target.")),
 )
