@@ -6,7 +6,7 @@ Sections (each a key of the JSON):
 
 * ``fill``: for 16/32/48/64 MB buffers, after an L2 flush (a 1 GiB *read*:
   a write flush leaves dirty lines whose write-back the next fill pays for,
-  prefetch-background.md), launch the fill, then a sleep of D us, then a
+  docs/sources.md#h200-early-probes), launch the fill, then a sleep of D us, then a
   dependent read (``torch.sum``) timed with CUDA events. The fill has landed
   at the smallest D whose read time is within 10% of the (cold - hot) gap of
   the hot read; the fill time is the measured time from the fill's launch to

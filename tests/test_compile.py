@@ -18,7 +18,7 @@ from l2sched.model.config import load_model_config
 from l2sched.model.inventory import analytical_inventory
 
 HEADER = "schedule t\nmodel glm5next\ndevice h200\ntp 4\n"
-IN_PROJ = 52_559_872  # KDA in_proj_qkvbfg_a per GPU at TP4 (map doc 1b)
+IN_PROJ = 52_559_872  # KDA in_proj_qkvbfg_a per GPU at TP4 (docs/sources.md#vllm-glm5next)
 KDA_O_PROJ = 16_777_216
 MLA_O_PROJ = 33_554_432
 

@@ -1,7 +1,7 @@
 """Pure-Python tests of the GLM-5.3 adapter and the analytical inventory
 (no torch, no vLLM; the live comparison is in ``test_inventory_vllm.py``).
 
-Expected numbers: ``shared/docs/vllm-glm5next-map.md`` section 1 (measured on
+Expected numbers: vLLM 0.33.0's module tree (docs/sources.md#vllm-glm5next; measured on
 the real vLLM model) and issue 3."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_tp4_known_values(tp4):
     assert not t.replicated and t.replicated_bytes == 256 * 4096 * 2  # 2 MiB
     assert tp4.tensor(4, "self_attn.o_proj.weight").nbytes == 16_777_216
     assert tp4.tensor(3, "self_attn.o_proj.weight").nbytes == 33_554_432
-    # map 1f: parameters only (lazy tensors excluded), routed experts excluded
+    # parameters only (lazy tensors excluded), routed experts excluded
     assert round(tp4.layer_bytes(4, routed=False, lazy=False) / MiB, 1) == 84.5
     assert round(tp4.layer_bytes(3, routed=False, lazy=False) / MiB, 1) == 99.5
     assert round(tp4.layer_bytes(0, lazy=False) / MiB, 1) == 142.2

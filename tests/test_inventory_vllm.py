@@ -177,7 +177,7 @@ def test_replication_flags_agree_with_tp1_vs_tp4_shapes():
 
 def test_absorbed_mla_weights_are_strided_views_spanning_kv_b_proj():
     """vLLM's W_UK_T/W_UV are non-contiguous views whose storage span covers
-    most of ``kv_b_proj.weight`` (map section 6: ~97%)."""
+    most of ``kv_b_proj.weight`` (docs/sources.md#vllm-glm5next: ~97%)."""
     views = _live(4, False)[0]["views"]
     kv_b = 8192 * 512 * 2
     for name, (shape, stride) in views.items():

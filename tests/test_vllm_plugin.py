@@ -69,7 +69,7 @@ else:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULE = os.path.join(ROOT, "schedules", "glm53-flash-sm120-tp4.l2s")
 
-#: ``shared/docs/cpu-vllm/tiny-config.json``: 4 layers, hidden 256, 8 experts.
+#: A tiny GLM-5.3 config: 4 layers, hidden 256, 8 experts.
 TINY = {
     "torch_dtype": "bfloat16", "vocab_size": 1024, "hidden_size": 256,
     "intermediate_size": 512, "moe_intermediate_size": 64,

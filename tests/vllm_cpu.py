@@ -1,8 +1,9 @@
 """Build vLLM 0.33.0's real ``Glm5NextForCausalLM`` on a CPU-only host.
 
 Reusable by every test that needs the real vLLM module tree (inventory,
-plugin integration). The recipe is ``shared/docs/vllm-glm5next-map.md``
-section 5; each shim below says which failure it removes.
+plugin integration). Each shim below says which failure it removes
+(construction on CPU needs a CPU platform, a sparse-attention backend and a
+workspace manager; docs/sources.md#vllm-glm5next).
 
 Use::
 

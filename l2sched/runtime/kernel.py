@@ -15,7 +15,8 @@ Addresses are masked to 16 bytes and sizes to multiples of 16 (the PTX ISA's
 requirement for ``cp.async.bulk.prefetch``); the runtime already aligns rows
 (``l2sched.install.clamp_range``), the mask is a second guard. A row whose
 size is 0 issues nothing. The kernel exits as soon as its requests are issued:
-its launch-to-exit time is not the fill time (prefetch-background.md).
+its launch-to-exit time is not the fill time
+(docs/sources.md#h200-early-probes).
 
 Measured on the lent H200 (benchmarks/results/h200-kernel-2026-11-29.md): the
 bulk prefetch (and the per-line ``prefetch.global.L2``) recovered only 15-30%
@@ -66,12 +67,12 @@ PTX_POLICY = {
 }
 
 #: Bytes per bulk-prefetch request. 16 KiB is the chunk of vLLM 0.33.0's
-#: Kimi-K3 prefetch kernel (vllm-glm5next-map.md section 6) and the best chunk
-#: of the earlier H200 probe (prefetch-background.md); see
+#: Kimi-K3 prefetch kernel (docs/sources.md#kimi-k3-prefetch) and the best
+#: chunk of the earlier H200 probe (docs/sources.md#h200-early-probes); see
 #: benchmarks/kernel_search.py for the search on this kernel.
 DEFAULT_CHUNK = 16384
 #: CTAs per launch: 2 per SM of the H200's 132 SMs; the earlier probe was best
-#: at 264-528 CTAs x 32 threads (prefetch-background.md).
+#: at 264-528 CTAs x 32 threads (docs/sources.md#h200-early-probes).
 DEFAULT_GRID = 264
 #: Threads per CTA (one warp), as in the Kimi-K3 kernel.
 DEFAULT_THREADS = 32

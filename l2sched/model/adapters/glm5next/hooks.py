@@ -86,7 +86,8 @@ _SEG_POST = ("in the segment after this layer's attention core; it runs to the "
              "next layer's core, so a window here may span o_proj, the FFN and "
              "the next layer's first projection")
 
-#: The hook catalogue in timeline order (map document, section 3).
+#: The hook catalogue in timeline order (install points in the ``vllm==0.33.0`` wheel;
+#: docs/sources.md#vllm-glm5next).
 HOOKS: tuple[HookPoint, ...] = (
     HookPoint(
         "layer.entry", 0, "layer entry, before the attention mHC pre",

@@ -23,7 +23,8 @@ class LayerKind:
         return f"{self.attention}+{self.mlp}"
 
 
-#: The three layer kinds GLM-5.3-Flash has (MLA+dense does not occur, map 0.4).
+#: The three layer kinds GLM-5.3-Flash has (MLA+dense does not occur:
+#: ``models/glm5next/common/model.py:380-420``, docs/sources.md#vllm-glm5next).
 FLASH_KINDS = (LayerKind("kda", "dense"), LayerKind("kda", "moe"),
                LayerKind("mla", "moe"))
 

@@ -60,7 +60,7 @@ def canonical_path(paths: Sequence[str]) -> str:
 
     E.g. ``self_attn.kv_b_proj.weight`` over
     ``self_attn.mla_attn.mla_attn.kv_b_proj.weight`` and ``mlp.gate.weight``
-    over ``mlp.experts.gate.weight`` (map section 1c/1e)."""
+    over ``mlp.experts.gate.weight`` (docs/sources.md#vllm-glm5next)."""
     return min(paths, key=lambda p: (p.count("."), p))
 
 
@@ -249,7 +249,7 @@ def model_dtype(cfg: Mapping[str, Any]) -> str:
 #: Tensors identical on every TP rank (not TP-sharded by construction): the
 #: mHC mixes and norms, KDA ``o_norm``, MLA ``fused_qkv_a_proj`` (disable_tp),
 #: the MLA norms, the whole indexer (ReplicatedLinear / disable_tp) and the
-#: router gate (map section 1). Prefixes end with ``.`` or ``_``.
+#: router gate (``vllm/models/glm5next/common/``; docs/sources.md#vllm-glm5next). Prefixes end with ``.`` or ``_``.
 REPLICATED_PATHS = (
     "hc_", "input_layernorm.weight", "post_attention_layernorm.weight",
     "self_attn.o_norm.weight", "self_attn.fused_qkv_a_proj.weight",

@@ -224,7 +224,7 @@ _EPILOGUE = (
 
 def decode_timeline(kind: LayerKind) -> tuple[Op, ...]:
     """The ordered ops of one decode step of a layer of ``kind`` (mHC path,
-    CUDA, no sequence parallelism; map section 2). On CUDA the shared expert
+    CUDA, no sequence parallelism; ``models/glm5next/common/model.py:529-634``). On CUDA the shared expert
     is launched on the aux stream before the router gate; on CPU it runs
     inline after routing (NO_OVERLAP), which this timeline does not model."""
     attn = _KDA if kind.attention == "kda" else _MLA
