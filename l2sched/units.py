@@ -40,6 +40,11 @@ GRAPH_MODES = ("eager", "full", "piecewise")
 #: L2 cache policies a fill may use (PTX ``createpolicy.fractional.L2::*``).
 CACHE_POLICIES = ("evict_last", "evict_normal", "evict_first")
 
+#: Fill kernels a schedule or device profile may name: ``bulk``
+#: (``cp.async.bulk.prefetch.L2``), ``copy`` (TMA bulk copies into shared
+#: memory), ``load`` (ordinary loads); see ``runtime.kernel``.
+FILL_MODES = ("bulk", "copy", "load")
+
 
 def format_size(nbytes: int) -> str:
     """Human text for a byte count, decimal units as in every report:

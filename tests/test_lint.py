@@ -306,12 +306,59 @@ def test_fill_effect_scales_the_predicted_gain():
     run = lint_path(str(SHIPPED))
     gains = {}
     for effect in (0.0, 0.5, 1.0):
-        dev = dataclasses.replace(run.device, fill_effect=effect)
+        bulk = dataclasses.replace(run.device.fill_mode("bulk"), effect=effect)
+        dev = dataclasses.replace(run.device, fill_modes={"bulk": bulk})
         r = run_lint(run.schedule, run.inventory, device=dev)
         gains[effect] = r.step_period("base") - r.step_period("sim")
-    assert run.device.fill_effect == 1.0  # the SM120 profile's assumption
+    assert run.device.fill_mode().effect == 1.0  # the SM120 profile's assumption
     assert gains[1.0] == run.step_period("base") - run.step_period("sim")
     assert gains[0.0] < 0 < gains[0.5] < gains[1.0]  # with no effect, fills only cost
+
+
+def _with_fill_mode(device, mode, **numbers):
+    import dataclasses
+
+    from l2sched.model.devices import FillMode
+
+    fm = dataclasses.replace(device.fill_mode(), **numbers) if mode == "bulk" else \
+        FillMode(mode, 66, 32, 32768, 4, **numbers)
+    return dataclasses.replace(device, fill_modes={**device.fill_modes, mode: fm})
+
+
+def test_fill_mode_numbers_come_from_the_profile_per_window():
+    """A window's ``kernel`` picks the profile's numbers for that fill
+    kernel: a higher effect predicts more gain, a slower landed rate less,
+    a slowdown of latency-bound kernels costs step time."""
+    run = lint_path(str(SHIPPED))
+    base_gain = run.step_period("base") - run.step_period("sim")
+
+    def gain(device, overrides=()):
+        r = lint_path(str(SHIPPED), list(overrides)) if overrides else run
+        r2 = run_lint(r.schedule, r.inventory, device=device)
+        return r2.step_period("base") - r2.step_period("sim")
+
+    bulk = run.device.fill_mode()
+    good = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=bulk.effect,
+                           launch_us=bulk.launch_us)
+    assert gain(good, ["kernel=copy"]) == pytest.approx(base_gain)
+    worse = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=0.5,
+                            launch_us=bulk.launch_us)
+    assert gain(worse, ["kernel=copy"]) < base_gain
+    slow = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=bulk.effect,
+                           launch_us=bulk.launch_us, slowdown=0.5)
+    assert gain(slow, ["kernel=copy"]) < base_gain
+    only_a = gain(worse, ["window.A.kernel=copy"])
+    assert gain(worse, ["kernel=copy"]) < only_a < base_gain
+
+
+def test_fill_kernel_missing_from_the_profile_is_an_error():
+    run = lint_path(str(SHIPPED), ["kernel=copy"])
+    f = only(run, "L2S109")
+    assert f and all(x.severity == "error" for x in f)
+    assert "copy" in f[0].message and run.device.name in f[0].message
+    assert (f[0].span.line, f[0].span.column) == (1, 8)  # the --set value
+    per_window = lint_path(str(SHIPPED), ["window.B.kernel=load"])
+    assert [x.data["window"] for x in only(per_window, "L2S109")] == ["B"]
 
 
 def test_fill_larger_than_the_l2_is_an_error():

@@ -131,7 +131,7 @@ def test_unexpected_character():
     d = err("schedule s\nmodel glm5next $\n")
     assert d.message == "unexpected character '$'"
     assert where(d) == (2, 16)
-    assert d.notes == ("expected one of: 'device', 'ep', 'max_tokens', 'model', "
+    assert d.notes == ("expected one of: 'device', 'ep', 'kernel', 'max_tokens', 'model', "
                        "'policy', 'set', 'set_aside', 'tp', 'window', end of file",)
 
 
@@ -185,8 +185,8 @@ def test_error_rendering_has_caret_and_notes():
         "    window A budget 20 MB",
         "                       ^^",
         "    note: expected one of: 'at', 'budget', 'carry', 'device', 'ep', "
-        "'layers', 'max_tokens', 'model', 'policy', 'set', 'set_aside', 'tp', "
-        "'window', '{', end of file"]
+        "'kernel', 'layers', 'max_tokens', 'model', 'policy', 'set', 'set_aside', "
+        "'tp', 'window', '{', end of file"]
 
 
 def test_line_numbers_count_newlines_only():

@@ -15,13 +15,14 @@ from l2sched.units import format_size, format_table
 
 def window_table(schedule) -> list[str]:
     """The indented rows ``check`` prints under a clean schedule: window,
-    hook point, budget, layers per kind, carry."""
-    rows = [("window", "hook point", "budget", "layers", "carry")]
+    hook point, budget, layers per kind, carry, fill kernel (``default`` =
+    the device profile's)."""
+    rows = [("window", "hook point", "budget", "layers", "carry", "kernel")]
     for w in schedule.windows:
         kinds = Counter(str(schedule.layer_kinds[i]) for i in w.layers)
         layer_text = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
         rows.append((w.name, w.hook, format_size(w.budget), layer_text,
-                     w.carry or "-"))
+                     w.carry or "-", w.kernel or schedule.kernel or "default"))
     return ["  " + line for line in format_table(rows).splitlines()]
 
 
@@ -47,8 +48,8 @@ def cmd_check(args) -> int:
         if not args.quiet:
             print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
-                  f"prefetch at <= {s.max_tokens} tokens, "
-                  f"{len(s.windows)} windows")
+                  f"prefetch at <= {s.max_tokens} tokens, fill kernel "
+                  f"{s.kernel or 'default'}, {len(s.windows)} windows")
             for line in window_table(s):
                 print(line)
     if failed:

@@ -178,7 +178,7 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                 issues.append(WindowIssue(
                     window=w.name, hook=w.hook, layer=layer, budget=w.budget,
                     ranges=tuple(taken),
-                    carried_in=carried_in))
+                    carried_in=carried_in, kernel=w.kernel or schedule.kernel or ""))
             if not rest:
                 continue
             nxt = by_name.get(w.carry) if w.carry else None

@@ -41,7 +41,9 @@ class ByteRange:
 class WindowIssue:
     """One fill: window ``window`` issued at hook point ``hook`` of layer
     ``layer``, fetching ``ranges`` in order. ``budget`` is the window's byte
-    budget, ``carried_in`` the bytes that arrived from an earlier window."""
+    budget, ``carried_in`` the bytes that arrived from an earlier window,
+    ``kernel`` the fill mode the schedule asks for (``units.FILL_MODES``;
+    ``""`` = the device profile's default, chosen where the plan runs)."""
 
     window: str
     hook: str
@@ -49,6 +51,7 @@ class WindowIssue:
     budget: int
     ranges: tuple[ByteRange, ...]
     carried_in: int = 0
+    kernel: str = ""
 
     @property
     def nbytes(self) -> int:

@@ -70,6 +70,8 @@ def _window_head(w: n.Window) -> str:
         parts.append(f"layers {format_selector(w.layers)}")
     if w.carry is not None:
         parts.append(f"carry {w.carry.text}")
+    if w.kernel is not None:
+        parts.append(f"kernel {w.kernel.text}")
     return " ".join(parts)
 
 
@@ -151,7 +153,7 @@ def _is_plain_name(text: str) -> bool:
     return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", text) is not None and text not in {
         "schedule", "extends", "window", "set", "at", "budget", "layers", "carry",
         "this", "next", "lazy", "except", "model", "device", "tp", "ep",
-        "max_tokens", "policy", "set_aside"}
+        "max_tokens", "policy", "set_aside", "kernel"}
 
 
 def line_ending(text: str) -> str:

@@ -140,7 +140,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Window:
-    """``window NAME at HOOK budget SIZE [layers SEL] [carry NAME] { ... }``.
+    """``window NAME at HOOK budget SIZE [layers SEL] [carry NAME] [kernel MODE]
+    { ... }``.
 
     Clauses may come in any order; each is ``None`` when absent (missing or
     repeated clauses are reported by the semantic stage, repeats are kept in
@@ -154,6 +155,7 @@ class Window:
     carry: Name | None
     targets: tuple[Target, ...]
     has_body: bool = True
+    kernel: Name | None = None
     duplicates: tuple[Name, ...] = field(default=(), compare=False)
     #: Where ``{ ... }`` is, for the formatter (``<none>`` without a body).
     body_span: Span = field(default=_NOSPAN, compare=False, repr=False)

@@ -17,7 +17,8 @@ from l2sched.lang.schedule import SETTING_KEYS, WINDOW_KEYS
 from l2sched.lang.syntax import parse_fragment
 
 #: ``set window.NAME.KEY`` key -> the field of the merged window it sets.
-_FIELD = {"at": "hook", "budget": "budget", "layers": "layers", "carry": "carry"}
+_FIELD = {"at": "hook", "budget": "budget", "layers": "layers", "carry": "carry",
+          "kernel": "kernel"}
 
 
 def parse_override_arg(arg: str, index: int = 1) -> n.Override:
@@ -116,8 +117,8 @@ def apply_override(ov: n.Override, settings: dict, windows: dict,
                 sink.error(f"window.{wname}.{wkey} takes a name, got '{value.text}'",
                            value.span)
                 return
-            if wkey == "carry" and value is not None and value.text == "none":
-                win["carry"] = None
+            if wkey in ("carry", "kernel") and value is not None and value.text == "none":
+                win[wkey] = None  # no carry / the schedule's fill kernel
                 return
         if value is not None:
             win[_FIELD[wkey]] = value

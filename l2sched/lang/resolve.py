@@ -23,7 +23,7 @@ from l2sched.lang import nodes as n
 from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
-from l2sched.lang.values import select_layers, setting_value, size_bytes
+from l2sched.lang.values import fill_mode, select_layers, setting_value, size_bytes
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config
 from l2sched.units import format_layers
@@ -115,7 +115,7 @@ def _merge(chain: list[n.ScheduleFile], sink: DiagnosticSink) -> tuple[Draft, li
                                f"clause", dup.span)
                 draft.windows[name] = {
                     "name": item.name, "hook": item.hook, "budget": item.budget,
-                    "layers": item.layers, "carry": item.carry,
+                    "layers": item.layers, "carry": item.carry, "kernel": item.kernel,
                     "targets": item.targets, "span": item.name.span,
                     "node": item,
                 }
@@ -124,7 +124,8 @@ def _merge(chain: list[n.ScheduleFile], sink: DiagnosticSink) -> tuple[Draft, li
     return draft, overrides
 
 
-_CLAUSE = {"hook": "at", "budget": "budget", "layers": "layers", "carry": "carry"}
+_CLAUSE = {"hook": "at", "budget": "budget", "layers": "layers", "carry": "carry",
+           "kernel": "kernel"}
 
 
 
@@ -163,6 +164,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     values.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     values.setdefault("policy", "evict_last")
     values.setdefault("set_aside", 0)
+    values.setdefault("kernel", None)
 
     adapter = None
     kinds: list = []
@@ -181,7 +183,8 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         device=values["device"], tp=values["tp"], ep=values["ep"],
         max_tokens=values["max_tokens"], policy=values["policy"],
         set_aside=values["set_aside"], windows=tuple(windows),
-        layer_kinds=tuple(kinds), files=tuple(draft.files), spans=spans,
+        layer_kinds=tuple(kinds), files=tuple(draft.files), kernel=values["kernel"],
+        spans=spans,
         sources={p: "\n".join(lines) for p, lines in sink.sources.items()})
 
 
@@ -222,13 +225,18 @@ def _resolve_windows(draft: Draft, adapter, kinds, sink) -> list[Window]:
             for pat in t.patterns + t.excludes:
                 if pat.text.count("[") != pat.text.count("]"):
                     sink.error(f"unbalanced '[' in pattern '{pat.text}'", pat.span)
+        kernel = None
+        if w["kernel"] is not None:
+            spans["kernel"] = w["kernel"].span
+            kernel = fill_mode(w["kernel"], sink)
+            ok = ok and kernel is not None
         if ok:
             carry = w["carry"]
             resolved.append(Window(
                 name=name, hook=hook.text, budget=budget, layers=tuple(sorted(layers)),
                 carry=carry.text if carry is not None else None,
                 targets=tuple(w["targets"]), index=index, span=w["span"],
-                spans=spans))
+                spans=spans, kernel=kernel))
     _check_carry_layers(resolved, unresolved, sink)
     return resolved
 

@@ -31,9 +31,10 @@ DEFAULT_MAX_TOKENS = 256
 MAX_SIZE_BYTES = 10**12
 
 #: Header settings a schedule (or ``set``/``--set``) may give.
-SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_aside")
+SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_aside",
+                "kernel")
 #: Window fields a ``set window.NAME.KEY`` override may change.
-WINDOW_KEYS = ("budget", "at", "layers", "carry")
+WINDOW_KEYS = ("budget", "at", "layers", "carry", "kernel")
 #: Names a layer selector may use besides indices and ranges.
 SELECTOR_NAMES = ("all", "kda", "mla", "dense", "moe")
 
@@ -44,7 +45,8 @@ class Window:
 
     ``budget`` in bytes; ``layers`` the sorted decoder-layer indices it fires
     in; ``carry`` the name of the later window that takes the bytes this
-    budget could not; ``targets`` in fill order; ``index`` its declaration
+    budget could not; ``kernel`` the fill mode (``units.FILL_MODES``) of its
+    fills, ``None`` for the schedule's; ``targets`` in fill order; ``index`` its declaration
     order in the merged schedule (base file first). ``spans`` maps ``name``,
     ``at``, ``budget``, ``layers``, ``carry`` to where each value was set
     (an override's value span when a ``set`` changed it)."""
@@ -58,6 +60,7 @@ class Window:
     index: int
     span: Span
     spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,9 @@ class Schedule:
     ``max_tokens`` the largest decode step (tokens) that prefetches,
     ``policy`` one of ``POLICIES``, ``set_aside`` bytes of persisting L2 to
     reserve (0 = leave the driver limit alone, ``SET_ASIDE_MAX`` = device
-    maximum). ``layer_kinds`` lists the model's decoder layers; ``files`` the
-    extends chain, base first. ``spans`` maps each setting key to where its
+    maximum), ``kernel`` the fill mode (``units.FILL_MODES``) of every window
+    that names none, ``None`` for the device profile's default. ``layer_kinds``
+    lists the model's decoder layers; ``files`` the extends chain, base first. ``spans`` maps each setting key to where its
     value was given; ``sources`` maps each file to its text (for carets)."""
 
     name: str
@@ -84,6 +88,7 @@ class Schedule:
     windows: tuple[Window, ...]
     layer_kinds: tuple
     files: tuple[str, ...]
+    kernel: str | None = None
     spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False,
                                        repr=False)

@@ -273,10 +273,14 @@ class _ToAst(Transformer):
     def carry_clause(self, items):
         return ("carry", self._name(items[0]))
 
+    def kernel_clause(self, items):
+        return ("kernel", self._name(items[0]))
+
     @v_args(meta=True)
     def window(self, meta, items):
         name = self._name(items[0])
-        clauses = {"hook": None, "budget": None, "layers": None, "carry": None}
+        clauses = {"hook": None, "budget": None, "layers": None, "carry": None,
+                   "kernel": None}
         duplicates = []
         targets: tuple = ()
         has_body = False
@@ -289,8 +293,9 @@ class _ToAst(Transformer):
             else:
                 clauses[kind] = value
         return n.Window(name, clauses["hook"], clauses["budget"], clauses["layers"],
-                        clauses["carry"], targets, has_body, tuple(duplicates),
-                        body_span, span=_span(self.path, meta))
+                        clauses["carry"], targets, has_body=has_body,
+                        kernel=clauses["kernel"], duplicates=tuple(duplicates),
+                        body_span=body_span, span=_span(self.path, meta))
 
     # overrides ------------------------------------------------------------
     @v_args(meta=True)

@@ -22,7 +22,7 @@ from l2sched.lang.schedule import (
 )
 from l2sched.model.adapters import adapter_names
 from l2sched.model.devices import device_names
-from l2sched.units import UNITS
+from l2sched.units import FILL_MODES, UNITS
 
 
 def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
@@ -76,6 +76,12 @@ def _choice(value: n.Scalar, sink: DiagnosticSink, key: str,
     return None
 
 
+def fill_mode(value: n.Scalar, sink: DiagnosticSink) -> str | None:
+    """The fill mode ``value`` names (``units.FILL_MODES``), or ``None`` after
+    recording an error."""
+    return _choice(value, sink, "fill kernel", FILL_MODES)
+
+
 def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
     """Typed value of header setting ``key`` or ``None`` after an error."""
     if key == "model":
@@ -91,6 +97,8 @@ def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
         return None if got is None else got == "on"
     if key == "policy":
         return _choice(value, sink, "cache policy", POLICIES)
+    if key == "kernel":
+        return fill_mode(value, sink)
     if key == "set_aside":
         if isinstance(value, n.Name) and value.text == "max":
             return SET_ASIDE_MAX

@@ -6,13 +6,17 @@ Each node runs in phases, in order:
   (``attention_core_us``), all-reduces (the profile's collective model on a
   ``tokens x hidden x 2``-byte message), a GEMM's fixed cost, a fill's launch;
 - ``l2`` (bytes): weight bytes a fill made resident, read at ``gemm_l2_gbps``
-  (not shared), times the device's ``fill_effect`` (the measured share of the
-  cold -> hot gain a fill delivers; the rest of the hit bytes are read like
-  misses);
+  (not shared), times the ``effect`` of the fill kernel that made them
+  resident (``DeviceProfile.fill_mode``: the measured share of the cold ->
+  hot gain a fill delivers; the rest of the hit bytes are read like misses);
 - ``dram`` (bytes): bytes read from device memory. All nodes in this phase at
   the same time share ``dram_read_gbps`` by water-filling, each capped at its
-  own rate (``gemm_dram_gbps`` for GEMMs and the expert stream, ``fill_gbps``
-  for fills).
+  own rate (``gemm_dram_gbps`` for GEMMs and the expert stream, the fill
+  kernel's ``gbps`` for fills).
+
+A fill kernel with a ``slowdown`` slows the latency-bound kernels (small
+kernels, attention cores) that run while it reads device memory: their
+fixed phase advances at ``1 / (1 + slowdown)`` of real time.
 
 A node starts when all predecessors finished plus the edge ``delay``; a
 same-stream edge between two kernels that both run adds the device's
@@ -82,15 +86,18 @@ class SimResult:
 
 
 class _FillState:
-    __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete")
+    __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete",
+                 "effect", "slowdown")
 
-    def __init__(self, total: int, policy: str):
+    def __init__(self, total: int, policy: str, effect: float, slowdown: float):
         self.total = total
         self.landed = 0.0
         self.consumed = 0.0
         self.survive = 1.0
         self.policy = policy
         self.complete = False  # all bytes landed
+        self.effect = effect
+        self.slowdown = slowdown
 
     def pending(self) -> float:
         return max(0.0, self.landed - self.consumed) * self.survive
@@ -109,6 +116,10 @@ def _share(caps: list[float], total: float) -> list[float]:
     return out
 
 
+#: Op classes whose fixed phase a concurrent fill's ``slowdown`` stretches.
+LATENCY_BOUND = ("small", "attention_core")
+
+
 def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
              policy: str = "evict_last", set_aside: int = 0,
              measured: dict | None = None) -> SimResult:
@@ -122,95 +133,112 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     without prefetch, which replace the modeled time of those ops: every
     phase is scaled by measured / modeled, where modeled is the op's cold
     time (no L2 hits) for weight-streaming ops, so hits keep their gain.
+    A fill whose kernel the profile has no numbers for is simulated with the
+    profile's default fill kernel (the lint reports it, L2S109)."""
+    return _Simulation(sg, device, tp=tp, tokens=tokens, hidden=hidden,
+                       policy=policy, set_aside=set_aside,
+                       measured=measured or {}).run()
 
-    The event loop runs on plain lists derived from ``sg.nodes`` /
-    ``sg.adj`` (node index = insertion order; per node its attributes,
-    successor edges with their delay, in-degree)."""
-    measured = measured or {}
-    bw_dram = device.dram_read_gbps * 1e3  # bytes per us
-    gemm_dram = device.gemm_dram_gbps * 1e3
-    gemm_l2 = device.gemm_l2_gbps * 1e3
-    fill_bw = device.fill_gbps * 1e3
-    effect = device.fill_effect
-    protected = device.protected_bytes(set_aside, policy)
-    l2 = device.l2_bytes
-    ar_us = device.allreduce_us(tp, tokens * hidden * 2)
-    gap_us = device.kernel_gap_us
-    chunks_of = sg.chunks
 
-    ids: list[str] = []
-    attrs: list[dict] = []
-    for v, d in sg.nodes.items():
-        ids.append(v)
-        attrs.append(d)
-    index = {v: i for i, v in enumerate(ids)}
-    n_nodes = len(ids)
-    is_fill = [d["cls"] == "fill" for d in attrs]
-    # successors of each node: (index, delay without gap, delay with gap);
-    # the kernel gap applies on a same-stream edge into an active kernel
-    succ: list[list[tuple[int, float, float]]] = []
-    waiting = [0] * n_nodes
-    adjacency = sg.adj
-    for v in ids:
-        out = []
-        for s, e in adjacency[v].items():
-            j = index[s]
-            ds = attrs[j]
-            delay = e["delay"]
-            if e["kind"] == "stream" and ds["active"] and ds["cls"] != "join":
-                out.append((j, delay, delay + gap_us))
-            else:
-                out.append((j, delay, delay))
-            waiting[j] += 1
-        succ.append(out)
-    ready_at = [0.0] * n_nodes
-    tlist = [NodeTiming() for _ in range(n_nodes)]
-    fill_of: list[_FillState | None] = [None] * n_nodes
-    fills: dict[str, _FillState] = {}  # by fill id, in start order
-    live: list[_FillState] = []  # started fills whose pending bytes may be > 0
-    fill_bytes: dict[str, int] = {}
-    consumed_chunk: dict[tuple[str, int], float] = {}
-    heap = [(0.0, i) for i in range(n_nodes) if waiting[i] == 0]
-    heapq.heapify(heap)
-    # node index -> [phases [(kind, amount, cap)], phase idx, work left,
-    # the phase's kind, amount and cap, its rate, the fill state or None]
-    active: dict[int, list] = {}
-    now = 0.0
+class _Simulation:
+    """One run of the event loop over ``sg``: plain lists derived from
+    ``sg.nodes`` / ``sg.adj`` (node index = insertion order; per node its
+    attributes, successor edges with their delay, in-degree), the fills'
+    states and the active nodes' phases."""
 
-    def phases_for(i: int) -> list[tuple[str, float, float]]:
-        d = attrs[i]
-        t = tlist[i]
+    def __init__(self, sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
+                 policy: str, set_aside: int, measured: dict):
+        self.device = device
+        self.policy = policy
+        self.measured = measured
+        self.bw_dram = device.dram_read_gbps * 1e3  # bytes per us
+        self.gemm_dram = device.gemm_dram_gbps * 1e3
+        self.gemm_l2 = device.gemm_l2_gbps * 1e3
+        self.protected = device.protected_bytes(set_aside, policy)
+        self.l2 = device.l2_bytes
+        self.ar_us = device.allreduce_us(tp, tokens * hidden * 2)
+        self.chunks_of = sg.chunks
+        self.ids: list[str] = list(sg.nodes)
+        self.attrs: list[dict] = list(sg.nodes.values())
+        index = {v: i for i, v in enumerate(self.ids)}
+        n_nodes = len(self.ids)
+        self.is_fill = [d["cls"] == "fill" for d in self.attrs]
+        self.latency_bound = [d["cls"] in LATENCY_BOUND for d in self.attrs]
+        # successors of each node: (index, delay without gap, delay with gap);
+        # the kernel gap applies on a same-stream edge into an active kernel
+        gap_us = device.kernel_gap_us
+        self.succ: list[list[tuple[int, float, float]]] = []
+        self.waiting = [0] * n_nodes
+        for v in self.ids:
+            out = []
+            for s, e in sg.adj[v].items():
+                j = index[s]
+                ds = self.attrs[j]
+                delay = e["delay"]
+                if e["kind"] == "stream" and ds["active"] and ds["cls"] != "join":
+                    out.append((j, delay, delay + gap_us))
+                else:
+                    out.append((j, delay, delay))
+                self.waiting[j] += 1
+            self.succ.append(out)
+        self.ready_at = [0.0] * n_nodes
+        self.tlist = [NodeTiming() for _ in range(n_nodes)]
+        self.fill_of: list[_FillState | None] = [None] * n_nodes
+        self.fills: dict[str, _FillState] = {}  # by fill id, in start order
+        self.live: list[_FillState] = []  # started fills whose pending bytes may be > 0
+        self.fill_bytes: dict[str, int] = {}
+        self.consumed_chunk: dict[tuple[str, int], float] = {}
+        self.heap = [(0.0, i) for i in range(n_nodes) if self.waiting[i] == 0]
+        heapq.heapify(self.heap)
+        # node index -> [phases [(kind, amount, cap)], phase idx, work left,
+        # the phase's kind, amount and cap, its rate, the fill state or None]
+        self.active: dict[int, list] = {}
+        self.now = 0.0
+
+    def _fill_mode(self, kernel: str):
+        device = self.device
+        try:
+            return device.fill_mode(kernel)
+        except KeyError:
+            return device.fill_mode()
+
+    def phases_for(self, i: int) -> list[tuple[str, float, float]]:
+        """The phases of node ``i`` at its start (fills start their state)."""
+        d = self.attrs[i]
+        t = self.tlist[i]
         cls = d["cls"]
+        device = self.device
         if cls == "fill":
             issue = d["fill"]
             nbytes = issue.nbytes
-            fs = _FillState(nbytes, policy)
-            fills[ids[i]] = fill_of[i] = fs
-            live.append(fs)
-            fill_bytes[ids[i]] = nbytes
-            return [("fixed", device.fill_launch_us, 0.0), ("dram", nbytes, fill_bw)]
+            fm = self._fill_mode(issue.kernel)
+            fs = _FillState(nbytes, self.policy, fm.effect, fm.slowdown)
+            self.fills[self.ids[i]] = self.fill_of[i] = fs
+            self.live.append(fs)
+            self.fill_bytes[self.ids[i]] = nbytes
+            return [("fixed", fm.launch_us, 0.0), ("dram", nbytes, fm.gbps * 1e3)]
         if cls == "join" or not d["active"]:
             return []
         cold = None  # modeled time (us) of a weight-streaming op without hits
         if cls == "collective":
-            out = [("fixed", ar_us, 0.0)]
+            out = [("fixed", self.ar_us, 0.0)]
         elif cls == "attention_core":
             out = [("fixed", device.attention_core_us, 0.0)]
         elif cls == "expert_stream":
             nbytes = sum(r.hi - r.lo for r in d["reads"])
             t.read_bytes = nbytes
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, gemm_dram)]
+            out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, self.gemm_dram)]
         elif cls in GEMM_CLASSES and d["reads"]:
-            total, hit = _consume(t, d)
-            # resident bytes buy only fill_effect of the cold -> hot gain
-            fast = hit * effect
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", fast, gemm_l2),
-                   ("dram", total - fast, gemm_dram)]
-            cold = device.gemm_fixed_us + total / gemm_dram
+            # resident bytes buy only their fill kernel's effect of the
+            # cold -> hot gain
+            total, fast = self._consume(t, d)
+            out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", fast, self.gemm_l2),
+                   ("dram", total - fast, self.gemm_dram)]
+            cold = device.gemm_fixed_us + total / self.gemm_dram
         else:  # latency-bound small kernel (its reads still count as hits)
-            _consume(t, d)
+            self._consume(t, d)
             out = [("fixed", device.small_kernel_us, 0.0)]
-        want = measured.get((d["kind"], d["op"])) if measured else None
+        want = self.measured.get((d["kind"], d["op"])) if self.measured else None
         if want is not None:
             # measured durations come from a step without prefetch: scale
             # against the op's cold model, so its L2 hits keep their gain
@@ -224,13 +252,18 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
                        for k, a, c in out]
         return out
 
-    def _consume(t: NodeTiming, d) -> tuple[int, float]:
+    def _consume(self, t: NodeTiming, d) -> tuple[int, float]:
+        """Consume the reads of node ``d`` from the fills' landed bytes:
+        ``(bytes read, effective L2 bytes)``, the latter the hit bytes times
+        their fill kernels' effect, at most the bytes read."""
         total = 0
         hit = 0.0
+        effects: dict[float, float] = {}  # effect -> hit bytes of fills with it
         pos = d["pos"]
+        fills, consumed_chunk = self.fills, self.consumed_chunk
         for r in d["reads"]:
             total += r.hi - r.lo
-            for c in chunks_of.get((pos, r.storage), ()):
+            for c in self.chunks_of.get((pos, r.storage), ()):
                 a, b = max(r.lo, c.lo), min(r.hi, c.lo + c.nbytes)
                 if b <= a:
                     continue
@@ -252,29 +285,37 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
                 fs.consumed += fresh
                 h = got * fs.survive
                 hit += h
+                effects[fs.effect] = effects.get(fs.effect, 0.0) + h
                 old = t.hits_by_fill.get(c.fill, (0.0, 0.0))
                 t.hits_by_fill[c.fill] = (old[0] + h, old[1] + got)
         t.read_bytes = total
         t.hit_bytes = hit
-        return total, min(hit, float(total))
+        capped = min(hit, float(total))
+        if len(effects) <= 1:  # one fill kernel: its effect on the capped hits
+            return total, capped * next(iter(effects), 0.0)
+        fast = sum(h * e for e, h in sorted(effects.items()))
+        return total, min(fast, capped)
 
-    def evict(dram_bytes: float) -> None:
-        if dram_bytes <= 0 or not fills:
+    def evict(self, dram_bytes: float) -> None:
+        """Device-memory reads of ``dram_bytes`` evict unconsumed fill bytes
+        (see the module docstring)."""
+        if dram_bytes <= 0 or not self.fills:
             return
         # a fill that has fully landed and has nothing pending never has
         # again (consumed only grows, survive only shrinks): drop it
         pend = []
         keep_live = []
-        for fs in live:
+        for fs in self.live:
             p = fs.pending()
             if p > 0:
                 pend.append((fs, p))
                 keep_live.append(fs)
             elif not fs.complete:
                 keep_live.append(fs)
-        live[:] = keep_live
+        self.live[:] = keep_live
         if not pend:
             return
+        protected, l2 = self.protected, self.l2
         last = [(fs, p) for fs, p in pend if fs.policy == "evict_last"]
         total_last = sum(p for _, p in last)
         if total_last > protected:
@@ -285,18 +326,21 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
                 fs.survive *= keep
         other = [fs for fs, _ in pend if fs.policy != "evict_last"]
         if other:
-            keep = 1.0 - min(1.0, dram_bytes / l2) * (1.0 - device.evict_normal_survival)
+            keep = 1.0 - min(1.0, dram_bytes / l2) * (1.0 - self.device.evict_normal_survival)
             for fs in other:
                 fs.survive *= keep
 
-    def finish(i: int) -> None:
-        t = tlist[i]
+    def finish(self, i: int) -> None:
+        """Node ``i`` finished now: evict, release its successors."""
+        now = self.now
+        t = self.tlist[i]
         t.finish = now
-        active.pop(i, None)
-        if not is_fill[i]:
-            evict(t.dram_bytes)
+        self.active.pop(i, None)
+        if not self.is_fill[i]:
+            self.evict(t.dram_bytes)
         ran = now > t.start
-        for j, delay, gapped in succ[i]:
+        ready_at, waiting, heap = self.ready_at, self.waiting, self.heap
+        for j, delay, gapped in self.succ[i]:
             at = now + (gapped if ran else delay)
             if at > ready_at[j]:
                 ready_at[j] = at
@@ -304,18 +348,20 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
             if waiting[j] == 0:
                 heapq.heappush(heap, (ready_at[j], j))
 
-    def advance_phase(i: int, st: list) -> None:
+    def advance_phase(self, i: int, st: list) -> None:
+        """Move node ``i`` to its next phase with work (or finish it)."""
         # st: [phases, phase idx, work left, kind, amount, cap, rate, fill]
         phases = st[0]
         k = st[1]
         while k < len(phases) and phases[k][1] <= _EPS:
             k += 1
         st[1] = k
-        t = tlist[i]
+        t = self.tlist[i]
+        now = self.now
         if k >= len(phases):
             if t.dram_start is not None and t.dram_end is None:
                 t.dram_end = now
-            finish(i)
+            self.finish(i)
             return
         kind, amount, cap = phases[k]
         st[2] = st[4] = amount
@@ -324,51 +370,70 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
         if kind == "dram":
             t.dram_start = now
             t.dram_bytes = amount
-            t.alone_dram_us = amount / min(cap, bw_dram)
+            t.alone_dram_us = amount / min(cap, self.bw_dram)
         else:
             st[6] = 1.0 if kind == "fixed" else cap  # l2: not shared
             if t.dram_start is not None and t.dram_end is None:
                 t.dram_end = now
 
-    heappop = heapq.heappop
-    while heap or active:
-        while heap and heap[0][0] <= now + _EPS:
-            _, i = heappop(heap)
-            tlist[i].start = now
-            st = active[i] = [phases_for(i), 0, 0.0, "", 0.0, 0.0, 0.0, None]
-            st[7] = fill_of[i]
-            advance_phase(i, st)  # may finish zero-work nodes and release more
-        if not active:
-            if heap:
-                now = heap[0][0]
-            continue
-        # device-memory phases share the bandwidth (water-filling)
+    def _rates(self) -> None:
+        """The rate of every active phase: device-memory phases share the
+        bandwidth (water-filling); a latency-bound fixed phase slows under a
+        concurrent fill with a ``slowdown``."""
+        active, bw_dram = self.active, self.bw_dram
         dram = [st for st in active.values() if st[3] == "dram"]
         if len(dram) == 1:
             dram[0][6] = min(dram[0][5], bw_dram)
         elif dram:
             for st, r in zip(dram, _share([st[5] for st in dram], bw_dram)):
                 st[6] = r
-        step = min(st[2] / st[6] for st in active.values())
-        if heap:
-            step = min(step, max(0.0, heap[0][0] - now))
-        now += step
-        done = []
-        for i, st in active.items():
-            st[2] -= st[6] * step
-            if st[7] is not None and st[3] == "dram":
-                st[7].landed = st[7].total - max(0.0, st[2])
-            if st[2] <= _EPS * max(1.0, st[4]):
-                done.append(i)
-        if len(done) > 1:
-            done.sort()
-        for i in done:
-            st = active[i]
-            fs = st[7]
-            if fs is not None and st[3] == "dram":
-                fs.landed = float(fs.total)
-                fs.complete = True
-            st[1] += 1
-            advance_phase(i, st)
-    timing = dict(zip(ids, tlist))
-    return SimResult(timing, fill_bytes, timing["join"].finish)
+        slow = max((st[7].slowdown for st in dram if st[7] is not None), default=0.0)
+        if slow > 0:
+            for i, st in active.items():
+                if st[3] == "fixed" and self.latency_bound[i]:
+                    st[6] = 1.0 / (1.0 + slow)
+        else:
+            for i, st in active.items():
+                if st[3] == "fixed":
+                    st[6] = 1.0
+
+    def run(self) -> SimResult:
+        """The event loop: start ready nodes, advance all active phases to the
+        next completion or arrival, repeat."""
+        heap, active, tlist = self.heap, self.active, self.tlist
+        heappop = heapq.heappop
+        while heap or active:
+            while heap and heap[0][0] <= self.now + _EPS:
+                _, i = heappop(heap)
+                tlist[i].start = self.now
+                st = active[i] = [self.phases_for(i), 0, 0.0, "", 0.0, 0.0, 0.0, None]
+                st[7] = self.fill_of[i]
+                self.advance_phase(i, st)  # may finish zero-work nodes and release more
+            if not active:
+                if heap:
+                    self.now = heap[0][0]
+                continue
+            self._rates()
+            step = min(st[2] / st[6] for st in active.values())
+            if heap:
+                step = min(step, max(0.0, heap[0][0] - self.now))
+            self.now += step
+            done = []
+            for i, st in active.items():
+                st[2] -= st[6] * step
+                if st[7] is not None and st[3] == "dram":
+                    st[7].landed = st[7].total - max(0.0, st[2])
+                if st[2] <= _EPS * max(1.0, st[4]):
+                    done.append(i)
+            if len(done) > 1:
+                done.sort()
+            for i in done:
+                st = active[i]
+                fs = st[7]
+                if fs is not None and st[3] == "dram":
+                    fs.landed = float(fs.total)
+                    fs.complete = True
+                st[1] += 1
+                self.advance_phase(i, st)
+        timing = dict(zip(self.ids, tlist))
+        return SimResult(timing, self.fill_bytes, timing["join"].finish)

@@ -27,6 +27,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from l2sched.errors import Diagnostic, L2sInputError, Span, source_lines, suggest
 from l2sched.files import read_input_text
+from l2sched.units import FILL_MODES
 
 #: Where the shipped profiles live (package data of ``l2sched.data.devices``).
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "data" / "devices"
@@ -51,6 +52,37 @@ class AllReduceModel:
         return self.latency_us + nbytes / (self.busbw_gbps * 1e3)
 
 
+#: Launch shape of the bulk fill when a profile gives none (no ``[fill.bulk]``
+#: table): 16 KiB chunks as vLLM 0.33.0's Kimi-K3 prefetch kernel
+#: (docs/sources.md#kimi-k3-prefetch), 264 CTAs x 32 threads, the best shape
+#: of the earlier H200 probe (docs/sources.md#h200-early-probes).
+DEFAULT_BULK_SHAPE = {"grid": 264, "threads": 32, "chunk": 16384, "stages": 1}
+
+
+@dataclass(frozen=True)
+class FillMode:
+    """How one fill kernel (``units.FILL_MODES``) runs and performs on a
+    device: its launch shape (``grid`` CTAs, ``threads`` per CTA, ``chunk``
+    bytes per request, ``stages`` shared-memory buffers for ``copy``), the
+    landed fill rate ``gbps`` (GB/s), ``effect`` (the share of the
+    cold-to-L2-hot time difference a consumer gains from bytes the fill made
+    resident; 1 = as fast as a hot re-read), ``launch_us`` (fork + launch,
+    us) and ``slowdown`` (the fraction by which a latency-bound kernel that
+    runs while the fill reads device memory is slowed: 0.1 = 10% longer).
+    ``source``: the measurement the numbers come from."""
+
+    mode: str
+    grid: int
+    threads: int
+    chunk: int
+    stages: int
+    gbps: float
+    effect: float
+    launch_us: float
+    slowdown: float = 0.0
+    source: str = ""
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """One GPU's cost-model numbers (see ``docs/devices.md``).
@@ -67,7 +99,12 @@ class DeviceProfile:
     Times in us: ``gemm_fixed_us``, ``fill_launch_us``, ``kernel_gap_us``,
     ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
     degree to its ``AllReduceModel``. ``compute_capability``: ``(major,
-    minor)`` of the GPU the profile describes, ``None`` when not given."""
+    minor)`` of the GPU the profile describes, ``None`` when not given.
+    ``fill_modes`` maps each fill kernel the profile has numbers for to its
+    ``FillMode`` (``[fill.MODE]`` tables; without a ``[fill.bulk]`` table the
+    bulk mode is ``fill_gbps``/``fill_effect``/``fill_launch_us`` with
+    ``DEFAULT_BULK_SHAPE``); ``fill_default`` is the mode a schedule that
+    names none gets (``[fill] default``, else ``bulk``)."""
 
     name: str
     description: str
@@ -88,6 +125,14 @@ class DeviceProfile:
     attention_core_us: float
     allreduce: Mapping[int, AllReduceModel] = field(default_factory=dict)
     compute_capability: tuple[int, int] | None = None
+    fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
+    fill_default: str = "bulk"
+
+    def fill_mode(self, mode: str = "") -> FillMode:
+        """The ``FillMode`` of fill kernel ``mode`` (``""`` = the profile's
+        default). Raises ``KeyError`` when the profile has no numbers for
+        it."""
+        return self.fill_modes[mode or self.fill_default]
 
     def allreduce_us(self, tp: int, nbytes: int) -> float:
         """All-reduce time (us) at TP degree ``tp`` for ``nbytes`` bytes; 0 at
@@ -149,7 +194,15 @@ _ALLREDUCE_RANGES = {"latency_us": (0, MAX_US, "us"),
 MAX_TP_DEGREE = 1024
 #: Top-level keys and tables of a profile.
 _TOP_KEYS = ("name", "description", "compute_capability", "l2", "bandwidth",
-             "latency", "allreduce")
+             "latency", "allreduce", "fill")
+#: Keys of a ``[fill.MODE]`` table: (type, low, high, unit); ``source`` is a
+#: string. Sanity bounds as for ``_FIELDS``.
+_FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
+    "grid": (int, 1, 1 << 20, "CTAs"), "threads": (int, 1, 1024, "threads"),
+    "chunk": (int, 16, 1 << 24, "B"), "stages": (int, 1, 64, ""),
+    "gbps": (float, MIN_GBPS, MAX_GBPS, "GB/s"), "effect": (float, 0, 1, ""),
+    "launch_us": (float, 0, MAX_US, "us"), "slowdown": (float, 0, 100, ""),
+}
 
 
 def device_names() -> list[str]:
@@ -278,9 +331,93 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     _check_keys(raw, problems, values)
     _parse_fields(raw, problems, values)
     ar = _parse_allreduce(raw.get("allreduce"), problems)
+    _parse_fill(raw.get("fill"), "fill" in raw, problems, values)
     if problems.found:
         raise L2sInputError(problems.found)
     return DeviceProfile(path=path, allreduce=ar, **values)
+
+
+def _parse_fill(sec: Any, present: bool, problems: _Problems, values: dict) -> None:
+    """The ``[fill]`` table: ``default`` and one ``[fill.MODE]`` table per
+    fill kernel with numbers; the bulk mode from the legacy keys when it has
+    no table. Sets ``values["fill_modes"]`` and ``values["fill_default"]``."""
+    bad = problems.bad
+    modes: dict[str, FillMode] = {}
+    default = "bulk"
+    if present and not isinstance(sec, dict):
+        bad("fill", "", "expected a table [fill]")
+        sec = {}
+    for key, v in (sec or {}).items():
+        if key == "default":
+            if v not in FILL_MODES:
+                bad("fill", "default", f"unknown fill kernel {v!r}"
+                    f"{suggest(str(v), FILL_MODES)} (one of: {', '.join(FILL_MODES)})")
+            else:
+                default = v
+            continue
+        if key not in FILL_MODES or not isinstance(v, dict):
+            bad("fill", key, f"unknown key{suggest(key, FILL_MODES + ('default',))}; "
+                f"expected default or a table [fill.MODE] with MODE one of "
+                f"{', '.join(FILL_MODES)}")
+            continue
+        got = _parse_fill_table(key, v, problems)
+        if got is not None:
+            modes[key] = got
+    if "bulk" not in modes and all(k in values for k in
+                                   ("fill_gbps", "fill_effect", "fill_launch_us")):
+        modes["bulk"] = FillMode("bulk", **DEFAULT_BULK_SHAPE, gbps=values["fill_gbps"],
+                                 effect=values["fill_effect"],
+                                 launch_us=values["fill_launch_us"],
+                                 source="bandwidth.fill_gbps, l2.fill_effect")
+    if default not in modes and "bulk" in modes:
+        bad("fill", "default", f"default fill kernel {default!r} has no "
+            f"[fill.{default}] table")
+    values["fill_modes"] = modes
+    values["fill_default"] = default
+
+
+def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
+                      ) -> FillMode | None:
+    """The ``FillMode`` of table ``[fill.MODE]``, or ``None`` after
+    reporting its problems."""
+    table = f"fill.{mode}"
+    got: dict[str, Any] = {}
+    ok = True
+    for key, val in v.items():
+        if key == "source":
+            if not isinstance(val, str):
+                problems.bad(table, key, f"expected a string, got {val!r}")
+                ok = False
+            got[key] = val
+            continue
+        if key not in _FILL_KEYS:
+            problems.bad(table, key, f"unknown key{suggest(key, list(_FILL_KEYS))} "
+                         f"(keys: {', '.join(_FILL_KEYS)}, source)")
+            ok = False
+            continue
+        typ, low, high, unit = _FILL_KEYS[key]
+        if not _number(val) or (typ is int and not isinstance(val, int)):
+            problems.bad(table, key, f"expected {'an integer' if typ is int else 'a number'}"
+                         f", got {val!r}")
+            ok = False
+        elif problems.in_range(table, key, val, low, high, unit):
+            got[key] = typ(val)
+        else:
+            ok = False
+    missing = [k for k in ("gbps", "effect", "launch_us") if k not in v]
+    if missing:
+        problems.bad(table, "", f"needs {', '.join(missing)} (the fill kernel's "
+                     "landed rate, effect and launch cost)")
+        return None
+    if not ok:
+        return None
+    if "chunk" in got and got["chunk"] % 16:
+        problems.bad(table, "chunk", f"must be a multiple of 16, got {got['chunk']}")
+        return None
+    shape = {**DEFAULT_BULK_SHAPE, **{k: got[k] for k in DEFAULT_BULK_SHAPE if k in got}}
+    return FillMode(mode, **shape, gbps=got["gbps"], effect=got["effect"],
+                    launch_us=got["launch_us"], slowdown=got.get("slowdown", 0.0),
+                    source=got.get("source", ""))
 
 
 def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:

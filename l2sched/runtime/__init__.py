@@ -24,10 +24,13 @@ from l2sched.runtime.dry_run import DryRunRuntime
 BACKENDS = ("cuda", "dry-run", "auto")
 
 
-def make_runtime(plan: Plan, backend: str = "auto", **kw) -> RuntimeBase:
+def make_runtime(plan: Plan, backend: str = "auto", *, device_profile=None,
+                 **kw) -> RuntimeBase:
     """A runtime for ``plan``: ``backend`` is ``cuda``, ``dry-run`` or ``auto``
-    (``cuda`` when torch sees a CUDA device, else ``dry-run``). ``kw`` goes to
-    the backend's constructor."""
+    (``cuda`` when torch sees a CUDA device, else ``dry-run``).
+    ``device_profile`` (a ``DeviceProfile``) gives the CUDA backend its fill
+    kernels and their launch shapes. ``kw`` goes to the backend's
+    constructor. Raises ``ValueError`` for an unknown backend."""
     if backend == "auto":
         try:
             import torch
@@ -35,6 +38,9 @@ def make_runtime(plan: Plan, backend: str = "auto", **kw) -> RuntimeBase:
         except Exception:
             backend = "dry-run"
     if backend == "cuda":
+        if device_profile is not None:
+            kw.setdefault("fill", device_profile.fill_modes)
+            kw.setdefault("fill_default", device_profile.fill_default)
         return CudaRuntime(plan, **kw)
     if backend == "dry-run":
         return DryRunRuntime(plan, **kw)

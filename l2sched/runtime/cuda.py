@@ -14,7 +14,7 @@ host program. Nothing here imports torch at module import.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
@@ -27,34 +27,61 @@ from l2sched.runtime.table import FillTable
 log = logging.getLogger("l2sched.runtime")
 
 
+def issue_specs(plan: Plan, fill: Mapping | None = None, fill_default: str = "bulk",
+                **shape) -> list[K.KernelSpec]:
+    """The fill kernel of every issue of ``plan``: the issue's ``kernel``
+    (the schedule's choice), else ``fill_default`` (the device profile's);
+    its launch shape from ``fill`` (mode -> an object with ``grid``,
+    ``threads``, ``chunk``, ``stages``: the profile's ``FillMode``s), else
+    the kernel module's defaults; the plan's cache policy. ``shape``
+    (``mode``, ``grid``, ``threads``, ``chunk``, ``stages``; ``None`` =
+    unset) overrides every issue (benchmarks). Raises ``ValueError`` for a
+    spec that cannot be built."""
+    fill = fill or {}
+    shape = {k: v for k, v in shape.items() if v is not None}
+    out = []
+    for wi in plan.issues:
+        mode = shape.get("mode") or wi.kernel or fill_default
+        fm = fill.get(mode)
+        base = ({"grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
+                 "stages": fm.stages} if fm is not None else {})
+        out.append(K.KernelSpec(**{**base, **shape, "mode": mode,
+                                   "policy": plan.policy}).check())
+    return out
+
+
 class CudaRuntime(RuntimeBase):
-    """Issues fills on the device's side stream with the CuTe DSL kernel.
+    """Issues fills on the device's side stream with the CuTe DSL kernels.
 
     ``device``: CUDA device index (default: the current device at first use).
-    ``grid``/``threads``/``chunk``: kernel shape (CTAs, threads per CTA, bytes
-    per request; defaults in ``runtime.kernel``); ``mode``: the kernel's fill
-    instruction (``bulk`` default, ``load``; see ``kernel.get_kernel``).
-    ``sync``: how fork and join are enqueued (``runtime.streams.ForkJoin``).
-    After ``prepare``: ``kernel`` (the compiled ``PrefetchKernel``),
-    ``side`` (the side stream), ``table`` (the ``FillTable``) and
-    ``fork_join``. Raises ``ValueError`` for an unknown ``sync``."""
+    ``fill``/``fill_default``: the device profile's fill kernels (mode ->
+    ``FillMode``; ``DeviceProfile.fill_modes``) and default mode, which give
+    each issue its kernel and launch shape (``issue_specs``).
+    ``mode``/``grid``/``threads``/``chunk``/``stages``: override every
+    issue's kernel and shape (benchmarks). ``sync``: how fork and join are
+    enqueued (``runtime.streams.ForkJoin``). ``specs`` is the
+    ``KernelSpec`` per issue; after ``prepare``: ``kernels`` (mode ->
+    compiled ``PrefetchKernel``), ``side`` (the side stream), ``table`` (the
+    ``FillTable``) and ``fork_join``. Raises ``ValueError`` for an unknown
+    ``sync`` or a kernel spec that cannot be built."""
 
     SYNCS = SYNCS
 
     def __init__(self, plan: Plan, *, device: int | None = None,
-                 grid: int | None = None, threads: int | None = None,
-                 chunk: int | None = None, mode: str = "bulk",
-                 sync: str = "auto", **kw):
+                 fill: Mapping | None = None, fill_default: str = "bulk",
+                 mode: str | None = None, grid: int | None = None,
+                 threads: int | None = None, chunk: int | None = None,
+                 stages: int | None = None, sync: str = "auto", **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
         self.device = device
-        self.grid, self.threads, self.chunk = grid, threads, chunk
-        self.mode = mode
+        self.specs = issue_specs(plan, fill, fill_default, mode=mode, grid=grid,
+                                 threads=threads, chunk=chunk, stages=stages)
         self.sync = sync
         self.table = FillTable(plan)
         self.rows = self.table.rows
-        self.kernel = None
+        self.kernels: dict[K.KernelSpec, K.PrefetchKernel] = {}
         self.side = None
         self.fork_join = None
         self._ready = False
@@ -97,19 +124,21 @@ class CudaRuntime(RuntimeBase):
         try:
             dev = torch.cuda.current_device() if self.device is None else self.device
             self.device = dev
-            kern = K.get_kernel(dev, grid=self.grid or K.DEFAULT_GRID,
-                                threads=self.threads or K.DEFAULT_THREADS,
-                                chunk=self.chunk or K.DEFAULT_CHUNK,
-                                policy=self.plan.policy, mode=self.mode)
-            if kern is None:
-                self.enabled = False  # kernel module logged the reason once
-                return False
-            self.kernel = kern
+            for spec in dict.fromkeys(self.specs):  # each distinct kernel once
+                kern = K.get_kernel(dev, spec)
+                if kern is None:
+                    self.enabled = False  # the kernel module logged why, once
+                    return False
+                self.kernels[spec] = kern
             self.side = side_stream(dev)
             self.fork_join = ForkJoin(torch, dev, self.side, self.sync)
             self.sync = self.fork_join.sync
             self.table.allocate(torch, dev)
-            self._launch = kern.bind(self.table.device_ptr, self.side.cuda_stream)
+            self._launches = {}
+            for spec, kern in self.kernels.items():
+                self._launches[spec] = kern.bind(self.table.device_ptr,
+                                                 self.side.cuda_stream)
+            self._launch_of = [self._launches[s] for s in self.specs]
             if self.plan.set_aside != 0:
                 apply_set_aside(dev, self.plan.set_aside)
             if not torch.cuda.is_current_stream_capturing():
@@ -119,25 +148,35 @@ class CudaRuntime(RuntimeBase):
             return False
         return True
 
-    def _warm_launch(self) -> None:
-        """An empty launch (no rows) on the side stream, outside any capture:
-        loads the module and checks the launch path, so the first launch inside
-        a capture makes no module-loading driver call."""
-        try:
-            self._launch(0, 0)
-        except Exception:
-            if not self._fallback():
-                raise
-            self._launch(0, 0)
+    @property
+    def kernel(self):
+        """The compiled kernel of the first issue (``None`` before
+        ``prepare``); ``kernels`` has every one."""
+        return self.kernels.get(self.specs[0]) if self.specs else None
 
-    def _fallback(self) -> bool:
-        """Switch to the generic launch path after a TVM-FFI call raised;
-        whether there is one."""
-        new = K.fallback_to_generic(self.kernel) if self.kernel.ffi else None
+    def _warm_launch(self) -> None:
+        """An empty launch (no rows) of every kernel on the side stream,
+        outside any capture: loads the modules and checks the launch paths,
+        so the first launch inside a capture makes no module-loading driver
+        call."""
+        for spec in list(self._launches):
+            try:
+                self._launches[spec](0, 0)
+            except Exception:
+                if not self._fallback(spec):
+                    raise
+                self._launches[spec](0, 0)
+
+    def _fallback(self, spec) -> bool:
+        """Switch kernel ``spec`` to the generic launch path after a TVM-FFI
+        call raised; whether there is one."""
+        kern = self.kernels[spec]
+        new = K.fallback_to_generic(kern) if kern.ffi else None
         if new is None:
             return False
-        self.kernel = new
-        self._launch = new.bind(self.table.device_ptr, self.side.cuda_stream)
+        self.kernels[spec] = new
+        self._launches[spec] = new.bind(self.table.device_ptr, self.side.cuda_stream)
+        self._launch_of = [self._launches[s] for s in self.specs]
         return True
 
     def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
@@ -206,12 +245,12 @@ class CudaRuntime(RuntimeBase):
         self._pending = True
         b, e = span
         try:
-            self._launch(b, e)
+            self._launch_of[i](b, e)
         except Exception as ex:
-            if not self._fallback():
+            if not self._fallback(self.specs[i]):
                 self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
                 return False
-            self._launch(b, e)
+            self._launch_of[i](b, e)
         stats = self.stats
         stats.issued += 1
         stats.bytes_issued += self.table.nbytes[i]

@@ -193,7 +193,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError("compile failed", _first_line(e)) from None
     lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank)
-    runtime = _make_runtime(cfg.backend, plan)
+    runtime = _make_runtime(cfg.backend, plan, load_device(device))
     installed = install_plan(layers, inventory, plan, runtime)
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
@@ -283,13 +283,16 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
 # runtime
 
 
-def _make_runtime(backend: str, plan):
+def _make_runtime(backend: str, plan, device_profile):
+    """The runtime of ``backend`` for ``plan``, its gate fed by vLLM's
+    forward context, its fill kernels from ``device_profile``."""
     try:
         track_graph_capture()
     except Exception as e:  # pragma: no cover - vLLM internals moved
         log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
                     "forwards are not recognised", e)
-    return make_runtime(plan, backend, step_provider=vllm_step_info)
+    return make_runtime(plan, backend, device_profile=device_profile,
+                        step_provider=vllm_step_info)
 
 
 def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
