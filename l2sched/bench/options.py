@@ -82,3 +82,22 @@ def tp_report_arguments(p) -> None:
     p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
     p.add_argument("--caveat", action="append", default=[],
                    help="a caveat line for the report (repeatable)")
+
+
+def kernel_arguments(p) -> None:
+    """Options of ``bench kernel``."""
+    p.add_argument("--out", required=True, metavar="RESULT.json")
+    p.add_argument("--md-out", default="", metavar="REPORT.md")
+    p.add_argument("--reps", type=int, default=15,
+                   help="repetitions per measurement (medians, p10/p90)")
+    p.add_argument("--sizes", default="8,16,32,64",
+                   help="fill sizes in MB (10^6 B), comma-separated")
+    p.add_argument("--shapes", default="",
+                   help="consumer weights NxK, comma-separated (default: the "
+                        "GLM-5.3-Flash TP4 GEMM weights)")
+    p.add_argument("--variants", default="",
+                   help="LABEL=MODE[:grid=..,threads=..,chunk=..,stages=..];... "
+                        "(default: bulk, copy from 32 and 66 CTAs, load from 528 and "
+                        "1056 CTAs)")
+    p.add_argument("--policy", default="evict_last",
+                   choices=("evict_last", "evict_normal", "evict_first"))

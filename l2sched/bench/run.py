@@ -195,7 +195,8 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
         inst = rt = None
         if a.get("plan"):
             rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                              **({} if dry else a.get("runtime", {})))
+                              **({} if dry else {"device_profile": runner.profile,
+                                                 **a.get("runtime", {})}))
             rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
             inst = install_plan(model.layers, inv, a["plan"], rt)
             if not dry:

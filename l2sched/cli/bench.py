@@ -7,7 +7,12 @@ from __future__ import annotations
 import sys
 
 from l2sched.bench import read_text_file
-from l2sched.bench.options import run_arguments, tp_arguments, tp_report_arguments
+from l2sched.bench.options import (
+    kernel_arguments,
+    run_arguments,
+    tp_arguments,
+    tp_report_arguments,
+)
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
 
@@ -40,6 +45,31 @@ def cmd_run(args) -> int:
     from l2sched.bench.run import run  # imports torch
 
     run(args)
+    return 0
+
+
+def cmd_kernel(args) -> int:
+    """``bench kernel``: exit 2 on unusable options or without torch."""
+    if args.reps < 3:
+        raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
+    from l2sched.bench.kernel import parse_variants
+
+    try:
+        if args.variants:
+            parse_variants(args.variants)
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError as e:
+        raise L2sUsageError(str(e)) from None
+    if not sizes or min(sizes) < 1:
+        raise L2sUsageError(f"--sizes must be positive MB values, got {args.sizes}")
+    _require_torch()
+    import torch
+
+    if not torch.cuda.is_available():
+        raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)")
+    from l2sched.bench.kernel import run_kernel_bench
+
+    run_kernel_bench(args)
     return 0
 
 
@@ -113,6 +143,10 @@ def add_cli(subparsers) -> None:
     q.add_argument("--device-profile", default="", metavar="NAME_OR_PATH",
                    help="profile to lint with when the result does not record the one "
                         "its idle intervals came from (default: h200 as shipped now)")
+    k = add_command(sub, "kernel", cmd_kernel,
+                    help="the fill kernels by effect: landed bandwidth, the consumer "
+                         "GEMM, cost to concurrent work (GPU)")
+    kernel_arguments(k)
     t = add_command(sub, "tp", cmd_tp,
                     help="multi-GPU decode step with real all-reduces (one process "
                          "per rank; --dry: CPU, gloo)")

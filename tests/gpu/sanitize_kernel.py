@@ -4,7 +4,7 @@
 
 Rows: tiny, odd chunk tails, zero-length, the last 16 bytes of the buffer, a
 whole 32 MiB buffer; both launch paths when TVM-FFI is present; the line and
-load modes."""
+load modes, and the copy mode (TMA into shared memory) in two shapes."""
 
 import torch
 
@@ -27,8 +27,10 @@ for ffi in paths:
     print("path", "tvm-ffi" if kern.ffi else "generic", "ok")
 s.synchronize()
 torch.cuda.synchronize()
-for mode in ("line", "load"):
-    k = K.get_kernel(0, policy="evict_last", mode=mode)
+for mode, shape in (("line", {}), ("load", {}),
+                    ("copy", {"grid": 66, "chunk": 32768, "stages": 4}),
+                    ("copy", {"grid": 5, "chunk": 4096, "stages": 3})):
+    k = K.get_kernel(0, policy="evict_last", mode=mode, **shape)
     assert k is not None, K.disabled_reason()
     for b, e in [(0, len(rows)), (2, 3), (3, 4)]:
         k.launch(table.data_ptr(), b, e, s.cuda_stream)

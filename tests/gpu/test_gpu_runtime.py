@@ -89,8 +89,14 @@ def _fwd(layers, x):
     return x
 
 
-def test_kernel_runs_over_odd_tables():
-    kern = K.get_kernel(0)
+COPY = {"mode": "copy", "grid": 66, "threads": 32, "chunk": 32768, "stages": 4}
+
+
+@pytest.mark.parametrize("shape", [{}, COPY, dict(COPY, grid=3, stages=2, chunk=4096),
+                                   {"mode": "load", "grid": 64, "threads": 128,
+                                    "chunk": 128}])
+def test_kernel_runs_over_odd_tables(shape):
+    kern = K.get_kernel(0, **shape)
     assert kern is not None, K.disabled_reason()
     buf = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
     p = buf.data_ptr()
@@ -107,14 +113,15 @@ def test_kernel_runs_over_odd_tables():
 @pytest.mark.parametrize("policy,mode,sync", [
     ("evict_last", "bulk", "auto"), ("evict_normal", "bulk", "auto"),
     ("evict_first", "bulk", "auto"), ("evict_last", "load", "auto"),
-    ("evict_last", "bulk", "torch")])
+    ("evict_last", "bulk", "torch"), ("evict_last", "copy", "auto"),
+    ("evict_normal", "copy", "torch")])
 def test_eager_bitwise_identical(policy, mode, sync):
     layers = _model()
     x = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
     ref = _fwd(layers, x)
     ref2 = _fwd(layers, x)
     plan = _plan(len(layers), policy=policy)
-    rt = CudaRuntime(plan, mode=mode, sync=sync)
+    rt = CudaRuntime(plan, sync=sync, **(COPY if mode == "copy" else {"mode": mode}))
     rt.set_step(StepInfo(num_tokens=8))
     with install(layers, plan, SITES, rt):
         outs = [_fwd(layers, x) for _ in range(3)]
@@ -130,8 +137,9 @@ def test_eager_bitwise_identical(policy, mode, sync):
     assert b0[2][1] > 0 and all(a % 16 == 0 and n % 16 == 0 for a, n in b0)
 
 
-@pytest.mark.parametrize("sync", ["driver", "torch"])
-def test_full_graph_capture_with_side_stream_replays(sync):
+@pytest.mark.parametrize("sync,mode", [("driver", "bulk"), ("torch", "bulk"),
+                                       ("driver", "copy"), ("driver", "load")])
+def test_full_graph_capture_with_side_stream_replays(sync, mode):
     layers = _model()
     plan = _plan(len(layers))
     x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
@@ -139,7 +147,7 @@ def test_full_graph_capture_with_side_stream_replays(sync):
     xs = [torch.randn(8, D, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
     for x in xs:
         refs.append(_fwd(layers, x))
-    rt = CudaRuntime(plan, sync=sync)
+    rt = CudaRuntime(plan, sync=sync, **(COPY if mode == "copy" else {"mode": mode}))
     with install(layers, plan, SITES, rt):
         # warm-up forwards right before capture: bind, but no fills
         rt.set_step(StepInfo(num_tokens=8, graph_mode="full", warmup=True))
@@ -268,3 +276,46 @@ def test_set_aside_clamped_and_read_back():
     assert apply_set_aside(0, 123) == got  # once per device
     # leave the process's limit as found for the other tests
     drv.cuCtxSetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+
+
+def test_copy_mode_lands_the_bytes_it_was_given():
+    """The copy kernel's copies complete before it exits: right after it,
+    an L2-hot re-read of the filled buffer is as fast as a hot read, and the
+    buffer's contents are untouched (data is copied out, never written)."""
+    kern = K.get_kernel(0, **COPY)
+    assert kern is not None, K.disabled_reason()
+    w = torch.randint(0, 1 << 30, (8 << 20,), dtype=torch.int32, device="cuda")  # 32 MiB
+    before = w.clone()
+    table = torch.tensor([[w.data_ptr(), w.numel() * 4]], dtype=torch.int64,
+                         device="cuda")
+    s = torch.cuda.current_stream()
+    kern.launch(table.data_ptr(), 0, 1, s.cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.equal(w, before)
+
+
+def test_per_window_fill_kernels_in_one_runtime():
+    """Issues with different fill kernels in one plan each launch their own
+    kernel; outputs stay bitwise identical."""
+    import dataclasses
+    layers = _model()
+    x = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
+    ref = _fwd(layers, x)
+    plan = _plan(len(layers))
+    kernels = {"A": "copy", "B": "load", "C": ""}
+    plan = dataclasses.replace(plan, issues=tuple(
+        dataclasses.replace(wi, kernel=kernels[wi.window]) for wi in plan.issues))
+    from l2sched.model.devices import FillMode
+    fill = {"copy": FillMode("copy", 66, 32, 32768, 4, 3000.0, 1.0, 3.0),
+            "load": FillMode("load", 264, 128, 128, 1, 3000.0, 1.0, 3.0),
+            "bulk": FillMode("bulk", 264, 32, 16384, 1, 2000.0, 0.3, 3.0)}
+    rt = CudaRuntime(plan, fill=fill, fill_default="bulk")
+    assert {s.mode for s in rt.specs} == {"copy", "load", "bulk"}
+    rt.set_step(StepInfo(num_tokens=8))
+    with install(layers, plan, SITES, rt):
+        outs = [_fwd(layers, x) for _ in range(2)]
+    torch.cuda.synchronize()
+    assert rt.enabled, K.disabled_reason()
+    assert len(rt.kernels) == 3
+    for o in outs:
+        assert torch.equal(o, ref)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call on the lent H200: install the carried wheels, then the
+# sections asked for; every output under $OUT. Usage (repository root):
+#   bash benchmarks/gpu_session.sh env,tests,sanitize,kbench,run
+# Sections: env (versions), tests (tests/gpu + runtime/install tests),
+# sanitize (compute-sanitizer memcheck of every fill mode), kbench
+# (l2sched bench kernel), run (l2sched bench run: none / bulk / copy / load
+# arms of the shipped H200 schedule, all M).
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+sections=${1:-env,tests,sanitize,kbench,run}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --target /tmp/site .whl/*.whl >/dev/null 2>&1 || echo "pip install failed"
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/python_packages:$PWD
+has() { [[ ",$sections," == *",$1,"* ]]; }
+if has env; then
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv;
+    python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0))";
+    python3 -c "from l2sched.runtime import kernel as K; print('cutlass-dsl', K.cutlass_version())";
+    python3 -c "import tvm_ffi; print('tvm_ffi', tvm_ffi.__version__)"; } 2>&1 | tee "$OUT/env.txt"
+fi
+if has tests; then
+  timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q -rs tests/gpu tests/test_runtime.py \
+    tests/test_install.py -p no:cacheprovider 2>&1 | tee "$OUT/tests.txt" | tail -25
+fi
+if has sanitize; then
+  timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 tests/gpu/sanitize_kernel.py > "$OUT/sanitize.txt" 2>&1
+  echo "sanitize rc=$?" | tee -a "$OUT/sanitize.txt"; tail -8 "$OUT/sanitize.txt"
+fi
+if has kbench; then
+  timeout ${KBENCH_TIMEOUT:-200} python3 -m l2sched bench kernel --out "$OUT/kernel.json" \
+    --md-out "$OUT/kernel.md" ${KBENCH_ARGS:-} 2>&1 | tail -12
+fi
+if has run; then
+  timeout ${RUN_TIMEOUT:-240} python3 -m l2sched bench run --out "$OUT/run.json" \
+    --tokens ${RUN_TOKENS:-1,4,16,64} --load-mode --variant copy:kernel=copy \
+    --bench-dir "" ${RUN_ARGS:-} 2>&1 | tail -15
+fi
+echo "SESSION-DONE"

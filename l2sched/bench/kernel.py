@@ -1,0 +1,355 @@
+"""``l2sched bench kernel``: the fill kernels on one GPU, judged by effect.
+
+For each fill-kernel variant (a mode and launch shape) it measures, with
+CUDA events, medians and p10/p90 over ``--reps`` repetitions, each behind an
+L2 flush (a 1 GiB *read*; a write flush leaves dirty lines whose write-back
+the next fill would pay for):
+
+- ``fill``: for each size, the fill kernel's launch-to-exit time, and the
+  time until its bytes are hot, found by effect: fill, sleep D us, then a
+  bandwidth-bound dependent read of the buffer; the fill has landed at the
+  smallest D whose read is within 10% of the cold->hot gap of a hot read.
+  Landed bandwidth = bytes / (fill + D) at that point (TB/s = 10^12 B/s).
+- ``gemm``: the real consumers: an M=8 bf16 GEMM over each weight shape of
+  the GLM-5.3-Flash TP4 inventory (``--shapes``), cold, hot, and right after
+  a fill on the same stream (plus a sleep of 0 or 30 us); the share of the
+  cold->hot gap the fill recovers; outputs checked bitwise against cold.
+- ``interference``: a latency-bound chain (200 tiny kernels) and a
+  memory-bound chain (a 256 MB read), alone and with a concurrent 50 MB
+  fill of each variant on a side stream: the extra time of the chain (us)
+  and the slowdown per us of fill.
+
+Writes JSON (every number) and markdown (tables) and prints a table; the
+JSON records the machine and the command. Needs torch with CUDA and
+``nvidia-cutlass-dsl``; Triton for the bandwidth-bound read (else
+``torch.sum``, recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+from l2sched.files import write_texts_atomically
+from l2sched.runtime import kernel as K
+
+MB = 10**6
+
+#: Variants measured by default: (label, KernelSpec shape). Bulk in the
+#: shape of the earlier probe; copy from 32 and 66 CTAs (4 stages of
+#: 32 KiB); load from 528 and 1056 CTAs x 128 threads (kernel_probe_l2.py).
+DEFAULT_VARIANTS = (
+    ("bulk", {"mode": "bulk"}),
+    ("copy-32", {"mode": "copy", "grid": 32, "chunk": 32768, "stages": 4}),
+    ("copy-66", {"mode": "copy", "grid": 66, "chunk": 32768, "stages": 4}),
+    ("load-528", {"mode": "load", "grid": 528, "threads": 128, "chunk": 128}),
+    ("load-1056", {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}),
+)
+#: Consumer weights (N, K) of the GLM-5.3-Flash TP4 inventory, bf16: KDA
+#: o_proj (16.8 MB), MLA q_b_proj (12.6 MB), MLA o_proj (33.6 MB), KDA
+#: in_proj_qkvbfg_a (52.6 MB) (``l2sched inventory --tp 4``).
+DEFAULT_SHAPES = ((4096, 2048), (4096, 1536), (4096, 4096), (6416, 4096))
+
+
+def stats(xs: list[float]) -> dict:
+    """median, p10, p90 and n of ``xs``."""
+    s = sorted(xs)
+    n = len(s)
+    return {"median": statistics.median(s), "p10": s[int(0.1 * (n - 1))],
+            "p90": s[int(0.9 * (n - 1))], "n": n}
+
+
+def parse_variants(text: str) -> list[tuple[str, dict]]:
+    """``LABEL=MODE[:key=value,...];...`` -> ``[(label, shape)]``, e.g.
+    ``copy-66=copy:grid=66,stages=4``. Raises ``ValueError``."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        label, _, spec = part.partition("=")
+        mode, _, kv = spec.partition(":")
+        shape: dict = {"mode": mode.strip()}
+        for item in filter(None, kv.split(",")):
+            k, _, v = item.partition("=")
+            shape[k.strip()] = int(v)
+        K.KernelSpec(**shape).check()
+        out.append((label.strip() or mode, shape))
+    if not out:
+        raise ValueError("--variants names no variant")
+    return out
+
+
+class _Bench:
+    """Flush, sleep and event timing on the current stream."""
+
+    def __init__(self, torch, reps: int):
+        self.torch = torch
+        self.reps = reps
+        self.flush_buf = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
+        self.flush_out = torch.empty((), dtype=torch.float32, device="cuda")
+        props = torch.cuda.get_device_properties(0)
+        self.cycles_per_us = getattr(props, "clock_rate", 1980000) / 1e3
+
+    def flush(self):
+        self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
+
+    def sleep(self, us: float):
+        if us > 0:
+            self.torch.cuda._sleep(int(us * self.cycles_per_us))
+
+    def timed(self, setup, body, reps: int | None = None) -> tuple[list, list]:
+        """Per repetition: ``setup()``, then events around ``body()``;
+        returns the times (us) of setup and of body."""
+        torch = self.torch
+        evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)]
+               for _ in range(reps or self.reps)]
+        for e0, e1, e2 in evs:
+            # the host enqueues ahead of the GPU, so no launch gap lands
+            # inside a timed region
+            self.sleep(300)
+            e0.record()
+            if setup is not None:
+                setup()
+            e1.record()
+            body()
+            e2.record()
+        torch.cuda.synchronize()
+        return ([a.elapsed_time(b) * 1e3 for a, b, _ in evs],
+                [b.elapsed_time(c) * 1e3 for _, b, c in evs])
+
+
+def _reader(torch, w):
+    """A bandwidth-bound dependent read of all of ``w`` and its name."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:
+        out = torch.empty((), dtype=torch.float32, device="cuda")
+        return (lambda: torch.sum(w.view(-1), dim=0, dtype=torch.float32, out=out),
+                "torch.sum")
+
+    @triton.jit
+    def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0)
+        tl.store(out_ptr + pid, tl.sum(v, axis=0))
+
+    x = w.view(-1).view(torch.int32)
+    n = x.numel()
+    block = 4096
+    grid = (triton.cdiv(n, block),)
+    out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+    return lambda: read_kernel[grid](x, out, n, BLOCK=block, num_warps=4), "triton"
+
+
+def _table(torch, t):
+    """One fill row covering tensor ``t`` (16-byte multiple)."""
+    n = t.numel() * t.element_size() // 16 * 16
+    return torch.tensor([[t.data_ptr(), n]], dtype=torch.int64, device="cuda")
+
+
+def bench_fill(b: _Bench, kern, size: int, delays) -> dict:
+    """Fill time and landed bandwidth of ``kern`` for ``size`` bytes."""
+    torch = b.torch
+    w = torch.ones(size // 4, dtype=torch.int32, device="cuda")
+    tab = _table(torch, w)
+    read, read_kind = _reader(torch, w)
+    read()
+    h = torch.cuda.current_stream().cuda_stream
+    _, cold = b.timed(b.flush, read)
+    _, hot = b.timed(read, read)
+    _, exit_t = b.timed(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h))
+    c, hh = stats(cold)["median"], stats(hot)["median"]
+    res = {"bytes": size, "read": read_kind, "cold_read_us": stats(cold),
+           "hot_read_us": stats(hot), "launch_to_exit_us": stats(exit_t),
+           "delays": [], "landed": None}
+    for d in delays:
+        pre, rd = b.timed(lambda: (b.flush(), kern.launch(tab.data_ptr(), 0, 1, h),
+                                   b.sleep(d)), read)
+        # setup time includes the flush: subtract the flush's own time
+        res["delays"].append({"sleep_us": d, "read_us": stats(rd)})
+        if res["landed"] is None and stats(rd)["median"] <= hh + 0.1 * (c - hh):
+            res["landed"] = {"sleep_us": d}
+    # the fill's own time to landed: launch-to-exit, or the sleep if longer
+    if res["landed"] is not None:
+        t = max(stats(exit_t)["median"], float(res["landed"]["sleep_us"]))
+        res["landed"]["fill_us"] = t
+        res["landed"]["TBps"] = size / (t * 1e-6) / 1e12
+    del w
+    return res
+
+
+def bench_gemm(b: _Bench, kern, n: int, k: int, sleeps=(0, 30)) -> dict:
+    """An M=8 GEMM over an (n, k) bf16 weight: cold, hot, after a fill."""
+    torch = b.torch
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(8, k, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
+    tab = _table(torch, w)
+    h = torch.cuda.current_stream().cuda_stream
+
+    def mm():
+        torch.mm(x, w.t(), out=y)
+    mm()
+    torch.cuda.synchronize()
+    ref = y.clone()
+    _, cold = b.timed(b.flush, mm)
+    _, hot = b.timed(mm, mm)
+    c, hh = stats(cold)["median"], stats(hot)["median"]
+    row = {"weight_bytes": n * k * 2, "shape": [8, k, n], "cold_us": stats(cold),
+           "hot_us": stats(hot), "after_fill": {}}
+    for s in sleeps:
+        _, t = b.timed(lambda: (b.flush(), kern.launch(tab.data_ptr(), 0, 1, h),
+                                b.sleep(s)), mm)
+        a = stats(t)["median"]
+        row["after_fill"][f"sleep{s}us"] = {
+            "us": stats(t), "recovered": (c - a) / (c - hh) if c > hh else None}
+    torch.cuda.synchronize()
+    row["bitwise_equal_to_cold"] = bool(torch.equal(y, ref))
+    return row
+
+
+def bench_interference(b: _Bench, kern, fill_bytes: int = 50 * MB) -> dict:
+    """Extra time of a latency-bound chain (200 tiny kernels) and of a
+    memory-bound chain (a 256 MB read) when a fill of ``fill_bytes`` runs
+    on a side stream at the same time."""
+    torch = b.torch
+    w = torch.ones(fill_bytes // 4, dtype=torch.int32, device="cuda")
+    tab = _table(torch, w)
+    side = torch.cuda.Stream()
+    small = torch.zeros(256, device="cuda")
+    big = torch.ones(64 << 20, dtype=torch.int32, device="cuda")  # 256 MiB
+    big_read, _ = _reader(torch, big)
+    chains = {"latency_chain_200_kernels": lambda: [small.add_(1) for _ in range(200)],
+              "memory_chain_256MiB_read": big_read}
+    out = {"fill_bytes": fill_bytes}
+    for name, chain in chains.items():
+        chain()
+        _, alone = b.timed(b.flush, chain)
+
+        def with_fill():
+            side.wait_stream(torch.cuda.current_stream())
+            kern.launch(tab.data_ptr(), 0, 1, side.cuda_stream)
+            chain()
+            torch.cuda.current_stream().wait_stream(side)
+        _, both = b.timed(b.flush, with_fill)
+        a, w_ = stats(alone)["median"], stats(both)["median"]
+        out[name] = {"alone_us": stats(alone), "with_fill_us": stats(both),
+                     "extra_us": w_ - a}
+    return out
+
+
+def run_kernel_bench(args) -> dict:
+    """``l2sched bench kernel``: every section for every variant; writes
+    ``args.out`` (JSON) and ``args.md_out`` (markdown). Returns the result."""
+    import torch
+    variants = parse_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)
+    sizes = [int(s) * MB for s in args.sizes.split(",")]
+    shapes = DEFAULT_SHAPES if not args.shapes else tuple(
+        tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
+    props = torch.cuda.get_device_properties(0)
+    out = {"device": props.name, "sm": f"{props.major}.{props.minor}",
+           "sms": props.multi_processor_count,
+           "l2_bytes": getattr(props, "L2_cache_size", None),
+           "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cutlass_dsl": K.cutlass_version(), "reps": args.reps,
+           "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+           "variants": {}}
+    b = _Bench(torch, args.reps)
+    delays = [0, 5, 10, 15, 20, 30, 40]
+    for label, shape in variants:
+        kern = K.get_kernel(0, policy=args.policy, **shape)
+        rec = {"shape": shape}
+        out["variants"][label] = rec
+        if kern is None:
+            rec["error"] = K.disabled_reason() or "compile failed (see the log)"
+            continue
+        rec["ffi"], rec["compile_s"] = kern.ffi, kern.compile_s
+        print(f"[{label}] fill ...", file=sys.stderr, flush=True)
+        rec["fill"] = [bench_fill(b, kern, s, delays) for s in sizes]
+        print(f"[{label}] gemm ...", file=sys.stderr, flush=True)
+        rec["gemm"] = [bench_gemm(b, kern, n, k) for n, k in shapes]
+        print(f"[{label}] interference ...", file=sys.stderr, flush=True)
+        rec["interference"] = bench_interference(b, kern)
+        _write(args, out)
+    _write(args, out)
+    print(table(out))
+    return out
+
+
+def _write(args, out: dict) -> None:
+    files = [(args.out, json.dumps(out, indent=1) + "\n")]
+    if args.md_out:
+        files.append((args.md_out, markdown(out)))
+    write_texts_atomically(files)
+
+
+def _f(x, spec=".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(out: dict) -> str:
+    """A short text table: per variant, landed TB/s at the largest size,
+    GEMM recovered share per shape (sleep 0), chain extras (us)."""
+    lines = [f"{out['device']} ({out['cutlass_dsl']}), medians of {out['reps']}"]
+    for label, rec in out["variants"].items():
+        if "error" in rec:
+            lines.append(f"{label:10} error: {rec['error']}")
+            continue
+        big = rec["fill"][-1]
+        landed = big["landed"] or {}
+        rec0 = " ".join(f"{g['weight_bytes'] / MB:.1f}MB:"
+                        f"{_f(g['after_fill']['sleep0us']['recovered'])}"
+                        for g in rec["gemm"])
+        inter = rec["interference"]
+        lines.append(
+            f"{label:10} {big['bytes'] / MB:.0f} MB landed "
+            f"{_f(landed.get('TBps'))} TB/s in {_f(landed.get('fill_us'), '.1f')} us; "
+            f"GEMM recovered {rec0}; latency chain +"
+            f"{_f(inter['latency_chain_200_kernels']['extra_us'], '.1f')} us, memory "
+            f"chain +{_f(inter['memory_chain_256MiB_read']['extra_us'], '.1f')} us")
+    return "\n".join(lines)
+
+
+def markdown(out: dict) -> str:
+    """The markdown report of a ``bench kernel`` result."""
+    md = [f"# Fill kernels on {out['device']} ({out['date']})", "",
+          f"Command: `{out['command']}`. torch {out['torch']}, CUDA {out['cuda']}, "
+          f"nvidia-cutlass-dsl {out['cutlass_dsl']}, {out['sms']} SMs, L2 "
+          f"{out['l2_bytes']} B. Medians of {out['reps']} repetitions, each behind a "
+          "1 GiB read flush; p10-p90 in brackets. MB = 10^6 B.", "",
+          "## Fill: time until the bytes are hot", "",
+          "| variant | bytes | launch-to-exit us | landed after (sleep) us | landed TB/s |",
+          "|---|---|---|---|---|"]
+    for label, rec in out["variants"].items():
+        for f in rec.get("fill", []):
+            la = f["landed"] or {}
+            e = f["launch_to_exit_us"]
+            md.append(f"| {label} | {f['bytes'] / MB:.1f} MB | {e['median']:.1f} "
+                      f"[{e['p10']:.1f}-{e['p90']:.1f}] | {_f(la.get('fill_us'), '.1f')}"
+                      f" ({_f(la.get('sleep_us'), '.0f')}) | {_f(la.get('TBps'))} |")
+    md += ["", "## The consumer: M=8 bf16 GEMM, cold / hot / right after a fill", "",
+           "| variant | weight | cold us | hot us | after fill us (recovered) | "
+           "after fill + 30 us (recovered) | bitwise |", "|---|---|---|---|---|---|---|"]
+    for label, rec in out["variants"].items():
+        for g in rec.get("gemm", []):
+            a0, a30 = g["after_fill"]["sleep0us"], g["after_fill"]["sleep30us"]
+            md.append(f"| {label} | {g['weight_bytes'] / MB:.1f} MB | "
+                      f"{g['cold_us']['median']:.2f} | {g['hot_us']['median']:.2f} | "
+                      f"{a0['us']['median']:.2f} ({_f(a0['recovered'])}) | "
+                      f"{a30['us']['median']:.2f} ({_f(a30['recovered'])}) | "
+                      f"{g['bitwise_equal_to_cold']} |")
+    md += ["", "## Cost to concurrent work: a 50 MB fill on a side stream", "",
+           "| variant | 200 tiny kernels alone us | with fill | extra us | 256 MiB read "
+           "alone us | with fill | extra us |", "|---|---|---|---|---|---|---|"]
+    for label, rec in out["variants"].items():
+        if "interference" not in rec:
+            continue
+        lat = rec["interference"]["latency_chain_200_kernels"]
+        mem = rec["interference"]["memory_chain_256MiB_read"]
+        md.append(f"| {label} | {lat['alone_us']['median']:.1f} | "
+                  f"{lat['with_fill_us']['median']:.1f} | {lat['extra_us']:.1f} | "
+                  f"{mem['alone_us']['median']:.1f} | {mem['with_fill_us']['median']:.1f}"
+                  f" | {mem['extra_us']:.1f} |")
+    return "\n".join(md) + "\n"
