@@ -88,9 +88,9 @@ def kernel_arguments(p) -> None:
     """Options of ``bench kernel``."""
     p.add_argument("--out", required=True, metavar="RESULT.json")
     p.add_argument("--md-out", default="", metavar="REPORT.md")
-    p.add_argument("--reps", type=int, default=15,
+    p.add_argument("--reps", type=int, default=40,
                    help="repetitions per measurement (medians, p10/p90)")
-    p.add_argument("--sizes", default="8,16,32,64",
+    p.add_argument("--sizes", default="8,16,32,48,64",
                    help="fill sizes in MB (10^6 B), comma-separated")
     p.add_argument("--shapes", default="",
                    help="consumer weights NxK, comma-separated (default: the "
