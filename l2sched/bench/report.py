@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.markdown import markdown
@@ -100,18 +102,46 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     the report: a profile edited since the run would lint a different
     all-reduce than was measured). Raises ``L2sInputError`` for a bad
     profile."""
+    d = _read_result(result)
+    cfg = load_model_config(None)
+    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    prof, profile_source = _lint_profile(d, device_profile)
+    lint = _Lint(cfg=cfg, inv=inv, prof=prof,
+                 specs={a["name"]: a for a in d["arms"]},
+                 scheds={a["name"]: load_schedule(shipped_path(a["path"]), a["overrides"])
+                         for a in d["arms"] if a["path"]})
+    summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
+               "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
+               "header": header, "replays": d["replays"], "kernel_mode_note": KERNEL_MODE_WHY,
+               "device_profile": profile_source, "per_m": {}}
+    totals = _Totals()
+    for M, m in d["per_m"].items():
+        summary["per_m"][M] = _per_m(lint, totals, result, M, m)
+    _add_totals(summary, totals, prof)
+    summary["targets"] = _targets(summary)
+    protect = [result] + ([device_profile] if device_profile
+                          and Path(device_profile).exists() else [])
+    write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),
+                            (md_out, markdown(summary))], protect=protect)
+    return summary
 
 
+def _read_result(result: str) -> dict:
+    """The ``bench run`` result at path ``result``; ``L2sInputError`` when it
+    is not one or is a ``--dry`` result."""
     d = read_json_file(result)
     if not isinstance(d, dict) or d.get("kind") != "l2sched bench":
         raise L2sInputError(f"{result}: not a `l2sched bench run` result")
     if d.get("dry"):
         raise L2sInputError(f"{result}: a --dry result has no CUDA-graph step times to "
                             f"report")
-    cfg = load_model_config(None)
-    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    return d
+
+
+def _lint_profile(d: dict, device_profile: str):
+    """``(DeviceProfile, where it came from)`` for the lint of result ``d``
+    (see ``report``)."""
     if d.get("device_profile_toml"):
-        import tempfile
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / "h200.toml"
             p.write_text(d["device_profile_toml"], encoding="utf-8")
@@ -124,115 +154,190 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
         prof = load_device("h200")
         profile_source = ("the shipped h200 profile as of now (the result does not "
                           "record the one it ran with)")
-    specs = {a["name"]: a for a in d["arms"]}
-    scheds = {a["name"]: load_schedule(shipped_path(a["path"]), a["overrides"])
-              for a in d["arms"] if a["path"]}
-    summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
-               "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
-               "header": header, "replays": d["replays"], "kernel_mode_note": KERNEL_MODE_WHY,
-               "device_profile": profile_source, "per_m": {}}
-    sources = set()
-    agree = {"schedule_arms": [0, 0], "all_arms": [0, 0]}
-    pooled = {"uncalibrated": [], "calibrated": []}
-    pooled_sched = {"uncalibrated": [], "calibrated": []}
-    pooled_raw = {"uncalibrated": [], "calibrated": []}
-    for M, m in d["per_m"].items():
-        arms = m["arms"]
-        none = arms["none"]
-        if "graph_step_us" not in none:
-            raise ValueError(f"M={M}: no CUDA-graph step times in {result} (a dry run?)")
-        ng = none["graph_step_us"]
-        ideal = m["ideal"]["ideal_gain_us"]
-        none_c, _ = correct_arm(none)
-        measured = measured_durations(none_c["ops"], inv.kinds)
-        measured_raw = measured_durations(none["ops"], inv.kinds)
-        # calibrated kernel gap: what the untimed no-prefetch step leaves
-        # after its corrected main-stream durations, per main-stream op
-        main_durs = [o["dur_us"] for o in none_c["ops"].values() if o["stream"] == "main"]
-        gap_us = (max(0.0, (ng["median"] - sum(main_durs)) / len(main_durs))
-                  if main_durs else prof.kernel_gap_us)
-        prof_cal = dataclasses.replace(prof, kernel_gap_us=gap_us)
-        rows = {}
-        base_err = base_step = None
-        for name, a in arms.items():
-            sources.add(a.get("per_op_source", "eager"))
-            ac, ov = correct_arm(a)
-            g = a["graph_step_us"]
-            gain = ng["median"] - g["median"]
-            row = {"step_us": g, "gain_us": gain,
-                   "gain_pct": 100 * gain / ng["median"],
-                   "gain_of_ideal": gain / ideal if ideal else None,
-                   "timed_step_us": a.get("timed_graph_step_us"),
-                   "in_graph_step_us": a.get("in_graph_step_us"),
-                   "main_gap_us": a.get("main_gap_us"),
-                   "event_overhead": ov,
-                   "per_op_source": a.get("per_op_source", "eager"),
-                   "runtime_stats": a.get("runtime_stats")}
-            if row["timed_step_us"]:
-                row["timing_overhead_pct"] = 100 * (row["timed_step_us"]["median"]
-                                                    - g["median"]) / g["median"]
-            row.update(expert_summary(ac, none_c))
-            raw = {"expert": expert_summary(a, none)}
-            if name in scheds:
-                kernel_mode = not is_schedule_arm(specs.get(name, {}))
-                row["kernel_mode"] = kernel_mode
-                noise = noise_us(g, ng)
-                row["noise_us"] = noise
-                row["measured_verdict"] = measured_verdict(gain, noise)
-                for label, meas, meas_raw in (("uncalibrated", None, None),
-                                              ("calibrated", measured, measured_raw)):
-                    lp = prof if meas is None else prof_cal
-                    lr, errs, row[label] = _lint_row(run_lint, scheds[name], inv, lp, M, cfg,
-                                                     meas, noise, ac["ops"], g["median"])
-                    pooled[label] += errs
-                    if not kernel_mode:
-                        pooled_sched[label] += errs
-                    # uncorrected: timed-graph finish times (and durations)
-                    if meas_raw is None:
-                        lr_raw, rr = lr, dict(row[label])
-                        errs_raw = finish_errors(lr.sg, lr.sim, a["ops"])
-                        rr["finish_err"] = err_stats(errs_raw)
-                    else:
-                        lr_raw, errs_raw, rr = _lint_row(run_lint, scheds[name], inv, prof, M,
-                                                         cfg, meas_raw, noise, a["ops"],
-                                                         g["median"])
-                    pooled_raw[label] += errs_raw
-                    raw[label] = rr
-                    if name == "compiled":
-                        base_err = base_err or {}
-                        base_err[label] = err_stats(finish_errors(lr.base_sg, lr.base,
-                                                                  none_c["ops"]))
-                        base_err.setdefault("raw", {})[label] = err_stats(
-                            finish_errors(lr_raw.base_sg, lr_raw.base, none["ops"]))
-                        b = lr.step_period("base")
-                        base_step = base_step or {}
-                        base_step[label] = {"pred_step_us": b,
-                                            "step_err_pct": 100 * (b - ng["median"]) / ng["median"]}
-                row["agree"] = row["calibrated"]["verdict"] == row["measured_verdict"]
-                raw["agree"] = raw["calibrated"]["verdict"] == row["measured_verdict"]
-                for key in ("all_arms",) + (() if kernel_mode else ("schedule_arms",)):
-                    agree[key][0] += row["agree"]
-                    agree[key][1] += 1
-            row["raw"] = raw
-            rows[name] = row
-        summary["per_m"][M] = {"ideal_gain_us": ideal, "ideal": m["ideal"]["consumers"],
-                               "distinct_experts": m["distinct_experts"],
-                               "calibrated_kernel_gap_us": gap_us,
-                               "calibration_us": {f"{k[0]}|{k[1]}": v
-                                                  for k, v in sorted(measured.items())},
-                               "raw_calibration_us": {f"{k[0]}|{k[1]}": v
-                                                      for k, v in sorted(measured_raw.items())},
-                               "none_finish_err": base_err, "none_step_pred": base_step,
-                               "arms": rows}
-    summary["per_op_source"] = sorted(sources)
-    summary["verdict_agreement"] = {k: {"agree": v[0], "total": v[1]} for k, v in agree.items()}
+    return prof, profile_source
+
+
+@dataclasses.dataclass
+class _Lint:
+    """What every lint run of one report shares: model config, inventory,
+    device profile (uncalibrated), the result's arm specs and the schedules
+    of the arms that have one (by arm name)."""
+    cfg: Any
+    inv: Any
+    prof: Any
+    specs: dict
+    scheds: dict
+
+
+@dataclasses.dataclass
+class _Totals:
+    """Accumulated over every M and arm: per-op sources, verdict agreement
+    ``[agree, total]`` per count, and the finish-time errors pooled per
+    label (all linted arms, schedule arms only, uncorrected)."""
+    sources: set = dataclasses.field(default_factory=set)
+    agree: dict = dataclasses.field(
+        default_factory=lambda: {"schedule_arms": [0, 0], "all_arms": [0, 0]})
+    pooled: dict = dataclasses.field(
+        default_factory=lambda: {"uncalibrated": [], "calibrated": []})
+    pooled_sched: dict = dataclasses.field(
+        default_factory=lambda: {"uncalibrated": [], "calibrated": []})
+    pooled_raw: dict = dataclasses.field(
+        default_factory=lambda: {"uncalibrated": [], "calibrated": []})
+
+
+@dataclasses.dataclass
+class _Reference:
+    """The no-prefetch reference of one M: the ``none`` arm raw and
+    corrected, its untimed graph step ``ng`` (stats, us), the ideal gain
+    (us), the calibration (corrected and raw) and the calibrated profile;
+    ``base_err``/``base_step``: the lint's no-prefetch baseline, filled from
+    the ``compiled`` arm's lint runs (None without one)."""
+    M: str
+    none: dict
+    none_c: dict
+    ng: dict
+    ideal: Any
+    measured: dict
+    measured_raw: dict
+    prof_cal: Any
+    base_err: dict | None = None
+    base_step: dict | None = None
+
+
+def _per_m(lint: _Lint, totals: _Totals, result: str, M: str, m: dict) -> dict:
+    """The summary of one M (``m``: the result's ``per_m[M]``): calibration
+    from the corrected no-prefetch arm, a row per arm. Raises ``ValueError``
+    without CUDA-graph step times."""
+    arms = m["arms"]
+    none = arms["none"]
+    if "graph_step_us" not in none:
+        raise ValueError(f"M={M}: no CUDA-graph step times in {result} (a dry run?)")
+    ng = none["graph_step_us"]
+    ideal = m["ideal"]["ideal_gain_us"]
+    none_c, _ = correct_arm(none)
+    measured = measured_durations(none_c["ops"], lint.inv.kinds)
+    measured_raw = measured_durations(none["ops"], lint.inv.kinds)
+    # calibrated kernel gap: what the untimed no-prefetch step leaves
+    # after its corrected main-stream durations, per main-stream op
+    main_durs = [o["dur_us"] for o in none_c["ops"].values() if o["stream"] == "main"]
+    gap_us = (max(0.0, (ng["median"] - sum(main_durs)) / len(main_durs))
+              if main_durs else lint.prof.kernel_gap_us)
+    ref = _Reference(M=M, none=none, none_c=none_c, ng=ng, ideal=ideal, measured=measured,
+                     measured_raw=measured_raw,
+                     prof_cal=dataclasses.replace(lint.prof, kernel_gap_us=gap_us))
+    rows = {}
+    for name, a in arms.items():
+        rows[name] = _arm_row(lint, totals, ref, name, a)
+    return {"ideal_gain_us": ideal, "ideal": m["ideal"]["consumers"],
+            "distinct_experts": m["distinct_experts"],
+            "calibrated_kernel_gap_us": gap_us,
+            "calibration_us": {f"{k[0]}|{k[1]}": v
+                               for k, v in sorted(measured.items())},
+            "raw_calibration_us": {f"{k[0]}|{k[1]}": v
+                                   for k, v in sorted(measured_raw.items())},
+            "none_finish_err": ref.base_err, "none_step_pred": ref.base_step,
+            "arms": rows}
+
+
+def _arm_row(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict) -> dict:
+    """The summary row of arm ``name`` (``a``: its measurement at this M):
+    step time and gain, the timed graph's overhead, expert stream and fills
+    (corrected; uncorrected under ``raw``) and, for an arm with a schedule,
+    the lint's (``_lint_arm``)."""
+    totals.sources.add(a.get("per_op_source", "eager"))
+    ac, ov = correct_arm(a)
+    g = a["graph_step_us"]
+    gain = ref.ng["median"] - g["median"]
+    row = {"step_us": g, "gain_us": gain,
+           "gain_pct": 100 * gain / ref.ng["median"],
+           "gain_of_ideal": gain / ref.ideal if ref.ideal else None,
+           "timed_step_us": a.get("timed_graph_step_us"),
+           "in_graph_step_us": a.get("in_graph_step_us"),
+           "main_gap_us": a.get("main_gap_us"),
+           "event_overhead": ov,
+           "per_op_source": a.get("per_op_source", "eager"),
+           "runtime_stats": a.get("runtime_stats")}
+    if row["timed_step_us"]:
+        row["timing_overhead_pct"] = 100 * (row["timed_step_us"]["median"]
+                                            - g["median"]) / g["median"]
+    row.update(expert_summary(ac, ref.none_c))
+    raw = {"expert": expert_summary(a, ref.none)}
+    if name in lint.scheds:
+        _lint_arm(lint, totals, ref, name, a, ac, gain, row, raw)
+    row["raw"] = raw
+    return row
+
+
+def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
+              ac: dict, gain: float, row: dict, raw: dict) -> None:
+    """Lint arm ``name`` (``a`` raw, ``ac`` corrected; ``gain`` measured, us)
+    uncalibrated and calibrated: verdicts and finish-time errors against the
+    corrected times into ``row``, against the uncorrected ones into ``raw``;
+    agreement and pooled errors into ``totals``; for ``compiled``, the
+    lint's no-prefetch baseline into ``ref`` (``_baseline``)."""
+    g = a["graph_step_us"]
+    kernel_mode = not is_schedule_arm(lint.specs.get(name, {}))
+    row["kernel_mode"] = kernel_mode
+    noise = noise_us(g, ref.ng)
+    row["noise_us"] = noise
+    row["measured_verdict"] = measured_verdict(gain, noise)
+    for label, meas, meas_raw in (("uncalibrated", None, None),
+                                  ("calibrated", ref.measured, ref.measured_raw)):
+        lp = lint.prof if meas is None else ref.prof_cal
+        lr, errs, row[label] = _lint_row(run_lint, lint.scheds[name], lint.inv, lp, ref.M,
+                                         lint.cfg, meas, noise, ac["ops"], g["median"])
+        totals.pooled[label] += errs
+        if not kernel_mode:
+            totals.pooled_sched[label] += errs
+        # uncorrected: timed-graph finish times (and durations)
+        if meas_raw is None:
+            lr_raw, rr = lr, dict(row[label])
+            errs_raw = finish_errors(lr.sg, lr.sim, a["ops"])
+            rr["finish_err"] = err_stats(errs_raw)
+        else:
+            lr_raw, errs_raw, rr = _lint_row(run_lint, lint.scheds[name], lint.inv, lint.prof,
+                                             ref.M, lint.cfg, meas_raw, noise, a["ops"],
+                                             g["median"])
+        totals.pooled_raw[label] += errs_raw
+        raw[label] = rr
+        if name == "compiled":
+            _baseline(ref, label, lr, lr_raw)
+    row["agree"] = row["calibrated"]["verdict"] == row["measured_verdict"]
+    raw["agree"] = raw["calibrated"]["verdict"] == row["measured_verdict"]
+    for key in ("all_arms",) + (() if kernel_mode else ("schedule_arms",)):
+        totals.agree[key][0] += row["agree"]
+        totals.agree[key][1] += 1
+
+
+def _baseline(ref: _Reference, label: str, lr, lr_raw) -> None:
+    """The lint's no-prefetch baseline under ``label``, from the
+    ``compiled`` arm's lint runs ``lr`` (corrected) and ``lr_raw``: its
+    finish-time errors vs the ``none`` arm (uncorrected under ``raw``) and
+    its predicted step vs the untimed graph's."""
+    ng = ref.ng
+    ref.base_err = ref.base_err or {}
+    ref.base_err[label] = err_stats(finish_errors(lr.base_sg, lr.base, ref.none_c["ops"]))
+    ref.base_err.setdefault("raw", {})[label] = err_stats(
+        finish_errors(lr_raw.base_sg, lr_raw.base, ref.none["ops"]))
+    b = lr.step_period("base")
+    ref.base_step = ref.base_step or {}
+    ref.base_step[label] = {"pred_step_us": b,
+                            "step_err_pct": 100 * (b - ng["median"]) / ng["median"]}
+
+
+def _add_totals(summary: dict, totals: _Totals, prof) -> None:
+    """The summary's keys over all M: per-op sources, verdict agreement,
+    median finish-time errors, the profile's kernel gap per step."""
+    summary["per_op_source"] = sorted(totals.sources)
+    summary["verdict_agreement"] = {k: {"agree": v[0], "total": v[1]}
+                                    for k, v in totals.agree.items()}
     summary["verdict_agreement"]["why"] = KERNEL_MODE_WHY
 
     def meds(p):
         return {k: statistics.median(v) if v else None for k, v in p.items()}
-    summary["finish_err_median"] = meds(pooled)
-    summary["finish_err_median_schedule_arms"] = meds(pooled_sched)
-    summary["raw"] = {"finish_err_median": meds(pooled_raw),
+    summary["finish_err_median"] = meds(totals.pooled)
+    summary["finish_err_median_schedule_arms"] = meds(totals.pooled_sched)
+    summary["raw"] = {"finish_err_median": meds(totals.pooled_raw),
                       "note": "uncorrected: timed-graph durations (calibration) and finish "
                               "times, event overhead included"}
     n_main = next((r["event_overhead"]["n_main"] for p in summary["per_m"].values()
@@ -240,9 +345,3 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     if n_main:
         summary["lint_kernel_gap"] = {"kernel_gap_us": prof.kernel_gap_us, "n_main": n_main,
                                       "per_step_us": prof.kernel_gap_us * n_main}
-    summary["targets"] = _targets(summary)
-    protect = [result] + ([device_profile] if device_profile
-                          and Path(device_profile).exists() else [])
-    write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),
-                            (md_out, markdown(summary))], protect=protect)
-    return summary

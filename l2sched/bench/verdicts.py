@@ -71,6 +71,7 @@ cannot express, so the lint sees the same schedule as ``compiled``.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 
 from l2sched.bench.run import quantile
 
@@ -152,7 +153,6 @@ def correct_ops(ops: dict, ov: dict | None) -> dict:
     unchanged when ``ov`` is None."""
     if ov is None:
         return ops
-    from bisect import bisect_right
     o, c, s0 = ov["per_op_us"], ov["in_dur_us"], ov["lead_us"]
     main = _main_order(ops)
     k_of = {k: i for i, k in enumerate(main)}
