@@ -192,61 +192,10 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     graphs, timed, acc = {}, {}, {}
     keep = []
     for a in arms:
-        inst = rt = None
-        if a.get("plan"):
-            rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                              **({} if dry else a.get("runtime", {})))
-            rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-            inst = install_plan(model.layers, inv, a["plan"], rt)
-            if not dry:
-                rt.prepare()
-        count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
-        try:
-            runner.step()          # binds rows, loads kernels
-            _sync(torch, dry)
-            acc[a["name"]] = {}
-            if per_op == "eager":
-                for rep in range(args.eager_reps):
-                    tg = _timed_eager(runner, torch, dry, count)
-                    _collect(tg, acc[a["name"]])
-            if not dry:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    runner.step()
-                torch.cuda.synchronize()
-                graphs[a["name"]] = g
-            if per_op == "graph":
-                timed[a["name"]] = _capture_timed(runner, torch, dry, count)
-            rec["arms"][a["name"]] = {}
-            if rt is not None:
-                rec["arms"][a["name"]]["runtime_stats"] = {
-                    "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
-                    "skipped": dict(rt.stats.skipped),
-                    "enabled": bool(getattr(rt, "enabled", True))}
-        finally:
-            if inst is not None:
-                inst.remove()
-        keep.append(rt)
+        keep.append(_capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
+                                 rec, graphs, timed, acc))
         prog.tick(f"arm {a['name']} M={M} captured")
-    # interleaved replays: untimed and timed graphs of every arm, shuffled
-    times = {k: [] for k in graphs}
-    outer_timed = {k: [] for k in timed}
-    order = [(k, "untimed") for k in graphs] + [(k, "timed") for k in timed]
-    for r in range(args.warmup + args.replays):
-        random.Random(r).shuffle(order)
-        for k, which in order:
-            tg = timed[k] if which == "timed" else None
-            g = tg.graph if tg is not None else graphs[k]
-            if g is not None:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                g.replay()
-                e1.record()
-                torch.cuda.synchronize()
-                if r >= args.warmup:
-                    (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
-            if tg is not None and r >= args.warmup:
-                _collect(tg, acc[k])
+    times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch)
     for a in arms:
         k = a["name"]
         rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
@@ -267,6 +216,79 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
         torch.cuda.empty_cache()
     if args.out:
         _write(args.out, out)
+
+
+def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
+                 rec, graphs, timed, acc):
+    """Arm ``a`` at ``M`` tokens (see ``_one_m``): install its plan on a new
+    runtime, one eager step, the timed eager steps (``per_op`` ``eager``)
+    into ``acc``, the untimed graph into ``graphs`` (not in dry mode), the
+    timed graph variant into ``timed`` (``per_op`` ``graph``), the runtime's
+    stats into ``rec``; remove the hooks. Returns the runtime (None for an
+    arm without a plan), kept alive until the M is done."""
+    inst = rt = None
+    if a.get("plan"):
+        rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
+                          **({} if dry else a.get("runtime", {})))
+        rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
+        inst = install_plan(model.layers, inv, a["plan"], rt)
+        if not dry:
+            rt.prepare()
+    count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
+    try:
+        runner.step()          # binds rows, loads kernels
+        _sync(torch, dry)
+        acc[a["name"]] = {}
+        if per_op == "eager":
+            for rep in range(args.eager_reps):
+                tg = _timed_eager(runner, torch, dry, count)
+                _collect(tg, acc[a["name"]])
+        if not dry:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                runner.step()
+            torch.cuda.synchronize()
+            graphs[a["name"]] = g
+        if per_op == "graph":
+            timed[a["name"]] = _capture_timed(runner, torch, dry, count)
+        rec["arms"][a["name"]] = {}
+        if rt is not None:
+            rec["arms"][a["name"]]["runtime_stats"] = {
+                "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
+                "skipped": dict(rt.stats.skipped),
+                "enabled": bool(getattr(rt, "enabled", True))}
+    finally:
+        if inst is not None:
+            inst.remove()
+    return rt
+
+
+def _replay_interleaved(graphs, timed, acc, args, torch):
+    """``warmup + replays`` rounds over the untimed graphs (``graphs``) and
+    the timed variants (``timed``) of every arm, in a shuffled order per
+    round, each replay timed with CUDA events around it (us); after each
+    counted replay of a timed variant its in-graph events go to ``acc``
+    (``_collect``). Returns ``(untimed, timed)``: arm -> us per counted
+    replay."""
+    times = {k: [] for k in graphs}
+    outer_timed = {k: [] for k in timed}
+    order = [(k, "untimed") for k in graphs] + [(k, "timed") for k in timed]
+    for r in range(args.warmup + args.replays):
+        random.Random(r).shuffle(order)
+        for k, which in order:
+            tg = timed[k] if which == "timed" else None
+            g = tg.graph if tg is not None else graphs[k]
+            if g is not None:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                g.replay()
+                e1.record()
+                torch.cuda.synchronize()
+                if r >= args.warmup:
+                    (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
+            if tg is not None and r >= args.warmup:
+                _collect(tg, acc[k])
+    return times, outer_timed
 
 
 def _write(path, out):
