@@ -20,8 +20,8 @@ its lines land; a load-mode kernel exits when its loads returned. The timed
 graph's step time is reported next to the untimed one (the event nodes'
 overhead). ``--per-op eager`` (``args.per_op``) is the old, host-launch-bound eager fallback, labelled so.
 Ideal gain: each prefetched consumer op timed standalone cold (after a 256 MB
-read flush) and L2-resident (right after itself). The lint runs in
-``report``, not here.
+read flush) and L2-resident (right after itself) (``ideal``). The lint runs
+in ``report``, not here.
 
 All-reduces are IDLE INTERVALS of the device profile's collective model (one
 GPU standing in for rank 0 of TP4); every report says so. Units: us,
@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from l2sched.bench import shipped_path
+from l2sched.bench.ideal import ideal_gain
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
-from l2sched.compiler.compile import compile_plan, storage_entry
+from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -206,7 +207,7 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
             rec["arms"][k]["timed_graph_step_us"] = stats(outer_timed[k])
     prog.tick(f"replays M={M} ({args.replays} x {len(arms)} arms x "
               f"{'untimed+timed' if timed else 'untimed'}, interleaved)")
-    rec["ideal"] = _ideal(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
+    rec["ideal"] = ideal_gain(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
     prog.tick(f"ideal gain M={M}")
     out["per_m"][str(M)] = rec
     del graphs, timed
@@ -445,63 +446,3 @@ def _summarize(acc: dict, source: str) -> dict:
            "main_gap_us": stats(acc.get("main_gap", []))}
     out["in_graph_step_us" if source == "graph" else "eager_step_us"] = stats(acc.get("step", []))
     return out
-
-
-def _consumers(plan, inv, runner) -> dict:
-    """``(kind, op) -> [layers]`` of ops that read bytes the plan fetches."""
-    fetched = set()
-    for w in plan.issues:
-        for r in w.ranges:
-            fetched.add((r.layer, r.tensor))
-    out: dict = {}
-    for i in range(len(inv.layers)):
-        for op in runner.ops_of(i):
-            for p in op.reads:
-                try:
-                    e = inv.tensor(i, p)
-                except KeyError:
-                    continue
-                st = storage_entry(inv, i, e)
-                if (i, st.path) in fetched:
-                    out.setdefault((str(inv.kinds[i]), op.name), []).append(i)
-                    break
-    return out
-
-
-def _ideal(runner, plan, inv, torch, dry, reps) -> dict:
-    """Cold and L2-resident standalone time of every prefetched consumer op
-    (one representative layer per (kind, op)); ideal gain = sum over all
-    consumer occurrences of (cold - hot), us."""
-    cons = _consumers(plan, inv, runner)
-    flush = None if dry else torch.empty(256 * 10 ** 6 // 2, dtype=torch.bfloat16,
-                                         device="cuda").normal_()
-    rows = []
-    total = 0.0
-    for (kind, op), layers in sorted(cons.items()):
-        lay = runner.model.layers[layers[0]]
-        runner._ops = {o.name: o for o in runner.ops_of(layers[0])}
-        o = runner._ops[op]
-        cold, hot = [], []
-        for _ in range(reps):
-            for which in ("cold", "hot"):
-                if dry:
-                    cold.append(0.0), hot.append(0.0)
-                    break
-                if which == "cold":
-                    flush.sum()
-                else:
-                    runner._body(lay, o)
-                runner.spin(300)  # host launch of the timed op must not show: keep the GPU busy
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-                runner._body(lay, o)
-                e1.record()
-                torch.cuda.synchronize()
-                (cold if which == "cold" else hot).append(e0.elapsed_time(e1) * 1000.0)
-        c, h = statistics.median(cold), statistics.median(hot)
-        total += max(0.0, c - h) * len(layers)
-        rows.append({"kind": kind, "op": op, "layers": len(layers), "cold_us": c,
-                     "hot_us": h, "gain_us": max(0.0, c - h) * len(layers)})
-    return {"consumers": rows, "ideal_gain_us": total}
-
