@@ -63,6 +63,8 @@ FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
 
 
 def quantile(xs, q):
+    """The ``q`` quantile (0..1) of the values ``xs``, linearly interpolated
+    between the sorted values; None when ``xs`` is empty."""
     xs = sorted(xs)
     if not xs:
         return None

@@ -101,6 +101,7 @@ class _Timer:
         self.torch, self.gpu = torch, gpu
 
     def time(self, fn) -> float:
+        """Call ``fn()``; its time, us."""
         if not self.gpu:
             t = time.perf_counter()
             fn()
