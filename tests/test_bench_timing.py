@@ -10,7 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from l2sched.bench.options import run_arguments as add_arguments
-from l2sched.bench.report import (
+from l2sched.bench.report import report
+from l2sched.bench.run import TimedGraph, _collect, _summarize, run
+from l2sched.bench.step import FakeEvent
+from l2sched.bench.verdicts import (
     correct_fills,
     correct_ops,
     event_overhead,
@@ -19,10 +22,7 @@ from l2sched.bench.report import (
     measured_durations,
     measured_verdict,
     noise_us,
-    report,
 )
-from l2sched.bench.run import TimedGraph, _collect, _summarize, run
-from l2sched.bench.step import FakeEvent
 from l2sched.cli import main
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint

@@ -7,8 +7,14 @@ durations), compares with the measurements and writes the JSON summary and
 markdown (``report.py``). ``l2sched bench tp --world-size N --out FILE``
 runs the step with real all-reduces, one process per GPU (``tp.py``);
 ``l2sched bench tp-report FILE`` writes its markdown and can fit the measured
-all-reduces into a device profile (``tp_report.py``). torch is imported
-inside functions only. The subcommands are registered by ``l2sched.cli.bench``.
+all-reduces into a device profile (``tp_report.py``). Behind them: the bench
+tree (``tree.py``) and its decode step (``step.py``), the ideal gain
+(``ideal.py``), the report's rules (``verdicts.py``) and markdown
+(``markdown.py``), one rank of ``bench tp`` (``tp_rank.py``), its step with
+real all-reduces (``tp_step.py``) and the ranks' lockstep and standalone
+all-reduces (``tp_allreduce.py``); the options live in ``options.py``. torch is
+imported inside functions only. The subcommands are registered by
+``l2sched.cli.bench``.
 """
 
 from __future__ import annotations

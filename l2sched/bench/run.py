@@ -20,8 +20,8 @@ its lines land; a load-mode kernel exits when its loads returned. The timed
 graph's step time is reported next to the untimed one (the event nodes'
 overhead). ``--per-op eager`` (``args.per_op``) is the old, host-launch-bound eager fallback, labelled so.
 Ideal gain: each prefetched consumer op timed standalone cold (after a 256 MB
-read flush) and L2-resident (right after itself). The lint runs in
-``report``, not here.
+read flush) and L2-resident (right after itself) (``ideal``). The lint runs
+in ``report``, not here.
 
 All-reduces are IDLE INTERVALS of the device profile's collective model (one
 GPU standing in for rank 0 of TP4); every report says so. Units: us,
@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from l2sched.bench import shipped_path
+from l2sched.bench.ideal import ideal_gain
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
-from l2sched.compiler.compile import compile_plan, storage_entry
+from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -62,6 +63,8 @@ FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
 
 
 def quantile(xs, q):
+    """The ``q`` quantile (0..1) of the values ``xs``, linearly interpolated
+    between the sorted values; None when ``xs`` is empty."""
     xs = sorted(xs)
     if not xs:
         return None
@@ -192,44 +195,85 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     graphs, timed, acc = {}, {}, {}
     keep = []
     for a in arms:
-        inst = rt = None
-        if a.get("plan"):
-            rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                              **({} if dry else {"device_profile": runner.profile,
-                                                 **a.get("runtime", {})}))
-            rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-            inst = install_plan(model.layers, inv, a["plan"], rt)
-            if not dry:
-                rt.prepare()
-        count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
-        try:
-            runner.step()          # binds rows, loads kernels
-            _sync(torch, dry)
-            acc[a["name"]] = {}
-            if per_op == "eager":
-                for rep in range(args.eager_reps):
-                    tg = _timed_eager(runner, torch, dry, count)
-                    _collect(tg, acc[a["name"]])
-            if not dry:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    runner.step()
-                torch.cuda.synchronize()
-                graphs[a["name"]] = g
-            if per_op == "graph":
-                timed[a["name"]] = _capture_timed(runner, torch, dry, count)
-            rec["arms"][a["name"]] = {}
-            if rt is not None:
-                rec["arms"][a["name"]]["runtime_stats"] = {
-                    "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
-                    "skipped": dict(rt.stats.skipped),
-                    "enabled": bool(getattr(rt, "enabled", True))}
-        finally:
-            if inst is not None:
-                inst.remove()
-        keep.append(rt)
+        keep.append(_capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
+                                 rec, graphs, timed, acc))
         prog.tick(f"arm {a['name']} M={M} captured")
-    # interleaved replays: untimed and timed graphs of every arm, shuffled
+    times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch)
+    for a in arms:
+        k = a["name"]
+        rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
+        if times.get(k):
+            rec["arms"][k]["graph_step_us"] = stats(times[k])
+            rec["arms"][k]["graph_step_us_all"] = times[k]
+        if outer_timed.get(k):
+            rec["arms"][k]["timed_graph_step_us"] = stats(outer_timed[k])
+    prog.tick(f"replays M={M} ({args.replays} x {len(arms)} arms x "
+              f"{'untimed+timed' if timed else 'untimed'}, interleaved)")
+    rec["ideal"] = ideal_gain(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
+    prog.tick(f"ideal gain M={M}")
+    out["per_m"][str(M)] = rec
+    del graphs, timed
+    keep.clear()
+    if not dry:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    if args.out:
+        _write(args.out, out)
+
+
+def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
+                 rec, graphs, timed, acc):
+    """Arm ``a`` at ``M`` tokens (see ``_one_m``): install its plan on a new
+    runtime, one eager step, the timed eager steps (``per_op`` ``eager``)
+    into ``acc``, the untimed graph into ``graphs`` (not in dry mode), the
+    timed graph variant into ``timed`` (``per_op`` ``graph``), the runtime's
+    stats into ``rec``; remove the hooks. Returns the runtime (None for an
+    arm without a plan), kept alive until the M is done."""
+    inst = rt = None
+    if a.get("plan"):
+        rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
+                          **({} if dry else {"device_profile": runner.profile,
+                                             **a.get("runtime", {})}))
+        rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
+        inst = install_plan(model.layers, inv, a["plan"], rt)
+        if not dry:
+            rt.prepare()
+    count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
+    try:
+        runner.step()          # binds rows, loads kernels
+        _sync(torch, dry)
+        acc[a["name"]] = {}
+        if per_op == "eager":
+            for rep in range(args.eager_reps):
+                tg = _timed_eager(runner, torch, dry, count)
+                _collect(tg, acc[a["name"]])
+        if not dry:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                runner.step()
+            torch.cuda.synchronize()
+            graphs[a["name"]] = g
+        if per_op == "graph":
+            timed[a["name"]] = _capture_timed(runner, torch, dry, count)
+        rec["arms"][a["name"]] = {}
+        if rt is not None:
+            rec["arms"][a["name"]]["runtime_stats"] = {
+                "issued": rt.stats.issued, "bytes_issued": rt.stats.bytes_issued,
+                "skipped": dict(rt.stats.skipped),
+                "enabled": bool(getattr(rt, "enabled", True))}
+    finally:
+        if inst is not None:
+            inst.remove()
+    return rt
+
+
+def _replay_interleaved(graphs, timed, acc, args, torch):
+    """``warmup + replays`` rounds over the untimed graphs (``graphs``) and
+    the timed variants (``timed``) of every arm, in a shuffled order per
+    round, each replay timed with CUDA events around it (us); after each
+    counted replay of a timed variant its in-graph events go to ``acc``
+    (``_collect``). Returns ``(untimed, timed)``: arm -> us per counted
+    replay."""
     times = {k: [] for k in graphs}
     outer_timed = {k: [] for k in timed}
     order = [(k, "untimed") for k in graphs] + [(k, "timed") for k in timed]
@@ -248,26 +292,7 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
                     (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
             if tg is not None and r >= args.warmup:
                 _collect(tg, acc[k])
-    for a in arms:
-        k = a["name"]
-        rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
-        if times.get(k):
-            rec["arms"][k]["graph_step_us"] = stats(times[k])
-            rec["arms"][k]["graph_step_us_all"] = times[k]
-        if outer_timed.get(k):
-            rec["arms"][k]["timed_graph_step_us"] = stats(outer_timed[k])
-    prog.tick(f"replays M={M} ({args.replays} x {len(arms)} arms x "
-              f"{'untimed+timed' if timed else 'untimed'}, interleaved)")
-    rec["ideal"] = _ideal(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
-    prog.tick(f"ideal gain M={M}")
-    out["per_m"][str(M)] = rec
-    del graphs, timed
-    keep.clear()
-    if not dry:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    if args.out:
-        _write(args.out, out)
+    return times, outer_timed
 
 
 def _write(path, out):
@@ -424,63 +449,3 @@ def _summarize(acc: dict, source: str) -> dict:
            "main_gap_us": stats(acc.get("main_gap", []))}
     out["in_graph_step_us" if source == "graph" else "eager_step_us"] = stats(acc.get("step", []))
     return out
-
-
-def _consumers(plan, inv, runner) -> dict:
-    """``(kind, op) -> [layers]`` of ops that read bytes the plan fetches."""
-    fetched = set()
-    for w in plan.issues:
-        for r in w.ranges:
-            fetched.add((r.layer, r.tensor))
-    out: dict = {}
-    for i in range(len(inv.layers)):
-        for op in runner.ops_of(i):
-            for p in op.reads:
-                try:
-                    e = inv.tensor(i, p)
-                except KeyError:
-                    continue
-                st = storage_entry(inv, i, e)
-                if (i, st.path) in fetched:
-                    out.setdefault((str(inv.kinds[i]), op.name), []).append(i)
-                    break
-    return out
-
-
-def _ideal(runner, plan, inv, torch, dry, reps) -> dict:
-    """Cold and L2-resident standalone time of every prefetched consumer op
-    (one representative layer per (kind, op)); ideal gain = sum over all
-    consumer occurrences of (cold - hot), us."""
-    cons = _consumers(plan, inv, runner)
-    flush = None if dry else torch.empty(256 * 10 ** 6 // 2, dtype=torch.bfloat16,
-                                         device="cuda").normal_()
-    rows = []
-    total = 0.0
-    for (kind, op), layers in sorted(cons.items()):
-        lay = runner.model.layers[layers[0]]
-        runner._ops = {o.name: o for o in runner.ops_of(layers[0])}
-        o = runner._ops[op]
-        cold, hot = [], []
-        for _ in range(reps):
-            for which in ("cold", "hot"):
-                if dry:
-                    cold.append(0.0), hot.append(0.0)
-                    break
-                if which == "cold":
-                    flush.sum()
-                else:
-                    runner._body(lay, o)
-                runner.spin(300)  # host launch of the timed op must not show: keep the GPU busy
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-                runner._body(lay, o)
-                e1.record()
-                torch.cuda.synchronize()
-                (cold if which == "cold" else hot).append(e0.elapsed_time(e1) * 1000.0)
-        c, h = statistics.median(cold), statistics.median(hot)
-        total += max(0.0, c - h) * len(layers)
-        rows.append({"kind": kind, "op": op, "layers": len(layers), "cold_us": c,
-                     "hot_us": h, "gain_us": max(0.0, c - h) * len(layers)})
-    return {"consumers": rows, "ideal_gain_us": total}
-

@@ -24,7 +24,8 @@ all-reduce, the KDA ``_forward`` core, the MLA core module, the MoE runner,
 ``forward_modular``, ``_maybe_reduce_final_output``), so
 ``l2sched.vllm_plugin._install`` places the plan unchanged.
 
-Timing (``timing=True``): an event before and after every op on its stream
+Timing (``timing=True``; the events are ``StepTiming``'s, the base class of
+``StepRunner``): an event before and after every op on its stream
 (``main``/``aux``), and an event on the l2sched side stream after every op
 during or before which fills were issued (``fill_count``, the runtime's
 ``stats.issued``, grew); its time is the last fill kernel's *exit*, not the
@@ -109,7 +110,97 @@ def external_event(torch):
                            "args.per_op = 'eager')") from e
 
 
-class StepRunner:
+class StepTiming:
+    """The clock and the timing events of ``StepRunner`` (its base class):
+    the spin kernel and its calibration, timing events (fake clock off the
+    GPU, external events from a per-capture pool with ``in_graph``) and the
+    side-stream events after ops at which fills were issued. It keeps no
+    state of its own: the attributes it uses (``torch``, ``cuda``,
+    ``device``, ``cycles_per_us``, ``in_graph``, ``fill_count``,
+    ``side_records`` and the pool and counters behind them) are set by
+    ``StepRunner.__init__``."""
+
+    def calibrate_sleep(self) -> float:
+        """Measure the spin kernel's cycles per microsecond (GPU clock now)."""
+        torch = self.torch
+        if not self.cuda:
+            return self.cycles_per_us
+        n = 2_000_000
+        torch.cuda._sleep(n)  # warm
+        torch.cuda.synchronize()
+        rates = []
+        for _ in range(3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(n)
+            b.record()
+            torch.cuda.synchronize()
+            rates.append(n / (a.elapsed_time(b) * 1000.0))
+        self.cycles_per_us = sorted(rates)[1]
+        return self.cycles_per_us
+
+    def spin(self, us: float) -> None:
+        """A kernel that runs ``us`` microseconds and touches no memory."""
+        if self.cuda and us > 0:
+            self.torch.cuda._sleep(max(1, int(us * self.cycles_per_us)))
+
+
+    def event(self, stream=None):
+        """Record a timing event on ``stream`` (default: current). With
+        ``in_graph``: the pool's next external event (created on first use,
+        see ``new_event_pool``)."""
+        if not self.cuda:
+            self._fake_t += 1.0
+            return FakeEvent(self._fake_t)
+        if self.in_graph:
+            if self._pool_i < len(self._pool):
+                e = self._pool[self._pool_i]
+            else:
+                if self.torch.cuda.is_current_stream_capturing():
+                    raise RuntimeError("timed capture needs more events than the "
+                                       "uncaptured timed step created")
+                e = external_event(self.torch)
+                self._pool.append(e)
+            self._pool_i += 1
+        else:
+            e = self.torch.cuda.Event(enable_timing=True)
+        e.record(stream) if stream is not None else e.record()
+        return e
+
+    def new_event_pool(self) -> None:
+        """Start a fresh pool of external events for one timed graph: the
+        next timed step (uncaptured) creates them, the capture after it
+        records the same events (so no event is created during a capture)."""
+        self._pool = []
+        self._pool_i = 0
+
+    def _side_stream(self):
+        if not self.cuda:
+            return None
+        return side_stream(self.device.index or 0)
+
+    def _mark_fills(self, layer: int, op) -> None:
+        """After op ``op`` of ``layer``: a side-stream event when fills were
+        issued since the last one (``fill_count``); without ``fill_count``
+        (eager only) after every op with hooks. ``op`` None: the end of the
+        step (recorded as op ``step_end``)."""
+        if self.fill_count is not None:
+            n = self.fill_count()
+            new = n - self._fills_seen
+            if new <= 0:
+                return
+            self._fills_seen = n
+        elif op.hooks_after or op.hooks_before:
+            if self.in_graph:
+                return  # an unforked side stream cannot be recorded in a capture
+            new = 0
+        else:
+            return
+        name = op.name if op is not None else "step_end"
+        self.side_records.append((layer, name, new, self.event(self._side_stream())))
+
+
+class StepRunner(StepTiming):
     """Runs decode steps of ``model`` (``tree.build_tree``) at ``tokens``
     tokens. ``profile``: ``DeviceProfile`` (durations of the stand-in kernels,
     collective model); ``tp``: the inventory's TP size; ``seed``: routing.
@@ -189,65 +280,6 @@ class StepRunner:
         if t is None:
             t = self._inputs[key] = self._rand(shape, dtype)
         return t
-
-    def calibrate_sleep(self) -> float:
-        """Measure the spin kernel's cycles per microsecond (GPU clock now)."""
-        torch = self.torch
-        if not self.cuda:
-            return self.cycles_per_us
-        n = 2_000_000
-        torch.cuda._sleep(n)  # warm
-        torch.cuda.synchronize()
-        rates = []
-        for _ in range(3):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            torch.cuda._sleep(n)
-            b.record()
-            torch.cuda.synchronize()
-            rates.append(n / (a.elapsed_time(b) * 1000.0))
-        self.cycles_per_us = sorted(rates)[1]
-        return self.cycles_per_us
-
-    def spin(self, us: float) -> None:
-        """A kernel that runs ``us`` microseconds and touches no memory."""
-        if self.cuda and us > 0:
-            self.torch.cuda._sleep(max(1, int(us * self.cycles_per_us)))
-
-    # -- events ----------------------------------------------------------------
-    def event(self, stream=None):
-        """Record a timing event on ``stream`` (default: current). With
-        ``in_graph``: the pool's next external event (created on first use,
-        see ``new_event_pool``)."""
-        if not self.cuda:
-            self._fake_t += 1.0
-            return FakeEvent(self._fake_t)
-        if self.in_graph:
-            if self._pool_i < len(self._pool):
-                e = self._pool[self._pool_i]
-            else:
-                if self.torch.cuda.is_current_stream_capturing():
-                    raise RuntimeError("timed capture needs more events than the "
-                                       "uncaptured timed step created")
-                e = external_event(self.torch)
-                self._pool.append(e)
-            self._pool_i += 1
-        else:
-            e = self.torch.cuda.Event(enable_timing=True)
-        e.record(stream) if stream is not None else e.record()
-        return e
-
-    def new_event_pool(self) -> None:
-        """Start a fresh pool of external events for one timed graph: the
-        next timed step (uncaptured) creates them, the capture after it
-        records the same events (so no event is created during a capture)."""
-        self._pool = []
-        self._pool_i = 0
-
-    def _side_stream(self):
-        if not self.cuda:
-            return None
-        return side_stream(self.device.index or 0)
 
     # -- the step --------------------------------------------------------------
     def step(self, lead_us: float = 0.0) -> None:
@@ -359,25 +391,6 @@ class StepRunner:
             self.records.append((lay.layer_idx, op.name, stream, e0, e1))
             self._mark_fills(lay.layer_idx, op)
 
-    def _mark_fills(self, layer: int, op) -> None:
-        """After op ``op`` of ``layer``: a side-stream event when fills were
-        issued since the last one (``fill_count``); without ``fill_count``
-        (eager only) after every op with hooks. ``op`` None: the end of the
-        step (recorded as op ``step_end``)."""
-        if self.fill_count is not None:
-            n = self.fill_count()
-            new = n - self._fills_seen
-            if new <= 0:
-                return
-            self._fills_seen = n
-        elif op.hooks_after or op.hooks_before:
-            if self.in_graph:
-                return  # an unforked side stream cannot be recorded in a capture
-            new = 0
-        else:
-            return
-        name = op.name if op is not None else "step_end"
-        self.side_records.append((layer, name, new, self.event(self._side_stream())))
 
     def _body(self, lay, op) -> None:
         torch = self.torch

@@ -224,6 +224,17 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
              fit_source: str = "graph", caveats: tuple[str, ...] = ()) -> str:
     """The report of result ``d`` (see the module docstring); ``caveats``
     are printed as a list right after the machine lines."""
+    out = _front(d, command, caveats)
+    out += _step_table(d)
+    out += _prediction_table(d, lint)
+    out += _allreduce_tables(d)
+    out += _fit_lines(d, fit_max_bytes, fit_source)
+    out += _fill_table(d)
+    return "\n".join(out) + "\n"
+
+
+def _front(d: dict, command: str, caveats: tuple[str, ...]) -> list[str]:
+    """Title, command, machine and run lines, caveats, the all-reduce check."""
     ranks = d["ranks"]
     g = ranks[0]["machine"]
     ws, tp = d["world_size"], d["tp"]
@@ -249,11 +260,16 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
                + ("passed on every rank, M and arm." if not bad else
                   f"FAILED: {bad}"))
     out.append("")
+    return out
 
-    # step times
-    out += ["## Step time (CUDA-graph replay), us: median (p10-p90)", "",
-            "| M | rank | none | compiled | gain | none/spin | compiled/spin | spin gain |",
-            "|---|---|---|---|---|---|---|---|"]
+
+def _step_table(d: dict) -> list[str]:
+    """Step times per M and rank, with and without the schedule, real
+    all-reduces and idle intervals (``/spin``), and the gains."""
+    ranks = d["ranks"]
+    out = ["## Step time (CUDA-graph replay), us: median (p10-p90)", "",
+           "| M | rank | none | compiled | gain | none/spin | compiled/spin | spin gain |",
+           "|---|---|---|---|---|---|---|---|"]
     for M in map(str, d["tokens"]):
         for r in ranks:
             arms = r["per_m"][M]["arms"]
@@ -267,17 +283,23 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
                           f"{gn:+.1f}{pct}" if gn is not None else "-"]
             out.append(f"| {M} | {r['rank']} | " + " | ".join(cells) + " |")
     out.append("")
+    return out
 
-    # prediction
+
+def _prediction_table(d: dict, lint: bool) -> list[str]:
+    """The real gain per M vs the idle-interval (``/spin``) gain and the
+    lint's predicted gain (``lint``: run it), with verdicts and agreement."""
+    ranks = d["ranks"]
+    tp = d["tp"]
     lg = _lint_gains(d) if lint and not d["dry"] else {}
-    out += ["## Did the single-GPU idle-interval model predict it?", "",
-            "Gains (us) of `compiled` over `none`, median over ranks. `spin`: the same "
-            f"step on the same GPUs with the all-reduces replaced by idle intervals of "
-            f"the {d['device_profile']} profile's TP{tp} collective model (what "
-            "`l2sched bench run` does); lint: `run_lint` at the modelled TP.", "",
-            "| M | none step, real / spin | real gain | verdict | spin gain | verdict | "
-            "lint gain | verdict | agree (real vs spin, lint) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    out = ["## Did the single-GPU idle-interval model predict it?", "",
+           "Gains (us) of `compiled` over `none`, median over ranks. `spin`: the same "
+           f"step on the same GPUs with the all-reduces replaced by idle intervals of "
+           f"the {d['device_profile']} profile's TP{tp} collective model (what "
+           "`l2sched bench run` does); lint: `run_lint` at the modelled TP.", "",
+           "| M | none step, real / spin | real gain | verdict | spin gain | verdict | "
+           "lint gain | verdict | agree (real vs spin, lint) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     agree = total = 0
     for M in map(str, d["tokens"]):
         real = [_gain(r["per_m"][M]["arms"], "none", "compiled") for r in ranks]
@@ -300,14 +322,20 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
         out.append(f"| {M} | {_n(base_r)} / {_n(base_s)} | {_n(rg, '+.1f')} | {vr} | "
                    f"{_n(sg, '+.1f')} | {vs} | {_n(lgm, '+.1f')} | {vl} | {a1}, {a2} |")
     out += ["", f"Verdicts agree in {agree} of {total} comparisons.", ""]
+    return out
 
-    # all-reduce messages
-    out += ["## All-reduce per message (standalone, sum, bf16), us", "",
-            f"Model: the {d['device_profile']} profile's `allreduce_us` at TP{tp} (the "
-            f"idle interval of the single-GPU bench) and at TP{ws}. Measured: per-call "
-            "median, median over ranks (max over ranks in brackets).", "",
-            f"| bytes | tokens | model TP{tp} | model TP{ws} | eager | in graph | "
-            f"graph / model TP{tp} |", "|---|---|---|---|---|---|---|"]
+
+def _allreduce_tables(d: dict) -> list[str]:
+    """Every standalone all-reduce message measured vs the model, and the
+    in-step all-reduce durations per M."""
+    ranks = d["ranks"]
+    ws, tp = d["world_size"], d["tp"]
+    out = ["## All-reduce per message (standalone, sum, bf16), us", "",
+           f"Model: the {d['device_profile']} profile's `allreduce_us` at TP{tp} (the "
+           f"idle interval of the single-GPU bench) and at TP{ws}. Measured: per-call "
+           "median, median over ranks (max over ranks in brackets).", "",
+           f"| bytes | tokens | model TP{tp} | model TP{ws} | eager | in graph | "
+           f"graph / model TP{tp} |", "|---|---|---|---|---|---|---|"]
     rows: dict[int, list] = {}
     for r in ranks:
         for row in r["allreduce"]:
@@ -335,25 +363,36 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
         out.append(f"| {M} | {ranks[0]['per_m'][M]['allreduce_model_us']:.1f} | "
                    + " | ".join(cells) + " |")
     out.append("")
-    if not d["dry"]:
-        try:
-            m, pts, err = fit(d, "", max_bytes=fit_max_bytes, source=fit_source)
-            out += [f"Fit ({fit_source}, {len(pts)} messages up to "
-                    f"{pts[-1][0]} B): latency {m.latency_us:.2f} us + bytes / "
-                    f"{m.busbw_gbps:.1f} GB/s, max error {err:.1%} "
-                    f"(`--update-profile {d['device_profile']}` writes it as "
-                    f"[allreduce.tp{ws}]).", ""]
-        except ValueError as e:
-            out += [f"No collective-model fit: {e}", ""]
+    return out
 
-    # fills vs experts
-    out += ["## Fill finish vs expert-stream start (compiled arm, timed graph)", "",
-            "Per window: fills, mean fill time (fork to fill-kernel exit, us), "
-            "slack = the same layer's expert-stream start - fill exit (us; min / "
-            "median; negative = the fill still ran when the experts began), fills "
-            "that overlapped the experts.", "",
-            "| M | rank | window | fills | fill us | slack min / median | overlapped |",
-            "|---|---|---|---|---|---|---|"]
+
+def _fit_lines(d: dict, fit_max_bytes: int | None, fit_source: str) -> list[str]:
+    """The collective-model fit of the measured all-reduces (not for a dry
+    result), or why there is none."""
+    if d["dry"]:
+        return []
+    try:
+        m, pts, err = fit(d, "", max_bytes=fit_max_bytes, source=fit_source)
+        return [f"Fit ({fit_source}, {len(pts)} messages up to "
+                f"{pts[-1][0]} B): latency {m.latency_us:.2f} us + bytes / "
+                f"{m.busbw_gbps:.1f} GB/s, max error {err:.1%} "
+                f"(`--update-profile {d['device_profile']}` writes it as "
+                f"[allreduce.tp{d['world_size']}]).", ""]
+    except ValueError as e:
+        return [f"No collective-model fit: {e}", ""]
+
+
+def _fill_table(d: dict) -> list[str]:
+    """Fill finish vs expert-stream start per M, rank and window (the
+    compiled arm's timed graph)."""
+    ranks = d["ranks"]
+    out = ["## Fill finish vs expert-stream start (compiled arm, timed graph)", "",
+           "Per window: fills, mean fill time (fork to fill-kernel exit, us), "
+           "slack = the same layer's expert-stream start - fill exit (us; min / "
+           "median; negative = the fill still ran when the experts began), fills "
+           "that overlapped the experts.", "",
+           "| M | rank | window | fills | fill us | slack min / median | overlapped |",
+           "|---|---|---|---|---|---|---|"]
     for M in map(str, d["tokens"]):
         for r in ranks:
             fills = r["per_m"][M]["arms"]["compiled"].get("timed", {}).get("fills", [])
@@ -369,7 +408,7 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
     if not any(r["per_m"][M]["arms"]["compiled"].get("timed", {}).get("fills")
                for r in ranks for M in r["per_m"]):
         out.append("| - | - | no in-graph fill timing in this result | | | | |")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _n(x, spec: str = ".1f") -> str:
