@@ -244,14 +244,16 @@ def bench_interference(b: _Bench, kern, fill_bytes: int = 50 * MB) -> dict:
     out = {"fill_bytes": fill_bytes}
     for name, chain in chains.items():
         chain()
-        _, alone = b.timed(b.flush, chain)
 
-        def with_fill():
+        def with_fill(chain=chain):
             side.wait_stream(torch.cuda.current_stream())
             kern.launch(tab.data_ptr(), 0, 1, side.cuda_stream)
             chain()
             torch.cuda.current_stream().wait_stream(side)
-        _, both = b.timed(b.flush, with_fill)
+        alone, both = [], []
+        for _ in range(b.reps):  # interleaved, so drift hits both alike
+            alone += b.timed(b.flush, chain, reps=1)[1]
+            both += b.timed(b.flush, with_fill, reps=1)[1]
         a, w_ = stats(alone)["median"], stats(both)["median"]
         out[name] = {"alone_us": stats(alone), "with_fill_us": stats(both),
                      "extra_us": w_ - a}
