@@ -84,8 +84,10 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
     return out
 
 
-class _Bench:
-    """Flush, sleep and event timing on the current stream."""
+class TimingBench:
+    """Flush, sleep and event timing on the current stream: ``flush()`` reads
+    1 GiB (an L2 flush that leaves no dirty lines), ``sleep(us)`` spins,
+    ``timed(setup, body)`` gives per-repetition times (us) of both."""
 
     def __init__(self, torch, reps: int):
         self.torch = torch
@@ -123,43 +125,58 @@ class _Bench:
                 [b.elapsed_time(c) * 1e3 for _, b, c in evs])
 
 
-def _reader(torch, w):
-    """A bandwidth-bound dependent read of all of ``w`` and its name."""
-    try:
+_READ_KERNEL = []  # the Triton kernel, defined once (a new definition recompiles)
+
+
+def _read_kernel():
+    if not _READ_KERNEL:
         import triton
         import triton.language as tl
+
+        @triton.jit
+        def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, REV: tl.constexpr):
+            pid = tl.program_id(0)
+            if REV:
+                pid = tl.num_programs(0) - 1 - pid
+            offs = pid * BLOCK + tl.arange(0, BLOCK)
+            v = tl.load(x_ptr + offs, mask=offs < n, other=0)
+            tl.store(out_ptr + pid, tl.sum(v, axis=0))
+        _READ_KERNEL.append(read_kernel)
+    return _READ_KERNEL[0]
+
+
+def dependent_read(torch, w, reverse: bool = False):
+    """A bandwidth-bound dependent read of all of ``w`` (16 KiB per Triton
+    program, summed as int32; ``reverse``: programs mapped from the end)
+    and its name (``torch.sum`` without Triton)."""
+    try:
+        import triton
+        kernel = _read_kernel()
     except Exception:
         out = torch.empty((), dtype=torch.float32, device="cuda")
         return (lambda: torch.sum(w.view(-1), dim=0, dtype=torch.float32, out=out),
                 "torch.sum")
-
-    @triton.jit
-    def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0)
-        tl.store(out_ptr + pid, tl.sum(v, axis=0))
-
     x = w.view(-1).view(torch.int32)
     n = x.numel()
     block = 4096
     grid = (triton.cdiv(n, block),)
     out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
-    return lambda: read_kernel[grid](x, out, n, BLOCK=block, num_warps=4), "triton"
+    return (lambda: kernel[grid](x, out, n, BLOCK=block, REV=reverse, num_warps=4),
+            "triton")
 
 
-def _table(torch, t):
+def row_table(torch, t):
     """One fill row covering tensor ``t`` (16-byte multiple)."""
     n = t.numel() * t.element_size() // 16 * 16
     return torch.tensor([[t.data_ptr(), n]], dtype=torch.int64, device="cuda")
 
 
-def bench_fill(b: _Bench, kern, size: int, delays) -> dict:
+def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     """Fill time and landed bandwidth of ``kern`` for ``size`` bytes."""
     torch = b.torch
     w = torch.ones(size // 4, dtype=torch.int32, device="cuda")
-    tab = _table(torch, w)
-    read, read_kind = _reader(torch, w)
+    tab = row_table(torch, w)
+    read, read_kind = dependent_read(torch, w)
     read()
     h = torch.cuda.current_stream().cuda_stream
     _, cold = b.timed(b.flush, read)
@@ -186,13 +203,13 @@ def bench_fill(b: _Bench, kern, size: int, delays) -> dict:
     return res
 
 
-def bench_gemm(b: _Bench, kern, n: int, k: int, sleeps=(0, 30)) -> dict:
+def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30)) -> dict:
     """An M=8 GEMM over an (n, k) bf16 weight: cold, hot, after a fill."""
     torch = b.torch
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(8, k, dtype=torch.bfloat16, device="cuda")
     y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
-    tab = _table(torch, w)
+    tab = row_table(torch, w)
     h = torch.cuda.current_stream().cuda_stream
 
     def mm():
@@ -217,17 +234,17 @@ def bench_gemm(b: _Bench, kern, n: int, k: int, sleeps=(0, 30)) -> dict:
     return row
 
 
-def bench_interference(b: _Bench, kern, fill_bytes: int = 50 * MB) -> dict:
+def bench_interference(b: TimingBench, kern, fill_bytes: int = 50 * MB) -> dict:
     """Extra time of a latency-bound chain (200 tiny kernels) and of a
     memory-bound chain (a 256 MB read) when a fill of ``fill_bytes`` runs
     on a side stream at the same time."""
     torch = b.torch
     w = torch.ones(fill_bytes // 4, dtype=torch.int32, device="cuda")
-    tab = _table(torch, w)
+    tab = row_table(torch, w)
     side = torch.cuda.Stream()
     small = torch.zeros(256, device="cuda")
     big = torch.ones(64 << 20, dtype=torch.int32, device="cuda")  # 256 MiB
-    big_read, _ = _reader(torch, big)
+    big_read, _ = dependent_read(torch, big)
     big_read()
     graph = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
@@ -276,7 +293,7 @@ def run_kernel_bench(args) -> dict:
            "cutlass_dsl": K.cutlass_version(), "reps": args.reps,
            "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
            "variants": {}}
-    b = _Bench(torch, args.reps)
+    b = TimingBench(torch, args.reps)
     delays = [0, 5, 10, 15, 20, 30, 40]
     for label, shape in variants:
         kern = K.get_kernel(0, policy=args.policy, **shape)

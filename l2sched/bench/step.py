@@ -392,6 +392,11 @@ class StepRunner(StepTiming):
             self._mark_fills(lay.layer_idx, op)
 
 
+    def run_op(self, layer_idx: int, op) -> None:
+        """Run the body of ``op`` (an adapter ``Op``) of decoder layer
+        ``layer_idx`` once, untimed (the profile's op table times it)."""
+        self._body(self.model.layers[layer_idx], op)
+
     def _body(self, lay, op) -> None:
         torch = self.torch
         F = torch.nn.functional

@@ -83,6 +83,13 @@ def step_line(run) -> str:
             f"({(a - b) / b:+.1%} step time, {b / a - 1:+.1%} steps/s)")
 
 
+def unverified_note(device) -> str:
+    """The line that says a prediction rests on an estimated profile."""
+    return (f"note: device profile {device.name} was not measured by `l2sched profile` "
+            f"on this GPU: its numbers are estimates and these predictions are "
+            f"unverified until the profile is measured there")
+
+
 def human(run, summary: bool = True) -> str:
     """Compiler-style findings, the summary table and a count line."""
     sources = dict(run.schedule.sources)
@@ -91,6 +98,8 @@ def human(run, summary: bool = True) -> str:
         out.append("")
         out.append(format_table(summary_rows(run)))
         out.append(step_line(run))
+        if not run.device.is_measured:
+            out.append(unverified_note(run.device))
     if run.calibration:
         out.append("")
         out.append("calibration (measured vs modeled, us per call):")
@@ -130,6 +139,7 @@ def to_json(run) -> str:
         "summary": [dict(zip(rows[0], r)) for r in rows[1:]],
         "step_us": {"with_prefetch": round(run.step_period("sim"), 3),
                     "without_prefetch": round(run.step_period("base"), 3)},
+        "device_measured": run.device.is_measured,
         "errors": sum(f.severity == "error" for f in run.findings),
     }
     if run.calibration:

@@ -87,9 +87,10 @@ class SimResult:
 
 class _FillState:
     __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete",
-                 "effect", "slowdown")
+                 "effect", "slowdown", "allreduce_extra_us")
 
-    def __init__(self, total: int, policy: str, effect: float, slowdown: float):
+    def __init__(self, total: int, policy: str, effect: float, slowdown: float,
+                 allreduce_extra_us: float = 0.0):
         self.total = total
         self.landed = 0.0
         self.consumed = 0.0
@@ -98,6 +99,7 @@ class _FillState:
         self.complete = False  # all bytes landed
         self.effect = effect
         self.slowdown = slowdown
+        self.allreduce_extra_us = allreduce_extra_us
 
     def pending(self) -> float:
         return max(0.0, self.landed - self.consumed) * self.survive
@@ -151,6 +153,10 @@ class _Simulation:
         self.device = device
         self.policy = policy
         self.measured = measured
+        self.tokens = tokens
+        self.op_times = device.ops
+        # the measured effective L2 caps the landed, unconsumed fill bytes
+        self.capacity = device.effective_l2_bytes
         self.bw_dram = device.dram_read_gbps * 1e3  # bytes per us
         self.gemm_dram = device.gemm_dram_gbps * 1e3
         self.gemm_l2 = device.gemm_l2_gbps * 1e3
@@ -193,6 +199,7 @@ class _Simulation:
         # node index -> [phases [(kind, amount, cap)], phase idx, work left,
         # the phase's kind, amount and cap, its rate, the fill state or None]
         self.active: dict[int, list] = {}
+        self.slowed: set[int] = set()  # collectives a fill already slowed
         self.now = 0.0
 
     def _fill_mode(self, kernel: str):
@@ -212,16 +219,24 @@ class _Simulation:
             issue = d["fill"]
             nbytes = issue.nbytes
             fm = self._fill_mode(issue.kernel)
-            fs = _FillState(nbytes, self.policy, fm.effect, fm.slowdown)
+            fs = _FillState(nbytes, self.policy, fm.effect_at(nbytes), fm.slowdown,
+                            fm.allreduce_extra_us)
             self.fills[self.ids[i]] = self.fill_of[i] = fs
             self.live.append(fs)
+            self._slow_running_collectives(fs)
             self.fill_bytes[self.ids[i]] = nbytes
             return [("fixed", fm.launch_us, 0.0), ("dram", nbytes, fm.gbps * 1e3)]
         if cls == "join" or not d["active"]:
             return []
         cold = None  # modeled time (us) of a weight-streaming op without hits
+        times = self.op_times.get((d["kind"], d["op"])) if self.op_times else None
         if cls == "collective":
-            out = [("fixed", self.ar_us, 0.0)]
+            extra = self._collective_extra()
+            if extra > 0:
+                self.slowed.add(i)
+            out = [("fixed", self.ar_us + extra, 0.0)]
+        elif times is not None and d["reads"]:
+            out, cold = self._measured_phases(t, d, times)
         elif cls == "attention_core":
             out = [("fixed", device.attention_core_us, 0.0)]
         elif cls == "expert_stream":
@@ -252,10 +267,60 @@ class _Simulation:
                        for k, a, c in out]
         return out
 
+    def _measured_phases(self, t: NodeTiming, d, times) -> tuple[list, float]:
+        """The phases of an op the profile measured (``OpTimes``): its hot
+        time, then the bytes it misses in L2 read at the rate that makes a
+        fully cold run take its cold time (shared with other readers). Its
+        L2 hits are the effective hit bytes of its reads. Returns the phases
+        and the cold time (us)."""
+        cold, hot = times.at(self.tokens)
+        total, fast = self._consume(t, d)
+        if cold <= hot or total <= 0:
+            return [("fixed", cold, 0.0)], cold
+        return [("fixed", hot, 0.0), ("dram", total - fast, total / (cold - hot))], cold
+
+    def _collective_extra(self) -> float:
+        """Extra time (us) of a collective that starts while fills run: the
+        largest ``allreduce_extra_us`` of their kernels."""
+        extra = 0.0
+        for st in self.active.values():
+            fs = st[7]
+            if fs is not None:
+                extra = max(extra, fs.allreduce_extra_us)
+        return extra
+
+    def _slow_running_collectives(self, fs: _FillState) -> None:
+        """A fill that starts while a collective runs adds its kernel's
+        ``allreduce_extra_us`` to that collective (once per collective)."""
+        if fs.allreduce_extra_us <= 0:
+            return
+        for j, st in self.active.items():
+            if self.attrs[j]["cls"] == "collective" and st[3] == "fixed" \
+                    and j not in self.slowed:
+                st[2] += fs.allreduce_extra_us
+                st[4] += fs.allreduce_extra_us
+                self.slowed.add(j)
+
+    def _cap(self) -> None:
+        """Landed, unconsumed fill bytes above the measured effective L2
+        evict each other, oldest fill first."""
+        live = [(fs, fs.pending()) for fs in self.live]
+        excess = sum(p for _, p in live) - self.capacity
+        for fs, p in live:
+            if excess <= 0:
+                break
+            if p <= 0:
+                continue
+            take = min(excess, p)
+            fs.survive *= 1.0 - take / p
+            excess -= take
+
     def _consume(self, t: NodeTiming, d) -> tuple[int, float]:
         """Consume the reads of node ``d`` from the fills' landed bytes:
         ``(bytes read, effective L2 bytes)``, the latter the hit bytes times
         their fill kernels' effect, at most the bytes read."""
+        if self.capacity:
+            self._cap()
         total = 0
         hit = 0.0
         effects: dict[float, float] = {}  # effect -> hit bytes of fills with it

@@ -81,6 +81,50 @@ class FillMode:
     launch_us: float
     slowdown: float = 0.0
     source: str = ""
+    landed: tuple[tuple[float, float], ...] = ()
+    allreduce_extra_us: float = 0.0
+
+    def effect_at(self, nbytes: int) -> float:
+        """The landed fraction for a fill of ``nbytes`` bytes: ``landed``
+        (``(MB, fraction)`` points measured by ``l2sched profile``)
+        interpolated linearly in size, held flat outside them; ``effect``
+        without points."""
+        pts = self.landed
+        if not pts:
+            return self.effect
+        mb = nbytes / 1e6
+        if mb <= pts[0][0]:
+            return pts[0][1]
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+            if mb <= x1:
+                return y0 + (y1 - y0) * (mb - x0) / (x1 - x0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Measured times of one op of the decode step (``l2sched profile``):
+    ``cold_us``/``hot_us`` (us) at each token count of ``m``: weights read
+    from device memory after an L2 flush / L2-resident right after itself."""
+
+    m: tuple[int, ...]
+    cold_us: tuple[float, ...]
+    hot_us: tuple[float, ...]
+
+    def at(self, tokens: int) -> tuple[float, float]:
+        """``(cold_us, hot_us)`` at ``tokens``: linear in log(tokens)
+        between measured points, held flat outside them."""
+        import math
+        m = self.m
+        if tokens <= m[0]:
+            return self.cold_us[0], self.hot_us[0]
+        for i in range(1, len(m)):
+            if tokens <= m[i]:
+                t = (math.log(tokens) - math.log(m[i - 1])) / (
+                    math.log(m[i]) - math.log(m[i - 1]))
+                return (self.cold_us[i - 1] + t * (self.cold_us[i] - self.cold_us[i - 1]),
+                        self.hot_us[i - 1] + t * (self.hot_us[i] - self.hot_us[i - 1]))
+        return self.cold_us[-1], self.hot_us[-1]
 
 
 @dataclass(frozen=True)
@@ -100,6 +144,12 @@ class DeviceProfile:
     ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
     degree to its ``AllReduceModel``. ``compute_capability``: ``(major,
     minor)`` of the GPU the profile describes, ``None`` when not given.
+    ``effective_l2_bytes``: the L2 bytes a re-read still hits (the measured
+    knee, ``l2.effective_bytes``); ``ops``: measured per-op times
+    (``(layer kind, op) -> OpTimes``, ``[ops."KIND"]`` tables) that replace
+    the GEMM rates for those ops; ``provenance``/``measured``: where a
+    measured profile came from and the probe and median/p10/p90 of each
+    number.
     ``fill_modes`` maps each fill kernel the profile has numbers for to its
     ``FillMode`` (``[fill.MODE]`` tables; without a ``[fill.bulk]`` table the
     bulk mode is ``fill_gbps``/``fill_effect``/``fill_launch_us`` with
@@ -127,6 +177,23 @@ class DeviceProfile:
     compute_capability: tuple[int, int] | None = None
     fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
     fill_default: str = "bulk"
+    effective_l2_bytes: int | None = None
+    ops: Mapping[tuple[str, str], OpTimes] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def is_measured(self) -> bool:
+        """True when ``l2sched profile`` wrote this profile on the GPU it
+        describes (a ``[provenance]`` table); False for an estimate from
+        published numbers, whose lint verdicts are unverified."""
+        return bool(self.provenance)
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes of filled lines the L2 holds for readers on every SM: the
+        measured effective L2 (``l2.effective_bytes``), else ``l2_bytes``."""
+        return self.effective_l2_bytes or self.l2_bytes
 
     def fill_mode(self, mode: str = "") -> FillMode:
         """The ``FillMode`` of fill kernel ``mode`` (``""`` = the profile's
@@ -194,7 +261,9 @@ _ALLREDUCE_RANGES = {"latency_us": (0, MAX_US, "us"),
 MAX_TP_DEGREE = 1024
 #: Top-level keys and tables of a profile.
 _TOP_KEYS = ("name", "description", "compute_capability", "l2", "bandwidth",
-             "latency", "allreduce", "fill")
+             "latency", "allreduce", "fill", "ops", "provenance", "measured")
+#: Optional keys of the number tables, parsed apart (``_parse_measured_tables``).
+_OPTIONAL_KEYS = {"l2": ("effective_bytes",)}
 #: Keys of a ``[fill.MODE]`` table: (type, low, high, unit); ``source`` is a
 #: string. Sanity bounds as for ``_FIELDS``.
 _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
@@ -202,6 +271,7 @@ _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
     "chunk": (int, 16, 1 << 24, "B"), "stages": (int, 1, 64, ""),
     "gbps": (float, MIN_GBPS, MAX_GBPS, "GB/s"), "effect": (float, 0, 1, ""),
     "launch_us": (float, 0, MAX_US, "us"), "slowdown": (float, 0, 100, ""),
+    "allreduce_extra_us": (float, 0, MAX_US, "us"),
 }
 
 
@@ -332,6 +402,7 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     _parse_fields(raw, problems, values)
     ar = _parse_allreduce(raw.get("allreduce"), problems)
     _parse_fill(raw.get("fill"), "fill" in raw, problems, values)
+    _parse_measured_tables(raw, problems, values)
     if problems.found:
         raise L2sInputError(problems.found)
     return DeviceProfile(path=path, allreduce=ar, **values)
@@ -390,6 +461,14 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
                 ok = False
             got[key] = val
             continue
+        if key == "landed":
+            pts = _points(val)
+            if pts is None:
+                problems.bad(table, key, "expected [[MB, fraction], ...] with MB "
+                             "increasing and fractions in 0..1")
+                ok = False
+            got[key] = pts
+            continue
         if key not in _FILL_KEYS:
             problems.bad(table, key, f"unknown key{suggest(key, list(_FILL_KEYS))} "
                          f"(keys: {', '.join(_FILL_KEYS)}, source)")
@@ -417,7 +496,79 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
     shape = {**DEFAULT_BULK_SHAPE, **{k: got[k] for k in DEFAULT_BULK_SHAPE if k in got}}
     return FillMode(mode, **shape, gbps=got["gbps"], effect=got["effect"],
                     launch_us=got["launch_us"], slowdown=got.get("slowdown", 0.0),
-                    source=got.get("source", ""))
+                    source=got.get("source", ""), landed=got.get("landed") or (),
+                    allreduce_extra_us=got.get("allreduce_extra_us", 0.0))
+
+
+def _points(val: Any) -> tuple[tuple[float, float], ...] | None:
+    """``[[x, y], ...]`` with x increasing and y in 0..1, or None."""
+    if not isinstance(val, list) or not val:
+        return None
+    out = []
+    for p in val:
+        if not (isinstance(p, list) and len(p) == 2 and all(_number(x) for x in p)
+                and 0 <= p[1] <= 1 and (not out or p[0] > out[-1][0])):
+            return None
+        out.append((float(p[0]), float(p[1])))
+    return tuple(out)
+
+
+def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
+                           values: dict) -> None:
+    """``[provenance]``, ``[measured]``, ``l2.effective_bytes`` and the
+    ``[ops."KIND"]`` tables of a measured profile."""
+    bad = problems.bad
+    prov = raw.get("provenance", {})
+    if not isinstance(prov, dict):
+        bad("provenance", "", "expected a table [provenance]")
+    else:
+        values["provenance"] = dict(prov)
+    meas = raw.get("measured", {})
+    if not isinstance(meas, dict) or not all(isinstance(v, dict) for v in meas.values()):
+        bad("measured", "", "expected a table of {probe, median, p10, p90} tables")
+    else:
+        values["measured"] = {k: dict(v) for k, v in meas.items()}
+    eff = (raw.get("l2") or {}).get("effective_bytes") if isinstance(raw.get("l2"), dict) \
+        else None
+    if eff is not None:
+        if not isinstance(eff, int) or isinstance(eff, bool) or eff < 1:
+            bad("l2", "effective_bytes", f"expected a positive integer, got {eff!r}")
+        elif values.get("l2_bytes") and eff > 2 * values["l2_bytes"]:
+            bad("l2", "effective_bytes", f"must not exceed twice l2.bytes, got {eff}")
+        else:
+            values["effective_l2_bytes"] = eff
+    ops = raw.get("ops", {})
+    if not isinstance(ops, dict):
+        bad("ops", "", "expected tables [ops.\"KIND\"] of {m, cold_us, hot_us}")
+        return
+    table: dict = {}
+    for kind, per in ops.items():
+        if not isinstance(per, dict):
+            bad(f"ops.{kind}", "", "expected a table of ops")
+            continue
+        for op, v in per.items():
+            got = _op_times(v)
+            if got is None:
+                bad(f"ops.{kind}", op, "expected {m = [tokens...], cold_us = [...], "
+                    "hot_us = [...]} of one length, m increasing, times >= 0")
+                continue
+            table[(kind, op)] = got
+    values["ops"] = table
+
+
+def _op_times(v: Any) -> "OpTimes | None":
+    if not isinstance(v, dict) or set(v) != {"m", "cold_us", "hot_us"}:
+        return None
+    m, c, h = v["m"], v["cold_us"], v["hot_us"]
+    if not all(isinstance(x, list) for x in (m, c, h)) or not m or \
+            not len(m) == len(c) == len(h):
+        return None
+    if not all(isinstance(x, int) and x >= 1 for x in m) or \
+            any(b <= a for a, b in zip(m, m[1:])):
+        return None
+    if not all(_number(x) and 0 <= x < MAX_US for x in c + h):
+        return None
+    return OpTimes(tuple(m), tuple(float(x) for x in c), tuple(float(x) for x in h))
 
 
 def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:
@@ -450,7 +601,7 @@ def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> No
             if section in raw:
                 bad(section, "", "expected a table [" + section + "]")
             continue
-        known = [k for s_, k in _FIELDS if s_ == section]
+        known = [k for s_, k in _FIELDS if s_ == section] + list(_OPTIONAL_KEYS.get(section, ()))
         for key in sec:
             if key not in known:
                 bad(section, key, f"unknown key{suggest(key, known)} "

@@ -1,0 +1,410 @@
+"""``l2sched profile``: measure a box once, for the lint's model.
+
+Probes (each a function ``probe_*(ctx) -> dict``; results are kept in a
+state JSON after every probe, so an interrupted run resumes where it
+stopped):
+
+- ``l2``: re-read sweep (sizes 4..256 MB): a bandwidth-bound read after a
+  1 GiB read flush (cold) and right after itself (re-read), in the same and
+  in reverse order -> the hit fraction per size and the effective L2 bytes
+  (the largest size whose re-read still hits >= 90%); the 256 MB cold read
+  gives the device-memory read rate.
+- ``ops``: every weight-reading op of the decode step (one representative
+  layer per layer kind, the GLM-5.3-Flash inventory at ``--tp``), at M in
+  ``--tokens``: cold (after the flush) and hot (right after itself) -> the
+  per-op cold/hot table the lint reads instead of global GEMM rates.
+- ``fill``: each fill kernel (the device's shapes) x size (8..48 MB) x wait
+  (0, 10, 40 us), consumed by an M=8 GEMM over a weight of that size ->
+  landed fraction f(mode, size) (share of the GEMM's cold->hot gap), fill
+  rate (bytes / launch-to-exit for kernels that exit when landed), launch
+  cost.
+- ``survival``: a copy fill, then a streaming read of D bytes, then the
+  consumer, per cache policy -> the fraction of filled bytes still hot after
+  D bytes passed (residency terms).
+- ``interference``: a latency-bound chain (200 tiny kernels replayed from a
+  CUDA graph) and a memory-bound chain, alone and with a concurrent fill of
+  each kernel, interleaved -> the slowdown of latency-bound kernels.
+- ``graph``: the per-kernel time of a graph-replayed chain (kernel gap) and
+  the cost of one fork/join of an empty fill.
+
+Collectives across a TP group (all-reduce curve, with a concurrent fill) run
+with ``l2sched bench tp`` on a multi-GPU box and are merged with
+``bench tp-report --update-profile``. Every number in the written profile
+carries the probe and median/p10/p90 it came from (``[measured]``). Units:
+bytes, us, GB/s = 10^9 B/s. torch is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from l2sched.bench.kernel import TimingBench, dependent_read, row_table, stats
+from l2sched.runtime import kernel as K
+
+MB = 10**6
+
+#: Sizes (MB) of the re-read sweep.
+L2_SIZES = (4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 256)
+#: Fill sizes (MB) and waits (us) of the fill probe.
+FILL_SIZES = (8, 16, 32, 48)
+FILL_WAITS = (0, 10, 40)
+#: Streaming read sizes (MB) passed between a fill and its consumer.
+SURVIVAL_BYTES = (0, 50, 100, 200)
+
+
+class Progress:
+    """Progress on stderr: ``rich``'s bar when it is installed, plain lines
+    otherwise (the lent GPU machine has no rich unless it is carried)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.t0 = total, 0, time.time()
+        try:
+            from rich.progress import Progress as RichProgress
+            self._bar = RichProgress(transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task("profile", total=total)
+        except Exception:
+            self._bar = None
+
+    def step(self, what: str) -> None:
+        """One unit of work done: ``what``."""
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=what)
+            return
+        el = time.time() - self.t0
+        print(f"[profile {self.done}/{self.total}] {what} ({el:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def probe_l2(ctx) -> dict:
+    """The re-read sweep (see the module docstring)."""
+    torch, b = ctx.torch, ctx.bench
+    rows = []
+    for mb in (L2_SIZES[:6] + (256,)) if ctx.quick else L2_SIZES:
+        w = torch.ones(mb * MB // 4, dtype=torch.int32, device="cuda")
+        read, kind = dependent_read(torch, w)
+        read()
+        _, cold = b.timed(b.flush, read)
+        _, again = b.timed(read, read)
+        rev, _ = dependent_read(torch, w, reverse=True)  # the other end first
+        _, again_rev = b.timed(read, rev)
+        rows.append({"mb": mb, "cold_us": stats(cold), "reread_us": stats(again),
+                     "reread_reverse_us": stats(again_rev)})
+        del w
+    small = rows[0]  # fits the L2 hot on any GPU this runs on
+    hot_rate = small["mb"] * MB / small["reread_us"]["median"]
+    for r in rows:
+        c = r["cold_us"]["median"]
+        ideal_hot = r["mb"] * MB / hot_rate
+        for key in ("reread_us", "reread_reverse_us"):
+            t = r[key]["median"]
+            r[key.replace("_us", "_hit")] = max(0.0, min(1.0, (c - t) / (c - ideal_hot))) \
+                if c > ideal_hot else 0.0
+    fitting = [r["mb"] for r in rows if min(r["reread_hit"], r["reread_reverse_hit"]) >= 0.9]
+    big = rows[-1]
+    return {"rows": rows, "read_kernel": kind,
+            "effective_bytes": max(fitting) * MB if fitting else rows[0]["mb"] * MB,
+            "dram_read_gbps": big["mb"] * MB / big["cold_us"]["median"] / 1e3,
+            "dram_read_gbps_p10_p90": [big["mb"] * MB / big["cold_us"]["p90"] / 1e3,
+                                       big["mb"] * MB / big["cold_us"]["p10"] / 1e3]}
+
+
+def probe_ops(ctx) -> dict:
+    """Cold and hot time of every weight-reading op per layer kind and M."""
+    torch, b, runner = ctx.torch, ctx.bench, ctx.runner
+    inv = runner.inv
+    first = {}
+    for i, k in enumerate(inv.kinds):
+        first.setdefault(str(k), i)
+    table: dict = {}
+    for M in ctx.tokens:
+        runner.set_tokens(M)
+        for kind, i in first.items():
+            for op in runner.ops_of(i):
+                if op.cls not in ("gemm", "shared_expert", "small", "expert_stream") \
+                        or not op.reads or op.cls == "expert_stream":
+                    continue
+                if not any(_is_matrix(runner, i, p) for p in op.reads):
+                    continue
+                body = (lambda i=i, op=op: runner.run_op(i, op))
+                body()
+                _, cold = b.timed(b.flush, body)
+                _, hot = b.timed(body, body)
+                rec = table.setdefault(kind, {}).setdefault(
+                    op.name, {"m": [], "cold_us": [], "hot_us": [], "cold": [], "hot": []})
+                rec["m"].append(M)
+                rec["cold_us"].append(stats(cold)["median"])
+                rec["hot_us"].append(stats(hot)["median"])
+                rec["cold"].append(stats(cold))
+                rec["hot"].append(stats(hot))
+        ctx.progress.step(f"ops M={M}")
+    return {"tokens": list(ctx.tokens), "table": table}
+
+
+def _is_matrix(runner, layer_idx: int, path: str) -> bool:
+    from l2sched.attrs import resolve_path
+    try:
+        w = resolve_path(runner.model.layers[layer_idx], path)
+    except AttributeError:
+        return False
+    return hasattr(w, "dim") and w.dim() in (2, 3)
+
+
+def probe_fill(ctx) -> dict:
+    """Landed fraction per fill kernel, size and wait (see the module
+    docstring)."""
+    torch, b = ctx.torch, ctx.bench
+    out = {}
+    for mode, shape in ctx.fill_shapes.items():
+        kern = K.get_kernel(0, policy="evict_last", **shape)
+        if kern is None:
+            out[mode] = {"error": K.disabled_reason() or "compile failed"}
+            continue
+        rows = []
+        for mb in (16, 32) if ctx.quick else FILL_SIZES:
+            n = mb * MB // (2 * 4096)
+            w = torch.randn(n, 4096, dtype=torch.bfloat16, device="cuda")
+            x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
+            y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
+            tab = row_table(torch, w)
+            h = torch.cuda.current_stream().cuda_stream
+
+            def mm():
+                torch.mm(x, w.t(), out=y)
+            mm()
+            _, cold = b.timed(b.flush, mm)
+            _, hot = b.timed(mm, mm)
+            _, exit_t = b.timed(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h))
+            c, hh = stats(cold)["median"], stats(hot)["median"]
+            row = {"mb": mb, "cold_us": stats(cold), "hot_us": stats(hot),
+                   "launch_to_exit_us": stats(exit_t), "waits": {}}
+            for wait in ((0, 40) if ctx.quick else FILL_WAITS):
+                _, t = b.timed(lambda: (b.flush(), kern.launch(tab.data_ptr(), 0, 1, h),
+                                        b.sleep(wait)), mm)
+                st = stats(t)
+                frac = [(c - v) / (c - hh) if c - hh >= 0.5 else None
+                        for v in (st["median"], st["p90"], st["p10"])]
+                row["waits"][str(wait)] = {"us": st, "landed": frac[0],
+                                           "landed_p10_p90": frac[1:]}
+            rows.append(row)
+            del w
+        out[mode] = {"shape": shape, "ffi": kern.ffi, "rows": rows}
+        ctx.progress.step(f"fill {mode}")
+    return out
+
+
+def probe_survival(ctx) -> dict:
+    """Hot fraction of a filled 16.8 MB weight after D bytes of streaming
+    reads, per cache policy (copy fill)."""
+    torch, b = ctx.torch, ctx.bench
+    mode, shape = next(iter(ctx.fill_shapes.items()))
+    w = torch.randn(4096, 2048, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(8, 2048, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty(8, 4096, dtype=torch.bfloat16, device="cuda")
+    tab = row_table(torch, w)
+    h = torch.cuda.current_stream().cuda_stream
+    stream = torch.ones(max(SURVIVAL_BYTES) * MB // 4, dtype=torch.int32, device="cuda")
+    readers = {d: dependent_read(torch, stream[: d * MB // 4])[0] for d in SURVIVAL_BYTES if d}
+
+    def mm():
+        torch.mm(x, w.t(), out=y)
+    mm()
+    _, cold = b.timed(b.flush, mm)
+    _, hot = b.timed(mm, mm)
+    c, hh = stats(cold)["median"], stats(hot)["median"]
+    out = {"fill_mode": mode, "weight_bytes": w.numel() * 2, "cold_us": stats(cold),
+           "hot_us": stats(hot), "policies": {}}
+    for pol in ("evict_last", "evict_normal"):
+        kern = K.get_kernel(0, policy=pol, **shape)
+        if kern is None:
+            continue
+        rows = []
+        for d in SURVIVAL_BYTES:
+            def setup(d=d):
+                b.flush()
+                kern.launch(tab.data_ptr(), 0, 1, h)
+                if d:
+                    readers[d]()
+            _, t = b.timed(setup, mm)
+            v = stats(t)["median"]
+            rows.append({"stream_mb": d, "us": stats(t),
+                         "hot_fraction": (c - v) / (c - hh) if c - hh >= 0.5 else None})
+        out["policies"][pol] = rows
+    return out
+
+
+def probe_interference(ctx) -> dict:
+    """Slowdown of a graph-replayed latency-bound chain under a concurrent
+    50 MB fill of each kernel (interleaved with the chain alone)."""
+    from l2sched.bench.kernel import bench_interference
+    out = {}
+    for mode, shape in ctx.fill_shapes.items():
+        kern = K.get_kernel(0, policy="evict_last", **shape)
+        if kern is None:
+            continue
+        r = bench_interference(ctx.bench, kern)
+        lat = r["latency_chain_200_kernels"]
+        fill_us = ctx.results.get("fill", {}).get(mode, {})
+        r["fill_exit_us"] = _exit_us(fill_us)
+        # the chain overlaps the fill for about the fill's duration
+        ov = r["fill_exit_us"] or 15.0
+        r["slowdown"] = max(0.0, lat["extra_us"]) / ov
+        out[mode] = r
+        ctx.progress.step(f"interference {mode}")
+    return out
+
+
+def _exit_us(fill: dict) -> float | None:
+    """Launch-to-exit (us) of the largest measured fill (48 MB) of a
+    ``probe_fill`` record, scaled to 50 MB."""
+    rows = fill.get("rows") or []
+    if not rows:
+        return None
+    r = rows[-1]
+    return r["launch_to_exit_us"]["median"] * 50 / r["mb"]
+
+
+def probe_graph(ctx) -> dict:
+    """Per-kernel time of a 200-kernel chain replayed from a CUDA graph, and
+    the extra time of one fork + empty fill + join in it."""
+    torch, b = ctx.torch, ctx.bench
+    small = torch.zeros(256, device="cuda")
+    kern = K.get_kernel(0, policy="evict_last")
+    side = torch.cuda.Stream()
+    tab = torch.zeros((1, 2), dtype=torch.int64, device="cuda")
+    graphs = {}
+    for name, with_fork in (("chain", False), ("chain_fork", True)):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            small.add_(1)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(200):
+                small.add_(1)
+                if with_fork and i == 100 and kern is not None:
+                    side.wait_stream(torch.cuda.current_stream())
+                    kern.launch(tab.data_ptr(), 0, 1, side.cuda_stream)
+                    torch.cuda.current_stream().wait_stream(side)
+        graphs[name] = g
+    times = {n: [] for n in graphs}
+    for _ in range(b.reps):
+        for n, g in graphs.items():
+            times[n] += b.timed(None, g.replay, reps=1)[1]
+    chain, fork = stats(times["chain"]), stats(times["chain_fork"])
+    return {"chain_200_us": chain, "chain_200_with_fork_us": fork,
+            "kernel_gap_us": chain["median"] / 200,
+            "fork_join_us": fork["median"] - chain["median"]}
+
+
+PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
+          ("survival", probe_survival), ("interference", probe_interference),
+          ("graph", probe_graph))
+
+
+class _Context:
+    """What every probe needs: torch, the timing bench, the step runner of
+    the GLM-5.3-Flash tree, the fill shapes, the results so far."""
+
+    def __init__(self, torch, args, base_profile, results: dict):
+        from l2sched.bench.step import StepRunner
+        from l2sched.bench.tree import build_tree
+        from l2sched.model.config import default_config
+        from l2sched.model.inventory import analytical_inventory
+        self.torch = torch
+        self.quick = args.quick
+        self.bench = TimingBench(torch, 10 if args.quick else args.reps)
+        self.tokens = tuple(args.tokens)
+        inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
+        self.model = build_tree(inv, device="cuda", expert_pools=1, seed=0)
+        self.runner = StepRunner(self.model, base_profile, tokens=self.tokens[0])
+        self.runner.calibrate_sleep()
+        self.fill_shapes = {
+            mode: {"mode": mode, "grid": fm.grid, "threads": fm.threads,
+                   "chunk": fm.chunk, "stages": fm.stages}
+            for mode, fm in sorted(base_profile.fill_modes.items())}
+        if "copy" not in self.fill_shapes:
+            self.fill_shapes["copy"] = {"mode": "copy", "grid": 66, "chunk": 32768,
+                                        "stages": 4}
+        # the survival probe uses the first: prefer copy
+        self.fill_shapes = dict(sorted(self.fill_shapes.items(),
+                                       key=lambda kv: kv[0] != "copy"))
+        self.results = results
+        self.progress = None
+
+
+def run_profile(args) -> dict:
+    """``l2sched profile``: run the probes not yet in ``args.state`` (a JSON
+    of earlier probes of this box, resumed), keep the state after each, and
+    return ``{provenance, results}`` (``profile_write.write_profile`` turns
+    it into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
+    import torch
+
+    from l2sched.model.devices import load_device
+    base = load_device(args.base)
+    state = {}
+    if args.state and os.path.exists(args.state):
+        with open(args.state, encoding="utf-8") as f:
+            state = json.load(f)
+    results = state.get("results", {})
+    props = torch.cuda.get_device_properties(0)
+    prov = {"gpu": props.name, "compute_capability": [props.major, props.minor],
+            "sms": props.multi_processor_count,
+            "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+            "memory_bytes": int(props.total_memory), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cutlass_dsl": K.cutlass_version(),
+            "driver": _driver_version(), "date": time.strftime("%Y-%m-%d"),
+            "command": "l2sched profile " + " ".join(sys.argv[2:] if
+                                                     sys.argv[1:2] == ["profile"]
+                                                     else sys.argv[1:]),
+            "quick": bool(args.quick), "tp": args.tp, "base_profile": base.name,
+            "set_aside_max_bytes": _set_aside_max(props)}
+    ctx = _Context(torch, args, base, results)
+    todo = [(n, p) for n, p in PROBES if n not in results]
+    ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes))
+    for name, probe in todo:
+        results[name] = probe(ctx)
+        ctx.progress.step(f"{name} done")
+        if args.state:
+            from l2sched.files import write_text_atomically
+            write_text_atomically(args.state, json.dumps(
+                {"provenance": prov, "results": results}, indent=1) + "\n")
+    ctx.progress.close()
+    return {"provenance": prov, "results": results}
+
+
+def _driver_version() -> str:
+    try:
+        import subprocess
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True,
+                           timeout=30)
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 else ""
+    except Exception:
+        return ""
+
+
+def _set_aside_max(props) -> int | None:
+    """The driver's maximum persisting-L2 set-aside (bytes), or None."""
+    v = getattr(props, "persisting_l2_cache_max_size", None)
+    if v:
+        return int(v)
+    try:
+        from cuda.bindings import driver as drv
+        drv.cuInit(0)
+        err, dev = drv.cuDeviceGet(0)
+        err, v = drv.cuDeviceGetAttribute(
+            drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev)
+        return int(v) if err == drv.CUresult.CUDA_SUCCESS else None
+    except Exception:
+        return None
+

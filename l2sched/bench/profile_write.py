@@ -1,0 +1,357 @@
+"""Turning ``l2sched profile``'s probe results into a device profile TOML
+(``model.devices`` reads it back) and a markdown report of every probe.
+
+Each number the probes measured is written with its source in
+``[measured]`` (the probe, and median/p10/p90 where the probe has a spread);
+numbers no probe measures (the stand-in kernel times of the decode-step
+bench, the all-reduce model) come from the base profile and are listed in
+``provenance.kept_from_base``. Pure Python (no torch): the tests run it on
+synthetic results.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+MB = 10**6
+
+
+def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``y = a + b x``: ``(a, b)``; b = 0 for one distinct x."""
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return my, 0.0
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - b * mx, b
+
+
+def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> dict:
+    """The profile's values from probe results ``res`` (``run_profile``'s
+    ``results``), its ``provenance`` (GPU facts: ``l2_bytes``,
+    ``set_aside_max_bytes``) and the ``base`` DeviceProfile (numbers no
+    probe measures); ``inventory``: the analytical inventory the op probe
+    ran (weight bytes per op, for the GEMM rate fit). A dict of sections ->
+    {key: value}, ``fill`` (mode -> table), ``ops``, ``measured``
+    (``section.key`` -> {probe, median, p10, p90}) and ``kept`` (keys
+    copied from the base)."""
+    measured: dict[str, dict] = {}
+    kept: list[str] = []
+    l2 = res.get("l2", {})
+    ops = res.get("ops", {})
+    fill = res.get("fill", {})
+    surv = res.get("survival", {})
+    inter = res.get("interference", {})
+    graph = res.get("graph", {})
+    prov = provenance or {}
+
+    sec: dict[str, dict[str, Any]] = {"l2": {}, "bandwidth": {}, "latency": {}}
+    sec["l2"]["bytes"] = int(prov.get("l2_bytes") or base.l2_bytes)
+    if l2:
+        sec["l2"]["effective_bytes"] = int(l2["effective_bytes"])
+        measured["l2.effective_bytes"] = {"probe": "l2", "median": l2["effective_bytes"]}
+        bw = l2["dram_read_gbps"]
+        sec["bandwidth"]["dram_read_gbps"] = round(bw, 1)
+        lo, hi = l2.get("dram_read_gbps_p10_p90", [bw, bw])
+        measured["bandwidth.dram_read_gbps"] = {"probe": "l2 (256 MB cold read)",
+                                                "median": bw, "p10": lo, "p90": hi}
+    else:
+        sec["bandwidth"]["dram_read_gbps"] = base.dram_read_gbps
+        kept.append("bandwidth.dram_read_gbps")
+    aside = prov.get("set_aside_max_bytes")
+    sec["l2"]["set_aside_max_bytes"] = int(aside) if aside else base.set_aside_max_bytes
+    if not aside:
+        kept.append("l2.set_aside_max_bytes")
+    _survival(surv, base, sec, measured, kept)
+    # GEMM rates for ops the table does not cover: a line through (bytes, us)
+    gemm = _gemm_points(ops, inventory)
+    if len(gemm["cold"]) >= 2:
+        a, b = _fit_line(gemm["cold"])
+        ah, bh = _fit_line(gemm["hot"])
+        sec["bandwidth"]["gemm_fixed_us"] = round(max(0.0, a), 2)
+        sec["bandwidth"]["gemm_dram_gbps"] = round(1 / (b * 1e3), 1) if b > 0 \
+            else base.gemm_dram_gbps
+        sec["bandwidth"]["gemm_l2_gbps"] = round(1 / (bh * 1e3), 1) if bh > 0 \
+            else base.gemm_l2_gbps
+        for k in ("gemm_fixed_us", "gemm_dram_gbps", "gemm_l2_gbps"):
+            measured[f"bandwidth.{k}"] = {"probe": "ops (line fit over the GEMMs at "
+                                          "the smallest M)"}
+    else:
+        for k in ("gemm_fixed_us", "gemm_dram_gbps", "gemm_l2_gbps"):
+            sec["bandwidth"][k] = getattr(base, k)
+            kept.append(f"bandwidth.{k}")
+    modes = _fill_modes(fill, inter, base, measured)
+    bulk = modes.get("bulk") or {}
+    sec["bandwidth"]["fill_gbps"] = bulk.get("gbps", base.fill_gbps)
+    sec["bandwidth"]["fill_launch_us"] = bulk.get("launch_us", base.fill_launch_us)
+    sec["l2"]["fill_effect"] = bulk.get("effect", base.fill_effect)
+    if graph:
+        sec["latency"]["kernel_gap_us"] = round(graph["kernel_gap_us"], 3)
+        measured["latency.kernel_gap_us"] = {
+            "probe": "graph (200-kernel chain / 200)",
+            "median": graph["kernel_gap_us"],
+            "p10": graph["chain_200_us"]["p10"] / 200,
+            "p90": graph["chain_200_us"]["p90"] / 200}
+    else:
+        sec["latency"]["kernel_gap_us"] = base.kernel_gap_us
+        kept.append("latency.kernel_gap_us")
+    for k in ("small_kernel_us", "attention_core_us"):
+        sec["latency"][k] = getattr(base, k)
+        kept.append(f"latency.{k}")
+    kept.append("allreduce")
+    default = _default_mode(modes, base)
+    return {"sections": sec, "fill": modes, "fill_default": default,
+            "ops": _op_table(ops), "measured": measured, "kept": kept}
+
+
+def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
+    """Residency terms from the survival probe: evict_last bytes that
+    survive a stream larger than the L2, and the normal-policy survival."""
+    pol = surv.get("policies", {})
+    last = [r for r in pol.get("evict_last", []) if r["hot_fraction"] is not None]
+    normal = [r for r in pol.get("evict_normal", []) if r["hot_fraction"] is not None]
+    w = surv.get("weight_bytes", 0)
+    if last:
+        f = max(0.0, min(1.0, last[-1]["hot_fraction"]))
+        # the probe fills one weight: it shows protection up to its size
+        prot = int(f * w) if f < 0.95 else max(int(f * w), base.evict_last_protected_bytes)
+        sec["l2"]["evict_last_protected_bytes"] = prot
+        measured["l2.evict_last_protected_bytes"] = {
+            "probe": f"survival (evict_last, {last[-1]['stream_mb']} MB stream after a "
+                     f"{w / MB:.1f} MB fill)", "median": f}
+    else:
+        sec["l2"]["evict_last_protected_bytes"] = base.evict_last_protected_bytes
+        kept.append("l2.evict_last_protected_bytes")
+    if normal:
+        sec["l2"]["evict_normal_survival"] = round(max(0.0, min(1.0, normal[-1]["hot_fraction"])), 3)
+        measured["l2.evict_normal_survival"] = {
+            "probe": f"survival (evict_normal, {normal[-1]['stream_mb']} MB stream)",
+            "median": normal[-1]["hot_fraction"]}
+    else:
+        sec["l2"]["evict_normal_survival"] = base.evict_normal_survival
+        kept.append("l2.evict_normal_survival")
+
+
+def _gemm_points(ops: dict, inventory) -> dict:
+    """``(weight bytes, us)`` points of the measured GEMMs at the smallest
+    M, cold and hot (bytes from the inventory's op reads)."""
+    out = {"cold": [], "hot": []}
+    if not ops or inventory is None:
+        return out
+    from l2sched.model.adapters import get_adapter
+    ad = get_adapter(inventory.model)
+    first = {}
+    for i, k in enumerate(inventory.kinds):
+        first.setdefault(str(k), i)
+    for kind, per in ops.get("table", {}).items():
+        i = first.get(kind)
+        if i is None:
+            continue
+        by_name = {op.name: op for op in ad.decode_timeline(inventory.kinds[i])}
+        have = {t.path: t for t in inventory.tensors(i)}
+        for name, rec in per.items():
+            op = by_name.get(name)
+            if op is None or op.cls != "gemm":
+                continue
+            nbytes = sum(have[p].nbytes for p in op.reads if p in have)
+            if nbytes < MB:
+                continue
+            out["cold"].append((nbytes, rec["cold_us"][0]))
+            out["hot"].append((nbytes, rec["hot_us"][0]))
+    return out
+
+
+def _fill_modes(fill: dict, inter: dict, base, measured: dict) -> dict:
+    """``mode -> {grid, threads, chunk, stages, gbps, effect, launch_us,
+    slowdown, landed, source}`` from the fill and interference probes."""
+    out = {}
+    for mode, rec in fill.items():
+        if "rows" not in rec:
+            continue
+        shape = rec["shape"]
+        rows = rec["rows"]
+        landed = []
+        for r in rows:
+            w = r["waits"]
+            last = w[sorted(w, key=int)[-1]]
+            if last["landed"] is not None:
+                landed.append([r["mb"], round(max(0.0, min(1.0, last["landed"])), 3)])
+        big = rows[-1]
+        exit_us = big["launch_to_exit_us"]["median"]
+        gbps = big["mb"] * MB / exit_us / 1e3
+        if mode == "bulk":  # exits when its requests are issued, not landed
+            old = base.fill_modes.get("bulk")
+            gbps = min(gbps, old.gbps if old else gbps)
+        effs = [f for _, f in landed]
+        entry = {"grid": shape.get("grid"), "threads": shape.get("threads", 32),
+                 "chunk": shape.get("chunk"), "stages": shape.get("stages", 1),
+                 "gbps": round(gbps, 1),
+                 "effect": round(statistics.median(effs), 3) if effs else 0.0,
+                 "launch_us": (base.fill_modes[mode].launch_us
+                               if mode in base.fill_modes else base.fill_launch_us),
+                 "slowdown": round(inter.get(mode, {}).get("slowdown", 0.0), 3),
+                 "landed": landed, "source": "l2sched profile: fill, interference"}
+        entry = {k: v for k, v in entry.items() if v is not None}
+        out[mode] = entry
+        measured[f"fill.{mode}.gbps"] = {"probe": f"fill ({big['mb']} MB / launch-to-"
+                                         "exit)", "median": gbps}
+        measured[f"fill.{mode}.effect"] = {"probe": "fill (median over sizes of the "
+                                           "landed fraction at the longest wait)",
+                                           "median": entry["effect"]}
+        if mode in inter:
+            measured[f"fill.{mode}.slowdown"] = {
+                "probe": "interference (latency chain extra us / fill us)",
+                "median": inter[mode].get("slowdown", 0.0)}
+    return out
+
+
+def _default_mode(modes: dict, base) -> str:
+    """The fill kernel with the highest effect, less its slowdown; bulk
+    without measurements."""
+    if not modes:
+        return base.fill_default
+    return max(sorted(modes), key=lambda m: modes[m]["effect"] - modes[m]["slowdown"])
+
+
+def _op_table(ops: dict) -> dict:
+    out: dict = {}
+    for kind, per in (ops.get("table") or {}).items():
+        for name, rec in per.items():
+            out.setdefault(kind, {})[name] = {
+                "m": rec["m"], "cold_us": [round(x, 3) for x in rec["cold_us"]],
+                "hot_us": [round(x, 3) for x in rec["hot_us"]]}
+    return out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k) if not k.isidentifier() else k} = "
+                                f"{_toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(str(v))
+
+
+def profile_toml(name: str, description: str, provenance: dict, derived: dict,
+                 base) -> str:
+    """The TOML text of the measured profile ``name``."""
+    prov = dict(provenance)
+    prov["kept_from_base"] = derived["kept"]
+    cc = prov.get("compute_capability") or list(base.compute_capability or [])
+    lines = [f"# Device profile measured by `{prov.get('command', 'l2sched profile')}`",
+             f"# on {prov.get('gpu', '?')} ({prov.get('date', '?')}). Units: bytes (B), "
+             "GB/s = 10^9 B/s, microseconds (us).",
+             "# Every measured number has its probe (and median/p10/p90) in [measured];",
+             f"# provenance.kept_from_base lists the numbers kept from profile "
+             f"{base.name} (not measured by the probes).", "",
+             f"name = {_toml_value(name)}", f"description = {_toml_value(description)}",
+             f"compute_capability = {_toml_value(cc)}", "", "[provenance]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in prov.items() if v is not None]
+    for s in ("l2", "bandwidth", "latency"):
+        lines += ["", f"[{s}]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in derived["sections"][s].items()]
+    lines += ["", "[fill]", f"default = {_toml_value(derived['fill_default'])}"]
+    for mode, tab in derived["fill"].items():
+        lines += [f"[fill.{mode}]"] + [f"{k} = {_toml_value(v)}" for k, v in tab.items()]
+    lines += ["", "[allreduce]", 'model = "latency_plus_bandwidth"']
+    for deg, m in sorted(base.allreduce.items()):
+        lines += [f"[allreduce.tp{deg}]", f"latency_us = {m.latency_us!r}",
+                  f"busbw_gbps = {m.busbw_gbps!r}"]
+        if m.measured:
+            lines.append(f'measured = "{m.measured}"')
+        if m.source:
+            lines.append(f"source = {_toml_value(m.source)}")
+    for kind, per in derived["ops"].items():
+        lines += ["", f'[ops."{kind}"]']
+        lines += [f'"{op}" = {_toml_value(v)}' for op, v in per.items()]
+    lines += ["", "[measured]"]
+    lines += [f'"{k}" = {_toml_value(v)}' for k, v in derived["measured"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
+    """The markdown report of every probe of a profile run."""
+    p = provenance
+    md = [f"# `l2sched profile` on {p.get('gpu')} ({p.get('date')})", "",
+          f"Command: `{p.get('command')}`. torch {p.get('torch')}, CUDA {p.get('cuda')}, "
+          f"driver {p.get('driver')}, nvidia-cutlass-dsl {p.get('cutlass_dsl')}, "
+          f"{p.get('sms')} SMs, L2 {p.get('l2_bytes')} B, quick={p.get('quick')}. "
+          "Medians (p10-p90). MB = 10^6 B.", ""]
+    l2 = res.get("l2")
+    if l2:
+        md += ["## L2: re-read sweep", "", f"Effective L2 (re-read hit >= 90% in both "
+               f"orders): {l2['effective_bytes'] / MB:.0f} MB; device-memory read "
+               f"{l2['dram_read_gbps']:.0f} GB/s (256 MB cold read).", "",
+               "| MB | cold us | re-read us (hit) | reverse re-read us (hit) |",
+               "|---|---|---|---|"]
+        for r in l2["rows"]:
+            md.append(f"| {r['mb']} | {r['cold_us']['median']:.1f} | "
+                      f"{r['reread_us']['median']:.1f} ({r['reread_hit']:.2f}) | "
+                      f"{r['reread_reverse_us']['median']:.1f} "
+                      f"({r['reread_reverse_hit']:.2f}) |")
+        md.append("")
+    ops = res.get("ops")
+    if ops:
+        md += ["## Ops: cold / hot us per M", "", "| kind | op | " + " | ".join(
+            f"M={m}" for m in ops["tokens"]) + " |",
+            "|---|---|" + "---|" * len(ops["tokens"])]
+        for kind, per in ops["table"].items():
+            for name, rec in per.items():
+                cells = [f"{c:.1f} / {h:.1f}" for c, h in zip(rec["cold_us"], rec["hot_us"])]
+                md.append(f"| {kind} | {name} | " + " | ".join(cells) + " |")
+        md.append("")
+    fill = res.get("fill")
+    if fill:
+        md += ["## Fill kernels: landed fraction of an M=8 GEMM's cold->hot gap", "",
+               "| kernel | MB | launch-to-exit us | wait us: landed fraction (p10..p90) |",
+               "|---|---|---|---|"]
+        for mode, rec in fill.items():
+            for r in rec.get("rows", []):
+                waits = "; ".join(
+                    f"{w}: {_n(v['landed'])} ({_n(v['landed_p10_p90'][0])}.."
+                    f"{_n(v['landed_p10_p90'][1])})" for w, v in r["waits"].items())
+                md.append(f"| {mode} | {r['mb']} | {r['launch_to_exit_us']['median']:.1f}"
+                          f" | {waits} |")
+        md.append("")
+    surv = res.get("survival")
+    if surv:
+        md += [f"## Survival of a {surv['weight_bytes'] / MB:.1f} MB {surv['fill_mode']} "
+               "fill under streaming reads", "", "| policy | stream MB | GEMM us | hot "
+               "fraction |", "|---|---|---|---|"]
+        for pol, rows in surv["policies"].items():
+            for r in rows:
+                md.append(f"| {pol} | {r['stream_mb']} | {r['us']['median']:.2f} | "
+                          f"{_n(r['hot_fraction'])} |")
+        md.append("")
+    inter = res.get("interference")
+    if inter:
+        md += ["## Interference: a 50 MB fill beside a chain", "", "| kernel | latency "
+               "chain extra us | memory chain extra us | slowdown (extra / fill us) |",
+               "|---|---|---|---|"]
+        for mode, r in inter.items():
+            md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
+                      f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
+                      f"{r['slowdown']:.3f} |")
+        md.append("")
+    g = res.get("graph")
+    if g:
+        md += ["## Graph", "", f"200 tiny kernels replayed: {g['chain_200_us']['median']:.1f}"
+               f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
+               f"{g['fork_join_us']:+.1f} us.", ""]
+    md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
+           f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
+    return "\n".join(md) + "\n"
+
+
+def _n(x) -> str:
+    return "-" if x is None else f"{x:.2f}"

@@ -1,0 +1,73 @@
+"""``l2sched profile --out PROFILE.toml``: measure this box once and write
+its device profile (``bench.profile`` probes, ``bench.profile_write``)."""
+
+from __future__ import annotations
+
+import sys
+
+from l2sched.cli.options import add_command
+from l2sched.errors import L2sUsageError
+from l2sched.files import write_texts_atomically
+
+
+def cmd_profile(args) -> int:
+    """Run the probes (resuming ``--state``), write the profile TOML, the
+    probe report (``--md-out``) and the raw results (``--state``). Raises
+    ``L2sUsageError`` for bad options, without torch or without a GPU."""
+    try:
+        args.tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
+    except ValueError:
+        raise L2sUsageError(f"--tokens takes numbers, got {args.tokens!r}") from None
+    if not args.tokens or min(args.tokens) < 1 or args.tokens != sorted(set(args.tokens)):
+        raise L2sUsageError(f"--tokens must be increasing numbers >= 1, got {args.tokens}")
+    if args.tp < 1:
+        raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
+    if args.reps < 3:
+        raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
+    from l2sched.model.devices import load_device
+    base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise L2sUsageError("needs torch") from None
+    if not torch.cuda.is_available():
+        raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)")
+    from l2sched.bench.profile import run_profile
+    from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
+    from l2sched.model.config import default_config
+    from l2sched.model.inventory import analytical_inventory
+
+    got = run_profile(args)
+    inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
+    derived = derive(got["results"], base, inv, got["provenance"])
+    name = args.name or base.name
+    desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
+    files = [(args.out, profile_toml(name, desc, got["provenance"], derived, base))]
+    if args.md_out:
+        files.append((args.md_out, profile_markdown(got["provenance"], got["results"],
+                                                    derived)))
+    write_texts_atomically(files)
+    for path, _ in files:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched profile``."""
+    p = add_command(sub, "profile", cmd_profile,
+                    help="measure this GPU and write its device profile (GPU)")
+    p.add_argument("--out", required=True, metavar="PROFILE.toml")
+    p.add_argument("--md-out", default="", metavar="REPORT.md",
+                   help="markdown report of every probe")
+    p.add_argument("--state", default="", metavar="STATE.json",
+                   help="raw probe results; an existing file is resumed")
+    p.add_argument("--base", default="h200", metavar="NAME_OR_TOML",
+                   help="profile whose unmeasured numbers are kept (default h200)")
+    p.add_argument("--name", default="", help="profile name (default: the base's)")
+    p.add_argument("--tp", type=int, default=4,
+                   help="TP degree of the inventory whose op shapes are timed")
+    p.add_argument("--tokens", default="1,4,16,64,256",
+                   help="decode tokens M of the op table")
+    p.add_argument("--reps", type=int, default=25, help="repetitions per timing")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer sizes and repetitions (about 2 minutes)")

@@ -1,0 +1,184 @@
+"""``l2sched profile`` on CPU: a synthetic probe result written as a profile
+and read back; the profile's measured terms, each changing the lint's
+prediction in the right direction; bad values are errors at their key."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
+from l2sched.errors import L2sInputError
+from l2sched.lint import lint_path, run_lint
+from l2sched.model.config import default_config
+from l2sched.model.devices import FillMode, OpTimes, load_device, parse_device
+from l2sched.model.inventory import analytical_inventory
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    import tomli as tomllib
+
+H200 = "schedules/glm53-flash-h200-tp4.l2s"
+
+
+def _stat(x):
+    return {"median": x, "p10": x * 0.95, "p90": x * 1.05, "n": 10}
+
+
+def synthetic_results():
+    """What the probes return, in their shapes, with round numbers."""
+    table = {"kda+moe": {
+        "kda.in_proj": {"m": [1, 4, 16], "cold_us": [19.5, 19.8, 20.5],
+                        "hot_us": [18.1, 18.3, 19.0]},
+        "attn.o_proj": {"m": [1, 4, 16], "cold_us": [10.4, 10.5, 10.9],
+                        "hot_us": [7.5, 7.6, 8.0]}},
+        "mla+moe": {"attn.o_proj": {"m": [1, 4, 16], "cold_us": [14.9, 15.0, 15.4],
+                                    "hot_us": [11.3, 11.4, 11.8]}}}
+    fill_row = lambda mb, f: {"mb": mb, "cold_us": _stat(10), "hot_us": _stat(8),  # noqa
+                              "launch_to_exit_us": _stat(mb / 3.2),
+                              "waits": {"0": {"us": _stat(9), "landed": f - 0.1,
+                                              "landed_p10_p90": [f - 0.2, f]},
+                                        "40": {"us": _stat(8.2), "landed": f,
+                                               "landed_p10_p90": [f - 0.1, f + 0.05]}}}
+    return {
+        "l2": {"rows": [{"mb": 4, "cold_us": _stat(2), "reread_us": _stat(1),
+                         "reread_reverse_us": _stat(1), "reread_hit": 1.0,
+                         "reread_reverse_hit": 1.0}],
+               "read_kernel": "triton", "effective_bytes": 40_000_000,
+               "dram_read_gbps": 4000.0, "dram_read_gbps_p10_p90": [3900.0, 4100.0]},
+        "ops": {"tokens": [1, 4, 16], "table": table},
+        "fill": {"copy": {"shape": {"mode": "copy", "grid": 66, "threads": 32,
+                                    "chunk": 32768, "stages": 4}, "ffi": True,
+                          "rows": [fill_row(16, 0.9), fill_row(32, 0.8)]},
+                 "bulk": {"shape": {"mode": "bulk", "grid": 264, "threads": 32,
+                                    "chunk": 16384, "stages": 1}, "ffi": True,
+                          "rows": [fill_row(16, 0.3), fill_row(32, 0.2)]}},
+        "survival": {"fill_mode": "copy", "weight_bytes": 16_777_216,
+                     "cold_us": _stat(10), "hot_us": _stat(8),
+                     "policies": {"evict_last": [{"stream_mb": 200, "us": _stat(8.4),
+                                                  "hot_fraction": 0.8}],
+                                  "evict_normal": [{"stream_mb": 200, "us": _stat(9.6),
+                                                    "hot_fraction": 0.2}]}},
+        "interference": {"copy": {"latency_chain_200_kernels": {"extra_us": 6.0},
+                                  "memory_chain_256MiB_read": {"extra_us": 12.0},
+                                  "slowdown": 0.4},
+                         "bulk": {"latency_chain_200_kernels": {"extra_us": 3.0},
+                                  "memory_chain_256MiB_read": {"extra_us": 14.0},
+                                  "slowdown": 0.2}},
+        "graph": {"chain_200_us": _stat(270.0), "chain_200_with_fork_us": _stat(275.0),
+                  "kernel_gap_us": 1.35, "fork_join_us": 5.0},
+    }
+
+
+PROV = {"gpu": "NVIDIA H200", "compute_capability": [9, 0], "sms": 132,
+        "l2_bytes": 62_914_560, "date": "2026-12-01", "command": "l2sched profile "
+        "--out x.toml", "quick": False, "set_aside_max_bytes": 39_321_600}
+
+
+def _written(tmp_path):
+    base = load_device("h200")
+    inv = analytical_inventory(default_config("glm5next"), tp=4, ep=False)
+    res = synthetic_results()
+    derived = derive(res, base, inv, PROV)
+    text = profile_toml("h200-measured", "test", PROV, derived, base)
+    path = tmp_path / "p.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_device(str(path)), derived, res
+
+
+def test_synthetic_profile_round_trip(tmp_path):
+    dev, derived, res = _written(tmp_path)
+    assert dev.is_measured and dev.provenance["gpu"] == "NVIDIA H200"
+    assert dev.capacity_bytes == 40_000_000
+    assert dev.dram_read_gbps == 4000.0
+    assert dev.kernel_gap_us == pytest.approx(1.35)
+    assert dev.fill_default == "copy"  # effect 0.85 - slowdown 0.4 > 0.25 - 0.2
+    copy = dev.fill_mode("copy")
+    assert (copy.grid, copy.stages, copy.chunk) == (66, 4, 32768)
+    assert copy.landed == ((16.0, 0.9), (32.0, 0.8))
+    assert copy.effect_at(24_000_000) == pytest.approx(0.85)
+    assert dev.ops[("kda+moe", "kda.in_proj")].at(4) == (19.8, 18.3)
+    assert dev.measured["l2.effective_bytes"]["probe"] == "l2"
+    assert "latency.small_kernel_us" in dev.provenance["kept_from_base"]
+    assert dev.evict_last_protected_bytes == int(0.8 * 16_777_216)
+    md = profile_markdown(PROV, res, derived)
+    assert "Effective L2" in md and "| copy | 16 |" in md
+
+
+def test_bad_measured_values_are_errors_at_their_key(tmp_path):
+    _, derived, _ = _written(tmp_path)
+    text = (tmp_path / "p.toml").read_text()
+    bad = text.replace('landed = [[16, 0.9], [32, 0.8]]', 'landed = [[16, 1.9], [8, 0.8]]')
+    bad = bad.replace("effective_bytes = 40000000", "effective_bytes = -3", 1)
+    bad = bad.replace('"kda.in_proj" = { m = [1, 4, 16]', '"kda.in_proj" = { m = [4, 1, 16]')
+    with pytest.raises(L2sInputError) as e:
+        parse_device(tomllib.loads(bad), "p.toml", bad)
+    text_err = str(e.value)
+    assert "fill.copy.landed" in text_err
+    assert "l2.effective_bytes" in text_err
+    assert "ops.kda+moe.kda.in_proj" in text_err
+    assert all(line.startswith("p.toml:") for line in text_err.splitlines()
+               if "expected" in line or "must" in line)
+
+
+# -- each term moves the prediction the right way -----------------------------
+
+def _gain(device, overrides=()):
+    run = lint_path(H200, list(overrides))
+    r = run_lint(run.schedule, run.inventory, device=device)
+    return r.step_period("base") - r.step_period("sim")
+
+
+def _h200():
+    return load_device("h200")
+
+
+def test_op_table_decides_what_a_hit_buys():
+    dev = _h200()
+    ops_gain = {("kda+moe", "attn.o_proj"): OpTimes((1,), (10.4,), (7.5,)),
+                ("mla+moe", "attn.o_proj"): OpTimes((1,), (14.9,), (11.3,))}
+    ops_none = {k: OpTimes((1,), (v.cold_us[0],), (v.cold_us[0],))
+                for k, v in ops_gain.items()}
+    g_gain = _gain(dataclasses.replace(dev, ops=ops_gain))
+    g_none = _gain(dataclasses.replace(dev, ops=ops_none))
+    assert g_gain > g_none  # a measured cold > hot gap is what prefetching buys
+
+
+def test_landed_fraction_per_size():
+    dev = _h200()
+    bulk = dev.fill_mode("bulk")
+    good = dataclasses.replace(bulk, landed=((1.0, 0.9), (100.0, 0.9)))
+    bad = dataclasses.replace(bulk, landed=((1.0, 0.9), (10.0, 0.1), (100.0, 0.1)))
+    g_good = _gain(dataclasses.replace(dev, fill_modes={**dev.fill_modes, "bulk": good}))
+    g_bad = _gain(dataclasses.replace(dev, fill_modes={**dev.fill_modes, "bulk": bad}))
+    assert g_good > g_bad  # large fills that land less buy less
+
+
+def test_effective_capacity_caps_resident_fill_bytes():
+    dev = _h200()
+    big = _gain(dataclasses.replace(dev, effective_l2_bytes=dev.l2_bytes))
+    small = _gain(dataclasses.replace(dev, effective_l2_bytes=8_000_000))
+    assert small < big  # fills beyond the effective L2 evict each other
+
+
+def test_a_fill_beside_an_all_reduce_costs_step_time():
+    dev = _h200()
+    bulk = dev.fill_mode("bulk")
+    costly = dataclasses.replace(bulk, allreduce_extra_us=3.0)
+    g0 = _gain(dev)
+    g1 = _gain(dataclasses.replace(dev, fill_modes={**dev.fill_modes, "bulk": costly}))
+    assert g1 < g0
+
+
+def test_slowdown_of_latency_bound_kernels_costs_step_time():
+    dev = _h200()
+    slow = dataclasses.replace(dev.fill_mode("bulk"), slowdown=0.5)
+    assert _gain(dataclasses.replace(dev, fill_modes={**dev.fill_modes,
+                                                      "bulk": slow})) < _gain(dev)
+
+
+def test_fill_mode_record_is_complete():
+    fm = FillMode("copy", 66, 32, 32768, 4, 3000.0, 0.9, 3.0)
+    assert fm.effect_at(10**9) == 0.9 and fm.allreduce_extra_us == 0.0
