@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-from pathlib import Path
 
 import pytest
 from test_lint_golden import ROOT, SCHEDULES, _check

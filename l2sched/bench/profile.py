@@ -119,7 +119,7 @@ def probe_l2(ctx) -> dict:
 
 def probe_ops(ctx) -> dict:
     """Cold and hot time of every weight-reading op per layer kind and M."""
-    torch, b, runner = ctx.torch, ctx.bench, ctx.runner
+    b, runner = ctx.bench, ctx.runner
     inv = runner.inv
     first = {}
     for i, k in enumerate(inv.kinds):
@@ -195,7 +195,6 @@ def probe_fill(ctx) -> dict:
                 row["waits"][str(wait)] = {"us": st, "landed": frac[0],
                                            "landed_p10_p90": frac[1:]}
             rows.append(row)
-            del w
         out[mode] = {"shape": shape, "ffi": kern.ffi, "rows": rows}
         ctx.progress.step(f"fill {mode}")
     return out

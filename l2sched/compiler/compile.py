@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections import defaultdict
-from dataclasses import dataclass
 
 from l2sched.compiler.plan import ByteRange, LeftOver, Plan, WindowIssue
 from l2sched.errors import (
