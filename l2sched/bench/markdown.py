@@ -23,6 +23,7 @@ def markdown(s: dict) -> str:
     arms = list(next(iter(s["per_m"].values()))["arms"])
     src = ", ".join(s.get("per_op_source", []))
     out = _front_matter(s)
+    out += _validation_table(s)
     out += _step_table(s, Ms, arms, src)
     out += _timed_graph_table(s, Ms, arms)
     out += _event_overhead_table(s, Ms, arms)
@@ -66,6 +67,34 @@ def _front_matter(s: dict) -> list[str]:
         out += ["## Command", "", "```sh", s["command"],
                 "l2sched bench report RESULT --json-out J --md-out M --command ... --header H",
                 "```", ""]
+    return out
+
+
+def _validation_table(s: dict) -> list[str]:
+    """The out-of-sample validation (docs/lint.md#validation): its status,
+    the A/A noise floor per M and one row per arm and M with the predicted
+    and measured gain, their difference and the three-way verdicts."""
+    v = s.get("validation")
+    if not v:
+        return []
+    out = ["## Validation (out of sample)", "", f"Status: {v['status']}.", ""]
+    if not v.get("rows"):
+        return out
+    out += ["Noise floor per M from the A/A arm (90th percentile of |A/A gain| over "
+            "resampled rounds): " + ", ".join(
+                f"M={M}: {f['floor_us']:.1f} us (A/A gain {f['aa_gain_us']:+.1f} us)"
+                for M, f in v["floors"].items()) + ".", "",
+            "| arm | M | predicted gain us | measured gain us | predicted - measured us "
+            "| verdict predicted / measured | agree | lint errors |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in v["rows"]:
+        out.append(f"| {r['arm']} | {r['M']} | {r['pred_gain_us']:+.1f} | "
+                   f"{r['meas_gain_us']:+.1f} | {r['gain_err_us']:+.1f} | "
+                   f"{r['pred_verdict']} / {r['meas_verdict']} | "
+                   f"{'yes' if r['agree'] else 'NO'} | {','.join(r['lint_errors']) or '-'} |")
+    per_m = ", ".join(f"M={M}: " + ("-" if x is None else f"{x:.2f}")
+                      for M, x in v["spearman_per_m"].items())
+    out += ["", f"Spearman per M: {per_m}.", ""]
     return out
 
 
@@ -188,7 +217,9 @@ def _agreement_lines(s: dict, Ms) -> list[str]:
     def frac(a):
         return f"{a['agree']}/{a['total']}" + (f" ({a['agree'] / a['total']:.0%})"
                                                if a["total"] else "")
-    out = ["", f"Lint verdict agreement (calibrated), schedule arms (headline): "
+    out = ["", "In-sample diagnostic (the lint calibrated on this run's own no-prefetch arm; "
+           "not a validation, see the validation table above):",
+           f"Two-way lint verdict agreement (calibrated), schedule arms: "
            f"{frac(va['schedule_arms'])}; all arms including kernel-mode arms: "
            f"{frac(va['all_arms'])}. Why two counts: {va['why']}.",
            f"Median per-op finish-time error (corrected finish times) over all linted arms and "
@@ -242,6 +273,8 @@ def _step_level_table(s: dict, Ms) -> list[str]:
 
 def _target_values(t: dict) -> str:
     v = t["values"]
+    if "shown" in t:
+        return t["shown"]
     if "agree" in t:
         return f"{t['agree']}/{t['total']}" + ("" if v is None else f" = {v:.0%}")
     if not isinstance(v, dict):

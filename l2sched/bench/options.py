@@ -30,6 +30,10 @@ def run_arguments(p) -> None:
                    help="NAME:KEY=VALUE,... extra arm of the schedule with overrides")
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
+    p.add_argument("--validation", action="store_true",
+                   help="the validation arms of docs/lint.md#validation: an A/A "
+                        "no-prefetch arm, each fill kernel, each window alone at two "
+                        "budgets")
     p.add_argument("--dry", action="store_true", help="meta device, no GPU")
     p.add_argument("--per-op", dest="per_op", choices=("graph", "eager"), default="graph",
                    help="per-op times from a timed CUDA-graph variant (default) or the "

@@ -62,8 +62,10 @@ errors use the corrected values; the uncorrected ones stay in the JSON under
 ``raw``. Step-level check: the calibrated lint's predicted step
 (``step_period("sim")``) vs the untimed graph's median step.
 
-Verdict agreement is counted two ways: over the schedule arms (the headline)
-and over all arms. Kernel-mode arms (a ``runtime`` option, e.g. ``load``)
+Verdict agreement (an in-sample diagnostic: the calibrated lint is fed
+this run's own no-prefetch arm; the out-of-sample validation is
+``validation``) is counted two ways: over the schedule arms and over all
+arms. Kernel-mode arms (a ``runtime`` option, e.g. ``load``)
 run the same schedule with a different fill kernel, which the .l2s language
 cannot express, so the lint sees the same schedule as ``compiled``.
 """

@@ -1,0 +1,151 @@
+"""The validation rules of docs/lint.md#validation (``bench.validation``) with
+exact values, and ``bench report``'s validation section on a synthetic result
+with an A/A arm: predictions from the lint with the result's profile, never
+from the run's own arms."""
+import json
+import statistics
+
+import pytest
+
+from l2sched.bench.run import arm_specs, validation_variants
+from l2sched.bench.validation import (
+    AA_ARM,
+    AA_MIN_FLOOR_US,
+    THRESHOLDS,
+    aa_noise_floor,
+    spearman,
+    three_way,
+    validate,
+)
+
+SCHED = "schedules/glm53-flash-h200-tp4.l2s"
+
+
+def test_three_way_is_symmetric_and_strict():
+    assert three_way(10.1, 10) == "faster"
+    assert three_way(10, 10) == "same"
+    assert three_way(-10, 10) == "same"
+    assert three_way(-10.1, 10) == "slower"
+
+
+def test_spearman_ranks_with_ties():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # monotone but not linear: Spearman is 1 where Pearson is not
+    assert spearman([1, 2, 3, 4], [1, 10, 100, 1000]) == pytest.approx(1.0)
+    # ties get the mean rank: ranks x = 1, 2.5, 2.5, 4
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(
+        statistics.correlation([1, 2.5, 2.5, 4], [1, 2, 3, 4]))
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    assert spearman([1, 2], [1, 2]) is None
+
+
+def test_aa_floor_grows_with_noise_and_is_deterministic():
+    quiet = [100.0 + 0.1 * (i % 3) for i in range(40)]
+    noisy = [100.0 + 8.0 * ((i * 7) % 5 - 2) for i in range(40)]
+    f_quiet = aa_noise_floor(quiet, list(reversed(quiet)))
+    f_noisy = aa_noise_floor(noisy, list(reversed(noisy)))
+    assert f_quiet == AA_MIN_FLOOR_US
+    assert f_noisy > 5 * f_quiet
+    assert aa_noise_floor(noisy, list(reversed(noisy))) == f_noisy
+    with pytest.raises(ValueError):
+        aa_noise_floor([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        aa_noise_floor([], [])
+
+
+def test_validate_counts_figures_and_marks():
+    rows = [
+        {"arm": "a", "M": 1, "pred_gain_us": 30, "meas_gain_us": 25, "floor_us": 10},   # agree
+        {"arm": "b", "M": 1, "pred_gain_us": 30, "meas_gain_us": 5, "floor_us": 10},    # no
+        {"arm": "c", "M": 1, "pred_gain_us": -20, "meas_gain_us": -40, "floor_us": 10},  # agree
+        {"arm": "d", "M": 4, "pred_gain_us": 0, "meas_gain_us": 2, "floor_us": 10},     # agree
+    ]
+    v = validate(rows)
+    assert [r["agree"] for r in v["rows"]] == [True, False, True, True]
+    assert v["verdict_agreement"] == 0.75
+    assert v["median_abs_gain_err_us"] == statistics.median([5, 25, 20, 2])
+    assert [r["gain_err_us"] for r in v["rows"]] == [5, 25, 20, -2]
+    assert v["met"] == {"verdict_agreement": False, "median_abs_gain_err_us": True,
+                        "spearman": v["spearman"] >= THRESHOLDS["spearman"]}
+    assert v["spearman_per_m"]["4"] is None
+    assert validate([])["met"] == {"verdict_agreement": False,
+                                   "median_abs_gain_err_us": False, "spearman": False}
+
+
+def test_validation_arms_cover_kernels_windows_and_bad_schedules():
+    names = [a["name"] for a in arm_specs(SCHED, "schedules/bench", False, [], True)]
+    assert names[:2] == ["none", AA_ARM]
+    sched_arms = [n for n in names if n not in ("none", AA_ARM)]
+    assert len(sched_arms) >= 12
+    for w, mb in (("A", 17), ("A_MLA", 24), ("B", 30), ("C", 10)):
+        assert f"only-{w}-{mb}MB" in names and f"only-{w}-{mb / 2:g}MB" in names
+    assert {"kernel-copy", "kernel-load", "bench/fill-over-experts"} <= set(names)
+    v = {x.split(":")[0]: x.split(":")[1].split(",") for x in validation_variants(SCHED)}
+    assert v["only-B-15MB"] == ["window.A.budget=0MB", "window.A_MLA.budget=0MB",
+                                "window.C.budget=0MB", "window.B.budget=15MB"]
+    assert AA_ARM not in [a["name"] for a in arm_specs(SCHED, "", False, [], False)]
+
+
+def _st(xs):
+    s = sorted(xs)
+    return {"median": statistics.median(s), "p10": s[len(s) // 10],
+            "p90": s[(9 * len(s)) // 10], "n": len(s)}
+
+
+def test_report_validation_section(tmp_path):
+    pytest.importorskip("torch")
+    from l2sched.bench.report import report
+    from l2sched.lang.resolve import load_schedule
+    from l2sched.lint import run_lint
+    from l2sched.model.config import load_model_config
+    from l2sched.model.devices import load_device
+    from l2sched.model.inventory import analytical_inventory
+
+    rounds = 30
+    none = [1000.0 + (i % 5) for i in range(rounds)]
+    aa = [1000.0 + ((i + 2) % 5) for i in range(rounds)]
+    fast = [t - 50 for t in none]
+    slow = [t + 50 for t in none]
+    arms = {}
+    for name, xs in (("none", none), (AA_ARM, aa), ("compiled", fast),
+                     ("bench/fill-over-experts", slow)):
+        arms[name] = {"per_op_source": "graph", "ops": {}, "fills": {},
+                      "graph_step_us": _st(xs), "graph_step_us_all": xs,
+                      "expert_stream_us": _st([200.0] * 3)}
+    specs = [{"name": "none", "path": None, "overrides": []},
+             {"name": AA_ARM, "path": None, "overrides": []},
+             {"name": "compiled", "path": SCHED, "overrides": []},
+             {"name": "bench/fill-over-experts", "path": "schedules/bench/fill-over-experts.l2s",
+              "overrides": []}]
+    res = {"kind": "l2sched bench", "arms": specs, "machine": {"gpu": "synthetic"},
+           "replays": rounds,
+           "per_m": {"1": {"arms": arms, "distinct_experts": 8,
+                           "ideal": {"ideal_gain_us": 200.0, "consumers": []}}}}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(res))
+    s = report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd")
+    v = s["validation"]
+    prof = load_device("h200")
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    pred = {}
+    for name, path in (("compiled", SCHED),
+                       ("bench/fill-over-experts", "schedules/bench/fill-over-experts.l2s")):
+        lr = run_lint(load_schedule(path, []), inv, device=prof, tokens=1,
+                      model_config=load_model_config(None))
+        pred[name] = lr.step_period("base") - lr.step_period("sim")
+    rows = {r["arm"]: r for r in v["rows"]}
+    assert set(rows) == {"compiled", "bench/fill-over-experts"}
+    assert rows["compiled"]["meas_gain_us"] == 50 and rows["compiled"]["meas_verdict"] == "faster"
+    assert rows["bench/fill-over-experts"]["meas_verdict"] == "slower"
+    for name, r in rows.items():
+        # the prediction is the uncalibrated lint's: the run's arms do not feed it
+        assert r["pred_gain_us"] == pytest.approx(pred[name], abs=1e-6)
+        assert r["floor_us"] == v["floors"]["1"]["floor_us"]
+    assert v["profile_measured"] == prof.is_measured
+    md = (tmp_path / "s.md").read_text()
+    assert "## Validation (out of sample)" in md
+    assert f"| compiled | 1 | {pred['compiled']:+.1f} | +50.0 |" in md
+    if not prof.is_measured:
+        assert "NOT a validation" in md
+        assert not any(t["met"] for t in s["targets"] if "out of sample" in t["target"])
