@@ -5,13 +5,22 @@
 # Sections: env (versions), tests (tests/gpu + runtime/install tests),
 # sanitize (compute-sanitizer memcheck of every fill mode), kbench
 # (l2sched bench kernel), run (l2sched bench run: none / bulk / copy / load
-# arms of the shipped H200 schedule, all M).
+# arms of the shipped H200 schedule, all M), profile (l2sched profile;
+# PROFILE_ARGS), vrun (bench run --validation, after the profile).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1 || echo "pip install failed"
+# .whl/ holds the wheels, or site.tar.xz: the same wheels unpacked (xz packs
+# them small enough for the 64 MiB a device call carries)
+if [ -f .whl/site.tar.xz ]; then
+  [ -d /tmp/site/nvidia_cutlass_dsl ] || { mkdir -p /tmp/site && python3 -c \
+    "import tarfile; tarfile.open('.whl/site.tar.xz').extractall('/tmp/site')" \
+    || echo "unpacking .whl/site.tar.xz failed"; }
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/site .whl/*.whl >/dev/null 2>&1 || echo "pip install failed"
+fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/python_packages:$PWD
 has() { [[ ",$sections," == *",$1,"* ]]; }
 if has env; then
@@ -37,5 +46,19 @@ if has run; then
   timeout ${RUN_TIMEOUT:-240} python3 -m l2sched bench run --out "$OUT/run.json" \
     --tokens ${RUN_TOKENS:-1,4,16,64} --load-mode --variant copy:kernel=copy \
     --bench-dir "" ${RUN_ARGS:-} 2>&1 | tail -15
+fi
+if has profile; then
+  timeout ${PROFILE_TIMEOUT:-560} python3 -m l2sched profile --out "$OUT/h200.toml" \
+    --md-out "$OUT/profile.md" --state "$OUT/profile-state.json" ${PROFILE_ARGS:-} 2>&1 \
+    | tail -${PROFILE_TAIL:-30}
+  echo "profile rc=${PIPESTATUS[0]}"
+fi
+if has vrun; then
+  # validation decode-step run (docs/lint.md#validation), after the profile;
+  # VRUN_PROFILE: a profile just written by the profile section, installed
+  # as the h200 profile first (the run's idle intervals and fill shapes)
+  [ -n "${VRUN_PROFILE:-}" ] && cp "$VRUN_PROFILE" l2sched/data/devices/h200.toml
+  timeout ${RUN_TIMEOUT:-560} python3 -m l2sched bench run --validation \
+    --out "$OUT/validation.json" --tokens ${RUN_TOKENS:-1,4,16,64} ${RUN_ARGS:-} 2>&1 | tail -15
 fi
 echo "SESSION-DONE"

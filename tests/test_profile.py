@@ -57,10 +57,15 @@ def synthetic_results():
                           "rows": [fill_row(16, 0.3), fill_row(32, 0.2)]}},
         "survival": {"fill_mode": "copy", "weight_bytes": 16_777_216,
                      "cold_us": _stat(10), "hot_us": _stat(8),
-                     "policies": {"evict_last": [{"stream_mb": 200, "us": _stat(8.4),
-                                                  "hot_fraction": 0.8}],
-                                  "evict_normal": [{"stream_mb": 200, "us": _stat(9.6),
-                                                    "hot_fraction": 0.2}]}},
+                     # survival relative to what landed: 0.72 / 0.9 = 0.8
+                     "policies": {"evict_last": [{"stream_mb": 0, "us": _stat(8.2),
+                                                  "hot_fraction": 0.9},
+                                                 {"stream_mb": 200, "us": _stat(8.4),
+                                                  "hot_fraction": 0.72}],
+                                  "evict_normal": [{"stream_mb": 0, "us": _stat(8.2),
+                                                    "hot_fraction": 0.9},
+                                                   {"stream_mb": 200, "us": _stat(9.6),
+                                                    "hot_fraction": 0.18}]}},
         "interference": {"copy": {"latency_chain_200_kernels": {"extra_us": 6.0},
                                   "memory_chain_256MiB_read": {"extra_us": 12.0},
                                   "slowdown": 0.4},
@@ -182,3 +187,23 @@ def test_slowdown_of_latency_bound_kernels_costs_step_time():
 def test_fill_mode_record_is_complete():
     fm = FillMode("copy", 66, 32, 32768, 4, 3000.0, 0.9, 3.0)
     assert fm.effect_at(10**9) == 0.9 and fm.allreduce_extra_us == 0.0
+
+
+def test_l2_hits_subtract_the_fixed_cost():
+    """The re-read sweep's hit fractions on the numbers of the first quick
+    profile of the lent H200 (2026-12-01): a 40 MB re-read took the time
+    the <= 16 MB line predicts for all hits, a 256 MB re-read the cold
+    time; dividing by a small size's rate instead said 0 hits at 8 MB."""
+    from l2sched.bench.profile import l2_hits
+
+    def st(x):
+        return {"median": x, "p10": x, "p90": x, "n": 1}
+    pts = [(4, 5.5, 4.2), (8, 6.1, 4.6), (16, 7.8, 5.8), (24, 9.6, 6.5), (32, 11.3, 7.6),
+           (40, 13.2, 9.0), (256, 60.2, 60.6)]
+    rows = [{"mb": mb, "cold_us": st(c), "reread_us": st(h), "reread_reverse_us": st(h)}
+            for mb, c, h in pts]
+    l2_hits(rows)
+    hit = {r["mb"]: r["reread_hit"] for r in rows}
+    assert hit[8] > 0.9 and hit[32] > 0.9 and hit[40] > 0.8
+    assert hit[256] == 0.0
+    assert all(0.0 <= r["reread_reverse_hit"] <= 1.0 for r in rows)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -88,7 +89,7 @@ def probe_l2(ctx) -> dict:
     """The re-read sweep (see the module docstring)."""
     torch, b = ctx.torch, ctx.bench
     rows = []
-    for mb in (L2_SIZES[:6] + (256,)) if ctx.quick else L2_SIZES:
+    for mb in (4, 8, 16, 32, 48, 64, 96, 256) if ctx.quick else L2_SIZES:
         w = torch.ones(mb * MB // 4, dtype=torch.int32, device="cuda")
         read, kind = dependent_read(torch, w)
         read()
@@ -99,15 +100,7 @@ def probe_l2(ctx) -> dict:
         rows.append({"mb": mb, "cold_us": stats(cold), "reread_us": stats(again),
                      "reread_reverse_us": stats(again_rev)})
         del w
-    small = rows[0]  # fits the L2 hot on any GPU this runs on
-    hot_rate = small["mb"] * MB / small["reread_us"]["median"]
-    for r in rows:
-        c = r["cold_us"]["median"]
-        ideal_hot = r["mb"] * MB / hot_rate
-        for key in ("reread_us", "reread_reverse_us"):
-            t = r[key]["median"]
-            r[key.replace("_us", "_hit")] = max(0.0, min(1.0, (c - t) / (c - ideal_hot))) \
-                if c > ideal_hot else 0.0
+    l2_hits(rows)
     fitting = [r["mb"] for r in rows if min(r["reread_hit"], r["reread_reverse_hit"]) >= 0.9]
     big = rows[-1]
     return {"rows": rows, "read_kernel": kind,
@@ -115,6 +108,27 @@ def probe_l2(ctx) -> dict:
             "dram_read_gbps": big["mb"] * MB / big["cold_us"]["median"] / 1e3,
             "dram_read_gbps_p10_p90": [big["mb"] * MB / big["cold_us"]["p90"] / 1e3,
                                        big["mb"] * MB / big["cold_us"]["p10"] / 1e3]}
+
+
+def l2_hits(rows: list[dict]) -> None:
+    """Add ``reread_hit`` and ``reread_reverse_hit`` (0..1) to each row of
+    the re-read sweep (``mb``, ``cold_us``/``reread_us``/``reread_reverse_us``
+    stats). A read costs a fixed part plus bytes / rate, cold and hot alike:
+    lines through the sizes that fit any L2 this runs on (<= 16 MB) give the
+    cold and the all-hit time at every size; the hit fraction is the share
+    of that cold-hot difference a re-read recovers. Raises
+    ``statistics.StatisticsError`` with fewer than two sizes <= 16 MB."""
+    fit = [r for r in rows if r["mb"] <= 16]
+    cold_line = statistics.linear_regression([r["mb"] for r in fit],
+                                             [r["cold_us"]["median"] for r in fit])
+    hot_line = statistics.linear_regression([r["mb"] for r in fit],
+                                            [r["reread_us"]["median"] for r in fit])
+    for r in rows:
+        gap = ((cold_line.intercept + cold_line.slope * r["mb"])
+               - (hot_line.intercept + hot_line.slope * r["mb"]))
+        for key in ("reread_us", "reread_reverse_us"):
+            got = r["cold_us"]["median"] - r[key]["median"]
+            r[key.replace("_us", "_hit")] = max(0.0, min(1.0, got / gap)) if gap > 0 else 0.0
 
 
 def probe_ops(ctx) -> dict:
@@ -170,7 +184,7 @@ def probe_fill(ctx) -> dict:
             continue
         rows = []
         for mb in (16, 32) if ctx.quick else FILL_SIZES:
-            n = mb * MB // (2 * 4096)
+            n = mb * MB // (2 * 4096) // 64 * 64  # cuBLAS's aligned kernels
             w = torch.randn(n, 4096, dtype=torch.bfloat16, device="cuda")
             x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
             y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
@@ -321,7 +335,7 @@ class _Context:
         from l2sched.model.inventory import analytical_inventory
         self.torch = torch
         self.quick = args.quick
-        self.bench = TimingBench(torch, 10 if args.quick else args.reps)
+        self.bench = TimingBench(torch, 15 if args.quick else args.reps)
         self.tokens = tuple(args.tokens)
         inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
         self.model = build_tree(inv, device="cuda", expert_pools=1, seed=0)

@@ -19,15 +19,13 @@ MB = 10**6
 
 
 def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares ``y = a + b x``: ``(a, b)``; b = 0 for one distinct x."""
-    xs = [x for x, _ in points]
-    ys = [y for _, y in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return my, 0.0
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return my - b * mx, b
+    """Least-squares ``y = a + b x`` (``statistics.linear_regression``):
+    ``(a, b)``; b = 0 when x has one distinct value."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    if len(set(xs)) < 2:
+        return statistics.fmean(ys), 0.0
+    fit = statistics.linear_regression(xs, ys)
+    return fit.intercept, fit.slope
 
 
 def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> dict:
@@ -84,7 +82,11 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
         for k in ("gemm_fixed_us", "gemm_dram_gbps", "gemm_l2_gbps"):
             sec["bandwidth"][k] = getattr(base, k)
             kept.append(f"bandwidth.{k}")
-    modes = _fill_modes(fill, inter, base, measured)
+    launch = max(0.0, graph["fork_join_us"]) if graph else None
+    modes = _fill_modes(fill, inter, base, measured, launch)
+    if graph:
+        measured["fill.launch_us"] = {"probe": "graph (fork + empty fill + join in a "
+                                      "200-kernel chain)", "median": launch}
     bulk = modes.get("bulk") or {}
     sec["bandwidth"]["fill_gbps"] = bulk.get("gbps", base.fill_gbps)
     sec["bandwidth"]["fill_launch_us"] = bulk.get("launch_us", base.fill_launch_us)
@@ -115,22 +117,31 @@ def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
     last = [r for r in pol.get("evict_last", []) if r["hot_fraction"] is not None]
     normal = [r for r in pol.get("evict_normal", []) if r["hot_fraction"] is not None]
     w = surv.get("weight_bytes", 0)
-    if last:
-        f = max(0.0, min(1.0, last[-1]["hot_fraction"]))
+    def kept_share(rows):
+        # what survived the longest stream, relative to what the fill landed
+        # (the fill's own landed fraction is the fill table's ``effect``)
+        landed = rows[0]["hot_fraction"] if rows[0]["stream_mb"] == 0 else None
+        f = rows[-1]["hot_fraction"]
+        if landed is None or landed <= 0.1 or rows[-1]["stream_mb"] == 0:
+            return None
+        return max(0.0, min(1.0, f / landed))
+    f = kept_share(last) if last else None
+    if f is not None:
         # the probe fills one weight: it shows protection up to its size
         prot = int(f * w) if f < 0.95 else max(int(f * w), base.evict_last_protected_bytes)
         sec["l2"]["evict_last_protected_bytes"] = prot
         measured["l2.evict_last_protected_bytes"] = {
-            "probe": f"survival (evict_last, {last[-1]['stream_mb']} MB stream after a "
-                     f"{w / MB:.1f} MB fill)", "median": f}
+            "probe": f"survival (evict_last: hot fraction after a {last[-1]['stream_mb']} MB "
+                     f"stream / before it, x the {w / MB:.1f} MB fill)", "median": f}
     else:
         sec["l2"]["evict_last_protected_bytes"] = base.evict_last_protected_bytes
         kept.append("l2.evict_last_protected_bytes")
-    if normal:
-        sec["l2"]["evict_normal_survival"] = round(max(0.0, min(1.0, normal[-1]["hot_fraction"])), 3)
+    f = kept_share(normal) if normal else None
+    if f is not None:
+        sec["l2"]["evict_normal_survival"] = round(f, 3)
         measured["l2.evict_normal_survival"] = {
-            "probe": f"survival (evict_normal, {normal[-1]['stream_mb']} MB stream)",
-            "median": normal[-1]["hot_fraction"]}
+            "probe": f"survival (evict_normal: hot fraction after a {normal[-1]['stream_mb']} "
+                     f"MB stream / before it)", "median": f}
     else:
         sec["l2"]["evict_normal_survival"] = base.evict_normal_survival
         kept.append("l2.evict_normal_survival")
@@ -165,9 +176,12 @@ def _gemm_points(ops: dict, inventory) -> dict:
     return out
 
 
-def _fill_modes(fill: dict, inter: dict, base, measured: dict) -> dict:
+def _fill_modes(fill: dict, inter: dict, base, measured: dict,
+                launch_us: float | None = None) -> dict:
     """``mode -> {grid, threads, chunk, stages, gbps, effect, launch_us,
-    slowdown, landed, source}`` from the fill and interference probes."""
+    slowdown, landed, source}`` from the fill and interference probes;
+    ``launch_us``: the graph probe's fork + empty fill + join (us), else the
+    base profile's."""
     out = {}
     for mode, rec in fill.items():
         if "rows" not in rec:
@@ -191,8 +205,9 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict) -> dict:
                  "chunk": shape.get("chunk"), "stages": shape.get("stages", 1),
                  "gbps": round(gbps, 1),
                  "effect": round(statistics.median(effs), 3) if effs else 0.0,
-                 "launch_us": (base.fill_modes[mode].launch_us
-                               if mode in base.fill_modes else base.fill_launch_us),
+                 "launch_us": launch_us if launch_us is not None else (
+                     base.fill_modes[mode].launch_us if mode in base.fill_modes
+                     else base.fill_launch_us),
                  "slowdown": round(inter.get(mode, {}).get("slowdown", 0.0), 3),
                  "landed": landed, "source": "l2sched profile: fill, interference"}
         entry = {k: v for k, v in entry.items() if v is not None}

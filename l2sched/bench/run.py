@@ -234,7 +234,8 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
             rec["arms"][k]["timed_graph_step_us"] = stats(outer_timed[k])
     prog.tick(f"replays M={M} ({args.replays} x {len(arms)} arms x "
               f"{'untimed+timed' if timed else 'untimed'}, interleaved)")
-    rec["ideal"] = ideal_gain(runner, arms[1]["plan"], inv, torch, dry, args.ideal_reps)
+    compiled = next(a for a in arms if a["name"] == "compiled")
+    rec["ideal"] = ideal_gain(runner, compiled["plan"], inv, torch, dry, args.ideal_reps)
     prog.tick(f"ideal gain M={M}")
     out["per_m"][str(M)] = rec
     del graphs, timed

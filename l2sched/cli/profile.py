@@ -68,6 +68,6 @@ def add_cli(sub) -> None:
                    help="TP degree of the inventory whose op shapes are timed")
     p.add_argument("--tokens", default="1,4,16,64,256",
                    help="decode tokens M of the op table")
-    p.add_argument("--reps", type=int, default=25, help="repetitions per timing")
+    p.add_argument("--reps", type=int, default=40, help="repetitions per timing")
     p.add_argument("--quick", action="store_true",
                    help="fewer sizes and repetitions (about 2 minutes)")
