@@ -61,4 +61,9 @@ if has vrun; then
   timeout ${RUN_TIMEOUT:-560} python3 -m l2sched bench run --validation \
     --out "$OUT/validation.json" --tokens ${RUN_TOKENS:-1,4,16,64} ${RUN_ARGS:-} 2>&1 | tail -15
 fi
+if has drun; then
+  # a diagnostic bench run: only the arms given in DIAG_ARGS (--variant ...)
+  timeout ${DIAG_TIMEOUT:-200} python3 -m l2sched bench run --out "$OUT/diag.json" \
+    --bench-dir "" ${DIAG_ARGS:-} 2>&1 | tail -4
+fi
 echo "SESSION-DONE"

@@ -2,6 +2,7 @@
 (meta device, fake clock), the in-graph record reduction with exact values,
 and the report's errors and verdicts from a synthetic result."""
 import argparse
+import dataclasses
 import json
 import statistics
 
@@ -225,7 +226,10 @@ def test_report_synthetic(tmp_path, inv):
     agree = 0
     for name, r in (("compiled", c), ("bench/fill-over-experts", b)):
         for label, meas in (("uncalibrated", None), ("calibrated", want)):
-            lr = run_lint(sched[name], inv, device=prof, tokens=1, model_config=cfg, measured=meas)
+            # calibrated: with the report's measured kernel gap too
+            p = prof if meas is None else dataclasses.replace(
+                prof, kernel_gap_us=m["calibrated_kernel_gap_us"])
+            lr = run_lint(sched[name], inv, device=p, tokens=1, model_config=cfg, measured=meas)
             pred = lr.step_period("base") - lr.step_period("sim")
             errs = sorted({f.code for f in lr.findings if f.severity == "error"})
             assert r[label]["pred_gain_us"] == pytest.approx(pred, abs=1e-6)

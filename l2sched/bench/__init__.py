@@ -47,8 +47,18 @@ def read_text_file(path: str, what: str = "file") -> str:
 
 
 def read_json_file(path: str, what: str = "result file"):
-    """``read_text_file`` + JSON; ``L2sInputError`` when it is not JSON."""
-    text = read_text_file(path, what)
+    """``read_text_file`` + JSON (a ``.gz`` path is gunzipped first: large
+    results are committed compressed); ``L2sInputError`` when it is not
+    JSON or not gzip."""
+    if str(path).endswith(".gz"):
+        import gzip
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise L2sInputError(f"{path}: cannot read {what}: {e}") from None
+    else:
+        text = read_text_file(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

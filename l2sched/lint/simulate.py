@@ -268,16 +268,22 @@ class _Simulation:
         return out
 
     def _measured_phases(self, t: NodeTiming, d, times) -> tuple[list, float]:
-        """The phases of an op the profile measured (``OpTimes``): its hot
-        time, then the bytes it misses in L2 read at the rate that makes a
-        fully cold run take its cold time (shared with other readers). Its
-        L2 hits are the effective hit bytes of its reads. Returns the phases
-        and the cold time (us)."""
+        """The phases of an op the profile measured (``OpTimes``). Alone, an
+        op that misses a share ``x`` of its weight bytes takes ``hot + x *
+        (cold - hot)``: a fixed phase of ``(1 - x) * hot`` and the missed
+        bytes read at the op's cold rate (weight bytes / cold time), a rate
+        the measured cold run reached, so the shared device-memory bandwidth
+        slows it only when other readers compete. (Reading the missed bytes
+        at ``bytes / (cold - hot)`` instead asks for more than the device's
+        bandwidth and charged a lone cold op many times its measured time.)
+        Its L2 hits are the effective hit bytes of its reads. Returns the
+        phases and the cold time (us)."""
         cold, hot = times.at(self.tokens)
         total, fast = self._consume(t, d)
         if cold <= hot or total <= 0:
             return [("fixed", cold, 0.0)], cold
-        return [("fixed", hot, 0.0), ("dram", total - fast, total / (cold - hot))], cold
+        miss = (total - fast) / total
+        return [("fixed", (1 - miss) * hot, 0.0), ("dram", total - fast, total / cold)], cold
 
     def _collective_extra(self) -> float:
         """Extra time (us) of a collective that starts while fills run: the
