@@ -34,6 +34,10 @@ def run_arguments(p) -> None:
                    help="the validation arms of docs/lint.md#validation: an A/A "
                         "no-prefetch arm, each fill kernel, each window alone at two "
                         "budgets")
+    p.add_argument("--lead-us", dest="lead_us", type=float, default=0.0,
+                   help="spin this long (us) before each timed replay so the graph's "
+                        "launch is submitted before its start event (default 0: the "
+                        "launch is inside the measured step)")
     p.add_argument("--dry", action="store_true", help="meta device, no GPU")
     p.add_argument("--per-op", dest="per_op", choices=("graph", "eager"), default="graph",
                    help="per-op times from a timed CUDA-graph variant (default) or the "

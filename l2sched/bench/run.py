@@ -168,6 +168,7 @@ def run(args) -> dict:
     out: dict[str, Any] = {
         "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
+        "lead_us": getattr(args, "lead_us", 0.0),
         "warmup": args.warmup, "per_op": getattr(args, "per_op", "graph"),
         "fill_note": FILL_NOTE,
         # the idle intervals come from this profile; the report lints with it
@@ -223,9 +224,12 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
         keep.append(_capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
                                  rec, graphs, timed, acc))
         prog.tick(f"arm {a['name']} M={M} captured")
-    times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch)
+    launch: dict = {k: [] for k in graphs}
+    times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch, runner, launch)
     for a in arms:
         k = a["name"]
+        if launch.get(k):
+            rec["arms"][k]["host_launch_us"] = stats(launch[k])
         rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
         if times.get(k):
             rec["arms"][k]["graph_step_us"] = stats(times[k])
@@ -293,13 +297,19 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
     return rt
 
 
-def _replay_interleaved(graphs, timed, acc, args, torch):
+def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=None):
     """``warmup + replays`` rounds over the untimed graphs (``graphs``) and
     the timed variants (``timed``) of every arm, in a shuffled order per
     round, each replay timed with CUDA events around it (us); after each
     counted replay of a timed variant its in-graph events go to ``acc``
-    (``_collect``). Returns ``(untimed, timed)``: arm -> us per counted
-    replay."""
+    (``_collect``). With ``args.lead_us`` > 0 the stream first spins that
+    long (``runner.spin``) so the host has submitted the whole graph
+    before the start event runs: the time then excludes the graph's launch
+    (without it, the launch of a graph on an idle GPU is inside the
+    measured step). ``launch``: arm -> host time (us) of each counted
+    untimed ``replay()`` call, appended. Returns ``(untimed, timed)``: arm
+    -> us per counted replay."""
+    lead = getattr(args, "lead_us", 0.0) or 0.0
     times = {k: [] for k in graphs}
     outer_timed = {k: [] for k in timed}
     order = [(k, "untimed") for k in graphs] + [(k, "timed") for k in timed]
@@ -310,9 +320,15 @@ def _replay_interleaved(graphs, timed, acc, args, torch):
             g = tg.graph if tg is not None else graphs[k]
             if g is not None:
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if lead > 0 and runner is not None:
+                    runner.spin(lead)
                 e0.record()
+                h0 = time.perf_counter()
                 g.replay()
+                h1 = time.perf_counter()
                 e1.record()
+                if launch is not None and tg is None and r >= args.warmup:
+                    launch.setdefault(k, []).append((h1 - h0) * 1e6)
                 torch.cuda.synchronize()
                 if r >= args.warmup:
                     (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
