@@ -214,6 +214,12 @@ def _rank_scenario(ctx):
             "syntax": ({"schedule": bad_syntax, "backend": "dry-run"}, None),
             "tp_mismatch": ({"schedule": SCHEDULE, "backend": "dry-run"}, None),
             "lint_error": (dict(PLUGIN_SECTION), fake_lint),
+            # item 14: malformed sections are "bad configuration" with the
+            # real TP rank and the key
+            "config_empty": ({}, None),
+            "config_set_string": ({"schedule": SCHEDULE,
+                                   "set": "window.B.budget=25MB"}, None),
+            "config_not_object": ("x.l2s", None),
         }
         out["failures"] = {}
         real_lint = vllm_plugin.run_lint
@@ -234,6 +240,20 @@ def _rank_scenario(ctx):
                 "off_lines": [r for r in records if "prefetch OFF" in r],
                 "records": list(records), "same_output": same,
                 "l2s_events": [e for e in trace.events if e[0] == "l2s"]}
+        # item 6: "lint": "warn" installs despite a lint error, and says so
+        vllm_plugin.run_lint = fake_lint
+        try:
+            cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, lint="warn")}
+            records.clear()
+            loader_utils.process_weights_after_loading(
+                model, cfg.model_config, torch.device("cpu"))
+        finally:
+            vllm_plugin.run_lint = real_lint
+        out["lint_warn"] = {"installed": len(vllm_plugin.INSTALLED),
+                            "records": list(records)}
+        for inst in vllm_plugin.INSTALLED:
+            inst.remove()
+        vllm_plugin.INSTALLED.clear()
     cfg.additional_config = {}
     return out
 
@@ -348,15 +368,49 @@ def test_failures_log_one_line_per_rank_and_keep_serving(ranks, case, needle):
         assert f["same_output"] and f["l2s_events"] == []
 
 
+@pytest.mark.parametrize("case,needle", [
+    ("config_empty", "bad configuration: additional_config l2sched.schedule: missing"),
+    ("config_set_string", "bad configuration: additional_config l2sched.set: expected "
+                          "an object or a list"),
+    ("config_not_object", "bad configuration: additional_config l2sched: must be an "
+                          "object"),
+])
+def test_item14_bad_configuration_names_rank_and_key(ranks, case, needle):
+    for r in ranks:
+        f = r["failures"][case]
+        assert f["returned"] is None and f["installed"] == 0
+        assert len(f["off_lines"]) == 1, f["records"]
+        line = f["off_lines"][0]
+        assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: "
+                               f"{needle}"), line
+        assert "unexpected" not in line and "\n" not in line
+        assert f["same_output"] and f["l2s_events"] == []
+
+
+def test_item06_lint_warn_installs_with_a_logged_override(ranks):
+    for r in ranks:
+        w = r["lint_warn"]
+        assert w["installed"] == 1, w["records"]
+        over = [x for x in w["records"] if x.startswith(
+            f"WARNING l2sched: TP rank {r['rank']}/2: installing despite 1 error "
+            '("lint": "warn" in the plugin configuration)')]
+        assert len(over) == 1, w["records"]
+        assert "fill overlaps the expert stream (stand-in)" in over[0]
+        summary = [x for x in w["records"] if x.startswith("INFO") and "installed" in x]
+        assert len(summary) == 1 and "1 error (overridden: lint warn)" in summary[0]
+        assert not [x for x in w["records"] if "prefetch OFF" in x]
+
+
 def test_read_config_sources():
+    from l2sched.errors import L2sPluginError
     from l2sched.vllm.config import PluginConfig, read_config
 
     assert read_config({}, {}) is None
-    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2, window.B.budget=25MB"}
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2; window.B.budget=25MB"}
     assert read_config(None, env) == PluginConfig("x.l2s", ("tp=2", "window.B.budget=25MB"))
     extra = {"l2sched": {"schedule": "y.l2s", "set": {"tp": "2"}, "backend": "dry-run"}}
     got = read_config(extra, env)  # additional_config wins over the environment
     assert (got.schedule, got.overrides, got.backend, got.source) == (
         "y.l2s", ("tp=2",), "dry-run", "additional-config")
-    with pytest.raises(ValueError):
+    with pytest.raises(L2sPluginError):
         read_config({"l2sched": {"set": {}}}, {})

@@ -48,11 +48,12 @@ kernel with ONE log line on the ``l2sched.kernel`` logger; callers get
 # No "from __future__ import annotations": CuTe DSL resolves the kernel's
 # annotations (cute.Pointer, Int32) at trace time from the function's scope.
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 
+from l2sched.env import env_flag
+from l2sched.errors import L2sUsageError
 from l2sched.units import ALIGN, CACHE_POLICIES
 
 log = logging.getLogger("l2sched.kernel")
@@ -297,9 +298,13 @@ def _build(grid: int, threads: int, chunk: int, policy: str, ffi: bool,
 
 def _ffi_available() -> bool:
     """True when TVM-FFI launching can be tried: ``tvm_ffi`` imports and
-    ``L2SCHED_NO_TVM_FFI`` is not set."""
-    if os.environ.get("L2SCHED_NO_TVM_FFI"):
-        return False
+    ``L2SCHED_NO_TVM_FFI`` does not say yes (``env.env_flag``: ``0`` means
+    no; a value that is neither yes nor no is ignored with a warning)."""
+    try:
+        if env_flag("L2SCHED_NO_TVM_FFI"):
+            return False
+    except L2sUsageError as e:
+        log.warning("l2sched: %s; ignored (TVM-FFI stays on)", e)
     try:
         import tvm_ffi  # noqa: F401
     except Exception:

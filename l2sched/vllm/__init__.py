@@ -19,12 +19,15 @@ Opt in with either
 
 * ``--additional-config '{"l2sched": {"schedule": "x.l2s", "set": {"window.B.budget": "25MB"}}}'``
   (read from ``vllm_config.additional_config``), or
-* ``L2SCHED_SCHEDULE=x.l2s`` plus optional ``L2SCHED_SET="k=v,k=v"``.
+* ``L2SCHED_SCHEDULE=x.l2s`` plus optional ``L2SCHED_SET="k=v; k=v"``.
 
-``additional_config`` wins when both are given. Optional keys (or env vars):
+An ``l2sched`` section in ``additional_config`` is the whole configuration
+(the environment is then not read). Optional keys (or env vars):
 ``backend`` (``L2SCHED_BACKEND``): ``cuda`` (default) or ``dry-run`` (records
-issues, no GPU; for CPU checks); ``lint`` (``L2SCHED_LINT``): ``true``
-(default) or ``false``. With neither schedule source, nothing happens.
+issues, no GPU; for CPU checks); ``lint`` (``L2SCHED_LINT``): ``error``
+(default), ``warn`` or ``off``; ``device`` (``L2SCHED_DEVICE``): a device
+profile name or ``.toml`` path. With neither schedule source, nothing
+happens. See ``docs/vllm.md``.
 
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
 step), ``sites`` (hook sites and ``install_plan``), ``step_info`` (what the

@@ -14,6 +14,7 @@ rank, prefetch stays off for that rank, and nothing is raised into vLLM.
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 
 from l2sched.compiler.compile import compile_plan
@@ -32,7 +33,7 @@ from l2sched.model.inventory import live_inventory
 from l2sched.runtime import kernel as K
 from l2sched.runtime import make_runtime
 from l2sched.units import format_size
-from l2sched.vllm.config import PluginConfig, read_config
+from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.sites import Installed, install_plan
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 
@@ -103,6 +104,15 @@ def _decoder_layers(model):
     return layers
 
 
+def _configured(vllm_config, environ) -> bool:
+    """Whether any source names the plugin at all (an ``l2sched`` section in
+    ``additional_config``, or ``L2SCHED_SCHEDULE``); its values are read and
+    validated later, once the TP rank is known for the log line."""
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    env = os.environ if environ is None else environ
+    return "l2sched" in extra or bool((env.get(ENV_SCHEDULE) or "").strip())
+
+
 def activate_after_load(model, vllm_config=None, *, environ=None,
                         config: PluginConfig | None = None) -> Installed | None:
     """The post-load step for one loaded ``model`` (never raises).
@@ -111,15 +121,13 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     the current vLLM config's ``additional_config`` and the environment);
     returns ``None`` when no schedule is configured, the model is not a
     GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (logged as
-    one line for this rank, prefetch off). On success returns the
+    one line for this rank, prefetch off; a malformed configuration is
+    ``bad configuration`` naming the key). On success returns the
     ``Installed`` handle (also appended to ``INSTALLED``)."""
     rank_txt = "TP rank ?"
     try:
         vllm_config = vllm_config or _current_vllm_config()
-        if config is None:
-            extra = getattr(vllm_config, "additional_config", None) or {}
-            config = read_config(extra, environ)
-        if config is None:
+        if config is None and not _configured(vllm_config, environ):
             return None
         arch = type(model).__name__
         if arch not in ARCHITECTURES:
@@ -129,6 +137,9 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         _route_library_logs()
         tp, tp_rank, ep, pp = _tp_layout(vllm_config)
         rank_txt = f"TP rank {tp_rank}/{tp}"
+        if config is None:
+            extra = getattr(vllm_config, "additional_config", None) or {}
+            config = read_config(extra, environ)
         installed = _activate(model, vllm_config, config, tp, tp_rank, ep, pp)
         INSTALLED.append(installed)
         log.info("l2sched: %s: %s", rank_txt, installed.summary)
@@ -192,7 +203,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError("compile failed", _first_line(e)) from None
-    lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank)
+    lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank,
+                      f"TP rank {tp_rank}/{tp}")
     runtime = _make_runtime(cfg.backend, plan)
     installed = install_plan(layers, inventory, plan, runtime)
     installed.lint = lint_note
@@ -249,13 +261,16 @@ def _profiles() -> dict[str, list[int]]:
 
 
 def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
-          tp_rank: int) -> str:
+          tp_rank: int, rank_txt: str) -> str:
     """Lint with ``device``'s profile through ``l2sched.lint.run_lint`` (FULL
-    graph mode, as vLLM runs decode) when this build has the lint. Errors
-    raise ``PluginError`` (not installed; diagnostics logged once, TP rank
-    0); warnings are logged once (TP rank 0). Returns a short note for the
+    graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
+    default) an error-severity finding raises ``L2sPluginError`` (not
+    installed; diagnostics logged once, TP rank 0); with ``"warn"`` the
+    errors are logged and the plan is installed anyway, with one WARNING
+    line per rank saying so (the explicit override); ``"off"`` skips the
+    lint. Warnings are logged once (TP rank 0). Returns a short note for the
     summary line."""
-    if not cfg.lint:
+    if cfg.lint == "off":
         return "lint off"
     try:
         run = run_lint(schedule, inventory, device=load_device(device),
@@ -268,15 +283,21 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
              for f in getattr(run, "findings", run)]
     errors = [d for d in diags if d.severity == "error"]
     warnings = [d for d in diags if d.severity == "warning"]
+    note = f"lint {device}: 0 errors"
     if errors:
         err = L2sLintError(errors)
         _log_diagnostics(err, tp_rank)
-        raise L2sPluginError(f"lint error with device profile {device}",
-                          _first_line(err))
+        if cfg.lint != "warn":
+            raise L2sPluginError(f"lint error with device profile {device}",
+                              _first_line(err))
+        n = f"{len(errors)} error{'s' if len(errors) > 1 else ''}"
+        log.warning("l2sched: %s: installing despite %s (\"lint\": \"warn\" in "
+                    "the plugin configuration): %s", rank_txt, n, _first_line(err))
+        note = f"lint {device}: {n} (overridden: lint warn)"
     if warnings and tp_rank == 0:
         log.warning("l2sched: lint warnings (device profile %s):\n%s", device,
                     "\n".join(d.render() for d in warnings))
-    return f"lint {device}: 0 errors, {len(warnings)} warnings"
+    return f"{note}, {len(warnings)} warnings"
 
 
 # --------------------------------------------------------------------------
