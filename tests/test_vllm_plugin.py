@@ -117,6 +117,32 @@ def _token(ev) -> str | None:
     return None
 
 
+def _fake_gb10(torch):
+    """Make torch report one CUDA GPU, an "NVIDIA GB10" (sm_121, 24 MiB L2,
+    48 SMs), and the kernel module call it supported; returns the undo."""
+    import types
+
+    from l2sched.runtime import kernel as K
+
+    props = types.SimpleNamespace(name="NVIDIA GB10", L2_cache_size=24 * 2**20,
+                                  multi_processor_count=48, major=12, minor=1)
+    fakes = {"is_available": lambda: True, "current_device": lambda: 0,
+             "get_device_properties": lambda d=0: props,
+             "get_device_capability": lambda d=0: (12, 1),
+             "get_device_name": lambda d=0: "NVIDIA GB10"}
+    saved = {k: getattr(torch.cuda, k) for k in fakes}
+    saved_supported = K.device_supported
+    for k, v in fakes.items():
+        setattr(torch.cuda, k, v)
+    K.device_supported = lambda d=0: (True, "")
+
+    def undo():
+        for k, v in saved.items():
+            setattr(torch.cuda, k, v)
+        K.device_supported = saved_supported
+    return undo
+
+
 def _rank_scenario(ctx):
     """Runs in each rank process (see the module docstring)."""
     import logging
@@ -220,12 +246,16 @@ def _rank_scenario(ctx):
             "config_set_string": ({"schedule": SCHEDULE,
                                    "set": "window.B.budget=25MB"}, None),
             "config_not_object": ("x.l2s", None),
+            # item 3: a GPU the schedule's profile does not describe (same
+            # capability family, another L2): prefetch off, nothing installed
+            "device_mismatch": (dict(PLUGIN_SECTION, backend="cuda"), None),
         }
         out["failures"] = {}
         real_lint = vllm_plugin.run_lint
         for name, (section, lint_fn) in cases.items():
             if lint_fn is not None:
                 vllm_plugin.run_lint = lint_fn
+            undo = _fake_gb10(torch) if name == "device_mismatch" else (lambda: None)
             try:
                 cfg.additional_config = {"l2sched": section}
                 records.clear()
@@ -233,6 +263,7 @@ def _rank_scenario(ctx):
                     model, cfg.model_config, torch.device("cpu"))
             finally:
                 vllm_plugin.run_lint = real_lint
+                undo()
             trace.events.clear()
             same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
             out["failures"][name] = {
@@ -384,6 +415,21 @@ def test_item14_bad_configuration_names_rank_and_key(ranks, case, needle):
         assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: "
                                f"{needle}"), line
         assert "unexpected" not in line and "\n" not in line
+        assert f["same_output"] and f["l2s_events"] == []
+
+
+def test_item03_device_mismatch_keeps_prefetch_off(ranks):
+    """The GB10 (sm_121, 24 MiB L2) is not the SM120 profile's GPU: no lint
+    with a profile of another L2, no 50 MB windows, one line per rank."""
+    for r in ranks:
+        f = r["failures"]["device_mismatch"]
+        assert f["returned"] is None and f["installed"] == 0
+        assert len(f["off_lines"]) == 1, f["records"]
+        assert f["off_lines"][0].startswith(
+            f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: device mismatch: "
+            "device profile sm120-rtx-pro-6000-maxq describes another GPU than this "
+            "one, NVIDIA GB10 (sm_121, 48 SMs, 25,165,824 B L2)"), f["off_lines"]
+        assert not [x for x in f["records"] if "installed" in x]
         assert f["same_output"] and f["l2s_events"] == []
 
 

@@ -36,7 +36,8 @@ def _load_plan(args) -> Plan:
     ``L2sInputError``."""
     # A plan is compiled already: schedule options would be ignored.
     given = [opt for opt, value in (("--set", args.overrides),
-                                    ("--model-config", args.model_config))
+                                    ("--model-config", args.model_config),
+                                    ("--device", args.device))
              if value]
     if given:
         raise L2sUsageError(f"{' and '.join(given)} applies to a .l2s schedule, "

@@ -28,7 +28,12 @@ from l2sched.errors import (
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import get_adapter
-from l2sched.model.devices import device_names, load_device
+from l2sched.model.devices import DeviceProfile, load_device
+from l2sched.model.gpu_identity import (
+    GpuIdentity,
+    identity_mismatches,
+    matching_profiles,
+)
 from l2sched.model.inventory import live_inventory
 from l2sched.runtime import kernel as K
 from l2sched.runtime import make_runtime
@@ -195,7 +200,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
             f"{'on' if ep else 'off'} (fix it with \"set\": {{\"tp\": \"{tp}\"}} "
             "or the matching schedule)")
 
-    device = _device_profile(cfg.backend, schedule.device)
+    device = cfg.device or schedule.device
+    profile = device_profile(cfg.backend, device)
     inventory = live_inventory(layers, tp, ep, tp_rank,
                                model_name=type(model).__name__)
     try:
@@ -203,8 +209,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError("compile failed", _first_line(e)) from None
-    lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank,
-                      f"TP rank {tp_rank}/{tp}")
+    lint_note = _lint(cfg, schedule, inventory, model_config, profile, device,
+                      tp_rank, f"TP rank {tp_rank}/{tp}")
     runtime = _make_runtime(cfg.backend, plan)
     installed = install_plan(layers, inventory, plan, runtime)
     installed.lint = lint_note
@@ -218,13 +224,34 @@ def _log_diagnostics(err, tp_rank: int) -> None:
         log.warning("l2sched: diagnostics:\n%s", err)
 
 
-def _device_profile(backend: str, wanted: str) -> str:
-    """The device profile to lint with: the profile whose compute capability
-    matches this rank's GPU (the schedule's own when it matches), else the
-    schedule's. Raises ``PluginError`` for the CUDA backend without a usable
-    GPU (no CUDA, compute capability < 9.0)."""
+def gpu_identity(device_index: int) -> GpuIdentity:
+    """What the driver reports about CUDA device ``device_index``
+    (``torch.cuda.get_device_properties``: name, L2 bytes, SM count,
+    compute capability)."""
+    import torch
+
+    p = torch.cuda.get_device_properties(device_index)
+    return GpuIdentity(str(p.name), int(p.L2_cache_size),
+                       int(p.multi_processor_count), (int(p.major), int(p.minor)))
+
+
+def device_profile(backend: str, wanted: str) -> DeviceProfile:
+    """The device profile to lint with: ``wanted`` (the plugin's ``device``
+    setting, else the schedule's ``device``: a shipped name or a ``.toml``
+    path), after checking that it describes this rank's GPU
+    (``gpu_identity.identity_mismatches``: name, L2 size, SM count, compute
+    capability). The dry-run backend checks no GPU.
+
+    Raises ``L2sPluginError``: ``bad device profile`` (the profile does not
+    load), ``unsupported hardware`` (no CUDA device, compute capability
+    below 9.0), ``device mismatch`` (the GPU is not the profile's; the
+    detail names what differs and any shipped profile that matches)."""
+    try:
+        profile = load_device(wanted)
+    except L2sError as e:
+        raise L2sPluginError("bad device profile", _first_line(e)) from None
     if backend == "dry-run":
-        return wanted
+        return profile
     import torch
 
     if not torch.cuda.is_available():
@@ -234,35 +261,23 @@ def _device_profile(backend: str, wanted: str) -> str:
     ok, why = K.device_supported(dev)
     if not ok:
         raise L2sPluginError("unsupported hardware", why)
-    cc = list(torch.cuda.get_device_capability(dev))
-    profiles = _profiles()
-    if profiles.get(wanted) == cc:
-        return wanted
-    match = sorted(n for n, c in profiles.items() if c == cc)
-    if match:
-        log.warning("l2sched: schedule written for device %s, this GPU is "
-                    "sm_%d%d (%s): linting with device profile %s", wanted,
-                    cc[0], cc[1], torch.cuda.get_device_name(dev), match[0])
-        return match[0]
-    log.warning("l2sched: no device profile for sm_%d%d (%s); linting with the "
-                "schedule's %s", cc[0], cc[1], torch.cuda.get_device_name(dev),
-                wanted)
-    return wanted
+    gpu = gpu_identity(dev)
+    differs = identity_mismatches(profile, gpu)
+    if not differs:
+        return profile
+    match = matching_profiles(gpu)
+    hint = (f"the shipped profile {match[0]} matches this GPU: use a schedule "
+            f"written for it, or lint this one with \"device\": \"{match[0]}\""
+            if match else "no shipped profile matches this GPU: write one "
+            "(docs/devices.md) and name it with \"device\": \"PATH.toml\"")
+    raise L2sPluginError("device mismatch", f"device profile {wanted} describes "
+                         f"another GPU than this one, {gpu.describe()} "
+                         f"({'; '.join(differs)}); {hint}")
 
 
-def _profiles() -> dict[str, list[int]]:
-    """Shipped device profile name -> compute capability (``[]`` when the
-    profile does not give one)."""
-    out = {}
-    for name in device_names():
-        cc = load_device(name).compute_capability
-        out[name] = list(cc) if cc else []
-    return out
-
-
-def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
-          tp_rank: int, rank_txt: str) -> str:
-    """Lint with ``device``'s profile through ``l2sched.lint.run_lint`` (FULL
+def _lint(cfg: PluginConfig, schedule, inventory, model_config,
+          profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str) -> str:
+    """Lint with ``profile`` (named ``device`` in the log lines) through ``l2sched.lint.run_lint`` (FULL
     graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
     default) an error-severity finding raises ``L2sPluginError`` (not
     installed; diagnostics logged once, TP rank 0); with ``"warn"`` the
@@ -273,7 +288,7 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
     if cfg.lint == "off":
         return "lint off"
     try:
-        run = run_lint(schedule, inventory, device=load_device(device),
+        run = run_lint(schedule, inventory, device=profile,
                        graph_mode="full", model_config=model_config)
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
