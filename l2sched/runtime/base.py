@@ -85,6 +85,10 @@ class RuntimeBase:
         self.rows[index] = [(int(a), int(n)) for a, n in rows]
         return True
 
+    def close(self) -> None:
+        """The plan is no longer served: give back device-wide state (the
+        CUDA backend's persisting-L2 request). Idempotent."""
+
     def issue(self, index: int | WindowIssue) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 

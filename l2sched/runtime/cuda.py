@@ -20,7 +20,7 @@ from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
 from l2sched.runtime.base import RuntimeBase
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
-from l2sched.runtime.set_aside import apply_set_aside
+from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
 from l2sched.runtime.table import FillTable
 
@@ -44,7 +44,7 @@ class CudaRuntime(RuntimeBase):
     def __init__(self, plan: Plan, *, device: int | None = None,
                  grid: int | None = None, threads: int | None = None,
                  chunk: int | None = None, mode: str = "bulk",
-                 sync: str = "auto", **kw):
+                 sync: str = "auto", set_aside_owner: str | None = None, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
@@ -52,6 +52,9 @@ class CudaRuntime(RuntimeBase):
         self.grid, self.threads, self.chunk = grid, threads, chunk
         self.mode = mode
         self.sync = sync
+        #: who the persisting-L2 request belongs to (``runtime.set_aside``)
+        self.set_aside_owner = set_aside_owner or f"plan {plan.schedule} #{id(self):x}"
+        self._set_aside_device: int | None = None
         self.table = FillTable(plan)
         self.rows = self.table.rows
         self.kernel = None
@@ -111,7 +114,10 @@ class CudaRuntime(RuntimeBase):
             self.table.allocate(torch, dev)
             self._launch = kern.bind(self.table.device_ptr, self.side.cuda_stream)
             if self.plan.set_aside != 0:
-                apply_set_aside(dev, self.plan.set_aside)
+                capturing = bool(torch.cuda.is_current_stream_capturing())
+                if apply_set_aside(dev, self.plan.set_aside, self.set_aside_owner,
+                                   capturing=capturing) is not None:
+                    self._set_aside_device = dev
             if not torch.cuda.is_current_stream_capturing():
                 self._warm_launch()
         except Exception as e:
@@ -216,6 +222,15 @@ class CudaRuntime(RuntimeBase):
         stats.issued += 1
         stats.bytes_issued += self.table.nbytes[i]
         return True
+
+    def close(self) -> None:
+        """The plan is no longer served: withdraw its persisting-L2 request
+        (the device's limit goes back to the largest other request, or to
+        what it was before the first one; ``runtime.set_aside``). Idempotent;
+        never raises."""
+        dev, self._set_aside_device = self._set_aside_device, None
+        if dev is not None:
+            release_set_aside(dev, self.set_aside_owner)
 
     def join(self) -> None:
         """Make the current stream wait for the side stream's work so far, so

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
+from dataclasses import replace
 
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import (
@@ -37,6 +38,7 @@ from l2sched.model.gpu_identity import (
 from l2sched.model.inventory import live_inventory
 from l2sched.runtime import kernel as K
 from l2sched.runtime import make_runtime
+from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.sites import Installed, install_plan
@@ -209,9 +211,17 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError("compile failed", _first_line(e)) from None
-    lint_note = _lint(cfg, schedule, inventory, model_config, profile, device,
+    owner = f"plan {schedule.name} of model {id(model):#x}"
+    lint_schedule, aside_note = schedule, ""
+    if cfg.backend == "cuda":
+        import torch
+        lint_schedule, aside_note = set_aside_for_lint(
+            schedule, torch.cuda.current_device(), owner)
+    lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
                       tp_rank, f"TP rank {tp_rank}/{tp}")
-    runtime = _make_runtime(cfg.backend, plan)
+    if aside_note:
+        lint_note = f"{lint_note} ({aside_note})"
+    runtime = _make_runtime(cfg.backend, plan, owner)
     installed = install_plan(layers, inventory, plan, runtime)
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
@@ -319,13 +329,32 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config,
 # runtime
 
 
-def _make_runtime(backend: str, plan):
+def set_aside_for_lint(schedule, device_index: int, owner: str):
+    """``(schedule, note)``: ``schedule`` with the persisting-L2 set-aside
+    that will be in force on ``device_index`` once ``owner``'s request is made
+    (``runtime.set_aside.planned_set_aside``: the largest request of all
+    plans on the device), so the lint models what will run; ``note`` says
+    whose request that is (empty, and ``schedule`` itself, when it is the
+    schedule's own)."""
+    want = planned_set_aside(device_index, schedule.set_aside, owner)
+    if want == schedule.set_aside:
+        return schedule, ""
+    whose = [o for o, v in sorted(set_aside_requests(device_index).items())
+             if o != owner and v == want]
+    size = "the device maximum" if want < 0 else format_size(want)
+    return (replace(schedule, set_aside=want),
+            f"linted with the set-aside in force on device {device_index}: {size}, "
+            f"the request of {', '.join(whose)}")
+
+
+def _make_runtime(backend: str, plan, owner: str):
     try:
         track_graph_capture()
     except Exception as e:  # pragma: no cover - vLLM internals moved
         log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
                     "forwards are not recognised", e)
-    return make_runtime(plan, backend, step_provider=vllm_step_info)
+    kw = {"set_aside_owner": owner} if backend == "cuda" else {}
+    return make_runtime(plan, backend, step_provider=vllm_step_info, **kw)
 
 
 def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,

@@ -27,9 +27,11 @@ class Installed:
     lint: str = ""
 
     def remove(self) -> None:
-        """Remove every hook of this plan; idempotent."""
+        """Remove every hook of this plan and close its runtime (which gives
+        back device-wide state: the persisting-L2 request); idempotent."""
         for inst in reversed(self.installations):
             inst.remove()
+        self.runtime.close()
 
 
 class _IssueMap:

@@ -23,7 +23,7 @@ from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.install import HookSite, install  # noqa: E402
-from l2sched.runtime.set_aside import apply_set_aside  # noqa: E402
+from l2sched.runtime.set_aside import apply_set_aside, release_set_aside  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tiny_modules import Proj as _Proj  # noqa: E402
@@ -258,13 +258,47 @@ def test_gates_in_eager():
                                 "prefill": len(plan.issues)}
 
 
-def test_set_aside_clamped_and_read_back():
+def _limit_now():
+    """The persisting-L2 limit of device 0's primary context (B)."""
+    from cuda.bindings import driver as drv
+    dev = drv.cuDeviceGet(0)[1]
+    ctx = drv.cuDevicePrimaryCtxRetain(dev)[1]
+    drv.cuCtxPushCurrent(ctx)
+    try:
+        return int(drv.cuCtxGetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE)[1])
+    finally:
+        drv.cuCtxPopCurrent()
+        drv.cuDevicePrimaryCtxRelease(dev)
+
+
+def test_item02_set_aside_applied_clamped_and_restored():
+    """Issue 17 item 2 on the device: every request is applied (clamped to the
+    device maximum), a later request of the same plan replaces the earlier,
+    and withdrawing the last request restores the limit found before."""
     from cuda.bindings import driver as drv
     dev = drv.cuDeviceGet(0)[1]
     dmax = drv.cuDeviceGetAttribute(
         drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev)[1]
-    got = apply_set_aside(0, 1 << 40)  # far above the device max: clamped
-    assert got is not None and 0 < got <= dmax
-    assert apply_set_aside(0, 123) == got  # once per device
-    # leave the process's limit as found for the other tests
-    drv.cuCtxSetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+    torch.cuda.init()
+    before = _limit_now()
+    big = apply_set_aside(0, 1 << 40, "A", capturing=False)  # far above the max
+    assert big is not None and 0 < big <= dmax and _limit_now() == big
+    small = apply_set_aside(0, 8 << 20, "A", capturing=False)
+    assert small is not None and small < big and _limit_now() == small
+    other = apply_set_aside(0, -1, "B", capturing=False)  # the largest wins
+    assert other == big
+    assert release_set_aside(0, "B") == small
+    assert release_set_aside(0, "A") == before and _limit_now() == before
+
+
+def test_item02_runtime_close_restores_the_set_aside():
+    """A plan's runtime requests its set-aside at prepare() and withdraws it
+    at close() (the plugin closes it when the plan is removed)."""
+    from dataclasses import replace
+
+    before = _limit_now()
+    rt = CudaRuntime(replace(_plan(2), set_aside=-1))
+    assert rt.prepare()
+    assert _limit_now() > 0
+    rt.close()
+    assert _limit_now() == before
