@@ -143,6 +143,120 @@ def _fake_gb10(torch):
     return undo
 
 
+def _reload_summary(model, records, base, vf, cfg, *, o_proj_ptr=None):
+    """After a reload path ran: what is installed, what the log says, whether
+    the rows were refreshed before any forward, and what one forward
+    issues."""
+    from l2sched.runtime.install import tensor_row
+    from l2sched.vllm import plugin as vllm_plugin
+
+    got = {"installed": len(vllm_plugin.INSTALLED), "records": list(records),
+           "off_lines": [r for r in records if "prefetch OFF" in r],
+           "summaries": [r for r in records if r.startswith("INFO") and
+                         " installed, backend" in r]}
+    if not vllm_plugin.INSTALLED:
+        return got
+    inst = vllm_plugin.INSTALLED[-1]
+    rt = inst.runtime
+    w = model.model.layers[3].self_attn.o_proj.weight
+    want, have = [], []
+    for i, wi in enumerate(inst.plan.issues):
+        for j, r in enumerate(wi.ranges):
+            if (r.layer, r.tensor) == (3, "self_attn.o_proj.weight"):
+                want.append(tensor_row(w, r.offset, r.nbytes))
+                have.append(rt.rows[i][j] if j < len(rt.rows[i]) else None)
+    got["o_proj_rows_refreshed"] = bool(want) and want == have
+    got["o_proj_ptr_moved"] = o_proj_ptr is not None and o_proj_ptr != w.data_ptr()
+    rt.events.clear()
+    same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
+    ops = [e.op for e in rt.events]
+    got.update(same_output=same, launches=ops.count("launch"), joins=ops.count("join"),
+               issues=len(inst.plan.issues), runtimes=len({id(i.runtime) for i in
+                                                           vllm_plugin.INSTALLED}))
+    return got
+
+
+def _reload_scenario(model, cfg, records, base):
+    """Issue 17 item 1: every reload path removes the installation exactly,
+    installs the new plan (refreshing the rows at once) and issues only the
+    new plan's fills."""
+    import types
+
+    import torch
+    import vllm.model_executor.model_loader.reload.inplace as inplace
+    import vllm.model_executor.model_loader.utils as loader_utils
+    import vllm.v1.worker.gpu_worker as gpu_worker
+    import vllm_forward as vf
+
+    from l2sched.vllm import plugin as vllm_plugin
+
+    out = {}
+    w = model.model.layers[3].self_attn.o_proj.weight
+    old = vllm_plugin.INSTALLED[-1]
+
+    # 1. a second process_weights_after_loading after a weight's storage moved
+    ptr = w.data_ptr()
+    w.data = w.data.clone()
+    records.clear()
+    loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                               torch.device("cpu"))
+    out["second_pwal"] = _reload_summary(model, records, base, vf, cfg, o_proj_ptr=ptr)
+    out["second_pwal"]["old_hooks_removed"] = all(
+        i.removed for i in old.installations)
+
+    # 2. vLLM's reload_weights (in kernel format, as RL weight updates do),
+    # with a storage swap inside it like a post-load step that rebuilds a
+    # weight (MLA's W_UK_T/W_UV in the public reports)
+    weights = [(n, p.detach().clone()) for n, p in model.named_parameters()]
+
+    def swapping_iter():
+        yield from weights
+        w.data = w.data.clone()
+
+    ptr = w.data_ptr()
+    records.clear()
+    with torch.no_grad():  # as the worker's RPC runs it
+        inplace.reload_weights(cfg, model, swapping_iter(), None, False)
+    out["reload_weights"] = _reload_summary(model, records, base, vf, cfg,
+                                            o_proj_ptr=ptr)
+
+    # 3. a wake-up after sleep: vLLM's own Worker.wake_up on a stand-in
+    # worker (CuMemAllocator has no CPU build); the weights moved meanwhile
+    fake = types.SimpleNamespace(
+        sleep_mode_backend=types.SimpleNamespace(resume=lambda tags: None),
+        vllm_config=cfg, _sleep_saved_parameters={}, _sleep_saved_buffers={},
+        _sleep_saved_draft_buffers={}, model_runner=types.SimpleNamespace(model=model),
+        get_draft_model=lambda: None, synchronize_device=lambda: None)
+    ptr = w.data_ptr()
+    w.data = w.data.clone()
+    records.clear()
+    gpu_worker.Worker.wake_up(fake, None)
+    out["wake_up"] = _reload_summary(model, records, base, vf, cfg, o_proj_ptr=ptr)
+
+    # 4. a reload whose new plan cannot be installed: the old one goes too
+    real = vllm_plugin.run_lint
+
+    def failing_lint(*a, **k):
+        raise RuntimeError("stand-in lint crash")
+
+    vllm_plugin.run_lint = failing_lint
+    try:
+        records.clear()
+        loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                   torch.device("cpu"))
+    finally:
+        vllm_plugin.run_lint = real
+    old = vllm_plugin.INSTALLED[-1] if vllm_plugin.INSTALLED else None
+    out["failed_reload"] = _reload_summary(model, records, base, vf, cfg)
+    # and prefetch comes back at the next load
+    records.clear()
+    loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                               torch.device("cpu"))
+    out["after_failed"] = _reload_summary(model, records, base, vf, cfg)
+    del old
+    return out
+
+
 def _rank_scenario(ctx):
     """Runs in each rank process (see the module docstring)."""
     import logging
@@ -219,6 +333,10 @@ def _rank_scenario(ctx):
         trace.events.clear()
     out["rows"] = [list(r) for r in rt.rows]
     out["same_with_plan"] = [b == base for b in with_plan]
+    trace.on = False
+    out["reload"] = _reload_scenario(model, cfg, records, base)
+    trace.on = True
+    inst = vllm_plugin.INSTALLED[-1]
     inst.remove()
     vllm_plugin.INSTALLED.clear()
     out["same_after_remove"] = vf.output_bytes(vf.decode_forward(model, cfg)) == base
@@ -416,6 +534,38 @@ def test_item14_bad_configuration_names_rank_and_key(ranks, case, needle):
                                f"{needle}"), line
         assert "unexpected" not in line and "\n" not in line
         assert f["same_output"] and f["l2s_events"] == []
+
+
+@pytest.mark.parametrize("path", ["second_pwal", "reload_weights", "wake_up"])
+def test_item01_reload_replaces_the_installation(ranks, path):
+    """Each reload path removes the old installation exactly and installs the
+    new plan: one summary line, no 'slot already held', the moved weight's
+    rows refreshed before any forward (a FULL graph replay runs no Python
+    hook), and a forward issues exactly the new plan's fills."""
+    for r in ranks:
+        got = r["reload"][path]
+        assert got["off_lines"] == [], got["records"]
+        assert len(got["summaries"]) == 1, got["records"]
+        assert "reinstalled after a weight reload" in got["summaries"][0]
+        assert got["installed"] == 1 and got["runtimes"] == 1
+        assert got["o_proj_ptr_moved"] and got["o_proj_rows_refreshed"], got
+        assert got["launches"] == got["issues"] and got["joins"] == 1, got
+        assert got["same_output"]
+    assert all(r["reload"]["second_pwal"]["old_hooks_removed"] for r in ranks)
+
+
+def test_item01_failed_reload_leaves_prefetch_off_and_says_so(ranks):
+    for r in ranks:
+        got = r["reload"]["failed_reload"]
+        assert got["installed"] == 0, got["records"]
+        assert len(got["off_lines"]) == 1, got["records"]
+        line = got["off_lines"][0]
+        assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: ")
+        assert "stand-in lint crash" in line
+        assert "the plan installed before the reload was removed" in line, line
+        again = r["reload"]["after_failed"]
+        assert again["installed"] == 1 and again["off_lines"] == []
+        assert again["launches"] == again["issues"] and again["same_output"]
 
 
 def test_item03_device_mismatch_keeps_prefetch_off(ranks):

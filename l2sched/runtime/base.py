@@ -24,6 +24,14 @@ from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime.gate import GateDecision, StepInfo, gate
 
 
+def same_layout(a: Plan, b: Plan) -> bool:
+    """Whether plans ``a`` and ``b`` have the same fill-table layout (the
+    number of byte ranges of every issue, in order) and cache policy, so one
+    runtime's table and kernel serve both."""
+    return (a.policy == b.policy and len(a.issues) == len(b.issues)
+            and all(len(x.ranges) == len(y.ranges) for x, y in zip(a.issues, b.issues)))
+
+
 @dataclass
 class RuntimeStats:
     """Counters since creation: ``issued``/``joined`` calls that did work,
@@ -88,6 +96,31 @@ class RuntimeBase:
     def close(self) -> None:
         """The plan is no longer served: give back device-wide state (the
         CUDA backend's persisting-L2 request). Idempotent."""
+
+    def flush(self) -> bool:
+        """Make bound rows current where the fills read them (the CUDA
+        backend's device table); whether they are."""
+        return True
+
+    def retire(self) -> None:
+        """Stop for good: ``close()``, and make whatever may still launch
+        this runtime's fills (a CUDA graph captured earlier) fill nothing.
+        Idempotent."""
+        self.enabled = False
+        self.close()
+
+    def adopt(self, plan: Plan) -> bool:
+        """Serve ``plan`` (a recompiled plan after a weight reload) in place
+        of the current one, keeping everything a captured CUDA graph refers
+        to, when ``same_layout``; every issue is unbound afterwards (the
+        installer binds the new rows). Returns False, changing nothing,
+        when the layout differs."""
+        if not same_layout(self.plan, plan):
+            return False
+        self.plan = plan
+        self.rows = [[] for _ in plan.issues]
+        self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
+        return True
 
     def issue(self, index: int | WindowIssue) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError

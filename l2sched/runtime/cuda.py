@@ -18,13 +18,17 @@ from typing import Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
-from l2sched.runtime.base import RuntimeBase
+from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
 from l2sched.runtime.table import FillTable
 
 log = logging.getLogger("l2sched.runtime")
+
+#: Retired runtimes whose device table and events a CUDA graph captured
+#: earlier may still use: kept alive for the process, their tables zeroed.
+RETIRED: list = []
 
 
 class CudaRuntime(RuntimeBase):
@@ -222,6 +226,53 @@ class CudaRuntime(RuntimeBase):
         stats.issued += 1
         stats.bytes_issued += self.table.nbytes[i]
         return True
+
+    def adopt(self, plan: Plan) -> bool:
+        """``RuntimeBase.adopt`` for the CUDA backend: the kernel, side
+        stream, events and the device table (whose address CUDA graphs
+        captured earlier hold) stay; the table is cleared in place and
+        rewritten as the installer binds the new plan's rows (outside a
+        capture, before any replay); the persisting-L2 request follows the
+        new plan's ``set_aside``."""
+        if not same_layout(self.plan, plan):
+            return False
+        old_aside = self.plan.set_aside
+        self.plan = plan
+        self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
+        self.table.clear()
+        self.rows = self.table.rows
+        self._gate_step = None
+        if self._ready and self.enabled and plan.set_aside != old_aside:
+            self.close()
+            if plan.set_aside != 0 and apply_set_aside(
+                    self.device, plan.set_aside, self.set_aside_owner,
+                    capturing=bool(self.fork_join.is_capturing())) is not None:
+                self._set_aside_device = self.device
+        return True
+
+    def flush(self) -> bool:
+        """Write pending table rows to the device now (outside a capture);
+        whether the table is current."""
+        return self._flush() if self._ready else True
+
+    def retire(self) -> None:
+        """``RuntimeBase.retire``: the set-aside request is withdrawn, and the
+        device table is zeroed and kept alive (``RETIRED``) with the events,
+        so a CUDA graph captured with this runtime replays fills of nothing
+        instead of reading freed memory. Never raises."""
+        if getattr(self, "_retired", False):
+            return
+        self._retired = True
+        self.enabled = False
+        self.close()
+        if self._ready and self.table.device_ptr:
+            self.table.clear()
+            try:
+                self.table.flush(self.side)
+            except Exception as e:  # never raise into the host program
+                log.warning("l2sched: retired plan %r: table not zeroed: %s: %s",
+                            self.plan.schedule, type(e).__name__, e)
+            RETIRED.append(self)
 
     def close(self) -> None:
         """The plan is no longer served: withdraw its persisting-L2 request

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections import defaultdict
 from dataclasses import replace
 
@@ -120,6 +121,15 @@ def _configured(vllm_config, environ) -> bool:
     return "l2sched" in extra or bool((env.get(ENV_SCHEDULE) or "").strip())
 
 
+def installed_for(model) -> Installed | None:
+    """The live installation in ``model`` (the top-level model object), if
+    any."""
+    for inst in INSTALLED:
+        if inst.model is not None and inst.model() is model:
+            return inst
+    return None
+
+
 def activate_after_load(model, vllm_config=None, *, environ=None,
                         config: PluginConfig | None = None) -> Installed | None:
     """The post-load step for one loaded ``model`` (never raises).
@@ -130,11 +140,26 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (logged as
     one line for this rank, prefetch off; a malformed configuration is
     ``bad configuration`` naming the key). On success returns the
-    ``Installed`` handle (also appended to ``INSTALLED``)."""
+    ``Installed`` handle (also in ``INSTALLED``).
+
+    A model that has an installation already (a weight reload: a second
+    ``process_weights_after_loading``, ``reload_weights``, a wake-up; see
+    ``reactivate``) first loses it exactly (every hook out); the new plan is
+    compiled against the reloaded weights and installed, keeping the runtime
+    when the plan's table layout is unchanged (``runtime.adopt``: CUDA graphs
+    captured earlier keep the table's address), and its rows are bound at
+    once, before any replay. If anything fails, prefetch stays off and the
+    line says the earlier plan was removed."""
     rank_txt = "TP rank ?"
+    previous = installed_for(model)
+    gone = " (the plan installed before the reload was removed)" if previous else ""
     try:
+        if previous is not None:
+            previous.remove_hooks()
         vllm_config = vllm_config or _current_vllm_config()
         if config is None and not _configured(vllm_config, environ):
+            if previous is not None:
+                raise L2sPluginError("no schedule configured at this reload")
             return None
         arch = type(model).__name__
         if arch not in ARCHITECTURES:
@@ -147,16 +172,47 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         if config is None:
             extra = getattr(vllm_config, "additional_config", None) or {}
             config = read_config(extra, environ)
-        installed = _activate(model, vllm_config, config, tp, tp_rank, ep, pp)
+        installed = _activate(model, vllm_config, config, (tp, tp_rank, ep, pp),
+                              previous)
+        installed.model, installed.config = weakref.ref(model), config
+        installed.vllm_config = vllm_config
+        if previous is not None:
+            INSTALLED.remove(previous)
         INSTALLED.append(installed)
-        log.info("l2sched: %s: %s", rank_txt, installed.summary)
+        how = "reinstalled after a weight reload: " if previous else ""
+        log.info("l2sched: %s: %s%s", rank_txt, how, installed.summary)
         return installed
     except L2sPluginError as e:
-        log.error("l2sched: %s: prefetch OFF: %s", rank_txt, e)
+        log.error("l2sched: %s: prefetch OFF: %s%s", rank_txt, e, gone)
     except Exception as e:  # never raise into vLLM
-        log.error("l2sched: %s: prefetch OFF: unexpected %s: %s", rank_txt,
-                  type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        log.error("l2sched: %s: prefetch OFF: unexpected %s: %s%s", rank_txt,
+                  type(e).__name__, str(e).splitlines()[0] if str(e) else "", gone)
+    if previous is not None:
+        _drop(previous)
     return None
+
+
+def _drop(installed: Installed) -> None:
+    """Take ``installed`` out for good (never raises)."""
+    try:
+        installed.remove()
+    except Exception as e:  # pragma: no cover - removal restores attributes only
+        log.warning("l2sched: removing the earlier plan: %s: %s", type(e).__name__, e)
+    if installed in INSTALLED:
+        INSTALLED.remove(installed)
+
+
+def reactivate(model) -> Installed | None:
+    """A reload path ran for ``model`` outside ``process_weights_after_loading``
+    (vLLM's ``reload_weights``, ``finalize_layerwise_reload`` of a weight
+    transfer, a wake-up): redo the post-load step with the configuration the
+    model's installation was made with (``activate_after_load``); with no
+    installation, the post-load step with the current configuration. Never
+    raises."""
+    prev = installed_for(model)
+    if prev is None:
+        return activate_after_load(model)
+    return activate_after_load(model, prev.vllm_config, config=prev.config)
 
 
 def _first_line(err) -> str:
@@ -169,8 +225,13 @@ def _first_line(err) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
-              ep: bool, pp: int) -> Installed:
+def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
+              previous: Installed | None) -> Installed:
+    """Everything from the schedule to the installed plan, for one rank
+    (``layout``: tp, tp_rank, ep, pp); ``previous``: the installation a
+    reload replaces (its hooks are out already). Raises
+    ``L2sPluginError``."""
+    tp, tp_rank, ep, pp = layout
     if cfg.backend not in ("cuda", "dry-run"):
         raise L2sPluginError("bad configuration", f"backend {cfg.backend!r} is not "
                           "'cuda' or 'dry-run'")
@@ -221,8 +282,10 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
                       tp_rank, f"TP rank {tp_rank}/{tp}")
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
-    runtime = _make_runtime(cfg.backend, plan, owner)
+    runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}")
     installed = install_plan(layers, inventory, plan, runtime)
+    if previous is not None:
+        installed.bind_now()
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
     return installed
@@ -345,6 +408,27 @@ def set_aside_for_lint(schedule, device_index: int, owner: str):
     return (replace(schedule, set_aside=want),
             f"linted with the set-aside in force on device {device_index}: {size}, "
             f"the request of {', '.join(whose)}")
+
+
+def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
+                 rank_txt: str):
+    """The runtime for a new ``plan``: at a reload, the previous one when it
+    takes the plan (``adopt``: same backend and table layout, so CUDA graphs
+    captured before keep working and see the new rows); otherwise the
+    previous one is retired (its table zeroed: graphs captured before launch
+    fills of nothing until vLLM captures again, which a WARNING line says)
+    and a new one is made."""
+    if previous is not None:
+        old = previous.runtime
+        if (getattr(previous.config, "backend", None) == backend
+                and old.adopt(plan)):
+            return old
+        old.retire()
+        if backend == "cuda" and old.stats.issued:
+            log.warning("l2sched: %s: the reloaded plan has another table layout; "
+                        "CUDA graphs captured before the reload launch no fills "
+                        "until vLLM captures them again", rank_txt)
+    return _make_runtime(backend, plan, owner)
 
 
 def _make_runtime(backend: str, plan, owner: str):

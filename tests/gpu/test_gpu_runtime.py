@@ -302,3 +302,61 @@ def test_item02_runtime_close_restores_the_set_aside():
     assert _limit_now() > 0
     rt.close()
     assert _limit_now() == before
+
+
+def _table_rows(rt):
+    """The device table's rows as ``(address, bytes)`` per issue."""
+    t = rt.table._table.cpu().tolist()
+    return [[tuple(t[r]) for r in range(b, e)]
+            for b, e in zip(rt.table.offsets, rt.table.offsets[1:])]
+
+
+def test_item01_captured_table_follows_a_reload_before_the_next_replay():
+    """Issue 17 item 1 on the device: a FULL graph is captured with the
+    plan; a reload moves a weight's storage; the reload path (the plugin's:
+    hooks out, ``runtime.adopt`` of the recompiled plan, a new installation,
+    every row bound at once) rewrites the device table before any replay, so
+    the graph's fills read the new addresses; outputs stay bitwise equal."""
+    from dataclasses import replace
+
+    from l2sched.runtime.install import tensor_row
+
+    layers = _model()
+    plan = _plan(len(layers))
+    x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
+    rt = CudaRuntime(plan)
+    inst = install(layers, plan, SITES, rt)
+    rt.set_step(StepInfo(num_tokens=8, graph_mode="full"))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _fwd(layers, x_static)  # binds (eager fills)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_static = _fwd(layers, x_static)
+    table_ptr = rt.table.device_ptr
+    # the reload: o_proj of layer 2 gets new storage
+    w = layers[2].o_proj.weight
+    old_ptr = w.data_ptr()
+    w.data = w.data.clone()
+    assert w.data_ptr() != old_ptr
+    inst.remove()
+    new_plan = replace(plan, schedule="gpu-test-reloaded")
+    assert rt.adopt(new_plan)
+    inst = install(layers, new_plan, SITES, rt)
+    inst.bind_all()
+    assert rt.flush()
+    assert rt.table.device_ptr == table_ptr  # the graph's table
+    i = next(k for k, wi in enumerate(new_plan.issues)
+             if wi.window == "A" and wi.layer == 2)
+    assert _table_rows(rt)[i][0] == tensor_row(w, 0, -1)
+    ref = _fwd(layers, x_static.clone())
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_static, ref)
+    inst.remove()
+    rt.retire()
+    assert all(r == (0, 0) for rows in _table_rows(rt) for r in rows)
+    g.replay()  # a retired runtime's captured fills read a zeroed table
+    torch.cuda.synchronize()
