@@ -117,6 +117,22 @@ def _token(ev) -> str | None:
     return None
 
 
+def _split_batch(cfg, name):
+    """Turn on DBO (``enable_dbo``) or micro-batching (``ubatch_size=2``) in
+    the rank's parallel config; returns the undo."""
+    pc = cfg.parallel_config
+    saved = (pc.enable_dbo, pc.ubatch_size)
+    if name == "dbo":
+        object.__setattr__(pc, "enable_dbo", True)
+    else:
+        object.__setattr__(pc, "ubatch_size", 2)
+
+    def undo():
+        object.__setattr__(pc, "enable_dbo", saved[0])
+        object.__setattr__(pc, "ubatch_size", saved[1])
+    return undo
+
+
 def _fake_gb10(torch):
     """Make torch report one CUDA GPU, an "NVIDIA GB10" (sm_121, 24 MiB L2,
     48 SMs), and the kernel module call it supported; returns the undo."""
@@ -367,13 +383,18 @@ def _rank_scenario(ctx):
             # item 3: a GPU the schedule's profile does not describe (same
             # capability family, another L2): prefetch off, nothing installed
             "device_mismatch": (dict(PLUGIN_SECTION, backend="cuda"), None),
+            # item 4: DBO / micro-batching run forwards in worker threads
+            "dbo": (dict(PLUGIN_SECTION), None),
+            "ubatch": (dict(PLUGIN_SECTION), None),
         }
         out["failures"] = {}
         real_lint = vllm_plugin.run_lint
         for name, (section, lint_fn) in cases.items():
             if lint_fn is not None:
                 vllm_plugin.run_lint = lint_fn
-            undo = _fake_gb10(torch) if name == "device_mismatch" else (lambda: None)
+            undo = (_fake_gb10(torch) if name == "device_mismatch" else
+                    _split_batch(cfg, name) if name in ("dbo", "ubatch") else
+                    (lambda: None))
             try:
                 cfg.additional_config = {"l2sched": section}
                 records.clear()
@@ -581,6 +602,23 @@ def test_item03_device_mismatch_keeps_prefetch_off(ranks):
             "one, NVIDIA GB10 (sm_121, 48 SMs, 25,165,824 B L2)"), f["off_lines"]
         assert not [x for x in f["records"] if "installed" in x]
         assert f["same_output"] and f["l2s_events"] == []
+
+
+@pytest.mark.parametrize("case, words", [
+    ("dbo", "enable_dbo=True"), ("ubatch", "ubatch_size=2")])
+def test_item04_split_batch_threads_are_refused(ranks, case, words):
+    for r in ranks:
+        f = r["failures"][case]
+        assert f["returned"] is None and f["installed"] == 0
+        assert len(f["off_lines"]) == 1, f["records"]
+        line = f["off_lines"][0]
+        assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: "
+                               "unsupported layout: micro-batching"), line
+        assert words in line and "threads" in line, line
+        assert f["same_output"] and f["l2s_events"] == []
+        if case == "dbo":  # docs/vllm.md shows this line
+            assert "prefetch OFF: " + line.split("prefetch OFF: ")[1] in open(
+                os.path.join(ROOT, "docs", "vllm.md")).read()
 
 
 def test_item06_lint_warn_installs_with_a_logged_override(ranks):

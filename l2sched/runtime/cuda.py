@@ -14,6 +14,7 @@ host program. Nothing here imports torch at module import.
 from __future__ import annotations
 
 import logging
+from threading import get_ident
 from typing import Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
@@ -191,6 +192,9 @@ class CudaRuntime(RuntimeBase):
         Host cost (benchmarks/host_cost.py): the gate as in ``_decision``,
         then two driver calls (fork) and the launch, with no allocation."""
         i = index if isinstance(index, int) else self.index_of(index)
+        if self._thread != get_ident() and self.other_thread():
+            self._skip("other-thread")
+            return False
         if not self._ready:
             self.prepare()
         if not self.enabled:
@@ -287,7 +291,7 @@ class CudaRuntime(RuntimeBase):
         """Make the current stream wait for the side stream's work so far, so
         for the last fill (no-op when nothing was issued since the last join).
         """
-        if self._pending:
+        if self._pending and self._thread == get_ident():
             self.fork_join.join()
             self._pending = False
             self.stats.joined += 1

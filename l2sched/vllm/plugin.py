@@ -238,6 +238,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
     if pp > 1:
         raise L2sPluginError("unsupported layout", f"pipeline parallel size {pp} "
                           "(vLLM gates PP off for GLM-5.3; l2sched supports PP=1)")
+    _refuse_split_batch(vllm_config)
     layers = _decoder_layers(model)
     hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
     model_config = hf.to_dict() if hf is not None else None
@@ -289,6 +290,25 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
     return installed
+
+
+def _refuse_split_batch(vllm_config) -> None:
+    """Raise ``L2sPluginError("unsupported layout")`` when dual-batch overlap
+    (``enable_dbo``) or micro-batching (``ubatch_size > 1``) is on: vLLM
+    0.33.0's ubatch wrapper (``v1/worker/gpu_ubatch_wrapper.py``) runs each
+    micro-batch's forward in its own thread while the main thread holds the
+    capture, and a plan's fills are one sequence per forward on one side
+    stream (each micro-batch would fetch the same layers again, racing the
+    other's fork and join)."""
+    pc = getattr(vllm_config, "parallel_config", None)
+    dbo = bool(getattr(pc, "enable_dbo", False))
+    ubatch = int(getattr(pc, "ubatch_size", 0) or 0)
+    if dbo or ubatch > 1:
+        raise L2sPluginError(
+            "unsupported layout", f"micro-batching (enable_dbo={dbo}, "
+            f"ubatch_size={ubatch}) runs model forwards in worker threads; l2sched "
+            "prefetches for one forward thread (serve without --enable-dbo / "
+            "--ubatch-size)")
 
 
 def _log_diagnostics(err, tp_rank: int) -> None:
