@@ -388,6 +388,7 @@ def _rank_scenario(ctx):
             "ubatch": (dict(PLUGIN_SECTION), None),
         }
         out["failures"] = {}
+        out["tmpdir"] = d
         real_lint = vllm_plugin.run_lint
         for name, (section, lint_fn) in cases.items():
             if lint_fn is not None:
@@ -602,6 +603,20 @@ def test_item03_device_mismatch_keeps_prefetch_off(ranks):
             "one, NVIDIA GB10 (sm_121, 48 SMs, 25,165,824 B L2)"), f["off_lines"]
         assert not [x for x in f["records"] if "installed" in x]
         assert f["same_output"] and f["l2s_events"] == []
+
+
+def test_item17_documented_log_lines_are_real(ranks):
+    """docs/vllm.md's "real line" examples are this run's lines (paths
+    shortened as the docs write them)."""
+    doc = open(os.path.join(ROOT, "docs", "vllm.md"), encoding="utf-8").read()
+    summary = [x for x in ranks[0]["activation_log"] if " installed, backend" in x][0]
+    line = summary.split(" ", 1)[1].replace(os.path.dirname(SCHEDULE) + os.sep, "/…/")
+    assert f"\n{line}\n" in doc, line
+    r1 = ranks[1]
+    for case in ("bad_path", "syntax", "tp_mismatch"):
+        line = r1["failures"][case]["off_lines"][0].split(" ", 1)[1]
+        line = line.replace(r1["tmpdir"], "/tmp/x")
+        assert f"\n{line}\n" in doc, line
 
 
 @pytest.mark.parametrize("case, words", [
