@@ -258,3 +258,73 @@ def test_item17_lint_md_examples_are_tool_output():
         assert rule.example_command, code
         message = rule_example_output(rule)
         assert message and f"`{rule.example_command}` prints: `{message}`" in doc, code
+
+
+def test_item17_python_examples_import():
+    """Every ``from l2sched... import ...`` of a ``python`` block in the
+    documents names a module and names that exist."""
+    import importlib
+
+    bad = []
+    for p in DOCS:
+        for line, info, code, _s in shell_blocks(p):
+            if info != "python":
+                continue
+            for m in re.finditer(r"^from (l2sched[\w.]*) import ([^\n#]+)$", code, re.M):
+                try:
+                    mod = importlib.import_module(m.group(1))
+                except ImportError as e:
+                    bad.append(f"{p.name}:{line}: {m.group(0)} ({e})")
+                    continue
+                for name in (n.strip() for n in m.group(2).split(",")):
+                    if not hasattr(mod, name):
+                        bad.append(f"{p.name}:{line}: {m.group(1)} has no {name}")
+    assert bad == []
+
+
+def _resolves(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_item17_code_references_exist():
+    """Every ``l2sched.MODULE[.NAME]`` (not a logger name) and every
+    repository path the documents quote exists: a reference left behind by
+    a move is an example that no longer comes from the code."""
+    bad = []
+    for p in DOCS:
+        text = p.read_text(encoding="utf-8")
+        for m in re.finditer(r"(?<!logger )`(l2sched(?:\.[A-Za-z_]\w*)+)(?:\(\))?`", text):
+            if not _resolves(m.group(1)):
+                bad.append(f"{p.name}: {m.group(1)}")
+        for m in re.finditer(r"`((?:l2sched|tests|docs|schedules|benchmarks|grammar)"
+                             r"/[^`\s:]*)", text):
+            path = m.group(1)
+            if re.search(r"[*<>{}]|NAME|\.\.\.", path):
+                continue
+            if not (ROOT / path).exists():
+                bad.append(f"{p.name}: {path}")
+    assert bad == []
+
+
+def test_item17_language_hook_table_is_the_adapters():
+    """docs/language.md's hook table lists the adapter's hook points with
+    their order and description."""
+    from l2sched.model.adapters.glm5next import HOOKS
+
+    text = (ROOT / "docs" / "language.md").read_text()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\d+) \| (.+?) \| .+? \|$", text, re.M)
+    assert [(n, int(o), d) for n, o, d in rows] == [
+        (h.name, h.order, h.description) for h in HOOKS]
