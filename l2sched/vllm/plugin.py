@@ -155,7 +155,7 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     gone = " (the plan installed before the reload was removed)" if previous else ""
     try:
         if previous is not None:
-            previous.remove_hooks()
+            previous.remove()
         vllm_config = vllm_config or _current_vllm_config()
         if config is None and not _configured(vllm_config, environ):
             if previous is not None:
@@ -195,7 +195,7 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
 def _drop(installed: Installed) -> None:
     """Take ``installed`` out for good (never raises)."""
     try:
-        installed.remove()
+        installed.retire()
     except Exception as e:  # pragma: no cover - removal restores attributes only
         log.warning("l2sched: removing the earlier plan: %s: %s", type(e).__name__, e)
     if installed in INSTALLED:

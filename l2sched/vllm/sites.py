@@ -21,7 +21,8 @@ class Installed:
     ``summary`` (the log line). The plugin also records ``model`` (a weak
     reference to the top-level model) and ``config``/``vllm_config`` (what it
     was installed with), to find and redo it at a weight reload.
-    ``remove()`` takes every hook out and retires the runtime."""
+    ``remove()`` takes every hook out; ``retire()`` also retires the
+    runtime."""
 
     plan: Any
     runtime: Any
@@ -32,17 +33,19 @@ class Installed:
     config: Any = None
     vllm_config: Any = None
 
-    def remove_hooks(self) -> None:
-        """Remove every hook of this plan, leaving the runtime as it is (a
-        reload may hand it the new plan: ``runtime.adopt``); idempotent."""
+    def remove(self) -> None:
+        """Remove every hook of this plan, leaving the runtime as it is (the
+        caller may install again with it, or a reload hand it the new plan:
+        ``runtime.adopt``); idempotent."""
         for inst in reversed(self.installations):
             inst.remove()
 
-    def remove(self) -> None:
-        """Remove every hook of this plan and retire its runtime (device-wide
-        state given back: the persisting-L2 request; fills a CUDA graph
-        captured earlier still launches fill nothing); idempotent."""
-        self.remove_hooks()
+    def retire(self) -> None:
+        """The plan is gone for good: ``remove()`` and retire the runtime
+        (device-wide state given back: the persisting-L2 request; fills a
+        CUDA graph captured earlier still launches fill nothing);
+        idempotent."""
+        self.remove()
         self.runtime.retire()
 
     def bind_now(self) -> None:

@@ -338,9 +338,9 @@ def test_item01_captured_table_follows_a_reload_before_the_next_replay():
     table_ptr = rt.table.device_ptr
     # the reload: o_proj of layer 2 gets new storage
     w = layers[2].o_proj.weight
-    old_ptr = w.data_ptr()
-    w.data = w.data.clone()
-    assert w.data_ptr() != old_ptr
+    old = w.data  # the graph's GEMM still reads it: keep it alive (vLLM
+    w.data = old.clone()  # copies reloads into the old storage for that)
+    assert w.data_ptr() != old.data_ptr()
     inst.remove()
     new_plan = replace(plan, schedule="gpu-test-reloaded")
     assert rt.adopt(new_plan)
