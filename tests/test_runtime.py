@@ -252,3 +252,34 @@ def test_kernel_spec_is_checked_and_keys_the_cache():
     a = K.KernelSpec("load", 1056, 128, 128)
     assert a != K.KernelSpec("bulk", 1056, 128, 128)  # the mode is part of the key
     assert hash(a) == hash(K.KernelSpec("load", 1056, 128, 128))
+
+
+# --- item 1: a reload hands the runtime a recompiled plan ---------------------
+
+@pytest.mark.parametrize("backend", ["cuda", "dry-run"])
+def test_item01_adopt_takes_a_plan_of_the_same_layout_only(backend):
+    from dataclasses import replace
+
+    plan = _plan()
+    rt = make_runtime(plan, backend)
+    rt.set_rows(0, [(4096, 4096)])
+    again = replace(plan, schedule="t2", max_tokens=8)
+    assert rt.adopt(again)
+    assert rt.plan is again and rt.rows == [[], [], []]
+    assert rt.index_of(again.issues[1]) == 1
+    if backend == "cuda":
+        assert rt.rows is rt.table.rows and rt.table.dirty == {0, 1, 2}
+    other = replace(plan, issues=plan.issues[:2])
+    assert not rt.adopt(other) and rt.plan is again
+    fewer = replace(plan, issues=(plan.issues[0], replace(
+        plan.issues[1], ranges=plan.issues[1].ranges[:1]), plan.issues[2]))
+    assert not rt.adopt(fewer)
+    assert not rt.adopt(replace(plan, policy="evict_normal"))
+
+
+def test_item01_retire_disables_for_good():
+    rt = DryRunRuntime(_plan())
+    rt.set_step(StepInfo(num_tokens=1))
+    rt.retire()
+    rt.retire()
+    assert not rt.issue(0) and rt.stats.skipped == {"disabled": 1}

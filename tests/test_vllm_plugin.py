@@ -117,6 +117,162 @@ def _token(ev) -> str | None:
     return None
 
 
+def _split_batch(cfg, name):
+    """Turn on DBO (``enable_dbo``) or micro-batching (``ubatch_size=2``) in
+    the rank's parallel config; returns the undo."""
+    pc = cfg.parallel_config
+    saved = (pc.enable_dbo, pc.ubatch_size)
+    if name == "dbo":
+        object.__setattr__(pc, "enable_dbo", True)
+    else:
+        object.__setattr__(pc, "ubatch_size", 2)
+
+    def undo():
+        object.__setattr__(pc, "enable_dbo", saved[0])
+        object.__setattr__(pc, "ubatch_size", saved[1])
+    return undo
+
+
+def _fake_gb10(torch):
+    """Make torch report one CUDA GPU, an "NVIDIA GB10" (sm_121, 24 MiB L2,
+    48 SMs), and the kernel module call it supported; returns the undo."""
+    import types
+
+    from l2sched.runtime import kernel as K
+
+    props = types.SimpleNamespace(name="NVIDIA GB10", L2_cache_size=24 * 2**20,
+                                  multi_processor_count=48, major=12, minor=1)
+    fakes = {"is_available": lambda: True, "current_device": lambda: 0,
+             "get_device_properties": lambda d=0: props,
+             "get_device_capability": lambda d=0: (12, 1),
+             "get_device_name": lambda d=0: "NVIDIA GB10"}
+    saved = {k: getattr(torch.cuda, k) for k in fakes}
+    saved_supported = K.device_supported
+    for k, v in fakes.items():
+        setattr(torch.cuda, k, v)
+    K.device_supported = lambda d=0: (True, "")
+
+    def undo():
+        for k, v in saved.items():
+            setattr(torch.cuda, k, v)
+        K.device_supported = saved_supported
+    return undo
+
+
+def _reload_summary(model, records, base, vf, cfg, *, o_proj_ptr=None):
+    """After a reload path ran: what is installed, what the log says, whether
+    the rows were refreshed before any forward, and what one forward
+    issues."""
+    from l2sched.runtime.install import tensor_row
+    from l2sched.vllm import plugin as vllm_plugin
+
+    got = {"installed": len(vllm_plugin.INSTALLED), "records": list(records),
+           "off_lines": [r for r in records if "prefetch OFF" in r],
+           "summaries": [r for r in records if r.startswith("INFO") and
+                         " installed, backend" in r]}
+    if not vllm_plugin.INSTALLED:
+        return got
+    inst = vllm_plugin.INSTALLED[-1]
+    rt = inst.runtime
+    w = model.model.layers[3].self_attn.o_proj.weight
+    want, have = [], []
+    for i, wi in enumerate(inst.plan.issues):
+        for j, r in enumerate(wi.ranges):
+            if (r.layer, r.tensor) == (3, "self_attn.o_proj.weight"):
+                want.append(tensor_row(w, r.offset, r.nbytes))
+                have.append(rt.rows[i][j] if j < len(rt.rows[i]) else None)
+    got["o_proj_rows_refreshed"] = bool(want) and want == have
+    got["o_proj_ptr_moved"] = o_proj_ptr is not None and o_proj_ptr != w.data_ptr()
+    rt.events.clear()
+    same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
+    ops = [e.op for e in rt.events]
+    got.update(same_output=same, launches=ops.count("launch"), joins=ops.count("join"),
+               issues=len(inst.plan.issues), runtimes=len({id(i.runtime) for i in
+                                                           vllm_plugin.INSTALLED}))
+    return got
+
+
+def _reload_scenario(model, cfg, records, base):
+    """Issue 17 item 1: every reload path removes the installation exactly,
+    installs the new plan (refreshing the rows at once) and issues only the
+    new plan's fills."""
+    import types
+
+    import torch
+    import vllm.model_executor.model_loader.reload.inplace as inplace
+    import vllm.model_executor.model_loader.utils as loader_utils
+    import vllm.v1.worker.gpu_worker as gpu_worker
+    import vllm_forward as vf
+
+    from l2sched.vllm import plugin as vllm_plugin
+
+    out = {}
+    w = model.model.layers[3].self_attn.o_proj.weight
+    old = vllm_plugin.INSTALLED[-1]
+
+    # 1. a second process_weights_after_loading after a weight's storage moved
+    ptr = w.data_ptr()
+    w.data = w.data.clone()
+    records.clear()
+    loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                               torch.device("cpu"))
+    out["second_pwal"] = _reload_summary(model, records, base, vf, cfg, o_proj_ptr=ptr)
+    out["second_pwal"]["old_hooks_removed"] = all(
+        i.removed for i in old.installations)
+
+    # 2. vLLM's reload_weights (in kernel format, as RL weight updates do),
+    # with a storage swap inside it like a post-load step that rebuilds a
+    # weight (MLA's W_UK_T/W_UV in the public reports)
+    weights = [(n, p.detach().clone()) for n, p in model.named_parameters()]
+
+    def swapping_iter():
+        yield from weights
+        w.data = w.data.clone()
+
+    ptr = w.data_ptr()
+    records.clear()
+    with torch.no_grad():  # as the worker's RPC runs it
+        inplace.reload_weights(cfg, model, swapping_iter(), None, False)
+    out["reload_weights"] = _reload_summary(model, records, base, vf, cfg,
+                                            o_proj_ptr=ptr)
+
+    # 3. a wake-up after sleep: vLLM's own Worker.wake_up on a stand-in
+    # worker (CuMemAllocator has no CPU build); the weights moved meanwhile
+    fake = types.SimpleNamespace(
+        sleep_mode_backend=types.SimpleNamespace(resume=lambda tags: None),
+        vllm_config=cfg, _sleep_saved_parameters={}, _sleep_saved_buffers={},
+        _sleep_saved_draft_buffers={}, model_runner=types.SimpleNamespace(model=model),
+        get_draft_model=lambda: None, synchronize_device=lambda: None)
+    ptr = w.data_ptr()
+    w.data = w.data.clone()
+    records.clear()
+    gpu_worker.Worker.wake_up(fake, None)
+    out["wake_up"] = _reload_summary(model, records, base, vf, cfg, o_proj_ptr=ptr)
+
+    # 4. a reload whose new plan cannot be installed: the old one goes too
+    real = vllm_plugin.run_lint
+
+    def failing_lint(*a, **k):
+        raise RuntimeError("stand-in lint crash")
+
+    vllm_plugin.run_lint = failing_lint
+    try:
+        records.clear()
+        loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                   torch.device("cpu"))
+    finally:
+        vllm_plugin.run_lint = real
+    old = vllm_plugin.INSTALLED[-1] if vllm_plugin.INSTALLED else None
+    out["failed_reload"] = _reload_summary(model, records, base, vf, cfg)
+    # and prefetch comes back at the next load
+    records.clear()
+    loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                               torch.device("cpu"))
+    out["after_failed"] = _reload_summary(model, records, base, vf, cfg)
+    del old
+    return out
+
+
 def _rank_scenario(ctx):
     """Runs in each rank process (see the module docstring)."""
     import logging
@@ -193,6 +349,10 @@ def _rank_scenario(ctx):
         trace.events.clear()
     out["rows"] = [list(r) for r in rt.rows]
     out["same_with_plan"] = [b == base for b in with_plan]
+    trace.on = False
+    out["reload"] = _reload_scenario(model, cfg, records, base)
+    trace.on = True
+    inst = vllm_plugin.INSTALLED[-1]
     inst.remove()
     vllm_plugin.INSTALLED.clear()
     out["same_after_remove"] = vf.output_bytes(vf.decode_forward(model, cfg)) == base
@@ -214,12 +374,28 @@ def _rank_scenario(ctx):
             "syntax": ({"schedule": bad_syntax, "backend": "dry-run"}, None),
             "tp_mismatch": ({"schedule": SCHEDULE, "backend": "dry-run"}, None),
             "lint_error": (dict(PLUGIN_SECTION), fake_lint),
+            # item 14: malformed sections are "bad configuration" with the
+            # real TP rank and the key
+            "config_empty": ({}, None),
+            "config_set_string": ({"schedule": SCHEDULE,
+                                   "set": "window.B.budget=25MB"}, None),
+            "config_not_object": ("x.l2s", None),
+            # item 3: a GPU the schedule's profile does not describe (same
+            # capability family, another L2): prefetch off, nothing installed
+            "device_mismatch": (dict(PLUGIN_SECTION, backend="cuda"), None),
+            # item 4: DBO / micro-batching run forwards in worker threads
+            "dbo": (dict(PLUGIN_SECTION), None),
+            "ubatch": (dict(PLUGIN_SECTION), None),
         }
         out["failures"] = {}
+        out["tmpdir"] = d
         real_lint = vllm_plugin.run_lint
         for name, (section, lint_fn) in cases.items():
             if lint_fn is not None:
                 vllm_plugin.run_lint = lint_fn
+            undo = (_fake_gb10(torch) if name == "device_mismatch" else
+                    _split_batch(cfg, name) if name in ("dbo", "ubatch") else
+                    (lambda: None))
             try:
                 cfg.additional_config = {"l2sched": section}
                 records.clear()
@@ -227,6 +403,7 @@ def _rank_scenario(ctx):
                     model, cfg.model_config, torch.device("cpu"))
             finally:
                 vllm_plugin.run_lint = real_lint
+                undo()
             trace.events.clear()
             same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
             out["failures"][name] = {
@@ -234,6 +411,20 @@ def _rank_scenario(ctx):
                 "off_lines": [r for r in records if "prefetch OFF" in r],
                 "records": list(records), "same_output": same,
                 "l2s_events": [e for e in trace.events if e[0] == "l2s"]}
+        # item 6: "lint": "warn" installs despite a lint error, and says so
+        vllm_plugin.run_lint = fake_lint
+        try:
+            cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, lint="warn")}
+            records.clear()
+            loader_utils.process_weights_after_loading(
+                model, cfg.model_config, torch.device("cpu"))
+        finally:
+            vllm_plugin.run_lint = real_lint
+        out["lint_warn"] = {"installed": len(vllm_plugin.INSTALLED),
+                            "records": list(records)}
+        for inst in vllm_plugin.INSTALLED:
+            inst.remove()
+        vllm_plugin.INSTALLED.clear()
     cfg.additional_config = {}
     return out
 
@@ -339,24 +530,130 @@ def test_outputs_bitwise_identical_with_and_without_plan(ranks):
 ])
 def test_failures_log_one_line_per_rank_and_keep_serving(ranks, case, needle):
     for r in ranks:
-        f = r["failures"][case]
-        assert f["returned"] is None and f["installed"] == 0
-        assert len(f["off_lines"]) == 1, f["records"]
-        line = f["off_lines"][0]
+        assert needle in _off_detail(r, case)
+
+
+def _off_detail(r, case: str) -> str:
+    """Rank ``r``'s failure ``case`` left prefetch off as it should (nothing
+    installed, exactly one ``TP rank r/2: prefetch OFF`` line, the model
+    serving with unchanged outputs and no fills); the line's reason and
+    detail."""
+    f = r["failures"][case]
+    assert f["returned"] is None and f["installed"] == 0
+    assert len(f["off_lines"]) == 1, f["records"]
+    line = f["off_lines"][0]
+    head = f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: "
+    assert line.startswith(head) and "\n" not in line, line
+    assert not [x for x in f["records"] if " installed, backend" in x]
+    assert f["same_output"] and f["l2s_events"] == []
+    return line[len(head):]
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("config_empty", "bad configuration: additional_config l2sched.schedule: missing"),
+    ("config_set_string", "bad configuration: additional_config l2sched.set: expected "
+                          "an object or a list"),
+    ("config_not_object", "bad configuration: additional_config l2sched: must be an "
+                          "object"),
+])
+def test_item14_bad_configuration_names_rank_and_key(ranks, case, needle):
+    for r in ranks:
+        detail = _off_detail(r, case)
+        assert detail.startswith(needle) and "unexpected" not in detail, detail
+
+
+@pytest.mark.parametrize("path", ["second_pwal", "reload_weights", "wake_up"])
+def test_item01_reload_replaces_the_installation(ranks, path):
+    """Each reload path removes the old installation exactly and installs the
+    new plan: one summary line, no 'slot already held', the moved weight's
+    rows refreshed before any forward (a FULL graph replay runs no Python
+    hook), and a forward issues exactly the new plan's fills."""
+    for r in ranks:
+        got = r["reload"][path]
+        assert got["off_lines"] == [], got["records"]
+        assert len(got["summaries"]) == 1, got["records"]
+        assert "reinstalled after a weight reload" in got["summaries"][0]
+        assert got["installed"] == 1 and got["runtimes"] == 1
+        assert got["o_proj_ptr_moved"] and got["o_proj_rows_refreshed"], got
+        assert got["launches"] == got["issues"] and got["joins"] == 1, got
+        assert got["same_output"]
+    assert all(r["reload"]["second_pwal"]["old_hooks_removed"] for r in ranks)
+
+
+def test_item01_failed_reload_leaves_prefetch_off_and_says_so(ranks):
+    for r in ranks:
+        got = r["reload"]["failed_reload"]
+        assert got["installed"] == 0, got["records"]
+        assert len(got["off_lines"]) == 1, got["records"]
+        line = got["off_lines"][0]
         assert line.startswith(f"ERROR l2sched: TP rank {r['rank']}/2: prefetch OFF: ")
-        assert needle in line and "\n" not in line, line
-        assert f["same_output"] and f["l2s_events"] == []
+        assert "stand-in lint crash" in line
+        assert "the plan installed before the reload was removed" in line, line
+        again = r["reload"]["after_failed"]
+        assert again["installed"] == 1 and again["off_lines"] == []
+        assert again["launches"] == again["issues"] and again["same_output"]
+
+
+def test_item03_device_mismatch_keeps_prefetch_off(ranks):
+    """The GB10 (sm_121, 24 MiB L2) is not the SM120 profile's GPU: no lint
+    with a profile of another L2, no 50 MB windows, one line per rank."""
+    for r in ranks:
+        detail = _off_detail(r, "device_mismatch")
+        assert detail.startswith(
+            "device mismatch: device profile sm120-rtx-pro-6000-maxq describes another "
+            "GPU than this one, NVIDIA GB10 (sm_121, 48 SMs, 25,165,824 B L2)"), detail
+
+
+def test_item17_documented_log_lines_are_real(ranks):
+    """docs/vllm.md's "real line" examples are this run's lines (paths
+    shortened as the docs write them)."""
+    doc = open(os.path.join(ROOT, "docs", "vllm.md"), encoding="utf-8").read()
+    summary = [x for x in ranks[0]["activation_log"] if " installed, backend" in x][0]
+    line = summary.split(" ", 1)[1].replace(os.path.dirname(SCHEDULE) + os.sep, "/…/")
+    assert f"\n{line}\n" in doc, line
+    r1 = ranks[1]
+    for case in ("bad_path", "syntax", "tp_mismatch"):
+        line = r1["failures"][case]["off_lines"][0].split(" ", 1)[1]
+        line = line.replace(r1["tmpdir"], "/tmp/x")
+        assert f"\n{line}\n" in doc, line
+
+
+@pytest.mark.parametrize("case, words", [
+    ("dbo", "enable_dbo=True"), ("ubatch", "ubatch_size=2")])
+def test_item04_split_batch_threads_are_refused(ranks, case, words):
+    for r in ranks:
+        detail = _off_detail(r, case)
+        assert detail.startswith("unsupported layout: micro-batching"), detail
+        assert words in detail and "threads" in detail, detail
+        if case == "dbo":  # docs/vllm.md shows this line
+            assert "prefetch OFF: " + detail in open(
+                os.path.join(ROOT, "docs", "vllm.md")).read()
+
+
+def test_item06_lint_warn_installs_with_a_logged_override(ranks):
+    for r in ranks:
+        w = r["lint_warn"]
+        assert w["installed"] == 1, w["records"]
+        over = [x for x in w["records"] if x.startswith(
+            f"WARNING l2sched: TP rank {r['rank']}/2: installing despite 1 error "
+            '("lint": "warn" in the plugin configuration)')]
+        assert len(over) == 1, w["records"]
+        assert "fill overlaps the expert stream (stand-in)" in over[0]
+        summary = [x for x in w["records"] if x.startswith("INFO") and "installed" in x]
+        assert len(summary) == 1 and "1 error (overridden: lint warn)" in summary[0]
+        assert not [x for x in w["records"] if "prefetch OFF" in x]
 
 
 def test_read_config_sources():
+    from l2sched.errors import L2sPluginError
     from l2sched.vllm.config import PluginConfig, read_config
 
     assert read_config({}, {}) is None
-    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2, window.B.budget=25MB"}
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2; window.B.budget=25MB"}
     assert read_config(None, env) == PluginConfig("x.l2s", ("tp=2", "window.B.budget=25MB"))
     extra = {"l2sched": {"schedule": "y.l2s", "set": {"tp": "2"}, "backend": "dry-run"}}
     got = read_config(extra, env)  # additional_config wins over the environment
     assert (got.schedule, got.overrides, got.backend, got.source) == (
         "y.l2s", ("tp=2",), "dry-run", "additional-config")
-    with pytest.raises(ValueError):
+    with pytest.raises(L2sPluginError):
         read_config({"l2sched": {"set": {}}}, {})

@@ -270,7 +270,10 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
              f"# provenance.kept_from_base lists the numbers kept from profile "
              f"{base.name} (not measured by the probes).", "",
              f"name = {_toml_value(name)}", f"description = {_toml_value(description)}",
-             f"compute_capability = {_toml_value(cc)}", "", "[provenance]"]
+             f"compute_capability = {_toml_value(cc)}", "",
+             # what the driver reported: the plugin installs only on such a GPU
+             "[gpu]", f"names = {_toml_value([prov.get('gpu', '')])}",
+             f"sm_count = {_toml_value(prov.get('sms'))}", "", "[provenance]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in prov.items() if v is not None]
     for s in ("l2", "bandwidth", "latency"):
         lines += ["", f"[{s}]"]

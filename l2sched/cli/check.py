@@ -6,7 +6,12 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
+from l2sched.cli.options import (
+    add_command,
+    add_schedule_args,
+    model_config_arg,
+    with_device,
+)
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
@@ -39,7 +44,8 @@ def cmd_check(args) -> int:
     failed = 0
     for path in args.files:
         try:
-            s = load_schedule(path, args.overrides, model_config)
+            s = with_device(load_schedule(path, args.overrides, model_config),
+                            args.device)
             schedule_inventory(s, model_config)
         except L2sError as err:
             print(str(err), file=sys.stderr)

@@ -7,7 +7,12 @@ import sys
 from collections import defaultdict
 from typing import Iterable, Sequence
 
-from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
+from l2sched.cli.options import (
+    add_command,
+    add_schedule_args,
+    model_config_arg,
+    with_device,
+)
 from l2sched.compiler.compile import compile_plan, schedule_inventory
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sUsageError
@@ -49,7 +54,8 @@ def compile_schedule(args) -> tuple[Schedule, Plan]:
     (shared by ``compile`` and ``explain``). Raises ``L2sError``
     (``L2sUsageError`` for a ``--tp-rank`` outside the schedule's TP)."""
     config = model_config_arg(args.model_config)
-    schedule = load_schedule(args.schedule, args.overrides, config)
+    schedule = with_device(load_schedule(args.schedule, args.overrides, config),
+                           args.device)
     if not 0 <= args.tp_rank < schedule.tp:
         raise L2sUsageError(f"--tp-rank {args.tp_rank} is outside 0..{schedule.tp - 1} "
                             f"(the schedule's tp is {schedule.tp})")

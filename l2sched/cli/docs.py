@@ -6,11 +6,15 @@ registry. Tests compare the committed files with these functions."""
 
 from __future__ import annotations
 
+import argparse
+import shlex
 import sys
+from pathlib import Path
 
 from l2sched.cli.options import add_command
 from l2sched.errors import Diagnostic, L2sInputError, Span
 from l2sched.files import read_input_text, write_text_atomically
+from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
 from l2sched.model.adapters.glm5next.docs import hooks_markdown
 from l2sched.model.config import default_config
@@ -39,6 +43,26 @@ def hooks_md_text() -> str:
     return hooks_markdown(op_bytes)
 
 
+def rule_example_output(rule) -> str:
+    """The message of the first ``rule.code`` finding that ``rule.
+    example_command`` (``l2sched lint SCHEDULE [--set K=V]... [--select
+    CODES]``, paths relative to the repository root) prints; ``""`` when it
+    prints none. Raises ``L2sError`` when the command's schedule does not
+    load."""
+    args = shlex.split(rule.example_command)
+    if args[:2] != ["l2sched", "lint"]:
+        raise ValueError(f"{rule.code}: example_command must be 'l2sched lint ...'")
+    p = argparse.ArgumentParser(prog="l2sched lint")
+    p.add_argument("schedule")
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--select", default="")
+    opts = p.parse_args(args[2:])
+    root = Path(__file__).resolve().parent.parent.parent
+    run = lint_path(str(root / opts.schedule), opts.overrides,
+                    select=[c for c in opts.select.split(",") if c])
+    return next((f.message for f in run.findings if f.code == rule.code), "")
+
+
 def lint_md_text(current: str, path: str = "docs/lint.md") -> str:
     """``current`` (the text of ``docs/lint.md``) with the part between the
     ``LINT_RULES_BEGIN``/``LINT_RULES_END`` lines replaced by the rule
@@ -49,7 +73,7 @@ def lint_md_text(current: str, path: str = "docs/lint.md") -> str:
             f"no generated-rules markers ({LINT_RULES_BEGIN!r} ... "
             f"{LINT_RULES_END!r})", Span.point(path)))
     head = current[:begin + len(LINT_RULES_BEGIN)]
-    return head + "\n\n" + rules_markdown() + "\n" + current[end:]
+    return head + "\n\n" + rules_markdown(rule_example_output) + "\n" + current[end:]
 
 
 def cmd_docs(args) -> int:

@@ -13,6 +13,7 @@ from l2sched.errors import Diagnostic, L2sInputError, L2sUsageError, Span
 from l2sched.lang.syntax import read_source
 from l2sched.runtime.dry_run import DryRunEvent, explain_step
 from l2sched.runtime.gate import StepInfo
+from l2sched.units import GRAPH_MODES, format_size
 
 
 def format_events(events: Sequence[DryRunEvent]) -> str:
@@ -30,13 +31,36 @@ def format_events(events: Sequence[DryRunEvent]) -> str:
     return "\n".join(lines)
 
 
+def left_over_line(plan: Plan) -> str:
+    """The line under ``explain``'s table: the bytes no window could take in
+    one decode step (all layers), per window with (up to three of) the
+    tensor names; ``l2sched lint`` (L2S201) names them all."""
+    if not plan.left_over:
+        return "left over (no window could take), per decode step: 0 B"
+    windows: dict[str, list] = {}
+    for lo in plan.left_over:
+        entry = windows.setdefault(lo.window, [0, set()])
+        entry[0] += lo.nbytes
+        entry[1].add(lo.tensor)
+    total = sum(n for n, _ in windows.values())
+    def names(tensors) -> str:
+        shown = sorted(tensors)
+        more = f", +{len(shown) - 3} more" if len(shown) > 3 else ""
+        return ", ".join(shown[:3]) + more
+
+    parts = "; ".join(f"{w} {n:,} B ({names(t)})" for w, (n, t) in windows.items())
+    return (f"left over (no window could take), per decode step: {total:,} B "
+            f"({format_size(total)}): {parts}")
+
+
 def _load_plan(args) -> Plan:
     """The plan.json ``args.schedule`` names, checked against the options
     that only apply to a .l2s schedule. Raises ``L2sUsageError``,
     ``L2sInputError``."""
     # A plan is compiled already: schedule options would be ignored.
     given = [opt for opt, value in (("--set", args.overrides),
-                                    ("--model-config", args.model_config))
+                                    ("--model-config", args.model_config),
+                                    ("--device", args.device))
              if value]
     if given:
         raise L2sUsageError(f"{' and '.join(given)} applies to a .l2s schedule, "
@@ -56,7 +80,9 @@ def _load_plan(args) -> Plan:
 def cmd_explain(args) -> int:
     """Compile the schedule for one TP rank (or read a plan.json) and print
     one step's issue order (window, layer, hook point, bytes, join) as the
-    runtime's gates decide it for a step of ``--tokens`` tokens. Raises
+    runtime's gates decide it for a step of ``--tokens`` tokens in
+    ``--graph-mode`` (captured with ``--capturing``), then the step's
+    left-over bytes. Raises
     ``L2sUsageError`` for options out of range."""
     if args.schedule.endswith(".json"):
         plan = _load_plan(args)
@@ -68,10 +94,13 @@ def cmd_explain(args) -> int:
         raise L2sUsageError(f"--layer {args.layer} is outside 0..{plan.num_layers - 1}")
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
-    events = explain_step(plan, StepInfo(num_tokens=args.tokens))
+    step = StepInfo(num_tokens=args.tokens, graph_mode=args.graph_mode,
+                    capturing=args.capturing)
+    events = explain_step(plan, step)
     if args.layer is not None:
         events = [e for e in events if e.layer in (args.layer, -1)]
     print(format_events(events))
+    print(left_over_line(plan))
     return 0
 
 
@@ -87,4 +116,8 @@ def add_cli(sub) -> None:
     p.add_argument("--tokens", type=int, default=1,
                    help="tokens in the decode step (gates above max_tokens)")
     p.add_argument("--layer", type=int, help="show only this layer's issues")
+    p.add_argument("--graph-mode", choices=GRAPH_MODES, default="eager",
+                   help="CUDA-graph mode of the step (default eager)")
+    p.add_argument("--capturing", action="store_true",
+                   help="the step is being captured into a CUDA graph")
     add_schedule_args(p)

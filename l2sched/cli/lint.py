@@ -71,9 +71,6 @@ def cmd_timeline(args) -> int:
 def _common(p) -> None:
     p.add_argument("schedule", metavar="SCHEDULE")
     add_schedule_args(p)
-    p.add_argument("--device", metavar="NAME",
-                   help="device profile name or .toml path (default: the "
-                        "schedule's device)")
     p.add_argument("--tokens", type=int, default=1, metavar="N",
                    help="decode tokens per step (default 1)")
 

@@ -4,10 +4,12 @@ registered (so every one reports usage errors the same way)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any, Callable
 
 from l2sched.lang.overrides import check_override_arg
 from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
 
 
 class SetAction(argparse.Action):
@@ -35,7 +37,8 @@ def add_command(sub, name: str, handler: Callable[[Any], int], **kw
 
 def add_schedule_args(p: argparse.ArgumentParser) -> None:
     """The options every schedule-reading subcommand takes: ``--set``
-    overrides and ``--model-config``."""
+    overrides, ``--model-config`` and ``--device`` (a device profile in place
+    of the schedule's; ``with_device``)."""
     p.add_argument("--set", dest="overrides", action=SetAction, default=[],
                    metavar="KEY=VALUE",
                    help="override a value, e.g. --set window.B.budget=25MB "
@@ -43,6 +46,20 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-config", metavar="PATH",
                    help="HF config.json or model directory (default: the "
                         "embedded GLM-5.3-Flash config)")
+    p.add_argument("--device", metavar="NAME_OR_FILE",
+                   help="device profile: a shipped name or a .toml file (default: "
+                        "the schedule's device)")
+
+
+def with_device(schedule, device: str | None):
+    """``schedule`` with its ``device`` replaced by ``--device`` (a shipped
+    profile name or a ``.toml`` path, read and validated here); unchanged
+    when ``device`` is ``None``. Raises ``L2sInputError`` naming the profile
+    file (or the unknown name, with a suggestion)."""
+    if device is None:
+        return schedule
+    load_device(device)
+    return dataclasses.replace(schedule, device=device)
 
 
 def model_config_arg(path: str | None) -> dict | None:

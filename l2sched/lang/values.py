@@ -9,10 +9,11 @@ one run reports every error of a file.
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
 from typing import Sequence
 
-from l2sched.errors import DiagnosticSink, Span, suggest
+from l2sched.errors import DiagnosticSink, L2sError, Span, suggest
 from l2sched.lang import nodes as n
 from l2sched.lang.schedule import (
     MAX_SIZE_BYTES,
@@ -21,7 +22,7 @@ from l2sched.lang.schedule import (
     SET_ASIDE_MAX,
 )
 from l2sched.model.adapters import adapter_names
-from l2sched.model.devices import device_names
+from l2sched.model.devices import device_names, load_device
 from l2sched.units import FILL_MODES, UNITS
 
 
@@ -82,12 +83,42 @@ def fill_mode(value: n.Scalar, sink: DiagnosticSink) -> str | None:
     return _choice(value, sink, "fill kernel", FILL_MODES)
 
 
+def _device(value: n.Scalar, sink: DiagnosticSink) -> str | None:
+    """A ``device`` value: a shipped profile name (``device h200``), or a
+    profile file (``device "profiles/gb10.toml"``, or a bare name ending in
+    ``.toml``) resolved against the directory of the file that names it
+    (the current directory for ``--set``) and read to check it. Returns the
+    name or the file's path."""
+    text = _text(value)
+    is_file = isinstance(value, n.StringValue) or (isinstance(value, n.Name)
+                                                   and text.endswith(".toml"))
+    if not is_file:
+        return _choice(value, sink, "device profile", device_names())
+    where = value.span.path if value.span else ""
+    base = os.path.dirname(where) if where and not where.startswith("--set") else ""
+    path = text if os.path.isabs(text) else os.path.join(base, text)
+    if not os.path.exists(path) and text in device_names():
+        sink.error(f"device profile file '{text}' does not exist; for the shipped "
+                   f"profile write {text} without quotes", value.span)
+        return None
+    try:
+        load_device(path)
+    except L2sError as e:
+        first = e.diagnostics[0]
+        more = f" (+{len(e.diagnostics) - 1} more)" if len(e.diagnostics) > 1 else ""
+        sink.error(f"device profile '{text}': "
+                   f"{first.span}: {first.message}{more}" if first.span else
+                   f"device profile '{text}': {first.message}{more}", value.span)
+        return None
+    return path
+
+
 def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
     """Typed value of header setting ``key`` or ``None`` after an error."""
     if key == "model":
         return _choice(value, sink, "model adapter", adapter_names())
     if key == "device":
-        return _choice(value, sink, "device profile", device_names())
+        return _device(value, sink)
     if key == "tp":
         return _whole(value, sink, "tp", 1)
     if key == "max_tokens":

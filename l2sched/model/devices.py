@@ -142,8 +142,12 @@ class DeviceProfile:
     weight from device memory / from L2), ``fill_gbps`` (bulk-prefetch fill).
     Times in us: ``gemm_fixed_us``, ``fill_launch_us``, ``kernel_gap_us``,
     ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
-    degree to its ``AllReduceModel``. ``compute_capability``: ``(major,
-    minor)`` of the GPU the profile describes, ``None`` when not given.
+    degree to its ``AllReduceModel``. The GPU the profile describes, as the
+    driver reports it (``[gpu]`` and ``compute_capability`` in the file;
+    ``identity_mismatches`` compares them with a GPU): ``compute_capability``
+    ``(major, minor)``, ``gpu_names`` (device names, e.g. ``"NVIDIA
+    H200"``), ``sm_count`` (streaming multiprocessors), and ``l2_bytes``;
+    ``None``/empty when not given (then not compared).
     ``effective_l2_bytes``: the L2 bytes a re-read still hits (the measured
     knee, ``l2.effective_bytes``); ``ops``: measured per-op times
     (``(layer kind, op) -> OpTimes``, ``[ops."KIND"]`` tables) that replace
@@ -175,6 +179,8 @@ class DeviceProfile:
     attention_core_us: float
     allreduce: Mapping[int, AllReduceModel] = field(default_factory=dict)
     compute_capability: tuple[int, int] | None = None
+    gpu_names: tuple[str, ...] = ()
+    sm_count: int | None = None
     fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
     fill_default: str = "bulk"
     effective_l2_bytes: int | None = None
@@ -260,8 +266,12 @@ _ALLREDUCE_RANGES = {"latency_us": (0, MAX_US, "us"),
 #: TP degrees an ``[allreduce.tpN]`` table may name.
 MAX_TP_DEGREE = 1024
 #: Top-level keys and tables of a profile.
-_TOP_KEYS = ("name", "description", "compute_capability", "l2", "bandwidth",
+_TOP_KEYS = ("name", "description", "compute_capability", "gpu", "l2", "bandwidth",
              "latency", "allreduce", "fill", "ops", "provenance", "measured")
+#: Keys of the ``[gpu]`` table (what the driver reports about the GPU).
+_GPU_KEYS = ("names", "sm_count")
+#: Most SMs a profile may name (a sanity bound, like the others).
+MAX_SMS = 100_000
 #: Optional keys of the number tables, parsed apart (``_parse_measured_tables``).
 _OPTIONAL_KEYS = {"l2": ("effective_bytes",)}
 #: Keys of a ``[fill.MODE]`` table: (type, low, high, unit); ``source`` is a
@@ -589,6 +599,7 @@ def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> No
                 f"0..99), got {cc!r}")
         else:
             values["compute_capability"] = (cc[0], cc[1])
+    _check_gpu(raw.get("gpu"), "gpu" in raw, problems, values)
     for key in raw:
         if key not in _TOP_KEYS:
             what = "table" if isinstance(raw[key], dict) else "key"
@@ -606,6 +617,35 @@ def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> No
             if key not in known:
                 bad(section, key, f"unknown key{suggest(key, known)} "
                                   f"(keys: {', '.join(known)})")
+
+
+def _check_gpu(sec: Any, given: bool, problems: _Problems, values: dict) -> None:
+    """The optional ``[gpu]`` table: ``names`` (non-empty strings) and
+    ``sm_count`` (an integer, 1..``MAX_SMS``)."""
+    bad = problems.bad
+    if not given:
+        return
+    if not isinstance(sec, dict):
+        bad("gpu", "", "expected a table [gpu] with names and sm_count")
+        return
+    for key in sec:
+        if key not in _GPU_KEYS:
+            bad("gpu", key, f"unknown key{suggest(key, _GPU_KEYS)} "
+                            f"(keys: {', '.join(_GPU_KEYS)})")
+    names = sec.get("names")
+    if names is not None:
+        if (not isinstance(names, list) or not names
+                or not all(isinstance(x, str) and x.strip() for x in names)):
+            bad("gpu", "names", f"expected a list of device names as the driver "
+                f"reports them (e.g. [\"NVIDIA H200\"]), got {names!r}")
+        else:
+            values["gpu_names"] = tuple(names)
+    sms = sec.get("sm_count")
+    if sms is not None:
+        if not isinstance(sms, int) or isinstance(sms, bool):
+            bad("gpu", "sm_count", f"expected an integer, got {sms!r}")
+        elif problems.in_range("gpu", "sm_count", sms, 1, MAX_SMS, ""):
+            values["sm_count"] = sms
 
 
 def _parse_fields(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:

@@ -17,11 +17,23 @@ A runtime serves one ``Plan`` on one device. The installer
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime.gate import GateDecision, StepInfo, gate
+
+log = logging.getLogger("l2sched.runtime")
+
+
+def same_layout(a: Plan, b: Plan) -> bool:
+    """Whether plans ``a`` and ``b`` have the same fill-table layout (the
+    number of byte ranges of every issue, in order) and cache policy, so one
+    runtime's table and kernel serve both."""
+    return (a.policy == b.policy and len(a.issues) == len(b.issues)
+            and all(len(x.ranges) == len(y.ranges) for x, y in zip(a.issues, b.issues)))
 
 
 @dataclass
@@ -52,6 +64,10 @@ class RuntimeBase:
         self.rows: list[list[tuple[int, int]]] = [[] for _ in plan.issues]
         self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
         self.enabled = True
+        # the thread that issued first: the only one that issues and joins
+        # (``other_thread``)
+        self._thread: int | None = None
+        self._warned_thread = False
 
     def index_of(self, window_issue: WindowIssue) -> int:
         """Index of ``window_issue`` in ``plan.issues`` (by identity, then by
@@ -60,6 +76,24 @@ class RuntimeBase:
         if i is None:
             i = self.plan.issues.index(window_issue)  # ValueError -> KeyError
         return i
+
+    def other_thread(self) -> bool:
+        """Whether the caller is not the runtime's thread (the first thread
+        that issued). A runtime's fork/join events and pending join serve
+        one stream of forwards; a forward in another thread (vLLM's DBO
+        micro-batch threads) is skipped (``other-thread``), with one warning
+        per runtime."""
+        t = threading.get_ident()
+        if self._thread is None:
+            self._thread = t
+        if t == self._thread:
+            return False
+        if not self._warned_thread:
+            self._warned_thread = True
+            log.warning("l2sched: plan %r: fills from a second thread skipped "
+                        "(one runtime serves the forwards of one thread)",
+                        self.plan.schedule)
+        return True
 
     def set_step(self, step: StepInfo) -> None:
         """Set the step state the gate reads until the next call."""
@@ -83,6 +117,35 @@ class RuntimeBase:
         Returns False when the rows cannot be applied now (they are kept and
         applied later)."""
         self.rows[index] = [(int(a), int(n)) for a, n in rows]
+        return True
+
+    def close(self) -> None:
+        """The plan is no longer served: give back device-wide state (the
+        CUDA backend's persisting-L2 request). Idempotent."""
+
+    def flush(self) -> bool:
+        """Make bound rows current where the fills read them (the CUDA
+        backend's device table); whether they are."""
+        return True
+
+    def retire(self) -> None:
+        """Stop for good: ``close()``, and make whatever may still launch
+        this runtime's fills (a CUDA graph captured earlier) fill nothing.
+        Idempotent."""
+        self.enabled = False
+        self.close()
+
+    def adopt(self, plan: Plan) -> bool:
+        """Serve ``plan`` (a recompiled plan after a weight reload) in place
+        of the current one, keeping everything a captured CUDA graph refers
+        to, when ``same_layout``; every issue is unbound afterwards (the
+        installer binds the new rows). Returns False, changing nothing,
+        when the layout differs."""
+        if not same_layout(self.plan, plan):
+            return False
+        self.plan = plan
+        self.rows = [[] for _ in plan.issues]
+        self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
         return True
 
     def issue(self, index: int | WindowIssue) -> bool:  # pragma: no cover - abstract

@@ -14,17 +14,22 @@ host program. Nothing here imports torch at module import.
 from __future__ import annotations
 
 import logging
+from threading import get_ident
 from typing import Mapping, Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
-from l2sched.runtime.base import RuntimeBase
+from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
-from l2sched.runtime.set_aside import apply_set_aside
+from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
 from l2sched.runtime.table import FillTable
 
 log = logging.getLogger("l2sched.runtime")
+
+#: Retired runtimes whose device table and events a CUDA graph captured
+#: earlier may still use: kept alive for the process, their tables zeroed.
+RETIRED: list = []
 
 
 def issue_specs(plan: Plan, fill: Mapping | None = None, fill_default: str = "bulk",
@@ -71,7 +76,8 @@ class CudaRuntime(RuntimeBase):
                  fill: Mapping | None = None, fill_default: str = "bulk",
                  mode: str | None = None, grid: int | None = None,
                  threads: int | None = None, chunk: int | None = None,
-                 stages: int | None = None, sync: str = "auto", **kw):
+                 stages: int | None = None, sync: str = "auto",
+                 set_aside_owner: str | None = None, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
@@ -79,6 +85,9 @@ class CudaRuntime(RuntimeBase):
         self.specs = issue_specs(plan, fill, fill_default, mode=mode, grid=grid,
                                  threads=threads, chunk=chunk, stages=stages)
         self.sync = sync
+        #: who the persisting-L2 request belongs to (``runtime.set_aside``)
+        self.set_aside_owner = set_aside_owner or f"plan {plan.schedule} #{id(self):x}"
+        self._set_aside_device: int | None = None
         self.table = FillTable(plan)
         self.rows = self.table.rows
         self.kernels: dict[K.KernelSpec, K.PrefetchKernel] = {}
@@ -140,7 +149,10 @@ class CudaRuntime(RuntimeBase):
                                                  self.side.cuda_stream)
             self._launch_of = [self._launches[s] for s in self.specs]
             if self.plan.set_aside != 0:
-                apply_set_aside(dev, self.plan.set_aside)
+                capturing = bool(torch.cuda.is_current_stream_capturing())
+                if apply_set_aside(dev, self.plan.set_aside, self.set_aside_owner,
+                                   capturing=capturing) is not None:
+                    self._set_aside_device = dev
             if not torch.cuda.is_current_stream_capturing():
                 self._warm_launch()
         except Exception as e:
@@ -220,6 +232,9 @@ class CudaRuntime(RuntimeBase):
         Host cost (benchmarks/host_cost.py): the gate as in ``_decision``,
         then two driver calls (fork) and the launch, with no allocation."""
         i = index if isinstance(index, int) else self.index_of(index)
+        if self._thread != get_ident() and self.other_thread():
+            self._skip("other-thread")
+            return False
         if not self._ready:
             self.prepare()
         if not self.enabled:
@@ -256,11 +271,67 @@ class CudaRuntime(RuntimeBase):
         stats.bytes_issued += self.table.nbytes[i]
         return True
 
+    def adopt(self, plan: Plan) -> bool:
+        """``RuntimeBase.adopt`` for the CUDA backend: the kernel, side
+        stream, events and the device table (whose address CUDA graphs
+        captured earlier hold) stay; the table is cleared in place and
+        rewritten as the installer binds the new plan's rows (outside a
+        capture, before any replay); the persisting-L2 request follows the
+        new plan's ``set_aside``."""
+        if not same_layout(self.plan, plan):
+            return False
+        old_aside = self.plan.set_aside
+        self.plan = plan
+        self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
+        self.table.clear()
+        self.rows = self.table.rows
+        self._gate_step = None
+        if self._ready and self.enabled and plan.set_aside != old_aside:
+            self.close()
+            if plan.set_aside != 0 and apply_set_aside(
+                    self.device, plan.set_aside, self.set_aside_owner,
+                    capturing=bool(self.fork_join.is_capturing())) is not None:
+                self._set_aside_device = self.device
+        return True
+
+    def flush(self) -> bool:
+        """Write pending table rows to the device now (outside a capture);
+        whether the table is current."""
+        return self._flush() if self._ready else True
+
+    def retire(self) -> None:
+        """``RuntimeBase.retire``: the set-aside request is withdrawn, and the
+        device table is zeroed and kept alive (``RETIRED``) with the events,
+        so a CUDA graph captured with this runtime replays fills of nothing
+        instead of reading freed memory. Never raises."""
+        if getattr(self, "_retired", False):
+            return
+        self._retired = True
+        self.enabled = False
+        self.close()
+        if self._ready and self.table.device_ptr:
+            self.table.clear()
+            try:
+                self.table.flush(self.side)
+            except Exception as e:  # never raise into the host program
+                log.warning("l2sched: retired plan %r: table not zeroed: %s: %s",
+                            self.plan.schedule, type(e).__name__, e)
+            RETIRED.append(self)
+
+    def close(self) -> None:
+        """The plan is no longer served: withdraw its persisting-L2 request
+        (the device's limit goes back to the largest other request, or to
+        what it was before the first one; ``runtime.set_aside``). Idempotent;
+        never raises."""
+        dev, self._set_aside_device = self._set_aside_device, None
+        if dev is not None:
+            release_set_aside(dev, self.set_aside_owner)
+
     def join(self) -> None:
         """Make the current stream wait for the side stream's work so far, so
         for the last fill (no-op when nothing was issued since the last join).
         """
-        if self._pending:
+        if self._pending and self._thread == get_ident():
             self.fork_join.join()
             self._pending = False
             self.stats.joined += 1

@@ -4,6 +4,7 @@ vLLM plugin's ``dry-run`` backend and ``l2sched explain`` (``explain_step``)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from l2sched.compiler.plan import Plan, WindowIssue
@@ -53,6 +54,9 @@ class DryRunRuntime(RuntimeBase):
         """Gate, then record ``fork`` and ``launch`` (or one ``skip``)."""
         i = index if isinstance(index, int) else self.index_of(index)
         wi = self.plan.issues[i]
+        if self._thread != threading.get_ident() and self.other_thread():
+            self._skip("other-thread")
+            return False
         d = self.decide()
         if not d.issue:
             self._skip(d.reason)
@@ -69,8 +73,9 @@ class DryRunRuntime(RuntimeBase):
         return True
 
     def join(self) -> None:
-        """Record ``join`` when a fill is pending since the last join."""
-        if self._pending:
+        """Record ``join`` when a fill is pending since the last join (of
+        this runtime's thread)."""
+        if self._pending and self._thread == threading.get_ident():
             self._rec("join")
             self.stats.joined += 1
             self._pending = False

@@ -38,11 +38,12 @@ fails to compile is disabled alone (one log line). Callers get ``None`` from
 """
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 
+from l2sched.env import env_flag
+from l2sched.errors import L2sUsageError
 from l2sched.runtime.fill_kernels import compile_fill, copy_smem_bytes
 from l2sched.units import ALIGN, CACHE_POLICIES, FILL_MODES
 
@@ -237,9 +238,13 @@ def _direct_ffi_call(compiled):
 
 def _ffi_available() -> bool:
     """True when TVM-FFI launching can be tried: ``tvm_ffi`` imports and
-    ``L2SCHED_NO_TVM_FFI`` is not set."""
-    if os.environ.get("L2SCHED_NO_TVM_FFI"):
-        return False
+    ``L2SCHED_NO_TVM_FFI`` does not say yes (``env.env_flag``: ``0`` means
+    no; a value that is neither yes nor no is ignored with a warning)."""
+    try:
+        if env_flag("L2SCHED_NO_TVM_FFI"):
+            return False
+    except L2sUsageError as e:
+        log.warning("l2sched: %s; ignored (TVM-FFI stays on)", e)
     try:
         import tvm_ffi  # noqa: F401
     except Exception:

@@ -34,6 +34,13 @@ class FillTable:
         self.device_ptr = 0
         self._torch = None
 
+    def clear(self) -> None:
+        """Unbind every issue (all rows ``(0, 0)`` at the next ``flush``);
+        the layout and the device tensor stay."""
+        self.rows = [[] for _ in self.rows]
+        self.nbytes = [0] * len(self.rows)
+        self.dirty.update(range(len(self.rows)))
+
     def set(self, index: int, rows: Sequence[tuple[int, int]]) -> None:
         """Bind issue ``index`` to ``rows``; marks it dirty. Raises
         ``ValueError`` for more rows than the issue has ranges."""

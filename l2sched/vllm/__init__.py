@@ -19,12 +19,15 @@ Opt in with either
 
 * ``--additional-config '{"l2sched": {"schedule": "x.l2s", "set": {"window.B.budget": "25MB"}}}'``
   (read from ``vllm_config.additional_config``), or
-* ``L2SCHED_SCHEDULE=x.l2s`` plus optional ``L2SCHED_SET="k=v,k=v"``.
+* ``L2SCHED_SCHEDULE=x.l2s`` plus optional ``L2SCHED_SET="k=v; k=v"``.
 
-``additional_config`` wins when both are given. Optional keys (or env vars):
+An ``l2sched`` section in ``additional_config`` is the whole configuration
+(the environment is then not read). Optional keys (or env vars):
 ``backend`` (``L2SCHED_BACKEND``): ``cuda`` (default) or ``dry-run`` (records
-issues, no GPU; for CPU checks); ``lint`` (``L2SCHED_LINT``): ``true``
-(default) or ``false``. With neither schedule source, nothing happens.
+issues, no GPU; for CPU checks); ``lint`` (``L2SCHED_LINT``): ``error``
+(default), ``warn`` or ``off``; ``device`` (``L2SCHED_DEVICE``): a device
+profile name or ``.toml`` path. With neither schedule source, nothing
+happens. See ``docs/vllm.md``.
 
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
 step), ``sites`` (hook sites and ``install_plan``), ``step_info`` (what the
@@ -43,19 +46,32 @@ log = logging.getLogger("l2sched.vllm")
 
 #: vLLM module whose ``process_weights_after_loading`` is wrapped.
 LOADER_UTILS = "vllm.model_executor.model_loader.utils"
+#: vLLM's weight-reload paths that do not go through
+#: ``process_weights_after_loading``; after each the plugin redoes its
+#: post-load step for the model (``plugin.reactivate``).
+RELOAD_LAYERWISE = "vllm.model_executor.model_loader.reload.layerwise"
+RELOAD_INPLACE = "vllm.model_executor.model_loader.reload.inplace"
+GPU_WORKER = "vllm.v1.worker.gpu_worker"
 
 _lock = threading.Lock()
 _registered = False
 _original_pwal = None
+#: Depth of wrapped reload calls in progress (a reload_weights runs
+#: finalize_layerwise_reload inside): only the outermost one reactivates.
+_reload_depth = threading.local()
 
 
 class _PostImportPatcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs ``_patch_loader_utils`` right after ``LOADER_UTILS`` is imported,
-    before any loader module does ``from ... import
-    process_weights_after_loading`` (so they bind the wrapped function)."""
+    """Runs the patch of a vLLM module in ``_PATCHES`` right after that module
+    is imported, before any other module does ``from ... import name`` (so
+    they bind the wrapped function)."""
+
+    def __init__(self):
+        self.pending = set(_PATCHES)
+        self._inner = {}
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != LOADER_UTILS:
+        if fullname not in self.pending:
             return None
         sys.meta_path.remove(self)
         try:
@@ -64,40 +80,59 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return None
-        self._inner = spec.loader
+        self._inner[fullname] = spec.loader
         spec.loader = self
         return spec
 
     def create_module(self, spec):
-        return self._inner.create_module(spec)
+        return self._inner[spec.name].create_module(spec)
 
     def exec_module(self, module):
-        self._inner.exec_module(module)
-        if self in sys.meta_path:
+        name = module.__spec__.name
+        self._inner.pop(name).exec_module(module)
+        self.pending.discard(name)
+        if not self.pending and self in sys.meta_path:
             sys.meta_path.remove(self)
-        _patch_loader_utils(module)
+        _PATCHES[name](module)
 
 
 def register() -> None:
     """The vLLM general plugin. Idempotent and cheap: arranges for
     ``activate_after_load`` to run after every model load (wrapping
     ``process_weights_after_loading`` now if vLLM's loader utils are already
-    imported, else right after they are). It does not read the configuration
-    here: ``additional_config`` is only known once a model is loaded; with no
-    schedule configured the wrapper does nothing."""
+    imported, else right after they are), and for ``reactivate`` to run after
+    each weight-reload path (``reload_weights``, ``finalize_layerwise_reload``,
+    ``Worker.wake_up``). It does not read the configuration here:
+    ``additional_config`` is only known once a model is loaded; with no
+    schedule configured the wrappers do nothing."""
     global _registered
     with _lock:
         if _registered:
             return
         _registered = True
     try:
-        mod = sys.modules.get(LOADER_UTILS)
-        if mod is not None:
-            _patch_loader_utils(mod)
-        else:
-            sys.meta_path.insert(0, _PostImportPatcher())
+        later = []
+        for name, patch in _PATCHES.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                patch(mod)
+            else:
+                later.append(name)
+        if later:
+            finder = _PostImportPatcher()
+            finder.pending = set(later)
+            sys.meta_path.insert(0, finder)
     except Exception as e:  # never break vLLM start-up
         log.warning("l2sched: plugin not registered: %s: %s", type(e).__name__, e)
+
+
+def _rebind(original, wrapped, name: str) -> None:
+    """Point every loaded ``vllm.*`` module's ``name`` that is ``original``
+    (bound by ``from ... import name`` before the patch) at ``wrapped``."""
+    for mod_name, m in list(sys.modules.items()):
+        if (mod_name.startswith("vllm") and m is not None
+                and vars(m).get(name) is original):
+            setattr(m, name, wrapped)
 
 
 def _patch_loader_utils(utils) -> None:
@@ -118,11 +153,84 @@ def _patch_loader_utils(utils) -> None:
         activate_after_load(model)
         return out
 
-    process_weights_after_loading.__l2sched__ = True
-    process_weights_after_loading.__wrapped__ = original
-    process_weights_after_loading.__doc__ = original.__doc__
+    _mark(process_weights_after_loading, original)
     utils.process_weights_after_loading = process_weights_after_loading
-    for name, m in list(sys.modules.items()):
-        if (name.startswith("vllm.model_executor.model_loader") and m is not None
-                and getattr(m, "process_weights_after_loading", None) is original):
-            m.process_weights_after_loading = process_weights_after_loading
+    _rebind(original, process_weights_after_loading, "process_weights_after_loading")
+
+
+def _mark(wrapper, original) -> None:
+    wrapper.__l2sched__ = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    wrapper.__name__ = getattr(original, "__name__", wrapper.__name__)
+
+
+def _after_reload(original, model_of):
+    """A wrapper of reload function ``original`` that, when the outermost
+    wrapped reload returns, redoes the plugin's post-load step for the model
+    (``model_of(args, kwargs)``; ``None`` = nothing to do)."""
+
+    def wrapper(*args, **kwargs):
+        depth = getattr(_reload_depth, "n", 0)
+        _reload_depth.n = depth + 1
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            _reload_depth.n = depth
+        if depth == 0:
+            model = model_of(args, kwargs)
+            if model is not None:
+                from l2sched.vllm.plugin import reactivate
+
+                reactivate(model)
+        return out
+
+    _mark(wrapper, original)
+    return wrapper
+
+
+def _patch_function(module, name: str, model_of) -> None:
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "__l2sched__", False):
+        return
+    wrapped = _after_reload(original, model_of)
+    setattr(module, name, wrapped)
+    _rebind(original, wrapped, name)
+
+
+def _arg(args, kwargs, index: int, key: str):
+    return args[index] if len(args) > index else kwargs.get(key)
+
+
+def _patch_layerwise(module) -> None:
+    """``finalize_layerwise_reload(model, model_config)``: the end of every
+    layerwise reload (``reload_weights`` from a checkpoint, weight-transfer
+    engines' ``finish_weight_update``)."""
+    _patch_function(module, "finalize_layerwise_reload",
+                    lambda a, k: _arg(a, k, 0, "model"))
+
+
+def _patch_inplace(module) -> None:
+    """``reload_weights(vllm_config, model, ...)``: vLLM's in-place reload
+    (both model runners and the worker's ``reload_weights`` RPC)."""
+    _patch_function(module, "reload_weights", lambda a, k: _arg(a, k, 1, "model"))
+
+
+def _patch_gpu_worker(module) -> None:
+    """``Worker.wake_up(self, tags)``: the weights are back after a sleep."""
+    cls = getattr(module, "Worker", None)
+    original = getattr(cls, "wake_up", None)
+    if original is None or getattr(original, "__l2sched__", False):
+        return
+
+    def model_of(args, kwargs):
+        runner = getattr(args[0], "model_runner", None) if args else None
+        return getattr(runner, "model", None)
+
+    cls.wake_up = _after_reload(original, model_of)
+
+
+#: vLLM module -> its patch (applied at registration, or right after the
+#: module's import).
+_PATCHES = {LOADER_UTILS: _patch_loader_utils, RELOAD_LAYERWISE: _patch_layerwise,
+            RELOAD_INPLACE: _patch_inplace, GPU_WORKER: _patch_gpu_worker}

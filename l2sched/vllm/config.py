@@ -1,71 +1,221 @@
 """What a user asks the vLLM plugin for: ``--additional-config
 '{"l2sched": {...}}'`` (``vllm_config.additional_config``) or the
-``L2SCHED_*`` environment variables, read into a ``PluginConfig``."""
+``L2SCHED_*`` environment variables, read into a ``PluginConfig``.
+
+One source, never a mix: when ``additional_config`` has an ``l2sched``
+section it is the whole configuration (every key; a key it leaves out takes
+its default, not the environment's value), else the environment is. The
+section is validated against ``CONFIG_SCHEMA`` (JSON Schema 2020-12,
+checked with ``jsonschema``) and the environment values one by one; every
+problem is an ``L2sPluginError("bad configuration", ...)`` naming the key or
+variable, which the plugin logs as its one "prefetch OFF" line.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from l2sched.env import NO_WORDS, YES_WORDS
+from l2sched.errors import L2sPluginError, suggest
+
 ENV_SCHEDULE, ENV_SET = "L2SCHED_SCHEDULE", "L2SCHED_SET"
 ENV_BACKEND, ENV_LINT = "L2SCHED_BACKEND", "L2SCHED_LINT"
+ENV_DEVICE = "L2SCHED_DEVICE"
+
+#: Runtime backends the plugin offers.
+BACKENDS = ("cuda", "dry-run")
+#: What the lint gate does with an error-severity finding: ``error`` refuses
+#: to install (the default), ``warn`` installs anyway with a logged override,
+#: ``off`` does not lint.
+LINT_MODES = ("error", "warn", "off")
+
+#: The JSON schema of ``additional_config["l2sched"]``.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": 'additional_config["l2sched"] of the l2sched vLLM plugin',
+    "type": "object",
+    "required": ["schedule"],
+    "additionalProperties": False,
+    "properties": {
+        "schedule": {"type": "string", "minLength": 1,
+                     "description": "path of the .l2s schedule"},
+        "set": {"type": ["object", "array"],
+                "additionalProperties": {"type": ["string", "number"]},
+                "items": {"type": "string"},
+                "description": 'overrides: {"window.B.budget": "25MB"} or a list '
+                               'of "KEY=VALUE" strings'},
+        "backend": {"enum": list(BACKENDS)},
+        "lint": {"enum": [True, False, *LINT_MODES]},
+        "device": {"type": "string", "minLength": 1,
+                   "description": "device profile: a shipped name or a .toml path"},
+    },
+}
 
 
 @dataclass(frozen=True)
 class PluginConfig:
     """What the user asked for: ``schedule`` path, ``overrides`` as
     ``KEY=VALUE`` strings (the CLI's ``--set``), ``backend`` (``cuda`` or
-    ``dry-run``), ``lint`` on/off, and ``source`` (``additional-config`` or
-    ``env``) for the log lines."""
+    ``dry-run``), ``lint`` (``LINT_MODES``), ``device`` (a device profile
+    name or ``.toml`` path replacing the schedule's, ``None`` = the
+    schedule's) and ``source`` (``additional-config`` or ``env``) for the
+    log lines."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
     backend: str = "cuda"
-    lint: bool = True
+    lint: str = "error"
+    device: str | None = None
     source: str = "env"
 
 
-def _as_bool(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() not in ("0", "false", "off", "no", "")
-    return bool(v)
+def _bad(detail: str) -> L2sPluginError:
+    return L2sPluginError("bad configuration", detail)
+
+
+# --------------------------------------------------------------------------
+# additional_config["l2sched"]
+
+_JSON_TYPE = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+              int: "a number", float: "a number", type(None): "null"}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _schema_problem(err) -> str:
+    """One ``jsonschema`` validation error as ``additional_config PATH:
+    message``, PATH the dotted key (``l2sched.set.window.B.budget``,
+    ``l2sched.set[1]``)."""
+    path = "l2sched" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                               for p in err.absolute_path)
+    inst, kind = err.instance, err.validator
+    got = f"got {_JSON_TYPE.get(type(inst), type(inst).__name__)} {_shown(inst)}"
+    keys = list(CONFIG_SCHEMA["properties"])
+    if kind == "required":
+        missing = next(k for k in err.validator_value if k not in inst)
+        return (f"additional_config {path}.{missing}: missing (the path of the .l2s "
+                'schedule, e.g. {"l2sched": {"schedule": "x.l2s"}})')
+    if kind == "additionalProperties":
+        extra = sorted(k for k in inst if k not in keys)[0]
+        return (f"additional_config {path}.{extra}: unknown key{suggest(extra, keys)} "
+                f"(keys: {', '.join(keys)})")
+    if kind == "minLength":
+        return f"additional_config {path}: must not be empty"
+    if kind == "enum":
+        choices = " or ".join(_shown(c) for c in err.validator_value).replace('"', "'")
+        return f"additional_config {path}: must be {choices}, {got}"
+    if path == "l2sched" and kind == "type":
+        return ('additional_config l2sched: must be an object like {"schedule": '
+                f'"x.l2s"}}, {got}')
+    if kind == "type":
+        want = err.validator_value
+        want = [want] if isinstance(want, str) else want
+        text = " or ".join({"object": "an object", "array": "a list"}.get(w, f"a {w}")
+                           for w in want)
+        desc = err.schema.get("description")
+        return (f"additional_config {path}: expected {text}, {got}"
+                + (f" ({desc})" if desc else ""))
+    return f"additional_config {path}: {err.message}"  # pragma: no cover
+
+
+def _from_section(section: Any) -> PluginConfig:
+    """The ``PluginConfig`` of a validated ``additional_config["l2sched"]``."""
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - a dependency of the vllm extra
+        raise _bad("the jsonschema package is missing (pip install the "
+                   "l2sched[vllm] extra)") from None
+    validator = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
+    errors = sorted(validator.iter_errors(section),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        raise _bad("; ".join(dict.fromkeys(_schema_problem(e) for e in errors)))
+    sets = section.get("set") or {}
+    if isinstance(sets, Mapping):
+        overrides = tuple(f"{k}={v}" for k, v in sets.items())
+    else:
+        overrides = tuple(sets)
+    lint = section.get("lint", "error")
+    lint = {True: "error", False: "off"}.get(lint, lint) if isinstance(lint, bool) \
+        else lint
+    return PluginConfig(section["schedule"], overrides,
+                        section.get("backend", "cuda"), lint,
+                        section.get("device"), "additional-config")
+
+
+# --------------------------------------------------------------------------
+# environment
+
+#: Two overrides joined by a comma: ``...,KEY=`` (a value never holds ``=``).
+_COMMA_JOINED = re.compile(r",\s*[A-Za-z_][A-Za-z0-9_.]*\s*=")
 
 
 def parse_set_env(text: str) -> tuple[str, ...]:
-    """``"k=v,k=v"`` (``L2SCHED_SET``) -> ``("k=v", "k=v")``; blanks dropped."""
-    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
+    """``L2SCHED_SET`` -> its ``KEY=VALUE`` overrides. Overrides are
+    separated by ``;`` (or a newline): a layer selector holds commas
+    (``window.B.layers=moe, 44``) and never a ``;``. A ``;`` inside a
+    double-quoted string (a device profile path) does not separate. Blank
+    parts are dropped."""
+    parts, cur, quoted = [], [], False
+    for ch in text or "":
+        if ch == '"':
+            quoted = not quoted
+        if ch in ";\n" and not quoted:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    return tuple(p.strip() for p in parts if p.strip())
+
+
+def _env_lint(env: Mapping[str, str]) -> str:
+    text = (env.get(ENV_LINT) or "").strip().lower()
+    if not text or text in YES_WORDS or text == "error":
+        return "error"
+    if text in NO_WORDS or text == "off":
+        return "off"
+    if text == "warn":
+        return "warn"
+    raise _bad(f"{ENV_LINT}={env.get(ENV_LINT)!r}: expected error (or "
+               f"{'/'.join(YES_WORDS)}), warn, or off (or {'/'.join(NO_WORDS)})")
+
+
+def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
+    path = (env.get(ENV_SCHEDULE) or "").strip()
+    if not path:
+        return None
+    sets = parse_set_env(env.get(ENV_SET, ""))
+    if any(_COMMA_JOINED.search(s) for s in sets):
+        raise _bad(f"{ENV_SET}={env.get(ENV_SET)!r}: separate overrides with ';', "
+                   "not ',' (a comma belongs to a layer selector), e.g. "
+                   f'{ENV_SET}="window.B.budget=25MB; window.B.layers=moe, 44"')
+    backend = (env.get(ENV_BACKEND) or "").strip() or "cuda"
+    if backend not in BACKENDS:
+        raise _bad(f"{ENV_BACKEND}={env.get(ENV_BACKEND)!r}: expected "
+                   f"{' or '.join(BACKENDS)}")
+    device = (env.get(ENV_DEVICE) or "").strip() or None
+    return PluginConfig(path, sets, backend, _env_lint(env), device, "env")
 
 
 def read_config(additional_config: Mapping | None,
                 environ: Mapping[str, str] | None = None) -> PluginConfig | None:
-    """The ``PluginConfig`` from ``additional_config["l2sched"]`` (a dict with
-    ``schedule`` and optional ``set``: a dict or a list of ``KEY=VALUE``,
-    ``backend``, ``lint``), else from the environment (``L2SCHED_SCHEDULE``,
-    ``L2SCHED_SET``, ``L2SCHED_BACKEND``, ``L2SCHED_LINT``); ``None`` when
-    neither names a schedule. Raises ``ValueError`` on a malformed value."""
+    """The ``PluginConfig`` from ``additional_config["l2sched"]`` when that
+    section exists (the environment is then not read), else from the
+    environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
+    ``L2SCHED_LINT``, ``L2SCHED_DEVICE``; ``environ`` default
+    ``os.environ``); ``None`` when neither names a schedule. Raises
+    ``L2sPluginError("bad configuration", ...)`` naming the bad key or
+    variable."""
     env = os.environ if environ is None else environ
-    section = (additional_config or {}).get("l2sched")
-    if section is not None:
-        if not isinstance(section, Mapping) or not section.get("schedule"):
-            raise ValueError('additional_config "l2sched" must be an object with '
-                             'a "schedule" path, e.g. {"l2sched": {"schedule": '
-                             '"x.l2s"}}')
-        sets = section.get("set") or {}
-        if isinstance(sets, Mapping):
-            overrides = tuple(f"{k}={v}" for k, v in sets.items())
-        elif isinstance(sets, (list, tuple)):
-            overrides = tuple(str(s) for s in sets)
-        else:
-            raise ValueError('additional_config "l2sched.set" must be an object '
-                             '{"window.B.budget": "25MB"} or a list of "k=v"')
-        return PluginConfig(str(section["schedule"]), overrides,
-                            str(section.get("backend", env.get(ENV_BACKEND, "cuda"))),
-                            _as_bool(section.get("lint", env.get(ENV_LINT, "1"))),
-                            "additional-config")
-    path = env.get(ENV_SCHEDULE, "").strip()
-    if not path:
-        return None
-    return PluginConfig(path, parse_set_env(env.get(ENV_SET, "")),
-                        env.get(ENV_BACKEND, "cuda").strip() or "cuda",
-                        _as_bool(env.get(ENV_LINT, "1")), "env")
+    extra = additional_config or {}
+    if "l2sched" in extra:
+        return _from_section(extra["l2sched"])
+    return _from_env(env)

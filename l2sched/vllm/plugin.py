@@ -14,7 +14,10 @@ rank, prefetch stays off for that rank, and nothing is raised into vLLM.
 from __future__ import annotations
 
 import logging
+import os
+import weakref
 from collections import defaultdict
+from dataclasses import replace
 
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import (
@@ -27,12 +30,18 @@ from l2sched.errors import (
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import get_adapter
-from l2sched.model.devices import device_names, load_device
+from l2sched.model.devices import DeviceProfile, load_device
+from l2sched.model.gpu_identity import (
+    GpuIdentity,
+    identity_mismatches,
+    matching_profiles,
+)
 from l2sched.model.inventory import live_inventory
 from l2sched.runtime import kernel as K
 from l2sched.runtime import make_runtime
+from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
-from l2sched.vllm.config import PluginConfig, read_config
+from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.sites import Installed, install_plan
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 
@@ -103,6 +112,24 @@ def _decoder_layers(model):
     return layers
 
 
+def _configured(vllm_config, environ) -> bool:
+    """Whether any source names the plugin at all (an ``l2sched`` section in
+    ``additional_config``, or ``L2SCHED_SCHEDULE``); its values are read and
+    validated later, once the TP rank is known for the log line."""
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    env = os.environ if environ is None else environ
+    return "l2sched" in extra or bool((env.get(ENV_SCHEDULE) or "").strip())
+
+
+def installed_for(model) -> Installed | None:
+    """The live installation in ``model`` (the top-level model object), if
+    any."""
+    for inst in INSTALLED:
+        if inst.model is not None and inst.model() is model:
+            return inst
+    return None
+
+
 def activate_after_load(model, vllm_config=None, *, environ=None,
                         config: PluginConfig | None = None) -> Installed | None:
     """The post-load step for one loaded ``model`` (never raises).
@@ -111,15 +138,28 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     the current vLLM config's ``additional_config`` and the environment);
     returns ``None`` when no schedule is configured, the model is not a
     GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (logged as
-    one line for this rank, prefetch off). On success returns the
-    ``Installed`` handle (also appended to ``INSTALLED``)."""
+    one line for this rank, prefetch off; a malformed configuration is
+    ``bad configuration`` naming the key). On success returns the
+    ``Installed`` handle (also in ``INSTALLED``).
+
+    A model that has an installation already (a weight reload: a second
+    ``process_weights_after_loading``, ``reload_weights``, a wake-up; see
+    ``reactivate``) first loses it exactly (every hook out); the new plan is
+    compiled against the reloaded weights and installed, keeping the runtime
+    when the plan's table layout is unchanged (``runtime.adopt``: CUDA graphs
+    captured earlier keep the table's address), and its rows are bound at
+    once, before any replay. If anything fails, prefetch stays off and the
+    line says the earlier plan was removed."""
     rank_txt = "TP rank ?"
+    previous = installed_for(model)
+    gone = " (the plan installed before the reload was removed)" if previous else ""
     try:
+        if previous is not None:
+            previous.remove()
         vllm_config = vllm_config or _current_vllm_config()
-        if config is None:
-            extra = getattr(vllm_config, "additional_config", None) or {}
-            config = read_config(extra, environ)
-        if config is None:
+        if config is None and not _configured(vllm_config, environ):
+            if previous is not None:
+                raise L2sPluginError("no schedule configured at this reload")
             return None
         arch = type(model).__name__
         if arch not in ARCHITECTURES:
@@ -129,16 +169,50 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         _route_library_logs()
         tp, tp_rank, ep, pp = _tp_layout(vllm_config)
         rank_txt = f"TP rank {tp_rank}/{tp}"
-        installed = _activate(model, vllm_config, config, tp, tp_rank, ep, pp)
+        if config is None:
+            extra = getattr(vllm_config, "additional_config", None) or {}
+            config = read_config(extra, environ)
+        installed = _activate(model, vllm_config, config, (tp, tp_rank, ep, pp),
+                              previous)
+        installed.model, installed.config = weakref.ref(model), config
+        installed.vllm_config = vllm_config
+        if previous is not None:
+            INSTALLED.remove(previous)
         INSTALLED.append(installed)
-        log.info("l2sched: %s: %s", rank_txt, installed.summary)
+        how = "reinstalled after a weight reload: " if previous else ""
+        log.info("l2sched: %s: %s%s", rank_txt, how, installed.summary)
         return installed
     except L2sPluginError as e:
-        log.error("l2sched: %s: prefetch OFF: %s", rank_txt, e)
+        log.error("l2sched: %s: prefetch OFF: %s%s", rank_txt, e, gone)
     except Exception as e:  # never raise into vLLM
-        log.error("l2sched: %s: prefetch OFF: unexpected %s: %s", rank_txt,
-                  type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        log.error("l2sched: %s: prefetch OFF: unexpected %s: %s%s", rank_txt,
+                  type(e).__name__, str(e).splitlines()[0] if str(e) else "", gone)
+    if previous is not None:
+        _drop(previous)
     return None
+
+
+def _drop(installed: Installed) -> None:
+    """Take ``installed`` out for good (never raises)."""
+    try:
+        installed.retire()
+    except Exception as e:  # pragma: no cover - removal restores attributes only
+        log.warning("l2sched: removing the earlier plan: %s: %s", type(e).__name__, e)
+    if installed in INSTALLED:
+        INSTALLED.remove(installed)
+
+
+def reactivate(model) -> Installed | None:
+    """A reload path ran for ``model`` outside ``process_weights_after_loading``
+    (vLLM's ``reload_weights``, ``finalize_layerwise_reload`` of a weight
+    transfer, a wake-up): redo the post-load step with the configuration the
+    model's installation was made with (``activate_after_load``); with no
+    installation, the post-load step with the current configuration. Never
+    raises."""
+    prev = installed_for(model)
+    if prev is None:
+        return activate_after_load(model)
+    return activate_after_load(model, prev.vllm_config, config=prev.config)
 
 
 def _first_line(err) -> str:
@@ -151,14 +225,20 @@ def _first_line(err) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
-              ep: bool, pp: int) -> Installed:
+def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
+              previous: Installed | None) -> Installed:
+    """Everything from the schedule to the installed plan, for one rank
+    (``layout``: tp, tp_rank, ep, pp); ``previous``: the installation a
+    reload replaces (its hooks are out already). Raises
+    ``L2sPluginError``."""
+    tp, tp_rank, ep, pp = layout
     if cfg.backend not in ("cuda", "dry-run"):
         raise L2sPluginError("bad configuration", f"backend {cfg.backend!r} is not "
                           "'cuda' or 'dry-run'")
     if pp > 1:
         raise L2sPluginError("unsupported layout", f"pipeline parallel size {pp} "
                           "(vLLM gates PP off for GLM-5.3; l2sched supports PP=1)")
+    _refuse_split_batch(vllm_config)
     layers = _decoder_layers(model)
     hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
     model_config = hf.to_dict() if hf is not None else None
@@ -184,7 +264,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
             f"{'on' if ep else 'off'} (fix it with \"set\": {{\"tp\": \"{tp}\"}} "
             "or the matching schedule)")
 
-    device = _device_profile(cfg.backend, schedule.device)
+    device = cfg.device or schedule.device
+    profile = device_profile(cfg.backend, device)
     inventory = live_inventory(layers, tp, ep, tp_rank,
                                model_name=type(model).__name__)
     try:
@@ -192,12 +273,43 @@ def _activate(model, vllm_config, cfg: PluginConfig, tp: int, tp_rank: int,
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError("compile failed", _first_line(e)) from None
-    lint_note = _lint(cfg, schedule, inventory, model_config, device, tp_rank)
-    runtime = _make_runtime(cfg.backend, plan, load_device(device))
+    owner = f"plan {schedule.name} of model {id(model):#x}"
+    lint_schedule, aside_note = schedule, ""
+    if cfg.backend == "cuda":
+        import torch
+        lint_schedule, aside_note = set_aside_for_lint(
+            schedule, torch.cuda.current_device(), owner)
+    lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
+                      tp_rank, f"TP rank {tp_rank}/{tp}")
+    if aside_note:
+        lint_note = f"{lint_note} ({aside_note})"
+    runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}",
+                           profile)
     installed = install_plan(layers, inventory, plan, runtime)
+    if previous is not None:
+        installed.bind_now()
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
     return installed
+
+
+def _refuse_split_batch(vllm_config) -> None:
+    """Raise ``L2sPluginError("unsupported layout")`` when dual-batch overlap
+    (``enable_dbo``) or micro-batching (``ubatch_size > 1``) is on: vLLM
+    0.33.0's ubatch wrapper (``v1/worker/gpu_ubatch_wrapper.py``) runs each
+    micro-batch's forward in its own thread while the main thread holds the
+    capture, and a plan's fills are one sequence per forward on one side
+    stream (each micro-batch would fetch the same layers again, racing the
+    other's fork and join)."""
+    pc = getattr(vllm_config, "parallel_config", None)
+    dbo = bool(getattr(pc, "enable_dbo", False))
+    ubatch = int(getattr(pc, "ubatch_size", 0) or 0)
+    if dbo or ubatch > 1:
+        raise L2sPluginError(
+            "unsupported layout", f"micro-batching (enable_dbo={dbo}, "
+            f"ubatch_size={ubatch}) runs model forwards in worker threads; l2sched "
+            "prefetches for one forward thread (serve without --enable-dbo / "
+            "--ubatch-size)")
 
 
 def _log_diagnostics(err, tp_rank: int) -> None:
@@ -206,13 +318,34 @@ def _log_diagnostics(err, tp_rank: int) -> None:
         log.warning("l2sched: diagnostics:\n%s", err)
 
 
-def _device_profile(backend: str, wanted: str) -> str:
-    """The device profile to lint with: the profile whose compute capability
-    matches this rank's GPU (the schedule's own when it matches), else the
-    schedule's. Raises ``PluginError`` for the CUDA backend without a usable
-    GPU (no CUDA, compute capability < 9.0)."""
+def gpu_identity(device_index: int) -> GpuIdentity:
+    """What the driver reports about CUDA device ``device_index``
+    (``torch.cuda.get_device_properties``: name, L2 bytes, SM count,
+    compute capability)."""
+    import torch
+
+    p = torch.cuda.get_device_properties(device_index)
+    return GpuIdentity(str(p.name), int(p.L2_cache_size),
+                       int(p.multi_processor_count), (int(p.major), int(p.minor)))
+
+
+def device_profile(backend: str, wanted: str) -> DeviceProfile:
+    """The device profile to lint with: ``wanted`` (the plugin's ``device``
+    setting, else the schedule's ``device``: a shipped name or a ``.toml``
+    path), after checking that it describes this rank's GPU
+    (``gpu_identity.identity_mismatches``: name, L2 size, SM count, compute
+    capability). The dry-run backend checks no GPU.
+
+    Raises ``L2sPluginError``: ``bad device profile`` (the profile does not
+    load), ``unsupported hardware`` (no CUDA device, compute capability
+    below 9.0), ``device mismatch`` (the GPU is not the profile's; the
+    detail names what differs and any shipped profile that matches)."""
+    try:
+        profile = load_device(wanted)
+    except L2sError as e:
+        raise L2sPluginError("bad device profile", _first_line(e)) from None
     if backend == "dry-run":
-        return wanted
+        return profile
     import torch
 
     if not torch.cuda.is_available():
@@ -222,43 +355,34 @@ def _device_profile(backend: str, wanted: str) -> str:
     ok, why = K.device_supported(dev)
     if not ok:
         raise L2sPluginError("unsupported hardware", why)
-    cc = list(torch.cuda.get_device_capability(dev))
-    profiles = _profiles()
-    if profiles.get(wanted) == cc:
-        return wanted
-    match = sorted(n for n, c in profiles.items() if c == cc)
-    if match:
-        log.warning("l2sched: schedule written for device %s, this GPU is "
-                    "sm_%d%d (%s): linting with device profile %s", wanted,
-                    cc[0], cc[1], torch.cuda.get_device_name(dev), match[0])
-        return match[0]
-    log.warning("l2sched: no device profile for sm_%d%d (%s); linting with the "
-                "schedule's %s", cc[0], cc[1], torch.cuda.get_device_name(dev),
-                wanted)
-    return wanted
+    gpu = gpu_identity(dev)
+    differs = identity_mismatches(profile, gpu)
+    if not differs:
+        return profile
+    match = matching_profiles(gpu)
+    hint = (f"the shipped profile {match[0]} matches this GPU: use a schedule "
+            f"written for it, or lint this one with \"device\": \"{match[0]}\""
+            if match else "no shipped profile matches this GPU: write one "
+            "(docs/devices.md) and name it with \"device\": \"PATH.toml\"")
+    raise L2sPluginError("device mismatch", f"device profile {wanted} describes "
+                         f"another GPU than this one, {gpu.describe()} "
+                         f"({'; '.join(differs)}); {hint}")
 
 
-def _profiles() -> dict[str, list[int]]:
-    """Shipped device profile name -> compute capability (``[]`` when the
-    profile does not give one)."""
-    out = {}
-    for name in device_names():
-        cc = load_device(name).compute_capability
-        out[name] = list(cc) if cc else []
-    return out
-
-
-def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
-          tp_rank: int) -> str:
-    """Lint with ``device``'s profile through ``l2sched.lint.run_lint`` (FULL
-    graph mode, as vLLM runs decode) when this build has the lint. Errors
-    raise ``PluginError`` (not installed; diagnostics logged once, TP rank
-    0); warnings are logged once (TP rank 0). Returns a short note for the
+def _lint(cfg: PluginConfig, schedule, inventory, model_config,
+          profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str) -> str:
+    """Lint with ``profile`` (named ``device`` in the log lines) through ``l2sched.lint.run_lint`` (FULL
+    graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
+    default) an error-severity finding raises ``L2sPluginError`` (not
+    installed; diagnostics logged once, TP rank 0); with ``"warn"`` the
+    errors are logged and the plan is installed anyway, with one WARNING
+    line per rank saying so (the explicit override); ``"off"`` skips the
+    lint. Warnings are logged once (TP rank 0). Returns a short note for the
     summary line."""
-    if not cfg.lint:
+    if cfg.lint == "off":
         return "lint off"
     try:
-        run = run_lint(schedule, inventory, device=load_device(device),
+        run = run_lint(schedule, inventory, device=profile,
                        graph_mode="full", model_config=model_config)
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
@@ -268,31 +392,78 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config, device: str,
              for f in getattr(run, "findings", run)]
     errors = [d for d in diags if d.severity == "error"]
     warnings = [d for d in diags if d.severity == "warning"]
+    note = f"lint {device}: 0 errors"
     if errors:
         err = L2sLintError(errors)
         _log_diagnostics(err, tp_rank)
-        raise L2sPluginError(f"lint error with device profile {device}",
-                          _first_line(err))
+        if cfg.lint != "warn":
+            raise L2sPluginError(f"lint error with device profile {device}",
+                              _first_line(err))
+        n = f"{len(errors)} error{'s' if len(errors) > 1 else ''}"
+        log.warning("l2sched: %s: installing despite %s (\"lint\": \"warn\" in "
+                    "the plugin configuration): %s", rank_txt, n, _first_line(err))
+        note = f"lint {device}: {n} (overridden: lint warn)"
     if warnings and tp_rank == 0:
         log.warning("l2sched: lint warnings (device profile %s):\n%s", device,
                     "\n".join(d.render() for d in warnings))
-    return f"lint {device}: 0 errors, {len(warnings)} warnings"
+    return f"{note}, {len(warnings)} warnings"
 
 
 # --------------------------------------------------------------------------
 # runtime
 
 
-def _make_runtime(backend: str, plan, device_profile):
+def set_aside_for_lint(schedule, device_index: int, owner: str):
+    """``(schedule, note)``: ``schedule`` with the persisting-L2 set-aside
+    that will be in force on ``device_index`` once ``owner``'s request is made
+    (``runtime.set_aside.planned_set_aside``: the largest request of all
+    plans on the device), so the lint models what will run; ``note`` says
+    whose request that is (empty, and ``schedule`` itself, when it is the
+    schedule's own)."""
+    want = planned_set_aside(device_index, schedule.set_aside, owner)
+    if want == schedule.set_aside:
+        return schedule, ""
+    whose = [o for o, v in sorted(set_aside_requests(device_index).items())
+             if o != owner and v == want]
+    size = "the device maximum" if want < 0 else format_size(want)
+    return (replace(schedule, set_aside=want),
+            f"linted with the set-aside in force on device {device_index}: {size}, "
+            f"the request of {', '.join(whose)}")
+
+
+def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
+                 rank_txt: str, device_profile):
+    """The runtime for a new ``plan``: at a reload, the previous one when it
+    takes the plan (``adopt``: same backend and table layout, so CUDA graphs
+    captured before keep working and see the new rows); otherwise the
+    previous one is retired (its table zeroed: graphs captured before launch
+    fills of nothing until vLLM captures again, which a WARNING line says)
+    and a new one is made."""
+    if previous is not None:
+        old = previous.runtime
+        if (getattr(previous.config, "backend", None) == backend
+                and old.adopt(plan)):
+            return old
+        old.retire()
+        if backend == "cuda" and old.stats.issued:
+            log.warning("l2sched: %s: the reloaded plan has another table layout; "
+                        "CUDA graphs captured before the reload launch no fills "
+                        "until vLLM captures them again", rank_txt)
+    return _make_runtime(backend, plan, owner, device_profile)
+
+
+def _make_runtime(backend: str, plan, owner: str, device_profile):
     """The runtime of ``backend`` for ``plan``, its gate fed by vLLM's
-    forward context, its fill kernels from ``device_profile``."""
+    forward context, its fill kernels from ``device_profile``, its
+    persisting-L2 request made as ``owner``."""
     try:
         track_graph_capture()
     except Exception as e:  # pragma: no cover - vLLM internals moved
         log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
                     "forwards are not recognised", e)
+    kw = {"set_aside_owner": owner} if backend == "cuda" else {}
     return make_runtime(plan, backend, device_profile=device_profile,
-                        step_provider=vllm_step_info)
+                        step_provider=vllm_step_info, **kw)
 
 
 def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,

@@ -18,18 +18,43 @@ from l2sched.runtime.install import HookSite, install
 class Installed:
     """A plan installed in one model: ``plan``, ``runtime`` (the backend),
     ``installations`` (one per layer kind, ``runtime.install.Installation``),
-    ``summary`` (the log line). ``remove()`` takes every hook out."""
+    ``summary`` (the log line). The plugin also records ``model`` (a weak
+    reference to the top-level model) and ``config``/``vllm_config`` (what it
+    was installed with), to find and redo it at a weight reload.
+    ``remove()`` takes every hook out; ``retire()`` also retires the
+    runtime."""
 
     plan: Any
     runtime: Any
     installations: list = field(default_factory=list)
     summary: str = ""
     lint: str = ""
+    model: Any = None
+    config: Any = None
+    vllm_config: Any = None
 
     def remove(self) -> None:
-        """Remove every hook of this plan; idempotent."""
+        """Remove every hook of this plan, leaving the runtime as it is (the
+        caller may install again with it, or a reload hand it the new plan:
+        ``runtime.adopt``); idempotent."""
         for inst in reversed(self.installations):
             inst.remove()
+
+    def retire(self) -> None:
+        """The plan is gone for good: ``remove()`` and retire the runtime
+        (device-wide state given back: the persisting-L2 request; fills a
+        CUDA graph captured earlier still launches fill nothing);
+        idempotent."""
+        self.remove()
+        self.runtime.retire()
+
+    def bind_now(self) -> None:
+        """Bind every range to its tensor now and write the rows where the
+        fills read them (the device table), instead of at the next firing:
+        a replayed CUDA graph fires no Python hook."""
+        for inst in self.installations:
+            inst.bind_all()
+        self.runtime.flush()
 
 
 class _IssueMap:

@@ -14,11 +14,29 @@ from l2sched.runtime.gate import StepInfo
 #: graph mode (``units.GRAPH_MODES``).
 _GRAPH_MODE = {"none": "eager", "full": "full", "piecewise": "piecewise"}
 
-_capture_state = threading.local()
+_capture_lock = threading.Lock()
+_capture_depth = 0
 
 
-def _in_capture_phase() -> bool:
-    return bool(getattr(_capture_state, "depth", 0))
+def in_capture_phase() -> bool:
+    """Whether vLLM's ``graph_capture`` is entered anywhere in the process.
+    Process-wide, not per thread: vLLM 0.33.0's ubatch (DBO) wrapper runs
+    forwards in worker threads while the main thread holds the capture."""
+    return _capture_depth > 0
+
+
+@contextlib.contextmanager
+def capture_phase():
+    """Mark the process as inside vLLM's capture phase for the ``with``
+    body (nests; balanced on error)."""
+    global _capture_depth
+    with _capture_lock:
+        _capture_depth += 1
+    try:
+        yield
+    finally:
+        with _capture_lock:
+            _capture_depth -= 1
 
 
 def track_graph_capture() -> None:
@@ -34,12 +52,8 @@ def track_graph_capture() -> None:
 
     @contextlib.contextmanager
     def graph_capture(self, *args, **kwargs):
-        _capture_state.depth = getattr(_capture_state, "depth", 0) + 1
-        try:
-            with orig(self, *args, **kwargs) as ctx:
-                yield ctx
-        finally:
-            _capture_state.depth -= 1
+        with capture_phase(), orig(self, *args, **kwargs) as ctx:
+            yield ctx
 
     graph_capture.__l2sched__ = True
     graph_capture.__wrapped__ = orig
@@ -82,11 +96,11 @@ def vllm_step_info():
             is_forward_context_available,
         )
         if not is_forward_context_available():
-            return StepInfo(warmup=_in_capture_phase())
+            return StepInfo(warmup=in_capture_phase())
         ctx = get_forward_context()
     except Exception:
-        return StepInfo(warmup=_in_capture_phase())
+        return StepInfo(warmup=in_capture_phase())
     mode = getattr(ctx.cudagraph_runtime_mode, "name", "NONE").lower()
     return StepInfo(num_tokens=_tokens(ctx), is_prefill=_has_prefill(ctx.attn_metadata),
                     graph_mode=_GRAPH_MODE.get(mode, "eager"),
-                    warmup=_in_capture_phase())
+                    warmup=in_capture_phase())

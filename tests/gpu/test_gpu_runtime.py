@@ -23,7 +23,7 @@ from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.install import HookSite, install  # noqa: E402
-from l2sched.runtime.set_aside import apply_set_aside  # noqa: E402
+from l2sched.runtime.set_aside import apply_set_aside, release_set_aside  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tiny_modules import Proj as _Proj  # noqa: E402
@@ -266,16 +266,108 @@ def test_gates_in_eager():
                                 "prefill": len(plan.issues)}
 
 
-def test_set_aside_clamped_and_read_back():
+def _limit_now():
+    """The persisting-L2 limit of device 0's primary context (B)."""
+    from cuda.bindings import driver as drv
+    dev = drv.cuDeviceGet(0)[1]
+    ctx = drv.cuDevicePrimaryCtxRetain(dev)[1]
+    drv.cuCtxPushCurrent(ctx)
+    try:
+        return int(drv.cuCtxGetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE)[1])
+    finally:
+        drv.cuCtxPopCurrent()
+        drv.cuDevicePrimaryCtxRelease(dev)
+
+
+def test_item02_set_aside_applied_clamped_and_restored():
+    """Issue 17 item 2 on the device: every request is applied (clamped to the
+    device maximum), a later request of the same plan replaces the earlier,
+    and withdrawing the last request restores the limit found before."""
     from cuda.bindings import driver as drv
     dev = drv.cuDeviceGet(0)[1]
     dmax = drv.cuDeviceGetAttribute(
         drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev)[1]
-    got = apply_set_aside(0, 1 << 40)  # far above the device max: clamped
-    assert got is not None and 0 < got <= dmax
-    assert apply_set_aside(0, 123) == got  # once per device
-    # leave the process's limit as found for the other tests
-    drv.cuCtxSetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+    torch.cuda.init()
+    before = _limit_now()
+    big = apply_set_aside(0, 1 << 40, "A", capturing=False)  # far above the max
+    assert big is not None and 0 < big <= dmax and _limit_now() == big
+    small = apply_set_aside(0, 8 << 20, "A", capturing=False)
+    assert small is not None and small < big and _limit_now() == small
+    other = apply_set_aside(0, -1, "B", capturing=False)  # the largest wins
+    assert other == big
+    assert release_set_aside(0, "B") == small
+    assert release_set_aside(0, "A") == before and _limit_now() == before
+
+
+def test_item02_runtime_close_restores_the_set_aside():
+    """A plan's runtime requests its set-aside at prepare() and withdraws it
+    at close() (the plugin closes it when the plan is removed)."""
+    from dataclasses import replace
+
+    before = _limit_now()
+    rt = CudaRuntime(replace(_plan(2), set_aside=-1))
+    assert rt.prepare()
+    assert _limit_now() > 0
+    rt.close()
+    assert _limit_now() == before
+
+
+def _table_rows(rt):
+    """The device table's rows as ``(address, bytes)`` per issue."""
+    t = rt.table._table.cpu().tolist()
+    return [[tuple(t[r]) for r in range(b, e)]
+            for b, e in zip(rt.table.offsets, rt.table.offsets[1:])]
+
+
+def test_item01_captured_table_follows_a_reload_before_the_next_replay():
+    """Issue 17 item 1 on the device: a FULL graph is captured with the
+    plan; a reload moves a weight's storage; the reload path (the plugin's:
+    hooks out, ``runtime.adopt`` of the recompiled plan, a new installation,
+    every row bound at once) rewrites the device table before any replay, so
+    the graph's fills read the new addresses; outputs stay bitwise equal."""
+    from dataclasses import replace
+
+    from l2sched.runtime.install import tensor_row
+
+    layers = _model()
+    plan = _plan(len(layers))
+    x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
+    rt = CudaRuntime(plan)
+    inst = install(layers, plan, SITES, rt)
+    rt.set_step(StepInfo(num_tokens=8, graph_mode="full"))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _fwd(layers, x_static)  # binds (eager fills)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_static = _fwd(layers, x_static)
+    table_ptr = rt.table.device_ptr
+    # the reload: o_proj of layer 2 gets new storage
+    w = layers[2].o_proj.weight
+    old = w.data  # the graph's GEMM still reads it: keep it alive (vLLM
+    w.data = old.clone()  # copies reloads into the old storage for that)
+    assert w.data_ptr() != old.data_ptr()
+    inst.remove()
+    new_plan = replace(plan, schedule="gpu-test-reloaded")
+    assert rt.adopt(new_plan)
+    inst = install(layers, new_plan, SITES, rt)
+    inst.bind_all()
+    assert rt.flush()
+    assert rt.table.device_ptr == table_ptr  # the graph's table
+    i = next(k for k, wi in enumerate(new_plan.issues)
+             if wi.window == "A" and wi.layer == 2)
+    assert _table_rows(rt)[i][0] == tensor_row(w, 0, -1)
+    ref = _fwd(layers, x_static.clone())
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_static, ref)
+    inst.remove()
+    rt.retire()
+    assert all(r == (0, 0) for rows in _table_rows(rt) for r in rows)
+    g.replay()  # a retired runtime's captured fills read a zeroed table
+    torch.cuda.synchronize()
 
 
 def test_copy_mode_lands_the_bytes_it_was_given():

@@ -51,9 +51,13 @@ def check_all(run) -> list[Finding]:
     return out
 
 
-def rules_markdown() -> str:
-    """The rule sections of ``docs/lint.md``, one per code in code order."""
-    return "\n".join(rule.markdown() for rule in RULES.values())
+def rules_markdown(example_output=None) -> str:
+    """The rule sections of ``docs/lint.md``, one per code in code order;
+    ``example_output(rule)`` gives the finding a rule's ``example_command``
+    prints (``cli.docs.rule_example_output``), quoted under its example."""
+    return "\n".join(rule.markdown(example_output(rule) if example_output and
+                                    rule.example_command else "")
+                     for rule in RULES.values())
 
 
 __all__ = ["FAMILIES", "INPUT_ERROR", "RULES", "Finding", "Rule", "check_all",

@@ -12,8 +12,10 @@ RULES = (
         "L2S201", "bytes-left-over", "info",
         what=("bytes that no window took after the last carry, with the tensor names."),
         why=("they are read cold; the author should know which."),
-        example=("A_MLA at 36 MB leaves 1.75 MB of `self_attn.o_proj.weight`."),
-        fix=("raise a budget, add a `carry`, or accept it.")),
+        example=("window A_MLA of the shipped SM120 schedule (36 MB) cannot take all of the MLA\n"
+                 "layer's `self_attn.o_proj.weight`."),
+        fix=("raise a budget, add a `carry`, or accept it."),
+        example_command="l2sched lint schedules/glm53-flash-sm120-tp4.l2s --select L2S201"),
 )
 
 

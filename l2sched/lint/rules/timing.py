@@ -76,9 +76,11 @@ RULES = (
              "below 0.9."),
         why=("without a persisting set-aside only part of an evict_last fill survives the expert\n"
              "stream (SM120: about 1/3 of a 50 MB fill was lost, 17.3 us instead of 11 us)."),
-        example=("the shipped SM120 schedule with `set_aside 0` (window B, ~78%)."),
+        example=("the shipped SM120 schedule, which reserves no set-aside (`set_aside 0`): window B's\n"
+                 "next-layer targets."),
         fix=("reserve a set-aside (`set_aside 50MB` or `max`; costs prefill throughput, so opt in per\n"
-             "deployment), or fill less before the expert stream.")),
+             "deployment), or fill less before the expert stream."),
+        example_command="l2sched lint schedules/glm53-flash-sm120-tp4.l2s --select L2S106"),
 )
 
 #: Overlaps shorter than this (us) are rounding, not findings.

@@ -1,0 +1,330 @@
+"""The documents say what the tool does.
+
+Issue 17 item 13: every fenced ``sh`` block of ``README.md`` and ``docs/*.md``
+is run, in document order, in one shell per document, in a temporary copy of
+the repository (``l2sched`` and ``python`` on ``PATH`` are this
+interpreter). A block that cannot run here is marked on the line before its
+fence with ``<!-- doc-test: skip: REASON -->`` (a GPU, a vLLM server, an
+install into the environment) and is reported as skipped with that reason.
+
+Issue 17 item 17: examples in the documents come from the tool. The rule
+examples of ``docs/lint.md`` are generated from lint runs
+(``l2sched docs lint``; ``tests/test_layout.py`` checks the file is current),
+and the checks below tie the other documented outputs and options to the
+code: ``explain``'s left-over line and ``--graph-mode``/``--capturing``, the
+line-ending rule of ``docs/language.md``, the overrides of the retune
+example in ``docs/vllm.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+SKIP = re.compile(r"^<!-- doc-test: skip: (.+?) -->$")
+FENCE = re.compile(r"^(`{3,})(\S*)")
+
+
+def shell_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
+    """``(line, info, code, skip reason)`` of every fenced block of
+    ``path`` (``line``: the fence's, 1-based)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines))
+                   if lines[j].startswith(m.group(1)) and not lines[j].strip("`"))
+        skip = SKIP.match(lines[i - 1]) if i else None
+        out.append((i + 1, m.group(2), "\n".join(lines[i + 1:end]),
+                    skip.group(1) if skip else None))
+        i = end + 1
+    return out
+
+
+def _sh_docs():
+    return [p for p in DOCS if any(info == "sh" for _l, info, _c, _s in shell_blocks(p))]
+
+
+def test_item13_shell_blocks_are_fenced_sh():
+    """Every shell block is ``sh`` (so this test sees it), and every skip
+    marker sits on an ``sh`` block and gives a reason."""
+    bad = [f"{p.relative_to(ROOT)}:{line}: ```{info}"
+           for p in DOCS for line, info, _c, _s in shell_blocks(p)
+           if info in ("bash", "shell", "console", "zsh")]
+    assert bad == [], "write shell blocks as ```sh"
+    for p in DOCS:
+        for line, info, _c, skip in shell_blocks(p):
+            if skip is not None:
+                assert info == "sh" and skip.strip(), f"{p}:{line}"
+
+
+def _copy(tmp: Path) -> Path:
+    dst = tmp / "repo"
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.egg-info", "build", "dist",
+        ".pytest_cache", ".hypothesis", ".whl"))
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    # Nothing a block runs may install anything or reach a server: pip is
+    # only there to build a wheel, vllm not at all (mark such blocks skip).
+    refuse = ('echo "doc-test: $0 $* is not run here; mark the block with '
+              '<!-- doc-test: skip: REASON -->" >&2; exit 97')
+    python = (f'if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$3" != "wheel" ]; then '
+              f'{refuse}; fi\nexec "{sys.executable}" "$@"')
+    for name, body in (("l2sched", f'exec "{sys.executable}" -m l2sched "$@"'),
+                       ("python", python), ("python3", python), ("pip", refuse),
+                       ("pip3", refuse), ("uv", refuse), ("vllm", refuse)):
+        f = bin_dir / name
+        f.write_text(f"#!/bin/sh\n{body}\n")
+        f.chmod(0o755)
+    return dst
+
+
+@pytest.mark.parametrize("doc", _sh_docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_item13_doc_shell_commands_run(doc, tmp_path):
+    blocks = [b for b in shell_blocks(doc) if b[1] == "sh"]
+    runnable = [b for b in blocks if b[3] is None]
+    if not runnable:
+        pytest.skip("; ".join(f"line {b[0]}: {b[3]}" for b in blocks))
+    repo = _copy(tmp_path)
+    script = ["set -e"]
+    for line, _info, code, _skip in runnable:
+        script += [f"echo '### {doc.name}:{line}' >&2", code]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("L2SCHED_")}
+    env.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+               PYTHONPATH=str(repo), HOME=str(tmp_path), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1", PIP_NO_INDEX="1", PIP_NO_INPUT="1")
+    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=600)
+    where = [ln for ln in r.stderr.splitlines() if ln.startswith("### ")]
+    assert r.returncode == 0, (f"{where[-1] if where else doc.name}: exit "
+                               f"{r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    skipped = [b for b in blocks if b[3] is not None]
+    for line, _i, _c, reason in skipped:  # say what was not run, and why
+        print(f"{doc.name}:{line}: not run: {reason}")
+
+
+def test_item13_doc_test_installs_nothing(tmp_path):
+    """The doc-test's shell refuses every install (an unmarked install
+    block fails the test instead of changing an environment)."""
+    _copy(tmp_path)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    for cmd in ("pip install lark", "python -m pip install lark", "pip3 --version",
+                "vllm serve x", "python3 -m pip uninstall -y lark"):
+        r = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 97 and "doc-test:" in r.stderr, (cmd, r.stderr)
+
+
+def test_item13_vllm_install_works_from_a_checkout():
+    """No install line that needs the package on an index: the docs say
+    how to install from the checkout or a wheel built from it."""
+    text = (ROOT / "docs" / "vllm.md").read_text()
+    assert "pip install 'l2sched[" not in text and 'pip install "l2sched[' not in text
+    assert "pip install -e '.[vllm,gpu]'" in text
+    assert "python -m pip wheel --no-deps --no-build-isolation -w dist ." in text
+
+
+# --------------------------------------------------------------------------
+# item 17: the documented CLI exists and prints what the docs say
+
+
+def _cli(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "l2sched", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "plan.json"
+    r = _cli("compile", "schedules/glm53-flash-sm120-tp4.l2s", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _reasons(stdout: str) -> dict[str, set]:
+    got: dict[str, set] = {}
+    for ln in stdout.splitlines()[1:]:
+        parts = ln.split()
+        if len(parts) > 1 and parts[1] in ("launch", "skip"):
+            got.setdefault(parts[1], set()).add(parts[-1])
+    return got
+
+
+@pytest.mark.parametrize("args, want", [
+    ([], {"launch": {"eager"}}),
+    (["--graph-mode", "full", "--capturing"], {"launch": {"full-capture"}}),
+    (["--graph-mode", "piecewise", "--capturing"], {"skip": {"piecewise-capture"}}),
+    (["--graph-mode", "piecewise"], {"launch": {"eager"}}),
+    (["--tokens", "300"], {"skip": {"too-many-tokens"}}),
+])
+def test_item17_explain_graph_mode_and_capturing(plan_json, args, want):
+    """docs/runtime.md: ``l2sched explain PLAN.json [--tokens N]
+    [--graph-mode eager|full|piecewise] [--capturing]``."""
+    r = _cli("explain", str(plan_json), "--layer", "3", *args)
+    assert r.returncode == 0, r.stderr
+    assert _reasons(r.stdout) == want, r.stdout
+    doc = (ROOT / "docs" / "runtime.md").read_text()
+    assert "[--graph-mode eager|full|piecewise] [--capturing]" in doc
+
+
+def test_item17_explain_shows_the_left_over_bytes(plan_json):
+    """docs/language.md: the left-over is shown by compile and explain."""
+    plan = json.loads(plan_json.read_text())
+    total = sum(lo["nbytes"] for lo in plan["left_over"])
+    assert total > 0
+    for target in (str(plan_json), "schedules/glm53-flash-sm120-tp4.l2s"):
+        r = _cli("explain", target, "--layer", "3")
+        assert r.returncode == 0, r.stderr
+        last = r.stdout.splitlines()[-1]
+        assert last.startswith("left over (no window could take), per decode step: "
+                               f"{total:,} B"), last
+        assert "A_MLA" in last and "self_attn.o_proj.weight" in last
+    assert "shown by `l2sched compile` and `l2sched explain`" in (
+        ROOT / "docs" / "language.md").read_text()
+
+
+def test_item17_language_states_one_line_ending_rule(tmp_path):
+    """Every statement of docs/language.md about what ends a line names the
+    three line ends the one line splitter (``errors.source_lines``) uses,
+    and a CR-only file reports errors on the line the reader counts."""
+    from l2sched.errors import source_lines
+
+    text = (ROOT / "docs" / "language.md").read_text()
+    said = [s for s in re.split(r"(?<=\.)\s", text)
+            if re.search(r"[Ll]ines (are counted|end)", s)]
+    assert said, "no line-ending rule found"
+    for s in said:
+        assert "`\\n`" in s and "`\\r\\n`" in s and "`\\r`" in s, s
+        assert " only" not in s, s
+    assert source_lines("a\rb\r\nc\nd") == ["a", "b", "c", "d"]
+    src = (ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s").read_text()
+    bad = src.replace("budget 36MB", "budget 36").replace("\n", "\r")
+    p = tmp_path / "cr.l2s"
+    p.write_bytes(bad.encode())
+    r = _cli("check", str(p))
+    line = next(i for i, ln in enumerate(src.split("\n"), 1) if "budget 36MB" in ln)
+    assert f"cr.l2s:{line}:" in r.stderr, r.stderr
+
+
+def test_item17_vllm_retune_uses_one_set_of_overrides():
+    """The retune example lints, serves and sets the environment with the
+    same overrides, and they are exactly the shipped 300 W schedule's; its
+    story is a TP4 box."""
+    from l2sched.lang.resolve import load_schedule
+    from l2sched.vllm.config import parse_set_env
+
+    text = (ROOT / "docs" / "vllm.md").read_text()
+    sec = text[text.index("## Retune a box with `set`"):]
+    sec = sec[:sec.index("\n## ", 5)]
+    assert "3 GPUs" not in sec and "4 GPUs" in sec
+    lint = " ".join(re.findall(r"^l2sched lint .*?(?<!\\)$", sec, re.M | re.S))
+    lint_sets = re.findall(r"--set (\S+)", lint)
+    serve = re.search(r'--additional-config \\\n\s*"((?:[^"\\]|\\.)*)"', sec).group(1)
+    serve = json.loads(serve.replace('\\"', '"').replace("$SCHED", "x"))
+    serve_sets = [f"{k}={v}" for k, v in serve["l2sched"]["set"].items()]
+    env_sets = list(parse_set_env(re.search(r'L2SCHED_SET="([^"]+)"', sec).group(1)))
+    assert lint_sets and sorted(lint_sets) == sorted(serve_sets) == sorted(env_sets)
+    base = "schedules/glm53-flash-sm120-tp4.l2s"
+    tuned = load_schedule(base, lint_sets)
+    shipped = load_schedule("schedules/glm53-flash-sm120-tp4-300w.l2s")
+    assert [(w.name, w.budget) for w in tuned.windows] == [
+        (w.name, w.budget) for w in shipped.windows]
+
+
+def test_item17_lint_md_examples_are_tool_output():
+    """The L2S106 and L2S201 examples of docs/lint.md quote a finding the
+    lint prints for the example's command (generated by ``l2sched docs
+    lint``)."""
+    from l2sched.cli.docs import rule_example_output
+    from l2sched.lint.rules import RULES
+
+    doc = (ROOT / "docs" / "lint.md").read_text()
+    for code in ("L2S106", "L2S201"):
+        rule = RULES[code]
+        assert rule.example_command, code
+        message = rule_example_output(rule)
+        assert message and f"`{rule.example_command}` prints: `{message}`" in doc, code
+
+
+def test_item17_python_examples_import():
+    """Every ``from l2sched... import ...`` of a ``python`` block in the
+    documents names a module and names that exist."""
+    import importlib
+
+    bad = []
+    for p in DOCS:
+        for line, info, code, _s in shell_blocks(p):
+            if info != "python":
+                continue
+            for m in re.finditer(r"^from (l2sched[\w.]*) import ([^\n#]+)$", code, re.M):
+                try:
+                    mod = importlib.import_module(m.group(1))
+                except ImportError as e:
+                    bad.append(f"{p.name}:{line}: {m.group(0)} ({e})")
+                    continue
+                for name in (n.strip() for n in m.group(2).split(",")):
+                    if not hasattr(mod, name):
+                        bad.append(f"{p.name}:{line}: {m.group(1)} has no {name}")
+    assert bad == []
+
+
+def _resolves(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_item17_code_references_exist():
+    """Every ``l2sched.MODULE[.NAME]`` (not a logger name) and every
+    repository path the documents quote exists: a reference left behind by
+    a move is an example that no longer comes from the code."""
+    bad = []
+    for p in DOCS:
+        text = p.read_text(encoding="utf-8")
+        for m in re.finditer(r"(?<!logger )`(l2sched(?:\.[A-Za-z_]\w*)+)(?:\(\))?`", text):
+            if not _resolves(m.group(1)):
+                bad.append(f"{p.name}: {m.group(1)}")
+        for m in re.finditer(r"`((?:l2sched|tests|docs|schedules|benchmarks|grammar)"
+                             r"/[^`\s:]*)", text):
+            path = m.group(1)
+            if re.search(r"[*<>{}]|NAME|\.\.\.", path):
+                continue
+            if not (ROOT / path).exists():
+                bad.append(f"{p.name}: {path}")
+    assert bad == []
+
+
+def test_item17_language_hook_table_is_the_adapters():
+    """docs/language.md's hook table lists the adapter's hook points with
+    their order and description."""
+    from l2sched.model.adapters.glm5next import HOOKS
+
+    text = (ROOT / "docs" / "language.md").read_text()
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\d+) \| (.+?) \| .+? \|$", text, re.M)
+    assert [(n, int(o), d) for n, o, d in rows] == [
+        (h.name, h.order, h.description) for h in HOOKS]

@@ -1,0 +1,188 @@
+"""The vLLM plugin's configuration (``l2sched.vllm.config``) on its own: the
+``additional_config["l2sched"]`` section validated against its JSON schema,
+the ``L2SCHED_*`` environment variables validated, which source wins, and
+how ``L2SCHED_SET`` separates overrides. No vLLM needed: the configuration
+is plain data. (The log lines with the real ``TP rank r/n`` are checked in
+``tests/test_vllm_plugin.py``.)"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from l2sched.errors import L2sPluginError
+from l2sched.vllm.config import PluginConfig, parse_set_env, read_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bad(extra, environ=None) -> L2sPluginError:
+    with pytest.raises(L2sPluginError) as e:
+        read_config(extra, environ or {})
+    assert e.value.what == "bad configuration", e.value
+    return e.value
+
+
+# --------------------------------------------------------------------------
+# item 14: schema, named keys, additional-config wins for every key
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ({"l2sched": {}}, "l2sched.schedule", "missing"),
+    ({"l2sched": {"schedule": ""}}, "l2sched.schedule", "empty"),
+    ({"l2sched": "x.l2s"}, "l2sched", "must be an object"),
+    ({"l2sched": {"schedule": "x.l2s", "set": "window.B.budget=25MB"}},
+     "l2sched.set", "object"),
+    ({"l2sched": {"schedule": "x.l2s", "set": {"window.B.budget": [25]}}},
+     "l2sched.set.window.B.budget", "string"),
+    ({"l2sched": {"schedule": "x.l2s", "set": ["tp=2", 3]}}, "l2sched.set[1]",
+     "string"),
+    ({"l2sched": {"schedule": "x.l2s", "backend": "gpu"}}, "l2sched.backend",
+     "'cuda' or 'dry-run'"),
+    ({"l2sched": {"schedule": "x.l2s", "lint": "banana"}}, "l2sched.lint",
+     "warn"),
+    ({"l2sched": {"schedule": "x.l2s", "lnit": False}}, "l2sched.lnit",
+     "did you mean 'lint'"),
+    ({"l2sched": {"schedule": 7}}, "l2sched.schedule", "string"),
+    ({"l2sched": {"schedule": "x.l2s", "device": ""}}, "l2sched.device", "empty"),
+])
+def test_item14_bad_section_is_a_bad_configuration_naming_the_key(extra, key, words):
+    err = _bad(extra)
+    assert f"additional_config {key}:" in err.detail, err.detail
+    assert words in err.detail, err.detail
+    assert "\n" not in str(err)
+
+
+def test_item14_schema_is_a_json_schema_with_every_key():
+    import jsonschema
+
+    from l2sched.vllm.config import CONFIG_SCHEMA
+
+    jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
+    assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
+                                                "device"}
+    assert CONFIG_SCHEMA["additionalProperties"] is False
+
+
+def test_item14_jsonschema_is_in_the_vllm_and_test_extras():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for extra in ("vllm", "test"):
+        assert any(d.startswith("jsonschema") for d in extras[extra]), extras[extra]
+
+
+def test_item14_additional_config_wins_for_every_key():
+    env = {"L2SCHED_SCHEDULE": "env.l2s", "L2SCHED_SET": "tp=2",
+           "L2SCHED_BACKEND": "dry-run", "L2SCHED_LINT": "0",
+           "L2SCHED_DEVICE": "h200"}
+    got = read_config({"l2sched": {"schedule": "y.l2s"}}, env)
+    assert got == PluginConfig("y.l2s", (), "cuda", "error", None, "additional-config")
+    # and the section's own values, for every key
+    got = read_config({"l2sched": {"schedule": "y.l2s", "set": {"tp": 2},
+                                   "backend": "dry-run", "lint": "warn",
+                                   "device": "my.toml"}}, env)
+    assert got == PluginConfig("y.l2s", ("tp=2",), "dry-run", "warn", "my.toml",
+                               "additional-config")
+    # an environment that is malformed does not matter when the section wins
+    got = read_config({"l2sched": {"schedule": "y.l2s"}}, {"L2SCHED_LINT": "banana"})
+    assert got.lint == "error"
+
+
+def test_item14_environment_alone():
+    assert read_config({}, {}) is None
+    assert read_config(None, {"L2SCHED_SCHEDULE": "  "}) is None
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_SET": "tp=2; window.B.budget=25MB",
+           "L2SCHED_DEVICE": "gb10.toml"}
+    assert read_config(None, env) == PluginConfig(
+        "x.l2s", ("tp=2", "window.B.budget=25MB"), "cuda", "error", "gb10.toml", "env")
+
+
+# --------------------------------------------------------------------------
+# item 6: the lint setting and environment values are validated
+
+
+@pytest.mark.parametrize("value, want", [
+    (True, "error"), (False, "off"), ("error", "error"), ("warn", "warn"),
+    ("off", "off"),
+])
+def test_item06_lint_setting_values(value, want):
+    got = read_config({"l2sched": {"schedule": "x.l2s", "lint": value}}, {})
+    assert got.lint == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("1", "error"), ("true", "error"), ("on", "error"), ("yes", "error"),
+    ("error", "error"), ("WARN", "warn"), ("warn", "warn"), ("0", "off"),
+    ("false", "off"), ("off", "off"), ("no", "off"), ("", "error"),
+])
+def test_item06_lint_env_values(text, want):
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_LINT": text}
+    assert read_config(None, env).lint == want
+
+
+@pytest.mark.parametrize("var, text", [
+    ("L2SCHED_LINT", "banana"), ("L2SCHED_LINT", "2"),
+    ("L2SCHED_BACKEND", "gpu"), ("L2SCHED_BACKEND", "dryrun"),
+])
+def test_item06_bad_env_value_is_a_bad_configuration(var, text):
+    err = _bad(None, {"L2SCHED_SCHEDULE": "x.l2s", var: text})
+    assert var in err.detail and repr(text) in err.detail, err.detail
+
+
+@pytest.mark.parametrize("text, disabled", [
+    ("1", True), ("true", True), ("0", False), ("false", False), ("", False),
+    ("off", False), ("banana", False),
+])
+def test_item06_no_tvm_ffi_means_what_it_says(monkeypatch, caplog, text, disabled):
+    """``L2SCHED_NO_TVM_FFI=0`` does not disable TVM-FFI; a value that is not
+    a yes/no word is ignored with one warning naming the variable."""
+    import types
+
+    from l2sched.runtime import kernel as K
+
+    monkeypatch.setitem(sys.modules, "tvm_ffi", types.ModuleType("tvm_ffi"))
+    monkeypatch.setenv("L2SCHED_NO_TVM_FFI", text)
+    caplog.set_level("WARNING", logger="l2sched")
+    assert K._ffi_available() is (not disabled)
+    warned = [r.getMessage() for r in caplog.records if "L2SCHED_NO_TVM_FFI" in
+              r.getMessage()]
+    assert len(warned) == (1 if text == "banana" else 0), warned
+
+
+def test_item06_env_flag():
+    from l2sched.env import env_flag
+    from l2sched.errors import L2sUsageError
+
+    assert env_flag("X", {}) is False and env_flag("X", {}, default=True) is True
+    assert env_flag("X", {"X": " Yes "}) is True and env_flag("X", {"X": "0"}) is False
+    with pytest.raises(L2sUsageError, match=r"X='maybe'"):
+        env_flag("X", {"X": "maybe"})
+
+
+# --------------------------------------------------------------------------
+# item 15: L2SCHED_SET separates overrides with ';', never inside a selector
+
+
+@pytest.mark.parametrize("text, want", [
+    ("window.B.layers=moe, 44", ("window.B.layers=moe, 44",)),
+    ("window.B.layers=moe, 44; window.B.budget=25MB",
+     ("window.B.layers=moe, 44", "window.B.budget=25MB")),
+    ("tp=2;;  ", ("tp=2",)),
+    ("tp=2\nwindow.C.budget=7.5MB", ("tp=2", "window.C.budget=7.5MB")),
+    ('device="a;b.toml"; tp=2', ('device="a;b.toml"', "tp=2")),
+    ("", ()),
+])
+def test_item15_set_env_separator(text, want):
+    assert parse_set_env(text) == want
+
+
+def test_item15_commas_between_overrides_get_a_clear_error():
+    err = _bad(None, {"L2SCHED_SCHEDULE": "x.l2s",
+                      "L2SCHED_SET": "window.B.budget=25MB,window.C.budget=7.5MB"})
+    assert "L2SCHED_SET" in err.detail and "';'" in err.detail, err.detail
