@@ -311,7 +311,7 @@ def test_item17_code_references_exist():
                 bad.append(f"{p.name}: {m.group(1)}")
         for m in re.finditer(r"`((?:l2sched|tests|docs|schedules|benchmarks|grammar)"
                              r"/[^`\s:]*)", text):
-            path = m.group(1)
+            path = m.group(1).split("#", 1)[0]  # a section anchor is not a path
             if re.search(r"[*<>{}]|NAME|\.\.\.", path):
                 continue
             if not (ROOT / path).exists():
