@@ -69,10 +69,24 @@ def _is_stream(target: str) -> bool:
     return not stat.S_ISREG(m) and not stat.S_ISDIR(m)
 
 
-def _check_target(path, protect) -> tuple[str, str]:
-    shown = str(path)
+def check_output_path(path, protect=()) -> tuple[str, str]:
+    """The one check of an output path, shared by every output option of
+    every command (``compile -o``, ``timeline -o``, ``bench run --out``,
+    ``bench report --json-out/--md-out``, ...), run before any work and
+    again by the writers here. Returns ``(shown, target)``: the path as the
+    user wrote it and the file that will be written (symlinks resolved; a
+    device, FIFO or socket as given). Raises ``L2sInputError`` with one line,
+    the same for every option: ``<empty>:1:1: cannot write: the output path
+    is empty``, ``PATH:1:1: cannot write: is a directory`` (``.``, ``/``,
+    ``dir/``), ``PATH:1:1: refusing to overwrite the input file P`` for one
+    of ``protect``, or ``PATH:1:1: cannot write: REASON`` (a symlink loop, a
+    name too long)."""
+    shown = os.fspath(path) if path is not None else ""
     if not shown:
         raise _error("<empty>", "cannot write: the output path is empty")
+    if shown.endswith(os.sep) and not os.path.isdir(shown):
+        raise _error(shown, "cannot write: the path ends with a separator (a "
+                            "directory), not a file name")
     try:
         if _is_stream(path):
             # open the name as given: /dev/stdout on a pipe resolves to
@@ -105,7 +119,7 @@ def write_texts_atomically(outputs, protect=()) -> None:
     checked = []
     seen: dict[str, str] = {}
     for path, text in outputs:
-        shown, target = _check_target(path, protect)
+        shown, target = check_output_path(path, protect)
         if target in seen:
             raise _error(shown, f"two outputs would go to the same file ({seen[target]})")
         seen[target] = shown

@@ -44,6 +44,7 @@ from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
 from l2sched.compiler.compile import compile_plan, storage_entry
+from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -270,10 +271,7 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
 
 
 def _write(path, out):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1, default=str)
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(out, indent=1, default=str))
 
 
 def _sync(torch, dry):

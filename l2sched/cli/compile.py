@@ -11,7 +11,7 @@ from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
 from l2sched.compiler.compile import compile_plan, schedule_inventory
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sUsageError
-from l2sched.files import write_text_atomically
+from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lang.schedule import Schedule
 from l2sched.units import format_size, format_table
@@ -58,7 +58,10 @@ def compile_schedule(args) -> tuple[Schedule, Plan]:
 
 
 def cmd_compile(args) -> int:
-    """``l2sched compile SCHEDULE [--tp-rank R] -o plan.json``."""
+    """``l2sched compile SCHEDULE [--tp-rank R] -o plan.json``. An unusable
+    ``-o`` (empty, a directory) is refused before compiling."""
+    if args.output not in (None, "-"):
+        check_output_path(args.output)
     schedule, plan = compile_schedule(args)
     text = plan.to_json()
     if args.output in (None, "-"):

@@ -10,7 +10,7 @@ from l2sched.cli.options import add_command, add_schedule_args
 from l2sched.errors import L2sError, L2sUsageError, suggest
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.calibrate import calibrate_path
-from l2sched.lint.timeline import write_timeline
+from l2sched.lint.timeline import timeline_paths, write_timeline
 from l2sched.units import GRAPH_MODES
 
 
@@ -60,7 +60,9 @@ def cmd_lint(args) -> int:
 
 def cmd_timeline(args) -> int:
     """Write the Chrome trace JSON and an SVG Gantt (``FILE`` with
-    ``.svg``) of the predicted timeline."""
+    ``.svg``) of the predicted timeline. An unusable ``-o`` is refused
+    before the lint runs."""
+    timeline_paths(args.output)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                     tokens=args.tokens)
     for p in write_timeline(run, args.output):

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import write_texts_atomically
+from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.lint.graph import layer_graph, timeline_order
 
 STREAM_TID = {"main": 1, "aux": 2, "side": 3}
@@ -147,18 +147,30 @@ def gantt_svg(run, width: int = 1400) -> str:
             + "".join(panels) + "".join(legend) + "</svg>\n")
 
 
-def write_timeline(run, output: str) -> list[str]:
-    """Write ``output`` (Chrome trace JSON) and the SVG next to it (same
-    name, ``.svg``), both or neither; returns both paths. Raises
-    ``L2sInputError`` when ``output`` itself ends in ``.svg`` (the trace and
-    the chart would be one file), when it is one of the schedule's files, or
-    when a write fails."""
+def timeline_paths(output: str) -> tuple[Path, Path]:
+    """The trace path ``output`` and the SVG beside it (same name, ``.svg``),
+    checked with ``files.check_output_path`` first (so ``-o .``, ``-o ''``
+    and ``-o /`` are one-line errors, not a traceback). Raises
+    ``L2sInputError`` for those, and when ``output`` itself ends in ``.svg``
+    (the trace and the chart would be one file)."""
+    check_output_path(output)
     out = Path(output)
     if out.suffix.lower() == ".svg":
         raise L2sInputError(Diagnostic(
             "-o names the trace (.json); the SVG is written next to it with the "
             "same name and .svg", Span.point(str(output))))
     svg = out.with_suffix(".svg")
+    check_output_path(svg)
+    return out, svg
+
+
+def write_timeline(run, output: str) -> list[str]:
+    """Write ``output`` (Chrome trace JSON) and the SVG next to it (same
+    name, ``.svg``), both or neither; returns both paths. Raises
+    ``L2sInputError`` when ``output`` itself ends in ``.svg`` (the trace and
+    the chart would be one file), when it is one of the schedule's files, or
+    when a write fails."""
+    out, svg = timeline_paths(output)
     write_texts_atomically([(out, json.dumps(chrome_trace(run)) + "\n"),
                             (svg, gantt_svg(run))], protect=run.schedule.files)
     return [str(out), str(svg)]
