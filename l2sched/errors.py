@@ -213,6 +213,10 @@ class DiagnosticSink:
 
     sources: dict[str, list[str]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: (severity, message, span) of every recorded diagnostic: the same
+    #: message at the same place is recorded once (errors that follow from
+    #: another one, reached twice, are not repeated).
+    _seen: set = field(default_factory=set, repr=False)
 
     def add_source(self, path: str, text: str) -> None:
         """Remember ``text`` as the contents of ``path`` for caret lines
@@ -236,7 +240,13 @@ class DiagnosticSink:
                             tuple(notes)))
 
     def add(self, diagnostic: Diagnostic) -> None:
-        """Record ``diagnostic``, filling in its source line when missing."""
+        """Record ``diagnostic``, filling in its source line when missing;
+        a diagnostic with the severity, message and span of one already
+        recorded is dropped."""
+        key = (diagnostic.severity, diagnostic.message, diagnostic.span)
+        if key in self._seen:
+            return
+        self._seen.add(key)
         if diagnostic.source_line is None and diagnostic.span is not None:
             line = self.line_of(diagnostic.span)
             if line is not None:

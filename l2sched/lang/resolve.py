@@ -165,7 +165,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     values.setdefault("set_aside", 0)
 
     adapter = None
-    kinds: list = []
+    kinds: list | None = None  # unknown until the model's config gives them
     if values.get("model"):
         adapter = get_adapter(values["model"])
         try:
@@ -181,7 +181,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         device=values["device"], tp=values["tp"], ep=values["ep"],
         max_tokens=values["max_tokens"], policy=values["policy"],
         set_aside=values["set_aside"], windows=tuple(windows),
-        layer_kinds=tuple(kinds), files=tuple(draft.files), spans=spans,
+        layer_kinds=tuple(kinds or ()), files=tuple(draft.files), spans=spans,
         sources={p: "\n".join(lines) for p, lines in sink.sources.items()})
 
 
@@ -256,7 +256,7 @@ def _window_layers(name: str, w: dict, kinds, spans: dict,
     """The layers window ``name`` fires in (all layers without a
     selector) and whether they resolved without error."""
     if w["layers"] is None:
-        layers = set(range(len(kinds)))
+        layers = set(range(len(kinds or ())))
         return layers, bool(kinds)
     spans["layers"] = w["layers"].span
     before = len(sink.diagnostics)
