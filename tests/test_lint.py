@@ -344,3 +344,32 @@ def test_set_aside_above_the_device_maximum_is_a_warning(cfg, inv):
     assert f.data == {"set_aside": 10**9, "max": run.device.set_aside_max_bytes}
     ok = lint_text(text.replace("set_aside 1GB", "set_aside max"), cfg, inv)
     assert "L2S108" not in codes(ok)
+
+
+def test_item07_routed_expert_targets_are_refused(cfg, inv):
+    """A window naming the routed experts got only budget/left-over
+    findings. Their consumer (the expert stream) reads a data-dependent
+    subset, the experts the router picks per token: L2S006, an error, at
+    the pattern that names them, also through a wide pattern; an ``except``
+    that removes them, or a schedule that never names them, gets none."""
+    run = lint_text(HEAD + "window D at moe.pre_all_reduce budget 100MB layers moe {\n"
+                    "    this mlp.experts.routed_experts.w2_weight\n}\n", cfg, inv)
+    (f,) = only(run, "L2S006")
+    assert f.severity == "error" and run.has_errors
+    assert (f.span.line, f.span.column) == (6, 10)
+    assert "mlp.experts.routed_experts.w2_weight" in f.message
+    assert "moe.w2" in f.message and "router" in f.message
+    assert f.data["tensors"] == ["mlp.experts.routed_experts.w2_weight"]
+    # a wide pattern reaches them too, in the next layer
+    run = lint_text(HEAD + "window E at attn.pre_all_reduce budget 10MB layers moe "
+                    "except 44 {\n    next mlp.*\n}\n", cfg, inv)
+    (f,) = only(run, "L2S006")
+    assert f.data["tensors"] == ["mlp.experts.routed_experts.w13_weight",
+                                 "mlp.experts.routed_experts.w2_weight"]
+    assert "next mlp.*" in f.message
+    run = lint_text(HEAD + "window E at attn.pre_all_reduce budget 10MB layers moe "
+                    "except 44 {\n    next mlp.* except mlp.experts\n}\n", cfg, inv)
+    assert "L2S006" not in codes(run)
+    for path in sorted((ROOT / "schedules").glob("*.l2s")):
+        assert "L2S006" not in codes(lint_path(str(path))), path
+    assert RULES["L2S006"].severity == "error"

@@ -1,6 +1,7 @@
 """Target rules (no simulation): a pattern that matches nothing
 (L2S001), a tensor two windows fetch in one step (L2S002), a cache or
-buffer the model writes right before reading it (L2S003)."""
+buffer the model writes right before reading it (L2S003), a tensor whose
+consumer reads a data-dependent subset of it (L2S006)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from l2sched.compiler.compile import expand_targets, pattern_matches
 from l2sched.lint.rules.base import Finding, Rule, target_span, window_span
+from l2sched.model.adapters import get_adapter
+from l2sched.units import format_size
 
 RULES = (
     Rule(
@@ -34,6 +37,25 @@ RULES = (
              "caches are never prefetched (docs/sources.md, runtime rules)."),
         example=("`this self_attn.indexer.k_cache`"),
         fix=("remove the target.")),
+    Rule(
+        "L2S006", "prefetch-of-data-dependent-reads", "error",
+        what=("a target names a tensor whose consumer reads only a data-dependent subset of it:\n"
+             "the routed experts (`mlp.experts.routed_experts.w13_weight`, `w2_weight`), of which a\n"
+             "decode step reads the experts the router picks for its tokens. The adapter knows them:\n"
+             "the tensors its `expert_stream` ops read, and every tensor with an expert range\n"
+             "(`l2sched inventory` notes `experts 0-287`). Also reported through a wide pattern\n"
+             "(`next mlp.*`)."),
+        why=("which experts a step reads is known only once the router has run, after the hook\n"
+             "points that could fire the fill, and changes every step. A fill fetches a fixed byte\n"
+             "range in consumption order: the first experts, which a token picks only by chance\n"
+             "(8 of 288 per token in GLM-5.3-Flash), so nearly all of its bytes are never read,\n"
+             "while its traffic competes with the GEMMs and with the expert stream itself (L2S101).\n"
+             "The routed experts are 1.2-2.4 GB per layer per GPU at TP4, far beyond any L2, and no\n"
+             "hand-written prefetcher ever fetched them."),
+        example=("`window D at moe.pre_all_reduce budget 100MB layers moe {\n"
+                 "this mlp.experts.routed_experts.w2_weight }`"),
+        fix=("remove the target; keep wide patterns off the experts with `except`\n"
+             "(`next mlp.* except mlp.experts`).")),
 )
 
 #: Caches and buffers the model writes during decode, right before reading
@@ -53,11 +75,12 @@ WRITTEN_BUFFERS: dict[str, str] = {
 
 def check(run) -> list[Finding]:
     """L2S001 (a pattern matches nothing in any layer its window fires in),
-    L2S003 (a pattern names a cache or buffer written right before use) and
-    L2S002 (a tensor named by two windows for the same decode step), over
-    ``run.schedule`` and ``run.inventory``."""
+    L2S003 (a pattern names a cache or buffer written right before use),
+    L2S006 (a pattern names a tensor whose consumer reads a data-dependent
+    subset) and L2S002 (a tensor named by two windows for the same decode
+    step), over ``run.schedule`` and ``run.inventory``."""
     schedule, inventory = run.schedule, run.inventory
-    out: list[Finding] = []
+    out: list[Finding] = check_data_dependent(run)
     n = len(inventory.layers)
     for w in schedule.windows:
         for t in w.targets:
@@ -119,6 +142,71 @@ def check(run) -> list[Finding]:
                                        {"tensor": e.path, "layer": tl}))
                 else:
                     claimed.setdefault(key, (w.name, e))
+    return out
+
+
+def data_dependent_tensors(inventory, adapter, layer: int) -> dict[str, str]:
+    """The tensors of ``layer`` whose consumer reads a data-dependent subset
+    of them, each with the op that reads it: the reads of the adapter's
+    ``expert_stream`` ops (``decode_timeline``) and every tensor with an
+    expert range (``TensorEntry.experts``), in consumption order."""
+    kind = inventory.kinds[layer]
+    readers = {path: op.name for op in adapter.decode_timeline(kind)
+               if op.cls == "expert_stream" for path in op.reads}
+    return {e.path: readers.get(e.path, "the expert stream")
+            for e in inventory.tensors(layer)
+            if e.path in readers or e.experts is not None}
+
+
+def check_data_dependent(run) -> list[Finding]:
+    """L2S006: one finding per target pattern that names (in some layer its
+    window fires in, after the target's ``except``) a tensor whose consumer
+    reads a data-dependent subset (``data_dependent_tensors``): the routed
+    experts, of which a step reads the experts the router picks. Layers with
+    the same tensors are checked once."""
+    schedule, inventory = run.schedule, run.inventory
+    adapter = get_adapter(schedule.model)
+    n = len(inventory.layers)
+    cache: dict = {}
+
+    def dependent(layer: int) -> tuple:
+        key = inventory.kinds[layer]
+        if str(key) not in cache:
+            dd = data_dependent_tensors(inventory, adapter, layer)
+            cache[str(key)] = tuple((inventory.tensor(layer, p), op)
+                                    for p, op in dd.items())
+        return cache[str(key)]
+
+    out = []
+    for w in schedule.windows:
+        for t in w.targets:
+            seen_kinds = set()
+            found: dict[str, tuple] = {}
+            for layer in w.layers:
+                tl = layer if t.scope == "this" else (layer + 1) % n
+                if str(inventory.kinds[tl]) in seen_kinds:
+                    continue
+                seen_kinds.add(str(inventory.kinds[tl]))
+                for e, op in dependent(tl):
+                    if (e.lazy and not t.lazy) or any(
+                            pattern_matches(x.text, e.path) for x in t.excludes):
+                        continue
+                    for p in t.patterns:
+                        if pattern_matches(p.text, e.path):
+                            found.setdefault(p.text, (p, {}))[1].setdefault(
+                                e.path, (e, op))
+            for text, (p, tensors) in found.items():
+                names = sorted(tensors)
+                ops = sorted({op for _, op in tensors.values()})
+                listed = ", ".join(f"{name} ({format_size(tensors[name][0].nbytes)})"
+                                   for name in names)
+                verb = "reads" if len(ops) == 1 else "read"
+                out.append(Finding(
+                    "L2S006", f"target '{t.scope} {text}' of window '{w.name}' names "
+                    f"{listed}, which {' and '.join(repr(o) for o in ops)} {verb} "
+                    f"only for the experts the router picks per token: a "
+                    f"data-dependent subset no fill can know in advance",
+                    p.span, {"window": w.name, "tensors": names, "ops": ops}))
     return out
 
 
