@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -373,3 +374,56 @@ def test_item07_routed_expert_targets_are_refused(cfg, inv):
     for path in sorted((ROOT / "schedules").glob("*.l2s")):
         assert "L2S006" not in codes(lint_path(str(path))), path
     assert RULES["L2S006"].severity == "error"
+
+
+#: How a finding may name layers: where its window fires, whose tensors, or
+#: where an op runs. A bare "in kda+moe layers 5..6" is ambiguous.
+_LAYER_PHRASE = re.compile(r"(fires in [\w+/]+ |tensors of (?:[\w+]+ )?|runs in |"
+                           r"\(tensor of )layers? $")
+
+
+def _layer_mentions_are_explicit(message: str) -> bool:
+    for m in re.finditer(r"layers? \d", message):
+        if not _LAYER_PHRASE.search(message[:m.end() - 1]):
+            return False
+    return True
+
+
+def test_item08_findings_say_which_layers_they_mean(cfg, inv):
+    """L2S201 said "leaves 44.54 MB per layer unfetched ... in kda+moe layers
+    5..6, 9..10": the layers of the target tensors, read as the layers where
+    the window fires. Every finding that names layers says which: where the
+    window fires, and (for next-layer tensors or ops) the layers of those."""
+    run = lint_text(HEAD + "window A at attn.pre_all_reduce budget 8MB layers kda & moe "
+                    "{\n    next self_attn.in_proj_qkvbfg_a\n}\n", cfg, inv)
+    left = only(run, "L2S201")
+    msgs = {f.message for f in left}
+    kda_next = [m for m in msgs if "fires in kda+moe layers 4..5, 8..9," in m]
+    assert kda_next, msgs
+    assert "tensors of kda+moe layers 5..6, 9..10," in kda_next[0]
+    assert " in kda+moe layers 5..6" not in kda_next[0]
+    # every finding of every rule, on the shipped schedules and on schedules
+    # written to trigger each layer-naming rule
+    texts = [
+        HEAD + "window A at attn.pre_all_reduce budget 8MB layers kda & moe {\n"
+               "    next self_attn.in_proj_qkvbfg_a\n}\n",
+        HEAD + "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+               "    this self_attn.o_proj\n}\nwindow A2 at attn.pre_all_reduce budget 17MB "
+               "layers kda & moe {\n    this self_attn.o_proj\n}\n",
+        HEAD.replace("sm120-rtx-pro-6000-maxq", "h200")
+        + "window B at attn.post_all_reduce budget 120MB layers moe {\n"
+               "    next self_attn.*\n    this mlp.shared_experts.*\n}\n",
+        HEAD + "window D at attn.pre_all_reduce budget 60MB layers dense {\n"
+               "    next self_attn.*\n}\n",
+        HEAD + "window C at moe.post_all_reduce budget 40MB layers moe {\n"
+               "    next self_attn.o_proj, self_attn.in_proj_qkvbfg_a\n}\n",
+    ]
+    runs = [lint_text(t, cfg, inv) for t in texts]
+    runs += [lint_path(str(p)) for p in sorted((ROOT / "schedules").glob("*.l2s"))]
+    seen = set()
+    for r in runs:
+        for f in r.findings:
+            seen.add(f.code)
+            assert _layer_mentions_are_explicit(f.message), (f.code, f.message)
+    assert {"L2S002", "L2S005", "L2S101", "L2S103", "L2S104", "L2S105", "L2S106",
+            "L2S107", "L2S201"} <= seen, seen

@@ -185,10 +185,10 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
             if nxt is not None and layer in nxt.layers:
                 carried[nxt.name].extend(rest)
             else:
-                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes)
+                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes, layer)
                                  for p in rest)
         for name, pieces in carried.items():  # carry target never fired here
-            left_over.extend(LeftOver(name, p.layer, p.tensor, p.nbytes)
+            left_over.extend(LeftOver(name, p.layer, p.tensor, p.nbytes, layer)
                              for p in pieces)
     return Plan(schedule=schedule.name, model=schedule.model, device=schedule.device,
                 tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,

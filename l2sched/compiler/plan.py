@@ -60,12 +60,15 @@ class WindowIssue:
 class LeftOver:
     """``nbytes`` bytes of ``tensor`` (in layer ``layer``) that no window
     could take after window ``window``, reported by the compiler (never
-    silently dropped)."""
+    silently dropped). ``fired_in`` is the layer whose windows left them:
+    ``layer`` for a ``this`` target, the layer before it for a ``next``
+    target (-1 in plans written before it was recorded)."""
 
     window: str
     layer: int
     tensor: str
     nbytes: int
+    fired_in: int = -1
 
 
 @dataclass(frozen=True)

@@ -113,9 +113,37 @@ def window_span(w, key: str = "at") -> Span:
     return w.spans.get(key) or w.spans.get("name") or w.span
 
 
-def layers_text(kind: str, layers: Iterable[int]) -> str:
-    """``kda+moe layers 3..5, 9``: layers of one layer kind, selector style."""
-    return f"{kind} layers {format_layers(sorted(set(layers)))}"
+def fires_in(kind: str, layers: Iterable[int]) -> str:
+    """``fires in kda+moe layers 3..5, 9``: the layers (of layer kind
+    ``kind``) where a window fires, selector style. Findings name layers
+    only through this and ``layers_of``, so a reader always knows whether
+    layers are where the window fires or where its tensors or ops live."""
+    layers = sorted(set(layers))
+    word = "layer" if len(layers) == 1 else "layers"
+    return f"fires in {kind} {word} {format_layers(layers)}"
+
+
+def layers_of(what: str, layers: Iterable[int], fired: Iterable[int] = (),
+              num_layers: int = 0) -> str:
+    """``tensors of layers 4..6`` / ``runs in layers 5..7``: layers of the
+    tensors or ops a finding is about (``what``: ``tensors of``, ``runs
+    in``), when they differ from where the window fires. With ``fired``
+    (where the window fires) and ``num_layers``: layer 0 reached from the
+    last layer is written last, as ``0 (next step)``."""
+    layers = sorted(set(layers))
+    fired = set(fired)
+    word = "layer" if len(layers) == 1 else "layers"
+    if num_layers and 0 in layers and num_layers - 1 in fired and 0 not in fired:
+        rest = [i for i in layers if i != 0]
+        text = (format_layers(rest) + ", " if rest else "") + "0 (next step)"
+        return f"{what} {word} {text}"
+    return f"{what} {word} {format_layers(layers)}"
+
+
+def next_layers(layers: Iterable[int], num_layers: int) -> list[int]:
+    """The layer after each of ``layers`` (the last layer's next is layer 0
+    of the next decode step)."""
+    return sorted({(i + 1) % num_layers for i in layers})
 
 
 def target_span(schedule, window_name: str, layer_rel: str, tensor: str) -> Span | None:

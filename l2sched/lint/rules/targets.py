@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from l2sched.compiler.compile import expand_targets, pattern_matches
-from l2sched.lint.rules.base import Finding, Rule, target_span, window_span
+from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
 from l2sched.units import format_size
 
@@ -113,7 +113,7 @@ def check(run) -> list[Finding]:
                                        f"window '{w.name}' matches no tensor in "
                                        f"its layers{lazy_hint}", p.span))
     # L2S002: the same storage bytes named for the same target layer twice
-    claimed: dict[tuple[int, str], tuple[str, Any]] = {}
+    claimed: dict[tuple[int, str], tuple[str, Any, int]] = {}
     reported: set = set()
     expanded: dict = {}  # targets depend only on (window, this kind, next kind)
     for layer in range(n):
@@ -129,19 +129,24 @@ def check(run) -> list[Finding]:
                 tl = (layer + 1) % n if is_next else layer
                 key = (tl, e.view_of or e.path)
                 if key in claimed and claimed[key][0] != w.name:
-                    first = claimed[key][0]
+                    first, _, first_layer = claimed[key]
                     if (w.name, first, e.path) in reported:
                         continue
                     reported.add((w.name, first, e.path))
                     scope = "this" if tl == layer else "next"
                     span = target_span(schedule, w.name, scope, e.path)
-                    out.append(Finding("L2S002", f"'{e.path}' (layer {tl}) is "
-                                       f"prefetched by window '{first}' and again "
-                                       f"by window '{w.name}' in one decode step",
-                                       span or window_span(w, "name"),
-                                       {"tensor": e.path, "layer": tl}))
+                    kind = str(inventory.kinds[layer])
+                    first_kind = str(inventory.kinds[first_layer])
+                    out.append(Finding(
+                        "L2S002", f"'{e.path}' (tensor of layer {tl}) is prefetched "
+                        f"by window '{first}' (where it {fires_in(first_kind, [first_layer])}) "
+                        f"and again by window '{w.name}' (where it "
+                        f"{fires_in(kind, [layer])}) in one decode step",
+                        span or window_span(w, "name"),
+                        {"tensor": e.path, "layer": tl, "windows": [first, w.name],
+                         "fire_layers": [first_layer, layer]}))
                 else:
-                    claimed.setdefault(key, (w.name, e))
+                    claimed.setdefault(key, (w.name, e, layer))
     return out
 
 
