@@ -33,6 +33,16 @@ def _category(d) -> str:
     return d["cls"]
 
 
+def _ts_dur(start: float, finish: float) -> dict:
+    """``ts`` and ``dur`` (us) of a complete event from its end points in us:
+    both end points are rounded to whole nanoseconds first and ``dur`` is
+    their difference, so slices that abut or nest in the simulation abut or
+    nest exactly in the trace (rounding ``ts`` and ``dur`` separately made a
+    slice end 1 ns after the next one started)."""
+    t0, t1 = round(start * 1000), round(finish * 1000)
+    return {"ts": t0 / 1000, "dur": (t1 - t0) / 1000}
+
+
 def chrome_trace(run) -> dict:
     """The predicted step as a Chrome trace-event document (events in a
     topological order of the step's networkx DiGraph)."""
@@ -57,7 +67,7 @@ def chrome_trace(run) -> dict:
         name = d["op"] if d["pos"] < run.sg.num_layers else f"{d['op']} (next step)"
         events.append({"ph": "X", "pid": 0, "tid": STREAM_TID[d["stream"]],
                        "name": f"L{d['layer']} {name}", "cat": _category(d),
-                       "ts": round(t.start, 3), "dur": round(t.finish - t.start, 3),
+                       **_ts_dur(t.start, t.finish),
                        "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
