@@ -41,18 +41,23 @@ def read_input_text(path: str | os.PathLike, what: str = "file") -> str:
     shown = os.fspath(path)
     try:
         if not stat.S_ISREG(os.stat(shown).st_mode):
-            raise L2sInputError(f"{shown}: not a regular file")
+            raise _file_error(shown, "not a regular file")
         with open(shown, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise L2sInputError(f"{shown}: no such {what}") from None
+        raise _file_error(shown, f"no such {what}") from None
     except OSError as e:
-        raise L2sInputError(f"{shown}: cannot read {what}: {e.strerror or e}") from None
+        raise _file_error(shown, f"cannot read {what}: {e.strerror or e}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise L2sInputError(f"{shown}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
-                            f"at offset {e.start})") from None
+        raise _file_error(shown, f"not valid UTF-8 (byte 0x{data[e.start]:02x} "
+                                 f"at offset {e.start})") from None
+
+
+def _file_error(shown: str, message: str) -> L2sInputError:
+    """``shown: message``, located at the whole file (``Span.file``)."""
+    return L2sInputError(Diagnostic(message, Span.file(shown)))
 
 
 def _error(shown: str, message: str) -> L2sInputError:

@@ -151,3 +151,93 @@ def test_item09_trace_slices_nest_or_abut_per_track(schedule, tokens):
         if e.get("ph") == "X":
             assert abs(e["ts"] * 1000 - round(e["ts"] * 1000)) < 1e-6
             assert abs(e["dur"] * 1000 - round(e["dur"] * 1000)) < 1e-6
+
+
+SARIF_SCHEMA = ROOT / "tests" / "data" / "sarif" / "sarif-schema-2.1.0.json"
+
+
+def _sarif_validator():
+    jsonschema = pytest.importorskip(
+        "jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
+    schema = json.loads(SARIF_SCHEMA.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _sarif_problems(doc) -> list[str]:
+    """Schema errors plus what code-scanning services reject: a result with
+    no location, a URI that is not percent-encoded or is relative without a
+    uriBaseId, a placeholder help link."""
+    from urllib.parse import quote, unquote, urlsplit
+
+    out = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+           for e in _sarif_validator().iter_errors(doc)]
+    text = json.dumps(doc)
+    if "example.invalid" in text:
+        out.append("placeholder URI example.invalid")
+    for run in doc["runs"]:
+        for rule in run["tool"]["driver"]["rules"]:
+            if "helpUri" in rule and not urlsplit(rule["helpUri"]).scheme:
+                out.append(f"{rule['id']}: relative helpUri")
+        for r in run["results"]:
+            if not r.get("locations"):
+                out.append(f"{r['ruleId']}: no location ({r['message']['text']})")
+                continue
+            art = r["locations"][0]["physicalLocation"]["artifactLocation"]
+            uri = art["uri"]
+            if quote(unquote(uri), safe="/:") != uri:
+                out.append(f"not percent-encoded: {uri!r}")
+            if not urlsplit(uri).scheme and "uriBaseId" not in art:
+                out.append(f"relative URI without uriBaseId: {uri!r}")
+    return out
+
+
+def test_item10_sarif_is_valid_located_and_percent_encoded(tmp_path, monkeypatch,
+                                                            capsys):
+    """A schedule path with a space or '#' was emitted raw as the artifact
+    uri, a device-profile error had no location, help links pointed at
+    example.invalid. Every SARIF document the lint writes (findings, input
+    errors of the schedule, of a --set argument, of a device profile given
+    by path or by an unknown name) validates against the official SARIF
+    2.1.0 schema, has percent-encoded URIs relative to %SRCROOT% and a
+    location for every result."""
+    from l2sched.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "my dir #2"
+    folder.mkdir()
+    sched = folder / "post ar#1.l2s"
+    sched.write_text(POST_AR.read_text().replace(
+        'extends "glm53-flash-sm120-tp4.l2s"',
+        f'extends "{ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"}"'))
+    bad_profile = folder / "bad #profile.toml"
+    bad_profile.write_text((ROOT / "l2sched" / "data" / "devices" / "h200.toml")
+                           .read_text().replace("[bandwidth]", "[bandwith]"))
+    cases = {
+        "findings": [str(sched.relative_to(tmp_path))],
+        "schedule error": [str(sched), "--set", "window.B.budget=5"],
+        "profile file error": [str(sched), "--device", str(bad_profile)],
+        "unknown profile name": [str(sched), "--device", "nope"],
+        "missing profile file": [str(sched), "--device", "gone.toml"],
+    }
+    for case, args in cases.items():
+        main(["lint", *args, "--format", "sarif"])
+        doc = json.loads(capsys.readouterr().out)
+        assert _sarif_problems(doc) == [], case
+        results = doc["runs"][0]["results"]
+        assert results, case
+        uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                for r in results}
+        if case == "findings":
+            assert "my%20dir%20%232/post%20ar%231.l2s" in uris
+        if case == "profile file error":
+            (r,) = results
+            loc = r["locations"][0]["physicalLocation"]
+            assert loc["artifactLocation"] == {"uri": "my%20dir%20%232/bad%20%23profile.toml",
+                                               "uriBaseId": "%SRCROOT%"}
+            assert loc["region"]["startLine"] > 1
+    for path in sorted((ROOT / "schedules").glob("*.l2s")):
+        monkeypatch.chdir(ROOT)
+        main(["lint", str(path.relative_to(ROOT)), "--format", "sarif"])
+        doc = json.loads(capsys.readouterr().out)
+        assert _sarif_problems(doc) == [], path

@@ -46,7 +46,7 @@ def cmd_lint(args) -> int:
         if args.format == "json":
             sys.stdout.write(report.input_error_json(args.schedule, err))
         elif args.format == "sarif":
-            sys.stdout.write(report.input_error_sarif(err))
+            sys.stdout.write(report.input_error_sarif(err, args.schedule))
         raise
     run.calibration = calib_rows
     if args.format == "json":

@@ -11,12 +11,15 @@ the layer's time against the no-prefetch baseline (us).
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
+from pathlib import Path
+from urllib.parse import quote
 
+import l2sched
 from l2sched.lint import rules
 from l2sched.units import format_table
 
-TOOL_URI = "https://example.invalid/l2sched/docs/lint.md"
 
 
 def summary_rows(run) -> list[tuple[str, ...]]:
@@ -154,42 +157,124 @@ def input_error_json(path: str, err) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def input_error_sarif(err) -> str:
-    """``to_sarif``'s document for a schedule that could not be linted."""
-    return _sarif(input_error_findings(err))
+def input_error_sarif(err, path: str | None = None) -> str:
+    """``to_sarif``'s document for a schedule that could not be linted;
+    ``path`` (the schedule) locates diagnostics that have no file of their
+    own (an unknown ``--device`` name, a ``--set`` argument)."""
+    return sarif_document([(input_error_findings(err), path)])
 
 
 def to_sarif(run) -> str:
-    """SARIF 2.1.0 for code-scanning: one run, the rule table, one result
-    per finding (level error/warning/note)."""
-    return _sarif(run.findings)
+    """SARIF 2.1.0 for code-scanning (``sarif_document`` of one run)."""
+    return sarif_document([(run.findings, run.schedule.path)])
 
 
-def _sarif(findings) -> str:
+#: The official SARIF 2.1.0 schema (errata 01), as ``$schema``.
+SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
+                "sarif-schema-2.1.0.json")
+#: The base every relative artifact URI is relative to: the source root.
+SRCROOT = "%SRCROOT%"
+
+
+def source_root(cwd: str | None = None) -> str:
+    """The directory ``%SRCROOT%`` stands for: the nearest directory at or
+    above ``cwd`` (default: the working directory) that holds ``.git`` (a
+    repository or worktree root, what code-scanning services resolve
+    ``%SRCROOT%`` to), else ``cwd`` itself. An absolute path."""
+    start = os.path.abspath(cwd or os.getcwd())
+    d = start
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return start
+        d = parent
+
+
+def artifact_location(path: str, root: str) -> dict | None:
+    """SARIF ``artifactLocation`` of file ``path`` (as the user named it):
+    relative to ``root`` with ``uriBaseId`` ``%SRCROOT%`` when the file is
+    under it, else an absolute ``file://`` URI; percent-encoded either way
+    (a space is ``%20``, ``#`` is ``%23``). None for a path that names no
+    file (``--set #1``, ``<string>``, ``<embedded ...>``)."""
+    if not path or path.startswith(("<", "--set ")):
+        return None
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, root)
+    if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+        return {"uri": quote(rel.replace(os.sep, "/"), safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": Path(full).as_uri()}
+
+
+def _sarif_location(span, fallback: str | None, root: str) -> tuple[list, str]:
+    """``(locations, message prefix)`` of a result at ``span``. A span in a
+    file gives its region (a whole-file span none); a span that names no
+    file (a ``--set`` argument) or none at all is located at line 1 of
+    ``fallback`` (the schedule), and the message is prefixed with the
+    span's own ``place:line:col``."""
+    art = artifact_location(span.path, root) if span is not None else None
+    if art is not None:
+        phys = {"artifactLocation": art}
+        if not span.whole_file:
+            phys["region"] = {"startLine": span.line, "startColumn": span.column,
+                              "endLine": span.end_line, "endColumn": span.end_column}
+        return [{"physicalLocation": phys}], ""
+    prefix = f"{span}: " if span is not None else ""
+    art = artifact_location(fallback, root) if fallback else None
+    if art is None:
+        return [], prefix
+    return [{"physicalLocation": {"artifactLocation": art,
+                                  "region": {"startLine": 1}}}], prefix
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def sarif_document(items, cwd: str | None = None) -> str:
+    """SARIF 2.1.0 for code-scanning services: one run, the rule table (with
+    each rule's documentation as ``help``), one result per finding (level
+    error/warning/note) located in its file. ``items`` holds ``(findings,
+    schedule path)`` per linted schedule; the path locates findings without
+    a file of their own. URIs are percent-encoded and relative to
+    ``%SRCROOT%`` (``source_root(cwd)``; ``originalUriBaseIds`` describes
+    it), columns count Unicode code points. No help URI: the rule
+    documentation is inline (docs/lint.md has the same text)."""
     level = {"error": "error", "warning": "warning", "info": "note"}
+    codes = list(rules.RULES)
     rules_json = [{
         "id": code, "name": rule.name,
         "shortDescription": {"text": rule.name.replace("-", " ")},
-        "helpUri": f"{TOOL_URI}#{code.lower()}",
+        "fullDescription": {"text": _one_line(rule.what)},
+        "help": {"text": " ".join(f"{label}: {_one_line(text)}" for label, text in (
+            ("What", rule.what), ("Why", rule.why), ("Example", rule.example),
+            ("Fix", rule.fix)) if text),
+                 "markdown": rule.markdown()},
         "defaultConfiguration": {"level": level[rule.severity]},
     } for code, rule in rules.RULES.items()]
+    root = source_root(cwd)
     results = []
-    for f in findings:
-        r = {"ruleId": f.code, "level": level[f.severity],
-             "message": {"text": f.message}}
-        if f.span is not None:
-            r["locations"] = [{"physicalLocation": {
-                "artifactLocation": {"uri": f.span.path},
-                "region": {"startLine": f.span.line, "startColumn": f.span.column,
-                           "endLine": f.span.end_line,
-                           "endColumn": f.span.end_column}}}]
-        results.append(r)
+    for findings, fallback in items:
+        for f in findings:
+            locations, prefix = _sarif_location(f.span, fallback, root)
+            r = {"ruleId": f.code, "ruleIndex": codes.index(f.code),
+                 "level": level[f.severity],
+                 "message": {"text": prefix + f.message}}
+            if locations:
+                r["locations"] = locations
+            results.append(r)
     doc = {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
         "runs": [{"tool": {"driver": {"name": "l2sched-lint",
-                                      "informationUri": TOOL_URI,
+                                      "version": l2sched.__version__,
                                       "rules": rules_json}},
+                  "originalUriBaseIds": {SRCROOT: {"description": {"text": (
+                      "the source root: the nearest directory at or above the "
+                      "working directory of `l2sched lint` that holds .git, else "
+                      "that working directory")}}},
+                  "columnKind": "unicodeCodePoints",
                   "results": results}],
     }
     return json.dumps(doc, indent=1) + "\n"
