@@ -21,7 +21,7 @@ import functools
 from collections import defaultdict
 from dataclasses import dataclass
 
-from l2sched.compiler.plan import ByteRange, LeftOver, Plan, WindowIssue
+from l2sched.compiler.plan import ByteRange, EmptyIssue, LeftOver, Plan, WindowIssue
 from l2sched.errors import (
     DiagnosticSink,
     L2sCompileError,
@@ -86,27 +86,32 @@ def storage_entry(inventory, layer: int, entry):
 
 
 class _Coverage:
-    """Byte intervals already fetched per storage in one decode step."""
+    """Byte intervals already fetched per storage in one decode step, with
+    the window that fetched each."""
 
     def __init__(self):
         self.spans: dict = defaultdict(list)
 
-    def subtract(self, key, start: int, end: int) -> list[tuple[int, int]]:
-        """Parts of ``[start, end)`` not yet covered; marks them covered."""
+    def subtract(self, key, start: int, end: int, owner: str = ""
+                 ) -> tuple[list[tuple[int, int]], set[str]]:
+        """Parts of ``[start, end)`` not yet covered, and the owners of the
+        parts that were; marks the new parts covered by ``owner``."""
         parts = [(start, end)]
-        for s, e in self.spans[key]:
+        owners: set[str] = set()
+        for s, e, who in self.spans[key]:
             nxt = []
             for a, b in parts:
                 if e <= a or s >= b:
                     nxt.append((a, b))
                     continue
+                owners.add(who)
                 if a < s:
                     nxt.append((a, s))
                 if e < b:
                     nxt.append((e, b))
             parts = nxt
-        self.spans[key].extend(parts)
-        return parts
+        self.spans[key].extend((a, b, owner) for a, b in parts)
+        return parts, owners
 
 
 def _take(queue: list[ByteRange], budget: int) -> tuple[list[ByteRange], list[ByteRange]]:
@@ -159,6 +164,7 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
 
     issues: list[WindowIssue] = []
     left_over: list[LeftOver] = []
+    empty: list[EmptyIssue] = []
     coverage = _Coverage()
     by_name = {w.name: w for w in schedule.windows}
     for layer in range(count):
@@ -168,10 +174,16 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
         for w in active:
             queue = list(carried.pop(w.name, []))
             carried_in = sum(p.nbytes for p in queue)
+            named = False
+            taken_by: set[str] = set()
             for tl, entry in expand_targets(w, layer, inventory):
+                named = True
                 store = storage_entry(inventory, tl, entry)
                 lazy = entry.lazy and store is entry
-                for a, b in coverage.subtract((tl, store.path), 0, store.nbytes):
+                parts, owners = coverage.subtract((tl, store.path), 0, store.nbytes,
+                                                  w.name)
+                taken_by |= owners
+                for a, b in parts:
                     queue.append(ByteRange(tl, store.path, a, b - a, lazy))
             taken, rest = _take(queue, w.budget)
             if taken or carried_in:
@@ -179,6 +191,11 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                     window=w.name, hook=w.hook, layer=layer, budget=w.budget,
                     ranges=tuple(taken),
                     carried_in=carried_in))
+            else:
+                reason = ("budget" if queue else "taken" if named else
+                          "no-match" if w.targets else "nothing-carried")
+                empty.append(EmptyIssue(w.name, w.hook, layer, reason,
+                                        tuple(sorted(taken_by - {w.name}))))
             if not rest:
                 continue
             nxt = by_name.get(w.carry) if w.carry else None
@@ -194,7 +211,8 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                 tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,
                 policy=schedule.policy, max_tokens=schedule.max_tokens,
                 set_aside=schedule.set_aside, num_layers=count,
-                issues=tuple(issues), left_over=tuple(left_over))
+                issues=tuple(issues), left_over=tuple(left_over),
+                empty=tuple(empty))
 
 
 def schedule_inventory(schedule: Schedule, model_config=None,

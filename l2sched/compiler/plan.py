@@ -71,6 +71,41 @@ class LeftOver:
     fired_in: int = -1
 
 
+#: Why a window that fires fetches nothing (``EmptyIssue.reason``):
+#: ``taken`` every byte its targets name was fetched earlier in the step by
+#: another window; ``no-match`` its targets name no tensor in that layer;
+#: ``nothing-carried`` it has no targets and nothing was carried into it;
+#: ``budget`` its budget holds no whole tensor and no 4 KiB head of one.
+EMPTY_REASONS = ("taken", "no-match", "nothing-carried", "budget")
+
+
+@dataclass(frozen=True)
+class EmptyIssue:
+    """Window ``window`` fires at ``hook`` of layer ``layer`` and fetches 0 B
+    (it is no issue of the plan): ``reason`` in ``EMPTY_REASONS``;
+    ``taken_by`` names the windows that fetched its bytes earlier in the
+    step (for ``taken``)."""
+
+    window: str
+    hook: str
+    layer: int
+    reason: str
+    taken_by: tuple[str, ...] = ()
+
+    def why(self) -> str:
+        """The reason in words, e.g. ``every byte its targets name was taken
+        earlier in the step by window 'A'``."""
+        if self.reason == "taken":
+            who = ", ".join(f"'{w}'" for w in self.taken_by)
+            return ("every byte its targets name was taken earlier in the step"
+                    + (f" by window{'s' if len(self.taken_by) > 1 else ''} {who}"
+                       if who else ""))
+        return {"no-match": "its targets name no tensor there",
+                "nothing-carried": "it has no targets and nothing was carried into it",
+                "budget": "its budget holds no whole tensor and no 4 KiB head of one",
+                }.get(self.reason, self.reason)
+
+
 @dataclass(frozen=True)
 class Plan:
     """A schedule compiled for one TP rank of one model.
@@ -80,6 +115,8 @@ class Plan:
     ``evict_last``/``evict_normal``/``evict_first``; ``set_aside`` is bytes,
     ``-1`` for the device maximum, or 0 to leave the driver limit alone;
     ``max_tokens`` is the largest decode step (tokens) that prefetches.
+    ``empty`` lists the windows that fire and fetch nothing, with the
+    reason (never silently dropped).
     """
 
     schedule: str
@@ -94,6 +131,7 @@ class Plan:
     num_layers: int
     issues: tuple[WindowIssue, ...]
     left_over: tuple[LeftOver, ...] = ()
+    empty: tuple[EmptyIssue, ...] = ()
     meta: dict = field(default_factory=dict, compare=False)
 
     def issues_at(self, layer: int, hook: str) -> list[WindowIssue]:
@@ -119,4 +157,6 @@ class Plan:
             for i in d.pop("issues")
         )
         left = tuple(LeftOver(**x) for x in d.pop("left_over"))
-        return cls(issues=issues, left_over=left, **d)
+        empty = tuple(EmptyIssue(**{**x, "taken_by": tuple(x.get("taken_by", ()))})
+                      for x in d.pop("empty", ()))
+        return cls(issues=issues, left_over=left, empty=empty, **d)
