@@ -223,7 +223,7 @@ def test_cli_exit_codes_and_formats(tmp_path):
 
     ok = cli("lint", str(SHIPPED))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "layer kind" in ok.stdout and "0 error(s)" in ok.stdout
+    assert "layer kind" in ok.stdout and "0 errors" in ok.stdout
     bad = cli("lint", str(POST_AR), "--format", "json")
     assert bad.returncode == 1
     doc = json.loads(bad.stdout)

@@ -28,6 +28,8 @@ import socket
 import tempfile
 import traceback
 from dataclasses import dataclass, field
+
+from extras import TORCH_MISSING, VLLM_MISSING
 from typing import Any, Callable
 
 #: Architecture and model type written into the temporary ``config.json``
@@ -43,9 +45,9 @@ def vllm_available() -> tuple[bool, str]:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        return False, "vllm is not installed in this interpreter (use /work/venv)"
+        return False, VLLM_MISSING
     if importlib.util.find_spec("torch") is None:
-        return False, "torch is not installed in this interpreter"
+        return False, f"torch is not installed in this interpreter ({TORCH_MISSING})"
     return True, ""
 
 

@@ -83,6 +83,7 @@ from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from l2sched.units import format_signed
 
 VERDICT_RULE = ("lint verdict bad = an error finding, or a predicted step-time change "
                 "that is a slowdown beyond the noise threshold; measured verdict bad = "
@@ -487,7 +488,9 @@ def _pct(x) -> str:
 
 
 def _us(x, fmt="{:.0f}") -> str:
-    return "-" if x is None else fmt.format(x)
+    if x is None:
+        return "-"
+    return format_signed(x, fmt[2:-1]) if fmt.startswith("{:+") else fmt.format(x)
 
 
 def markdown(s: dict) -> str:
@@ -525,7 +528,8 @@ def markdown(s: dict) -> str:
             st = r["step_us"]
             c = f"{st['median']:.0f} ({st['p10']:.0f}-{st['p90']:.0f})"
             if a != "none":
-                c += f", {r['gain_us']:+.0f} us ({r['gain_pct']:+.2f}%)"
+                c += (f", {format_signed(r['gain_us'], '+.0f')} us "
+                      f"({format_signed(r['gain_pct'], '+.2f')}%)")
             cells.append(c)
         out.append(f"| {a} | " + " | ".join(cells) + " |")
     out += ["", "Timed graph variant (event nodes) vs untimed graph, median us: "
@@ -538,7 +542,7 @@ def markdown(s: dict) -> str:
             t, ig = r.get("timed_step_us"), r.get("in_graph_step_us")
             ov = r.get("timing_overhead_pct")
             cells.append(f"{r['step_us']['median']:.0f} / {_us(t and t['median'])} / "
-                         f"{_us(ig and ig['median'])} ({'-' if ov is None else f'{ov:+.1f}%'})")
+                         f"{_us(ig and ig['median'])} ({'-' if ov is None else format_signed(ov, '+.1f') + '%'})")
         out.append(f"| {a} | " + " | ".join(cells) + " |")
     out += ["", "Event-overhead correction (per arm and M, us): o = (timed - untimed median "
             "step) / n timed main-stream ops, split into g = median gap between one op's end "
@@ -599,7 +603,9 @@ def markdown(s: dict) -> str:
             vu, vc = (x["verdict"] + (f" ({x['reason']})" if x["reason"] else "") for x in (u, c))
             out.append(f"| {a}{' (kernel mode)' if r.get('kernel_mode') else ''} | {M} | "
                        f"{','.join(c['errors']) or '-'} | "
-                       f"{u['pred_gain_us']:+.0f} / {c['pred_gain_us']:+.0f} | {r['gain_us']:+.0f} | "
+                       f"{format_signed(u['pred_gain_us'], '+.0f')} / "
+                       f"{format_signed(c['pred_gain_us'], '+.0f')} | "
+                       f"{format_signed(r['gain_us'], '+.0f')} | "
                        f"{r['noise_us']:.0f} | {vu} | {vc} | {r['measured_verdict']} | "
                        f"{'yes' if r['agree'] else 'NO'} | "
                        f"{_pct(fu and fu['median'])} / {_pct(fc and fc['median'])} |")
@@ -651,7 +657,8 @@ def markdown(s: dict) -> str:
                 continue
 
             def cell(x):
-                return "-" if not x else f"{x['pred_step_us']:.0f} ({x['step_err_pct']:+.1f}%)"
+                return "-" if not x else (f"{x['pred_step_us']:.0f} "
+                                          f"({format_signed(x['step_err_pct'], '+.1f')}%)")
             out.append(f"| {a} | {M} | {r['step_us']['median']:.0f} | {cell(u)} | {cell(c)} |")
     return "\n".join(out) + "\n"
 
@@ -663,7 +670,8 @@ def _target_values(t: dict) -> str:
     if not isinstance(v, dict):
         return "-" if v is None else f"{v:.1%}"
     if "noise_us" in t:
-        cells = [f"M={M}: {x:+.0f} us (noise {t['noise_us'][M]:.0f} us)" for M, x in v.items()]
+        cells = [f"M={M}: {format_signed(x, '+.0f')} us (noise {t['noise_us'][M]:.0f} us)"
+                 for M, x in v.items()]
         return ", ".join(cells) + (
             "; strictly slower at " + ", ".join(f"M={M}" for M, x in v.items() if x < 0)
             + (", within the noise threshold" if t["met_within_noise"] else

@@ -10,7 +10,7 @@ from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
-from l2sched.units import format_size, format_table
+from l2sched.units import format_size, format_table, plural
 
 
 def window_table(schedule) -> list[str]:
@@ -48,11 +48,12 @@ def cmd_check(args) -> int:
             print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
                   f"prefetch at <= {s.max_tokens} tokens, "
-                  f"{len(s.windows)} windows")
+                  f"{plural(len(s.windows), 'window')}")
             for line in window_table(s):
                 print(line)
     if failed:
-        print(f"{failed} of {len(args.files)} file(s) have errors", file=sys.stderr)
+        print(f"{failed} of {plural(len(args.files), 'file')} "
+              f"{'has' if failed == 1 else 'have'} errors", file=sys.stderr)
     return 1 if failed else 0
 
 

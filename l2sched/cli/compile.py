@@ -14,7 +14,7 @@ from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lang.schedule import Schedule
-from l2sched.units import format_layers, format_size, format_table
+from l2sched.units import format_layers, format_size, format_table, plural
 
 
 def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
@@ -90,7 +90,7 @@ def cmd_compile(args) -> int:
         write_text_atomically(args.output, text, protect=schedule.files)
         out = sys.stdout
         print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
-              f"{len(plan.issues)} issues, "
+              f"{plural(len(plan.issues), 'issue')}, "
               f"{format_size(sum(i.nbytes for i in plan.issues))} per decode step",
               file=out)
     print(format_table(summary_rows(plan, schedule.layer_kinds)), file=out)
@@ -99,7 +99,7 @@ def cmd_compile(args) -> int:
     total_left = sum(lo.nbytes for lo in plan.left_over)
     if total_left:
         print(f"left over (no window could take): {format_size(total_left)} in "
-              f"{len(plan.left_over)} pieces; `l2sched lint` lists the tensors",
+              f"{plural(len(plan.left_over), 'piece')}; `l2sched lint` lists the tensors",
               file=out)
     return 0
 

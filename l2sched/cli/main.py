@@ -41,7 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``l2sched`` console script and ``python -m
     l2sched``; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse would blame the top-level parser and print its usage;
+        # the options belong to the subcommand, whose usage says what it takes
+        getattr(args, "parser", parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.handler(args) or 0)
     except L2sUsageError as err:

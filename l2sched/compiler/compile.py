@@ -25,13 +25,12 @@ from l2sched.compiler.plan import ByteRange, EmptyIssue, LeftOver, Plan, WindowI
 from l2sched.errors import (
     DiagnosticSink,
     L2sCompileError,
-    L2sModelError,
     L2sSemanticError,
 )
 from l2sched.lang.schedule import Schedule, Window
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config
-from l2sched.model.inventory import Inventory, analytical_inventory
+from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
 from l2sched.units import SPLIT_GRANULARITY
 
 
@@ -225,13 +224,11 @@ def schedule_inventory(schedule: Schedule, model_config=None,
     try:
         return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
                                     tp_rank=tp_rank)
-    except L2sModelError as err:
-        if not err.diagnostics[0].message.startswith(f"--tp {schedule.tp}:"):
-            raise
+    except TPSplitError as err:
         sink = DiagnosticSink()
         for path, text in schedule.sources.items():
             sink.add_source(path, text)
-        sink.error(f"the model cannot run at tp {schedule.tp}: "
-                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
+        sink.error(f"the model cannot run at tp {schedule.tp}: {err.reason}",
+                   schedule.spans.get("tp"))
         sink.raise_if_errors(L2sSemanticError)
         raise  # pragma: no cover - raise_if_errors raised

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import l2sched
 from l2sched.lint import rules
-from l2sched.units import format_table
+from l2sched.units import format_signed, format_table, plural
 
 
 
@@ -71,19 +71,33 @@ def summary_rows(run) -> list[tuple[str, ...]]:
             kind, window, str(k),
             f"{sum(i[1] for i in items) / k / 1e6:.2f}",
             f"{sum(i[2] for i in items) / k:.1f}",
-            f"{min(slacks):+.1f}" if slacks else "-",
+            format_signed(min(slacks), "+.1f") if slacks else "-",
             f"{sum(i[4] for i in items) / k:.2f}",
-            f"{sum(delta) / k:+.1f}",
+            format_signed(sum(delta) / k, "+.1f"),
         ))
     return rows
+
+
+def no_fills_line(run) -> str:
+    """What the summary says instead of an empty table: why no window fills
+    in the linted step."""
+    s = run.schedule
+    if run.tokens > s.max_tokens:
+        return (f"no fills: a step of {plural(run.tokens, 'token')} prefetches nothing "
+                f"(the schedule prefetches at <= {s.max_tokens} tokens, max_tokens)")
+    if not s.windows:
+        return "no fills: the schedule has no windows"
+    return ("no fills: no window fetches a byte (`l2sched compile` shows each "
+            "window's 0 B and the reason)")
 
 
 def step_line(run) -> str:
     """One line: predicted steady-state step time with and without prefetch."""
     a, b = run.step_period("sim"), run.step_period("base")
-    return (f"predicted decode step on {run.device.name} ({run.tokens} token(s)): "
+    return (f"predicted decode step on {run.device.name} ({plural(run.tokens, 'token')}): "
             f"{a:.0f} us with prefetch, {b:.0f} us without "
-            f"({(a - b) / b:+.1%} step time, {b / a - 1:+.1%} steps/s)")
+            f"({format_signed((a - b) / b, '+.1%')} step time, "
+            f"{format_signed(b / a - 1, '+.1%')} steps/s)")
 
 
 def human(run, summary: bool = True) -> str:
@@ -92,7 +106,8 @@ def human(run, summary: bool = True) -> str:
     out = [f.diagnostic(sources).render() for f in run.findings]
     if summary:
         out.append("")
-        out.append(format_table(summary_rows(run)))
+        rows = summary_rows(run)
+        out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
         out.append(step_line(run))
     if run.calibration:
         out.append("")
@@ -101,8 +116,8 @@ def human(run, summary: bool = True) -> str:
     counts = defaultdict(int)
     for f in run.findings:
         counts[f.severity] += 1
-    tail = (f"{run.schedule.path}: {counts['error']} error(s), "
-            f"{counts['warning']} warning(s), {counts['info']} info")
+    tail = (f"{run.schedule.path}: {plural(counts['error'], 'error')}, "
+            f"{plural(counts['warning'], 'warning')}, {plural(counts['info'], 'info', 'info')}")
     if run.suppressed:
         tail += f", {run.suppressed} suppressed"
     out.append(tail)
@@ -139,6 +154,14 @@ def to_json(run) -> str:
         doc["calibration"] = [dict(zip(run.calibration[0], r))
                               for r in run.calibration[1:]]
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def json_documents(texts) -> str:
+    """Several schedules' ``to_json``/``input_error_json`` documents as one:
+    ``{"schedules": [...], "errors": total}``."""
+    docs = [json.loads(t) for t in texts]
+    return json.dumps({"schedules": docs, "errors": sum(d["errors"] for d in docs)},
+                      indent=1, sort_keys=True) + "\n"
 
 
 def input_error_findings(err) -> list:

@@ -51,10 +51,21 @@ def check_all(run) -> list[Finding]:
     return out
 
 
+def code_ranges() -> str:
+    """The rule codes as runs of one family each: ``L2S000-L2S006,
+    L2S101-L2S108, L2S201`` (what ``--select``/``--ignore`` can start
+    with)."""
+    families: dict[str, list[str]] = {}
+    for code in RULES:
+        families.setdefault(code[:4], []).append(code)
+    return ", ".join(c[0] if len(c) == 1 else f"{c[0]}-{c[-1]}"
+                     for c in families.values())
+
+
 def rules_markdown() -> str:
     """The rule sections of ``docs/lint.md``, one per code in code order."""
     return "\n".join(rule.markdown() for rule in RULES.values())
 
 
 __all__ = ["FAMILIES", "INPUT_ERROR", "RULES", "Finding", "Rule", "check_all",
-           "code_selected", "rules_markdown", "suppressed"]
+           "code_ranges", "code_selected", "rules_markdown", "suppressed"]
