@@ -427,3 +427,50 @@ def test_item08_findings_say_which_layers_they_mean(cfg, inv):
             assert _layer_mentions_are_explicit(f.message), (f.code, f.message)
     assert {"L2S002", "L2S005", "L2S101", "L2S103", "L2S104", "L2S105", "L2S106",
             "L2S107", "L2S201"} <= seen, seen
+
+
+def test_item20_lint_prints_the_measured_result_beside_the_prediction(tmp_path, capsys):
+    """``lint schedules/glm53-flash-h200-tp4.l2s`` printed "+1.3% steps/s"
+    while the file's own header says it measured 0.3-2.6% slower. A
+    ``# measured:`` header line carries the result (file, per-M gains as the
+    bench report writes them); lint prints it beside the prediction, in
+    JSON too, and says when the two disagree or when --set/--device change
+    what was measured. A malformed line is an error of ``check``."""
+    from l2sched.cli import main
+
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("measured"))
+    assert "gain -2.55% at M=1" in line
+    assert "benchmarks/results/h200x2-2026-11-29.md" in line
+    assert "predicted +1.3%" in line and "disagree" in line
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                 "--tokens", "16", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    real = next(m for m in doc["measured"] if "h200x2" in m["source"])
+    assert real["tokens"] == 16 and real["gain_pct"] == -0.73
+    assert real["same_direction"] is False
+    # no result at this M: the ones there are are listed
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                 "--tokens", "3", "--set", "window.B.budget=20MB"]) == 0
+    out = capsys.readouterr().out
+    assert "no result at M=3 (results at M=1, 2, 4, 8, 16, 32, 64)" in out
+    assert "for the file as written; --set changes it" in out
+    # the convention, and its errors
+    p = tmp_path / "m.l2s"
+    head = "# measured: r.md gain M=1:+1.5% M=4:-0.25% -- my box\nschedule m\n"
+    p.write_text(head + "model glm5next\ndevice h200\ntp 4\n")
+    assert main(["lint", str(p)]) == 0
+    assert "measured (r.md: my box): gain +1.50% at M=1, predicted" in \
+        capsys.readouterr().out
+    for bad, col, msg in [
+        ("# measured:\n", 12, "'# measured:' needs the result file first"),
+        ("# measured: r.md M=1:+1%\n", 18, "takes 'gain' after the result file"),
+        ("# measured: r.md gain\n", 22, "has no value"),
+        ("# measured: r.md gain M=1:1.5\n", 23, "bad measured value 'M=1:1.5'"),
+        ("# measured: r.md gain M=1:+1% M=1:+2%\n", 31, "M=1 is given twice"),
+    ]:
+        p.write_text(bad + "schedule m\nmodel glm5next\ndevice h200\ntp 4\n")
+        assert main(["check", str(p)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"{p}:1:{col}: ") and msg in err.splitlines()[0], err

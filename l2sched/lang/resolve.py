@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from l2sched.errors import DiagnosticSink, L2sError, L2sSemanticError, Span, suggest
 from l2sched.files import packaged_dir
 from l2sched.lang import nodes as n
+from l2sched.lang.measured import measured_results
 from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
@@ -175,6 +176,9 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
             sink.error(f"model config: {e}", None)
 
     windows = _resolve_windows(draft, adapter, kinds, sink)
+    top_lines = sink.sources.get(top.path)
+    measured = measured_results("\n".join(top_lines), top.path, sink) \
+        if top_lines is not None else ()
     sink.raise_if_errors(L2sSemanticError)
     return Schedule(
         name=top.name.text, path=top.path, model=values["model"],
@@ -182,7 +186,9 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         max_tokens=values["max_tokens"], policy=values["policy"],
         set_aside=values["set_aside"], windows=tuple(windows),
         layer_kinds=tuple(kinds or ()), files=tuple(draft.files), spans=spans,
-        sources={p: "\n".join(lines) for p, lines in sink.sources.items()})
+        sources={p: "\n".join(lines) for p, lines in sink.sources.items()},
+        measured=measured,
+        overrides=tuple(f"{ov.key.text}={ov.value}" for ov in overrides))
 
 
 _EXAMPLE = {"model": "model glm5next", "device": "device h200", "tp": "tp 4"}

@@ -70,7 +70,11 @@ class Schedule:
     reserve (0 = leave the driver limit alone, ``SET_ASIDE_MAX`` = device
     maximum). ``layer_kinds`` lists the model's decoder layers; ``files`` the
     extends chain, base first. ``spans`` maps each setting key to where its
-    value was given; ``sources`` maps each file to its text (for carets)."""
+    value was given; ``sources`` maps each file to its text (for carets).
+    ``measured`` holds the results the schedule file's ``# measured:`` header
+    lines carry (``lang.measured.MeasuredResult``), ``overrides`` the
+    ``--set`` arguments applied (a measured result describes the file as
+    written)."""
 
     name: str
     path: str
@@ -87,6 +91,8 @@ class Schedule:
     spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False,
                                        repr=False)
+    measured: tuple = field(default=(), compare=False)
+    overrides: tuple[str, ...] = field(default=(), compare=False)
 
     def window(self, name: str) -> Window:
         """The window called ``name``. Raises ``KeyError``."""

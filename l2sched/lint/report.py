@@ -91,6 +91,67 @@ def no_fills_line(run) -> str:
             "window's 0 B and the reason)")
 
 
+def predicted_gain_pct(run) -> float:
+    """The predicted step-time gain over no prefetch, percent of the
+    no-prefetch step time (positive = faster): what ``l2sched bench`` reports
+    call the gain, so it compares with a ``# measured:`` result."""
+    a, b = run.step_period("sim"), run.step_period("base")
+    return 100.0 * (b - a) / b
+
+
+def measured_rows(run) -> list[dict]:
+    """Per ``# measured:`` line of the schedule (``lang.measured``): the
+    result at the lint's ``--tokens``, the prediction and whether they point
+    the same way, with the caveats that make them incomparable (``--set``
+    overrides, another ``--device`` than the schedule's). Keys: ``source``,
+    ``note``, ``tokens``, ``gain_pct`` (None when that M was not measured),
+    ``measured_tokens``, ``predicted_gain_pct``, ``same_direction``,
+    ``caveats``."""
+    rows = []
+    predicted = round(predicted_gain_pct(run), 2)
+    s = run.schedule
+    caveats = []
+    if s.overrides:
+        caveats.append("for the file as written; --set changes it")
+    if run.device.name != s.device:
+        caveats.append(f"measured on {s.device}, linted for {run.device.name}")
+    for m in getattr(s, "measured", ()):
+        gain = m.gain_at(run.tokens)
+        rows.append({
+            "source": m.source, "note": m.note, "tokens": run.tokens,
+            "gain_pct": gain, "measured_tokens": [t for t, _ in m.gains],
+            "predicted_gain_pct": predicted,
+            "same_direction": None if gain is None else (gain > 0) == (predicted > 0),
+            "caveats": caveats})
+    return rows
+
+
+def measured_lines(run) -> list[str]:
+    """The human lines of ``measured_rows``: ``measured (FILE: note): gain
+    -2.55% at M=1, predicted +1.3%: the prediction and the measurement
+    disagree (faster vs slower)``."""
+    out = []
+    for r in measured_rows(run):
+        where = r["source"] + (f": {r['note']}" if r["note"] else "")
+        pred = format_signed(r["predicted_gain_pct"], "+.1f") + "%"
+        if r["gain_pct"] is None:
+            ms = ", ".join(map(str, r["measured_tokens"]))
+            text = (f"measured ({where}): no result at M={r['tokens']} "
+                    f"(results at M={ms}); predicted gain {pred}")
+        else:
+            text = (f"measured ({where}): gain {format_signed(r['gain_pct'], '+.2f')}% "
+                    f"at M={r['tokens']}, predicted {pred}")
+            if not r["same_direction"]:
+                text += ("; the prediction and the measurement disagree ("
+                         + ("faster" if r["predicted_gain_pct"] > 0 else "not faster")
+                         + " predicted, "
+                         + ("faster" if r["gain_pct"] > 0 else "slower") + " measured)")
+        if r["caveats"]:
+            text += " [" + "; ".join(r["caveats"]) + "]"
+        out.append(text)
+    return out
+
+
 def step_line(run) -> str:
     """One line: predicted steady-state step time with and without prefetch."""
     a, b = run.step_period("sim"), run.step_period("base")
@@ -109,6 +170,7 @@ def human(run, summary: bool = True) -> str:
         rows = summary_rows(run)
         out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
         out.append(step_line(run))
+        out.extend(measured_lines(run))
     if run.calibration:
         out.append("")
         out.append("calibration (measured vs modeled, us per call):")
@@ -149,6 +211,8 @@ def to_json(run) -> str:
         "step_us": {"with_prefetch": round(run.step_period("sim"), 3),
                     "without_prefetch": round(run.step_period("base"), 3)},
         "errors": sum(f.severity == "error" for f in run.findings),
+        "predicted_gain_pct": round(predicted_gain_pct(run), 3),
+        "measured": measured_rows(run),
     }
     if run.calibration:
         doc["calibration"] = [dict(zip(run.calibration[0], r))
