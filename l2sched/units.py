@@ -81,10 +81,10 @@ def format_layers(layers: Sequence[int]) -> str:
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
-    """``1 window``, ``2 windows``, ``0 windows``: ``count`` and ``word`` in
-    the number the count asks for (``many``: an irregular plural, e.g.
-    ``plural(n, "info", "info")``)."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
+    """``1 window``, ``2 windows``, ``20,000 windows``: ``count`` (with
+    thousands separators) and ``word`` in the number the count asks for
+    (``many``: an irregular plural, e.g. ``plural(n, "info", "info")``)."""
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
 
 
 def format_signed(value: float, spec: str = "+.1f") -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
+from l2sched import progress
 from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
@@ -39,6 +40,7 @@ def cmd_check(args) -> int:
     for path in args.files:
         try:
             s = load_schedule(path, args.overrides, model_config)
+            progress.stage(f"checking {path}")
             schedule_inventory(s, model_config)
         except L2sError as err:
             print(str(err), file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from l2sched import progress
 from l2sched.cli.options import add_command, add_schedule_args
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
@@ -67,6 +68,7 @@ def _lint_one(args, path: str):
 def _write_report(args, docs) -> None:
     """Print the report of every ``(run, error)`` in ``docs`` (in
     ``args.format``) to stdout."""
+    progress.stage("writing the report")
     if args.format == "sarif":
         items = [(run.findings, run.schedule.path) if run is not None else
                  (report.input_error_findings(err), path)

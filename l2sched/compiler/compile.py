@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+from l2sched import progress
 from l2sched.compiler.plan import ByteRange, EmptyIssue, LeftOver, Plan, WindowIssue
 from l2sched.errors import (
     DiagnosticSink,
@@ -31,20 +33,27 @@ from l2sched.lang.schedule import Schedule, Window
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config
 from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
-from l2sched.units import SPLIT_GRANULARITY
+from l2sched.units import SPLIT_GRANULARITY, plural
 
 
-@functools.lru_cache(maxsize=65536)
 def pattern_matches(pattern: str, path: str) -> bool:
     """True when glob ``pattern`` matches tensor ``path`` itself or names a
     module that contains it (``self_attn.o_proj`` matches
-    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. Cached:
-    the same (pattern, path) pairs recur in every layer."""
-    if fnmatch.fnmatchcase(path, pattern):
-        return True
-    parts = path.split(".")
-    return any(fnmatch.fnmatchcase(".".join(parts[:k]), pattern)
-               for k in range(1, len(parts)))
+    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. One
+    regex match per call (``pattern_regex``, compiled once per pattern)."""
+    return pattern_regex(pattern).match(path) is not None
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def pattern_regex(pattern: str) -> re.Pattern:
+    """The compiled regex of glob ``pattern`` that matches a tensor path
+    when the pattern matches the path or one of its module prefixes (the
+    path up to a ``.``): ``fnmatch.translate`` followed by an optional
+    ``.rest``. Cached per pattern (a schedule's patterns are few and
+    recur in every layer; a pair cache thrashed at thousands of patterns)."""
+    body = fnmatch.translate(pattern)
+    assert body.endswith(r"\Z")
+    return re.compile(body[:-2] + r"(?:\..*)?\Z", re.DOTALL)
 
 
 def _entries(inventory, layer: int):
@@ -71,6 +80,36 @@ def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, obj
                 seen.add((tl, entry.path))
                 out.append((tl, entry))
     return out
+
+
+class TargetExpander:
+    """``expand_targets`` for every (window, layer) of one inventory,
+    computed once per window and pair of layer contents: layers holding the
+    same tensors (every layer of one kind) give the same expansion, so a
+    window that fires in 45 layers matches its patterns against the tensor
+    paths of 2-3 layer kinds, not 45 times. Same results as
+    ``expand_targets``."""
+
+    def __init__(self, inventory):
+        self.inventory = inventory
+        self.count = len(inventory.layers)
+        ids: dict = {}
+        # layer -> small int naming its contents (paths and lazy flags)
+        self.sig = [ids.setdefault(tuple((e.path, e.lazy) for e in layer), len(ids))
+                    for layer in inventory.layers]
+        self.cache: dict = {}
+
+    def expand(self, window: Window, layer: int) -> list[tuple[int, object]]:
+        """``expand_targets(window, layer, inventory)``."""
+        nxt = (layer + 1) % self.count
+        key = (window.index, window.name, self.sig[layer], self.sig[nxt])
+        picks = self.cache.get(key)
+        if picks is None:
+            picks = self.cache[key] = [
+                (tl != layer, self.inventory.tensors(tl).index(e))
+                for tl, e in expand_targets(window, layer, self.inventory)]
+        tensors = (self.inventory.tensors(layer), self.inventory.tensors(nxt))
+        return [(nxt if is_next else layer, tensors[is_next][i]) for is_next, i in picks]
 
 
 def storage_entry(inventory, layer: int, entry):
@@ -160,14 +199,22 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
     sink.raise_if_errors(L2sCompileError)
     if hook_order is None:
         hook_order = {h.name: h.order for h in get_adapter(schedule.model).HOOKS}
+    progress.stage(f"compiling {plural(len(schedule.windows), 'window')} over "
+                   f"{count} layers")
 
     issues: list[WindowIssue] = []
     left_over: list[LeftOver] = []
     empty: list[EmptyIssue] = []
     coverage = _Coverage()
     by_name = {w.name: w for w in schedule.windows}
+    fires: dict[int, list] = defaultdict(list)  # layer -> windows firing there
+    for w in schedule.windows:
+        for i in w.layers:
+            fires[i].append(w)
+    layer_sets = {w.name: set(w.layers) for w in schedule.windows}
+    expander = TargetExpander(inventory)
     for layer in range(count):
-        active = sorted((w for w in schedule.windows if layer in w.layers),
+        active = sorted(fires.get(layer, ()),
                         key=lambda w: (hook_order[w.hook], w.index))
         carried: dict[str, list[ByteRange]] = defaultdict(list)
         for w in active:
@@ -175,7 +222,7 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
             carried_in = sum(p.nbytes for p in queue)
             named = False
             taken_by: set[str] = set()
-            for tl, entry in expand_targets(w, layer, inventory):
+            for tl, entry in expander.expand(w, layer):
                 named = True
                 store = storage_entry(inventory, tl, entry)
                 lazy = entry.lazy and store is entry
@@ -198,7 +245,7 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
             if not rest:
                 continue
             nxt = by_name.get(w.carry) if w.carry else None
-            if nxt is not None and layer in nxt.layers:
+            if nxt is not None and layer in layer_sets[nxt.name]:
                 carried[nxt.name].extend(rest)
             else:
                 left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes, layer)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from l2sched import progress
 from l2sched.errors import DiagnosticSink, L2sError, L2sSemanticError, Span, suggest
 from l2sched.files import packaged_dir
 from l2sched.lang import nodes as n
@@ -140,6 +141,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     problem found."""
     sink = sink or DiagnosticSink()
     top = chain[-1]
+    progress.stage(f"resolving {top.path}")
     draft, file_overrides = _merge(chain, sink)
     # A base that could not be loaded (its error is already reported) would
     # have given settings and windows: do not bury that error under one
@@ -349,6 +351,7 @@ def load_schedule(path: str | os.PathLike, overrides: Sequence[str] = (),
     ``L2sSemanticError`` (every semantic problem of the run at once)."""
     sink = DiagnosticSink()
     cli = _cli_overrides(overrides, sink)
+    progress.stage(f"reading and parsing {path}")
     chain = _load_chain(str(path), sink)
     if not chain:
         sink.raise_if_errors(L2sSemanticError)

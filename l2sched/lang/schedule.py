@@ -8,6 +8,7 @@ bytes for budgets and the set-aside, tokens for ``max_tokens``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -95,10 +96,13 @@ class Schedule:
     overrides: tuple[str, ...] = field(default=(), compare=False)
 
     def window(self, name: str) -> Window:
-        """The window called ``name``. Raises ``KeyError``."""
-        for w in self.windows:
-            if w.name == name:
-                return w
-        raise KeyError(name)
+        """The window called ``name``. Raises ``KeyError``. O(1): the lint
+        looks windows up per fill and per finding."""
+        return self.windows_by_name[name]
+
+    @functools.cached_property
+    def windows_by_name(self) -> Mapping[str, Window]:
+        """Window name -> ``Window`` (built on first use)."""
+        return {w.name: w for w in self.windows}
 
 

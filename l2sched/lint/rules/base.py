@@ -5,6 +5,8 @@ schedule's source."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -79,8 +81,16 @@ def _source_line(span: Span | None, sources: dict) -> str | None:
     the one line splitter (``errors.source_lines``)."""
     if span is None or span.path not in sources:
         return None
-    lines = source_lines(sources[span.path])
+    lines = _lines(sources[span.path])
     return lines[span.line - 1] if 1 <= span.line <= len(lines) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _lines(text: str) -> tuple[str, ...]:
+    """``source_lines(text)``, split once per text: every finding and every
+    suppression check looks up one line of the same few files (splitting
+    per lookup made the lint quadratic in the schedule's size)."""
+    return tuple(source_lines(text))
 
 
 def code_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool:
@@ -149,12 +159,12 @@ def next_layers(layers: Iterable[int], num_layers: int) -> list[int]:
 def target_span(schedule, window_name: str, layer_rel: str, tensor: str) -> Span | None:
     """Span of the target (in ``window_name``, else any window) that names
     ``tensor`` with scope ``layer_rel`` (``this``/``next``)."""
-    names = [window_name] + [w.name for w in schedule.windows if w.name != window_name]
-    for name in names:
-        try:
-            w = schedule.window(name)
-        except KeyError:
-            continue
+    try:  # the window's own target first; any window's only when it has none
+        first = [schedule.window(window_name)]
+    except KeyError:
+        first = []
+    for w in itertools.chain(first, (w for w in schedule.windows
+                                     if w.name != window_name)):
         for t in w.targets:
             if t.scope == layer_rel and any(pattern_matches(p.text, tensor)
                                             for p in t.patterns):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from l2sched.compiler.compile import expand_targets, pattern_matches
+from l2sched.compiler.compile import TargetExpander, pattern_matches
 from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
 from l2sched.units import format_size
@@ -82,51 +82,40 @@ def check(run) -> list[Finding]:
     schedule, inventory = run.schedule, run.inventory
     out: list[Finding] = check_data_dependent(run)
     n = len(inventory.layers)
+    expander = TargetExpander(inventory)
     for w in schedule.windows:
         for t in w.targets:
+            # one layer per distinct tensor list among the target's layers
+            reps = {expander.sig[tl]: tl for tl in (
+                layer if t.scope == "this" else (layer + 1) % n for layer in w.layers)}
             for p in t.patterns:
-                written = [why for glob, why in WRITTEN_BUFFERS.items()
-                           if re.fullmatch(_glob_re(glob), p.text)]
+                written = [why for rx, why in _WRITTEN_RX if rx.fullmatch(p.text)]
                 if written:
                     out.append(Finding("L2S003", f"window '{w.name}' prefetches "
                                        f"'{p.text}': {written[0]}; it is written "
                                        f"right before it is read", p.span))
                     continue
-                hit = False
-                for layer in w.layers:
-                    tl = layer if t.scope == "this" else (layer + 1) % n
-                    for e in inventory.tensors(tl):
-                        if pattern_matches(p.text, e.path) and (t.lazy or not e.lazy):
-                            hit = True
-                            break
-                    if hit:
-                        break
+                hit = any(pattern_matches(p.text, e.path) and (t.lazy or not e.lazy)
+                          for tl in reps.values() for e in inventory.tensors(tl))
                 if not hit:
                     lazy_hint = ""
-                    for layer in w.layers[:1]:
-                        tl = layer if t.scope == "this" else (layer + 1) % n
-                        if any(pattern_matches(p.text, e.path) and e.lazy
-                               for e in inventory.tensors(tl)):
-                            lazy_hint = " (it names lazily created tensors: write " \
-                                        f"'{t.scope} lazy ...')"
+                    if any(pattern_matches(p.text, e.path) and e.lazy
+                           for tl in reps.values() for e in inventory.tensors(tl)):
+                        lazy_hint = " (it names lazily created tensors: write " \
+                                    f"'{t.scope} lazy ...')"
                     out.append(Finding("L2S001", f"target '{t.scope} {p.text}' of "
                                        f"window '{w.name}' matches no tensor in "
                                        f"its layers{lazy_hint}", p.span))
     # L2S002: the same storage bytes named for the same target layer twice
     claimed: dict[tuple[int, str], tuple[str, Any, int]] = {}
     reported: set = set()
-    expanded: dict = {}  # targets depend only on (window, this kind, next kind)
+    fires: dict[int, list] = {}
+    for w in schedule.windows:
+        for layer in w.layers:
+            fires.setdefault(layer, []).append(w)
     for layer in range(n):
-        for w in schedule.windows:
-            if layer not in w.layers:
-                continue
-            sig = (w.name, str(inventory.kinds[layer]),
-                   str(inventory.kinds[(layer + 1) % n]))
-            if sig not in expanded:
-                expanded[sig] = [(tl != layer, e) for tl, e in
-                                 expand_targets(w, layer, inventory)]
-            for is_next, e in expanded[sig]:
-                tl = (layer + 1) % n if is_next else layer
+        for w in fires.get(layer, ()):
+            for tl, e in expander.expand(w, layer):
                 key = (tl, e.view_of or e.path)
                 if key in claimed and claimed[key][0] != w.name:
                     first, _, first_layer = claimed[key]
@@ -217,3 +206,7 @@ def check_data_dependent(run) -> list[Finding]:
 
 def _glob_re(glob: str) -> str:
     return "".join(".*" if c == "*" else re.escape(c) for c in glob)
+
+
+#: ``WRITTEN_BUFFERS`` compiled once (they were compiled per pattern).
+_WRITTEN_RX = [(re.compile(_glob_re(glob)), why) for glob, why in WRITTEN_BUFFERS.items()]
