@@ -11,6 +11,7 @@ from l2sched.lint import lint_path
 from l2sched.lint.calibrate import measure
 from l2sched.lint.graph import layer_graph
 from l2sched.lint.timeline import chrome_trace, gantt_svg, write_timeline
+from l2sched.units import format_size
 
 ROOT = Path(__file__).resolve().parent.parent
 POST_AR = ROOT / "schedules" / "glm53-flash-sm120-tp4-post-ar.l2s"
@@ -35,10 +36,11 @@ def test_chrome_trace_and_svg(tmp_path):
     assert any(e["cat"] == "fill" and e["args"]["window"] == "B" for e in xs)
     assert any(e["cat"] == "protected" and "moe.w13" in e["name"] for e in xs)
     svg = gantt_svg(run)
-    assert svg.startswith("<svg") and "fill B" in svg and "moe.w13" in svg
+    assert svg.startswith("<svg") and ">B 35.00 MB<" in svg and "moe.w13" in svg
     paths = write_timeline(run, str(tmp_path / "t.json"))
     assert json.loads(Path(paths[0]).read_text())["traceEvents"]
-    assert Path(paths[1]).read_text().count("layer ") >= 3   # one panel per kind
+    # one panel per layer kind a window fires in (kda+moe, mla+moe)
+    assert Path(paths[1]).read_text().count('<g class="panel">') == 2
 
 
 def test_calibrate_maps_kernels_and_reports_differences():
@@ -241,3 +243,91 @@ def test_item10_sarif_is_valid_located_and_percent_encoded(tmp_path, monkeypatch
         main(["lint", str(path.relative_to(ROOT)), "--format", "sarif"])
         doc = json.loads(capsys.readouterr().out)
         assert _sarif_problems(doc) == [], path
+
+
+def _fake_bench_result(run, tokens: int = 1) -> dict:
+    """A ``bench run`` result shaped as ``l2sched/bench/run.py`` writes it,
+    made from the prediction itself with every time 10% later (a drawing
+    fixture, not a measurement)."""
+    ops, fills = {}, {}
+    for v, d in run.sg.nodes.items():
+        t = run.sim.timing[v]
+        if d["pos"] >= run.sg.num_layers or d["cls"] in ("fill", "join") \
+                or not d["active"]:
+            continue
+        ops[f"{d['layer']}:{d['op']}"] = {
+            "start_us": 1.1 * t.start, "finish_us": 1.1 * t.finish,
+            "dur_us": 1.1 * (t.finish - t.start), "stream": d["stream"]}
+    for f in run.sg.fills:
+        src = next(u for u, out in run.sg.adj.items()
+                   if f in out and run.sg.nodes[u]["cls"] != "fill")
+        key = f"{run.sg.nodes[src]['layer']}:{run.sg.nodes[src]['op']}"
+        rec = fills.setdefault(key, {"fills": 0})
+        rec["fills"] += 1
+        rec["fill_exit_us"] = 1.1 * run.sim.timing[f].finish
+    return {"kind": "l2sched bench", "tokens": [tokens], "per_m": {str(tokens): {
+        "arms": {"compiled": {"ops": ops, "fills": fills, "gain_pct": -1.5,
+                              "step_us": {"median": 1.1 * run.step_period()}}}}}}
+
+
+def test_item22_timeline_svg_shows_what_to_conclude(tmp_path, capsys):
+    """The SVG had a time scale per panel, no title, unlabelled short fills,
+    cut and overlapping labels, an incomplete legend, no finding marks, no
+    step-time change, and a layer-0 panel that never has fills. Now: one
+    axis for all panels, a title (schedule, device, TP, M), a legend entry
+    for every mark, every fill labelled (window, bytes) without overlaps,
+    findings tagged with their codes, the prediction in the caption, and
+    with --measured the measured step beside the predicted one."""
+    import xml.etree.ElementTree as ET
+
+    from l2sched.cli import main
+    from l2sched.lint.gantt import CHAR_PX, CLASS_NAMES
+
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    run = lint_path(str(POST_AR), tokens=1)
+    root = ET.fromstring(gantt_svg(run))
+    title = root.find("s:title", ns).text
+    assert title.startswith("glm53-flash-sm120-tp4-post-ar: predicted decode step on "
+                            "sm120-rtx-pro-6000-maxq, TP4, M=1")
+    assert len(root.findall(".//s:g[@class='axis']", ns)) == 1
+    assert len(root.findall(".//s:g[@class='panel']", ns)) == 2  # kinds with fills
+    legend = [e.find("s:text", ns).text
+              for e in root.findall(".//s:g[@class='legend-entry']", ns)]
+    for text in list(CLASS_NAMES.values()) + [
+            "next layer's op (faded)", "shaded: a fill reading device memory",
+            "hatched: overlap a finding reports", "red outline + code"]:
+        assert any(e.startswith(text) for e in legend), text
+    labels = [(float(t.get("x")), float(t.get("y")), t.text)
+              for t in root.findall(".//s:text[@class='fill-label']", ns)]
+    drawn = {(d["pos"], d["fill"].window) for d in
+             (run.sg.nodes[f] for f in run.sg.fills) if d["pos"] in (4, 7)}
+    assert sorted(t for _, _, t in labels) == sorted(
+        f"{w} {format_size(run.sg.nodes[f'{p}:fill:{w}']['fill'].nbytes)}"
+        for p, w in drawn)
+    for i, (x1, y1, t1) in enumerate(labels):  # no two labels overlap
+        for x2, y2, t2 in labels[i + 1:]:
+            if y1 == y2:
+                assert x1 + len(t1) * CHAR_PX <= x2 or x2 + len(t2) * CHAR_PX <= x1
+    codes = {t.text for t in root.findall(".//s:text[@class='finding']", ns)}
+    assert {"L2S101", "L2S104", "L2S105"} <= codes
+    assert root.findall(".//s:rect[@class='overlap']", ns)  # the L2S101 overlap
+    caption = " ".join(t.text for t in root.findall(".//s:text[@class='caption']", ns))
+    assert "-3.4% step time" in caption and "No window fires in kda+dense" in caption
+    # with a measured result beside it
+    result = tmp_path / "run.json"
+    result.write_text(json.dumps(_fake_bench_result(run)))
+    out = tmp_path / "tl.json"
+    assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(result)]) == 0
+    svg = ET.fromstring((tmp_path / "tl.svg").read_text())
+    rows = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "measured: main stream" in rows and "predicted: main stream" in rows
+    assert len(svg.findall(".//s:g[@class='axis']", ns)) == 1
+    assert "beside the measured one (compiled arm)" in svg.find("s:title", ns).text
+    capsys.readouterr()
+    # results that cannot be drawn are one-line errors, before the lint runs
+    summary = ROOT / "benchmarks" / "results" / "h200-2026-11-29b.json"
+    assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(summary)]) == 1
+    assert "arm 'compiled' has no per-op times ('ops')" in capsys.readouterr().err
+    assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(result),
+                 "--tokens", "4"]) == 1
+    assert "has no M=4 (it measured M=1); pass --tokens" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from l2sched.cli.options import add_command, add_schedule_args
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.calibrate import calibrate_path
+from l2sched.lint.measured import load_measured
 from l2sched.lint.timeline import timeline_paths, write_timeline
 from l2sched.units import GRAPH_MODES
 
@@ -91,12 +92,18 @@ def _write_report(args, docs) -> None:
 
 def cmd_timeline(args) -> int:
     """Write the Chrome trace JSON and an SVG Gantt (``FILE`` with
-    ``.svg``) of the predicted timeline. An unusable ``-o`` is refused
-    before the lint runs."""
+    ``.svg``) of the predicted timeline, with the measured one of
+    ``--measured RESULT.json`` (a ``bench run`` result; arm ``--arm``, M =
+    ``--tokens``) beside it. An unusable ``-o`` or result is refused before
+    the lint runs."""
     timeline_paths(args.output)
+    if args.tokens < 1:
+        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    measured = (load_measured(args.measured, args.tokens, args.arm)
+                if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                     tokens=args.tokens)
-    for p in write_timeline(run, args.output):
+    for p in write_timeline(run, args.output, measured):
         print(f"wrote {p}")
     return 0
 
@@ -138,3 +145,8 @@ def add_cli(sub) -> None:
                          "and an SVG Gantt")
     _common(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE.json")
+    p.add_argument("--measured", metavar="RESULT.json",
+                   help="an `l2sched bench run --out` result: draw its measured "
+                        "step beside the predicted one in the SVG")
+    p.add_argument("--arm", default="compiled",
+                   help="the result's arm to draw (default: compiled)")

@@ -176,6 +176,25 @@ def _take(queue: list[ByteRange], budget: int) -> tuple[list[ByteRange], list[By
     return taken, []
 
 
+def _queue_targets(w: Window, layer: int, expander: TargetExpander,
+                   coverage: _Coverage, queue: list) -> tuple[bool, set[str]]:
+    """Append to ``queue`` the byte ranges window ``w``'s targets name in
+    ``layer`` that no earlier window of the step fetched (marking them
+    fetched by ``w``). Returns whether the targets named any tensor and the
+    windows that had fetched some of them already."""
+    named = False
+    taken_by: set[str] = set()
+    inventory = expander.inventory
+    for tl, entry in expander.expand(w, layer):
+        named = True
+        store = storage_entry(inventory, tl, entry)
+        lazy = entry.lazy and store is entry
+        parts, owners = coverage.subtract((tl, store.path), 0, store.nbytes, w.name)
+        taken_by |= owners
+        queue.extend(ByteRange(tl, store.path, a, b - a, lazy) for a, b in parts)
+    return named, taken_by
+
+
 def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                  hook_order: dict[str, int] | None = None) -> Plan:
     """Compile ``schedule`` for TP rank ``tp_rank`` against ``inventory``
@@ -220,17 +239,7 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
         for w in active:
             queue = list(carried.pop(w.name, []))
             carried_in = sum(p.nbytes for p in queue)
-            named = False
-            taken_by: set[str] = set()
-            for tl, entry in expander.expand(w, layer):
-                named = True
-                store = storage_entry(inventory, tl, entry)
-                lazy = entry.lazy and store is entry
-                parts, owners = coverage.subtract((tl, store.path), 0, store.nbytes,
-                                                  w.name)
-                taken_by |= owners
-                for a, b in parts:
-                    queue.append(ByteRange(tl, store.path, a, b - a, lazy))
+            named, taken_by = _queue_targets(w, layer, expander, coverage, queue)
             taken, rest = _take(queue, w.budget)
             if taken or carried_in:
                 issues.append(WindowIssue(
