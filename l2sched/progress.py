@@ -19,7 +19,8 @@ import os
 import sys
 import threading
 import time
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 #: Seconds a command runs before its progress is shown.
 AFTER_S = 2.0

@@ -146,6 +146,6 @@ def test_item12_output_options_refuse_a_directory_or_empty_path(
     monkeypatch.chdir(tmp_path)
     before, after = OUTPUT_OPTIONS[option]
     assert main(before + [path] + after) == 1
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert err == message + "\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == []

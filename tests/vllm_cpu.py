@@ -27,10 +27,11 @@ import os
 import socket
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from extras import TORCH_MISSING, VLLM_MISSING
-from typing import Any, Callable
 
 #: Architecture and model type written into the temporary ``config.json``
 #: (vLLM picks the model class from ``architectures``).

@@ -63,7 +63,7 @@ def measured_results(text: str, path: str, sink: DiagnosticSink
             body, note = body.split(" -- ", 1)
         words = [(w.group(), m.end() + w.start() + 1) for w in re.finditer(r"\S+", body)]
 
-        def error(msg: str, col: int, width: int = 1) -> None:
+        def error(msg: str, col: int, width: int = 1, lineno: int = lineno) -> None:
             sink.error(msg, Span(path, lineno, col, lineno, col + width))
 
         keyword = Span(path, lineno, m.end() - len("measured:") + 1, lineno, m.end() + 1)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from l2sched.lint.report import measured_lines, predicted_gain_pct
-from l2sched.units import format_size, format_signed, plural
+from l2sched.units import format_signed, format_size, plural
 
 #: Colour per mark class (also the legend's order).
 COLOURS = {"fill": "#e4572e", "expert_stream": "#7b2cbf", "attention_core": "#2a9d8f",
@@ -233,7 +233,7 @@ def _stream_rows(bars, overlaps, out: list, y: int, scale: float, plot_w: float,
     x = lambda t: LEFT + t * scale  # noqa: E731
     tags = [(x(b.t0), code) for b in bars for code in b.codes]
     tag_lines = _pack([(px, code) for px, code in tags], plot_w)
-    y += len(set(line for line, _, _ in tag_lines)) * LABEL_H
+    y += len({line for line, _, _ in tag_lines}) * LABEL_H
     top = y
     rows = {s: top + i * (ROW_H + ROW_GAP) for i, s in enumerate(STREAMS)}
     for s in STREAMS:
@@ -285,8 +285,8 @@ def _bar(b: Bar, out: list, ry: int, bx: float, bw: float) -> list[str]:
                f'fill-opacity="{opacity}"{stroke}><title>{escape(title)}</title></rect>')
     if b.cls != "fill" and len(b.label) * CHAR_PX + 4 <= bw:
         colour = "#222" if b.faded or b.cls in ("collective", "small") else "#fff"
-        return [f'<text x="{bx + 2:.1f}" y="{ry + 14}" font-size="10" '
-                f'fill="{colour}">{escape(b.label)}</text>']
+        return [(f'<text x="{bx + 2:.1f}" y="{ry + 14}" font-size="10" '
+                 f'fill="{colour}">{escape(b.label)}</text>')]
     return []
 
 
@@ -366,10 +366,10 @@ def _findings_line(run, drawn: set) -> str:
 def _caption(run, out: list, y: int, skipped: list, measured, drawn: set) -> int:
     """Predicted step change, measured results, findings, kinds not drawn."""
     a, b = run.step_period("sim"), run.step_period("base")
-    lines = [f"Predicted decode step: {a:.0f} us with prefetch, {b:.0f} us without: "
-             f"{format_signed((a - b) / b, '+.1%')} step time (gain "
-             f"{format_signed(predicted_gain_pct(run), '+.1f')}% of the step without "
-             f"prefetch)."]
+    lines = [(f"Predicted decode step: {a:.0f} us with prefetch, {b:.0f} us without: "
+              f"{format_signed((a - b) / b, '+.1%')} step time (gain "
+              f"{format_signed(predicted_gain_pct(run), '+.1f')}% of the step without "
+              f"prefetch).")]
     lines += [m[0].upper() + m[1:] + "." for m in measured_lines(run)]
     if measured is not None:
         lines.append(measured.caption(run.tokens))
@@ -391,10 +391,10 @@ def _legend(out: list, y: int, width: int, measured: bool) -> int:
          "next layer's op (faded): reads bytes this layer's fills fetched"),
         (f'<rect width="12" height="12" fill="{COLOURS["fill"]}" fill-opacity="0.15"/>',
          "shaded: a fill reading device memory (across all rows)"),
-        (f'<rect width="12" height="12" fill="url(#hatch)"/>',
+        ('<rect width="12" height="12" fill="url(#hatch)"/>',
          "hatched: overlap a finding reports (L2S101/L2S102/L2S005)"),
-        (f'<rect width="12" height="12" fill="#fff" stroke="{FINDING}" '
-         f'stroke-width="2"/>', "red outline + code: a lint finding at that op or fill"),
+        ((f'<rect width="12" height="12" fill="#fff" stroke="{FINDING}" '
+          f'stroke-width="2"/>'), "red outline + code: a lint finding at that op or fill"),
     ]
     if measured:
         entries.append(('<rect width="12" height="12" fill="#bbb"/>',

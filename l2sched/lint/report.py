@@ -21,7 +21,6 @@ from l2sched.lint import rules
 from l2sched.units import format_signed, format_table, plural
 
 
-
 def summary_rows(run) -> list[tuple[str, ...]]:
     """The summary table rows (first row is the header)."""
     nodes = run.sg.nodes

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not _ok, reason="needs a CUDA GPU with sm >= 9.0 "
                                  "(and pip install -e '.[gpu]')")]
 
+from tiny_modules import Proj as _Proj  # noqa: E402
 from torch import nn  # noqa: E402
 
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
@@ -28,8 +29,6 @@ from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.install import HookSite, install  # noqa: E402
 from l2sched.runtime.set_aside import apply_set_aside  # noqa: E402
-
-from tiny_modules import Proj as _Proj  # noqa: E402
 
 D = 1024
 
