@@ -103,9 +103,11 @@ def check(run) -> list[Finding]:
                            for tl in reps.values() for e in inventory.tensors(tl)):
                         lazy_hint = " (it names lazily created tensors: write " \
                                     f"'{t.scope} lazy ...')"
+                    where = ("the layers it fires in" if t.scope == "this" else
+                             "the layers after the ones it fires in")
                     out.append(Finding("L2S001", f"target '{t.scope} {p.text}' of "
-                                       f"window '{w.name}' matches no tensor in "
-                                       f"its layers{lazy_hint}", p.span))
+                                       f"window '{w.name}' matches no tensor of "
+                                       f"{where}{lazy_hint}", p.span))
     # L2S002: the same storage bytes named for the same target layer twice
     claimed: dict[tuple[int, str], tuple[str, Any, int]] = {}
     reported: set = set()
