@@ -13,9 +13,11 @@ Usage (from the repository root)::
     python benchmarks/scaling.py --quick              # up to 2,000
     python benchmarks/scaling.py --windows 100,1000 --patterns 1,100 --repeat 3
 
-Times are the median of ``--repeat`` runs (seconds, wall clock). Near-linear
-means: time / size roughly constant from the middle of the range up (the
-``us/unit`` column). Progress goes to stderr.
+Times are the process's CPU seconds (the median of ``--repeat`` runs; wall
+times are in the JSON too): the work is single-threaded, so CPU time stays
+meaningful when other work shares the machine. Near-linear means: time /
+size roughly constant from the middle of the range up (the ``us/unit``
+columns). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -107,17 +109,20 @@ def patterns_schedule(n: int) -> str:
         "\n".join(lines) + "\n}\n"
 
 
-def time_command(argv: list[str], repeat: int) -> float:
-    """Median wall time (s) of ``l2sched ARGV`` in process, stdout and
-    stderr to a null stream."""
-    times = []
+def time_command(argv: list[str], repeat: int) -> tuple[float, float]:
+    """``(CPU s, wall s)`` of ``l2sched ARGV`` in process (medians of
+    ``repeat`` runs), stdout and stderr to a null stream. The process's CPU
+    time is the measure: one thread does the work, so other load on the
+    machine changes the wall time but hardly the CPU time."""
+    cpu, wall = [], []
     for _ in range(repeat):
         sink = io.StringIO()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(io.StringIO()):
             main(argv)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    return statistics.median(cpu), statistics.median(wall)
 
 
 def run(kind: str, sizes, repeat: int, tmp: str) -> list[dict]:
@@ -133,19 +138,20 @@ def run(kind: str, sizes, repeat: int, tmp: str) -> list[dict]:
         for command in ("check", "compile", "lint"):
             print(f"scaling: {kind}={n}: {command} ...", file=sys.stderr, flush=True)
             argv = [command, path] + (["--no-summary"] if command == "lint" else [])
-            row[command] = round(time_command(argv, repeat), 4)
-        print(f"scaling: {kind}={n}: check {row['check']:.2f} s, compile "
-              f"{row['compile']:.2f} s, lint {row['lint']:.2f} s", file=sys.stderr,
-              flush=True)
+            cpu, wall = time_command(argv, repeat)
+            row[command], row[command + "_wall"] = round(cpu, 4), round(wall, 4)
+        print(f"scaling: {kind}={n}: CPU check {row['check']:.2f} s, compile "
+              f"{row['compile']:.2f} s, lint {row['lint']:.2f} s (wall "
+              f"{row['lint_wall']:.2f} s)", file=sys.stderr, flush=True)
         rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    """A markdown table: size, seconds per command, and microseconds per
-    window/pattern (flat = linear)."""
-    out = ["| kind | size | check s | compile s | lint s | check us/unit | "
-           "compile us/unit | lint us/unit |", "|---|---|---|---|---|---|---|---|"]
+    """A markdown table: size, CPU seconds per command, and CPU
+    microseconds per window/pattern (flat = linear)."""
+    out = [("| kind | size | check s | compile s | lint s | check us/unit | "
+            "compile us/unit | lint us/unit |"), "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per = [f"{1e6 * r[c] / r['size']:.0f}" for c in ("check", "compile", "lint")]
         out.append(f"| {r['kind']} | {r['size']:,} | {r['check']:.3f} | "
@@ -168,15 +174,18 @@ def main_cli(argv=None) -> int:
     if args.quick:
         sizes_w = [n for n in sizes_w if n <= 2000]
         sizes_p = [n for n in sizes_p if n <= 2000]
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         rows = run("windows", sizes_w, args.repeat, tmp) + \
             run("patterns", sizes_p, args.repeat, tmp)
+    load = (round(load_before, 1), round(os.getloadavg()[0], 1))
     text = table(rows)
     print(text)
     date = datetime.date.today().isoformat()
     meta = {"date": date, "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count(),
-            "repeat": args.repeat, "command": "python benchmarks/scaling.py "
+            "repeat": args.repeat, "load_average_1min": load,
+            "command": "python benchmarks/scaling.py "
             + " ".join(argv if argv is not None else sys.argv[1:])}
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"scaling-{date}")
@@ -186,8 +195,11 @@ def main_cli(argv=None) -> int:
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(f"# l2sched check/compile/lint scaling, {date}\n\n"
                 f"`{meta['command'].strip()}` on {meta['cpus']} CPUs, Python "
-                f"{meta['python']}; in-process wall time (s), median of "
-                f"{args.repeat}; `us/unit` = microseconds per window or pattern.\n\n"
+                f"{meta['python']} (1-minute load average {load[0]} before, "
+                f"{load[1]} after: other work shared the CPUs); in-process CPU "
+                f"time of the command (s), median of {args.repeat} (wall times in "
+                f"the JSON); `us/unit` = CPU microseconds per window or pattern."
+                f"\n\n"
                 + text + "\n")
     print(f"wrote {base}.json and {base}.md", file=sys.stderr)
     return 0
