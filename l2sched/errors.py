@@ -38,7 +38,22 @@ class Span:
         """A one-character span at ``line``:``column``."""
         return cls(path, line, column, line, column + 1)
 
+    @classmethod
+    def file(cls, path: str) -> "Span":
+        """The whole file ``path``, no line: for a problem with the file
+        itself (missing, not UTF-8, not JSON past repair), rendered
+        ``path: message``. Machine-readable outputs still know which file
+        it is (SARIF locates the result there)."""
+        return cls(path, 0, 0, 0, 0)
+
+    @property
+    def whole_file(self) -> bool:
+        """True for ``Span.file``: a file, no position in it."""
+        return self.line == 0
+
     def __str__(self) -> str:
+        if self.whole_file:
+            return self.path
         return f"{self.path}:{self.line}:{self.column}"
 
 
@@ -61,7 +76,8 @@ class Diagnostic:
         code = f"{self.code} " if self.code else ""
         sev = "" if self.severity == "error" and not self.code else f"{self.severity}: "
         lines = [f"{where}{sev}{code}{self.message}"]
-        if self.span is not None and self.source_line is not None:
+        if self.span is not None and self.source_line is not None \
+                and not self.span.whole_file:
             text = self.source_line.expandtabs(1)
             start = max(self.span.column - 1, 0)
             if self.span.end_line == self.span.line:
@@ -197,13 +213,20 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     return line, offset - start + 1
 
 
-def suggest(name: str, choices: Iterable[str]) -> str:
-    """Return ``"; did you mean 'x'?"`` for the closest of ``choices`` to
-    ``name`` (difflib ratio >= 0.6), else the empty string."""
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``name``: one equal but for case, else
+    the best with difflib ratio >= 0.6; None when none is close."""
     choices = list(choices)
     folded = [c for c in choices if c.lower() == name.lower()]
     best = folded or difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f"; did you mean '{best[0]}'?" if best else ""
+    return best[0] if best else None
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``"; did you mean 'x'?"`` for the ``closest`` of ``choices``
+    to ``name``, else the empty string."""
+    best = closest(name, choices)
+    return f"; did you mean '{best}'?" if best else ""
 
 
 @dataclass
@@ -213,6 +236,10 @@ class DiagnosticSink:
 
     sources: dict[str, list[str]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: (severity, message, span) of every recorded diagnostic: the same
+    #: message at the same place is recorded once (errors that follow from
+    #: another one, reached twice, are not repeated).
+    _seen: set = field(default_factory=set, repr=False)
 
     def add_source(self, path: str, text: str) -> None:
         """Remember ``text`` as the contents of ``path`` for caret lines
@@ -236,7 +263,13 @@ class DiagnosticSink:
                             tuple(notes)))
 
     def add(self, diagnostic: Diagnostic) -> None:
-        """Record ``diagnostic``, filling in its source line when missing."""
+        """Record ``diagnostic``, filling in its source line when missing;
+        a diagnostic with the severity, message and span of one already
+        recorded is dropped."""
+        key = (diagnostic.severity, diagnostic.message, diagnostic.span)
+        if key in self._seen:
+            return
+        self._seen.add(key)
         if diagnostic.source_line is None and diagnostic.span is not None:
             line = self.line_of(diagnostic.span)
             if line is not None:

@@ -41,18 +41,23 @@ def read_input_text(path: str | os.PathLike, what: str = "file") -> str:
     shown = os.fspath(path)
     try:
         if not stat.S_ISREG(os.stat(shown).st_mode):
-            raise L2sInputError(f"{shown}: not a regular file")
+            raise _file_error(shown, "not a regular file")
         with open(shown, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise L2sInputError(f"{shown}: no such {what}") from None
+        raise _file_error(shown, f"no such {what}") from None
     except OSError as e:
-        raise L2sInputError(f"{shown}: cannot read {what}: {e.strerror or e}") from None
+        raise _file_error(shown, f"cannot read {what}: {e.strerror or e}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise L2sInputError(f"{shown}: not valid UTF-8 (byte 0x{data[e.start]:02x} "
-                            f"at offset {e.start})") from None
+        raise _file_error(shown, f"not valid UTF-8 (byte 0x{data[e.start]:02x} "
+                                 f"at offset {e.start})") from None
+
+
+def _file_error(shown: str, message: str) -> L2sInputError:
+    """``shown: message``, located at the whole file (``Span.file``)."""
+    return L2sInputError(Diagnostic(message, Span.file(shown)))
 
 
 def _error(shown: str, message: str) -> L2sInputError:
@@ -69,10 +74,24 @@ def _is_stream(target: str) -> bool:
     return not stat.S_ISREG(m) and not stat.S_ISDIR(m)
 
 
-def _check_target(path, protect) -> tuple[str, str]:
-    shown = str(path)
+def check_output_path(path, protect=()) -> tuple[str, str]:
+    """The one check of an output path, shared by every output option of
+    every command (``compile -o``, ``timeline -o``, ``bench run --out``,
+    ``bench report --json-out/--md-out``, ...), run before any work and
+    again by the writers here. Returns ``(shown, target)``: the path as the
+    user wrote it and the file that will be written (symlinks resolved; a
+    device, FIFO or socket as given). Raises ``L2sInputError`` with one line,
+    the same for every option: ``<empty>:1:1: cannot write: the output path
+    is empty``, ``PATH:1:1: cannot write: is a directory`` (``.``, ``/``,
+    ``dir/``), ``PATH:1:1: refusing to overwrite the input file P`` for one
+    of ``protect``, or ``PATH:1:1: cannot write: REASON`` (a symlink loop, a
+    name too long)."""
+    shown = os.fspath(path) if path is not None else ""
     if not shown:
         raise _error("<empty>", "cannot write: the output path is empty")
+    if shown.endswith(os.sep) and not os.path.isdir(shown):
+        raise _error(shown, "cannot write: the path ends with a separator (a "
+                            "directory), not a file name")
     try:
         if _is_stream(path):
             # open the name as given: /dev/stdout on a pipe resolves to
@@ -105,7 +124,7 @@ def write_texts_atomically(outputs, protect=()) -> None:
     checked = []
     seen: dict[str, str] = {}
     for path, text in outputs:
-        shown, target = _check_target(path, protect)
+        shown, target = check_output_path(path, protect)
         if target in seen:
             raise _error(shown, f"two outputs would go to the same file ({seen[target]})")
         seen[target] = shown

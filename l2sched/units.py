@@ -85,6 +85,23 @@ def format_layers(layers: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 window``, ``2 windows``, ``20,000 windows``: ``count`` (with
+    thousands separators) and ``word`` in the number the count asks for
+    (``many``: an irregular plural, e.g. ``plural(n, "info", "info")``)."""
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
+
+
+def format_signed(value: float, spec: str = "+.1f") -> str:
+    """``value`` formatted with ``spec`` (which should carry ``+``), never as
+    a negative zero: a value that rounds to zero prints ``+0.0`` (or
+    ``+0.0%``), not ``-0.0``."""
+    text = format(value, spec)
+    if text.startswith("-") and not any(c in "123456789" for c in text):
+        text = "+" + text[1:]
+    return text
+
+
 def format_table(rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned text table, two spaces between columns, trailing blanks
     stripped; the first row is the header. Every row has the header's

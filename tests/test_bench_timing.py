@@ -7,8 +7,9 @@ import json
 import statistics
 
 import pytest
+from extras import TORCH_MISSING
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from l2sched.bench.options import run_arguments as add_arguments
 from l2sched.bench.report import report

@@ -9,8 +9,9 @@ with both ranks' records.
 import json
 
 import pytest
+from extras import TORCH_MISSING
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from l2sched.bench.run import SCHEDULE
 from l2sched.cli import main

@@ -1,7 +1,8 @@
 """The bench module tree cannot drift from the inventory: TP4 paths, shapes, dtypes."""
 import pytest
+from extras import TORCH_MISSING
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from l2sched.bench.tree import build_tree, distinct_experts, tree_entries
 from l2sched.model.config import load_model_config

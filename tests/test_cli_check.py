@@ -53,7 +53,7 @@ def test_check_reports_all_errors_exit_1(tmp_path, capsys):
         "'attn.pre_all_reduce'?" in lines
     assert f"{f}:6:39: budget 20 has no unit; write e.g. 20MB (units: B, KB, MB, GB, " \
         "KiB, MiB, GiB)" in lines
-    assert lines[-1] == "1 of 1 file(s) have errors"
+    assert lines[-1] == "1 of 1 file has errors"
 
 
 def test_check_syntax_error(tmp_path, capsys):
@@ -92,7 +92,7 @@ def test_input_error_no_traceback_in_a_real_process(tmp_path):
                           cwd=ROOT)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [f"{tmp_path}/nope.l2s:1:1: no such file",
-                                        "1 of 1 file(s) have errors"]
+                                        "1 of 1 file has errors"]
 
 
 def test_bad_set_argument(capsys):
@@ -158,7 +158,7 @@ def test_fmt_idempotent_on_shipped_copies(tmp_path, capsys):
 def test_console_script_fmt_check_shipped():
     exe = shutil.which("l2sched")
     if exe is None:
-        pytest.skip("l2sched console script not on PATH")
+        pytest.skip("l2sched console script not on PATH (pip install -e '.[test]')")
     proc = subprocess.run([exe, "fmt", "--check", *map(str, SHIPPED)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

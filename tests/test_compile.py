@@ -149,3 +149,36 @@ def test_absorbed_views_fetch_kv_b_storage_once(inventory):
     assert [(r.tensor, r.offset, r.nbytes) for r in issue.ranges] == [
         ("self_attn.kv_b_proj.weight", 0, 8_388_608),
         ("self_attn.o_proj.weight", 0, MLA_O_PROJ)]
+
+
+def test_item19_compile_shows_a_window_whose_targets_were_all_taken(tmp_path, capsys):
+    """A window whose targets were all taken by earlier windows vanished
+    from compile's table with exit 0 (only lint said L2S002). The plan
+    records every window that fires and fetches nothing, with the reason,
+    and compile shows it with 0 B and that reason."""
+    from l2sched.cli import main
+
+    body = ("window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+            "    this self_attn.o_proj\n}\n"
+            "window A2 at attn.pre_all_reduce budget 17MB layers kda & moe {\n"
+            "    this self_attn.o_proj.weight\n}\n"
+            "window Z at layer.exit budget 1MB layers 5 {\n    this nothing.here\n}\n")
+    p = tmp_path / "t.l2s"
+    p.write_text(HEADER + body)
+    plan = compile_plan(load_schedule(str(p)), analytical_inventory(
+        load_model_config(None), tp=4, ep=False, tp_rank=0))
+    empty = {(e.window, e.layer): e for e in plan.empty}
+    assert not [i for i in plan.issues if i.window == "A2"]
+    a2 = empty[("A2", 4)]
+    assert a2.reason == "taken" and a2.taken_by == ("A",)
+    assert empty[("Z", 5)].reason == "no-match"
+    assert Plan.from_json(plan.to_json()) == plan
+    assert main(["compile", str(p), "-o", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.split()[:2] == ["kda+moe", "A2"])
+    assert row.split()[3:5] == ["0", "B"]
+    assert ("window 'A2' fetches 0 B where it fires in kda+moe layers 4..6, 8..10"
+            in out)
+    assert "every byte its targets name was taken earlier in the step by window 'A'" in out
+    assert "window 'Z' fetches 0 B where it fires in kda+moe layer 5" in out
+    assert "its targets name no tensor there" in out

@@ -108,7 +108,7 @@ def _fake_torch(monkeypatch, gpu: GpuIdentity):
 
 
 def test_item03_plugin_refuses_a_gpu_the_schedule_was_not_written_for(monkeypatch):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.vllm.plugin import device_profile
 
     _fake_torch(monkeypatch, GB10)
@@ -125,7 +125,7 @@ def test_item03_plugin_refuses_a_gpu_the_schedule_was_not_written_for(monkeypatc
 
 
 def test_item03_plugin_names_the_matching_shipped_profile(monkeypatch):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.vllm.plugin import device_profile
 
     _fake_torch(monkeypatch, H200)
@@ -135,7 +135,7 @@ def test_item03_plugin_names_the_matching_shipped_profile(monkeypatch):
 
 
 def test_item03_plugin_takes_a_user_profile_file(monkeypatch, tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.vllm.plugin import device_profile
 
     prof = _gb10_profile(tmp_path)

@@ -328,3 +328,25 @@ def test_invalid_toml_is_located(tmp_path):
     with pytest.raises(L2sInputError) as e:
         load_device(str(p))
     assert str(e.value).splitlines()[0] == f"{p}:2:7: not valid TOML: Invalid value"
+
+
+def test_item16_profile_table_errors_do_not_cascade(tmp_path):
+    """A misspelled ``[bandwith]`` table gave its own error and then one
+    "bandwidth.KEY: missing" per key of the table it should have been; a
+    missing table gave one error per key. Now: the misspelling alone, and
+    one "missing table" error."""
+    text = open(load_device("h200").path).read()
+    p = tmp_path / "typo.toml"
+    p.write_text(text.replace("[bandwidth]", "[bandwith]"))
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    (d,) = e.value.diagnostics
+    assert "bandwith: unknown top-level table; did you mean 'bandwidth'?" in d.message
+    start = text.index("[latency]")
+    end = text.index("\n[", start + 1)
+    p.write_text(text[:start] + text[end + 1:])
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    (d,) = e.value.diagnostics
+    assert d.message.startswith("latency: missing table [latency] (keys: ")
+    assert str(d.span) == str(p)  # the whole file: no line to point at

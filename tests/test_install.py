@@ -3,8 +3,9 @@ a second installation into a held slot, lazy binding and rebinding, range
 clamping (property test on non-contiguous views), and dry-run order."""
 
 import pytest
+from extras import TORCH_MISSING
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st
 from tiny_modules import Proj  # noqa: E402

@@ -361,7 +361,7 @@ def test_cli_table(capsys):
     assert _run_cli(["--tp", "4"]) == 0
     out = capsys.readouterr().out
     assert "self_attn.in_proj_qkvbfg_a.weight" in out and "52,559,872" in out
-    assert "kda+moe: 31 layer(s)" in out and "total over 45 layers" in out
+    assert "kda+moe: 31 layers" in out and "total over 45 layers" in out
 
 
 def test_cli_json(capsys):

@@ -3,7 +3,8 @@
 GLM-5.3-Flash config, at TP1, TP4 (4 gloo ranks) and TP4 + EP.
 
 Slow (about a minute per layout: every rank imports vLLM); run with
-``/work/venv/bin/python -m pytest -m vllm tests/test_inventory_vllm.py``.
+``python -m pytest -m vllm tests/test_inventory_vllm.py`` in an environment
+with ``pip install -e '.[test,vllm]'``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -222,7 +223,7 @@ def test_cli_exit_codes_and_formats(tmp_path):
 
     ok = cli("lint", str(SHIPPED))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "layer kind" in ok.stdout and "0 error(s)" in ok.stdout
+    assert "layer kind" in ok.stdout and "0 errors" in ok.stdout
     bad = cli("lint", str(POST_AR), "--format", "json")
     assert bad.returncode == 1
     doc = json.loads(bad.stdout)
@@ -391,3 +392,133 @@ def test_set_aside_above_the_device_maximum_is_a_warning(cfg, inv):
     assert f.data == {"set_aside": 10**9, "max": run.device.set_aside_max_bytes}
     ok = lint_text(text.replace("set_aside 1GB", "set_aside max"), cfg, inv)
     assert "L2S108" not in codes(ok)
+
+
+def test_item07_routed_expert_targets_are_refused(cfg, inv):
+    """A window naming the routed experts got only budget/left-over
+    findings. Their consumer (the expert stream) reads a data-dependent
+    subset, the experts the router picks per token: L2S006, an error, at
+    the pattern that names them, also through a wide pattern; an ``except``
+    that removes them, or a schedule that never names them, gets none."""
+    run = lint_text(HEAD + "window D at moe.pre_all_reduce budget 100MB layers moe {\n"
+                    "    this mlp.experts.routed_experts.w2_weight\n}\n", cfg, inv)
+    (f,) = only(run, "L2S006")
+    assert f.severity == "error" and run.has_errors
+    assert (f.span.line, f.span.column) == (6, 10)
+    assert "mlp.experts.routed_experts.w2_weight" in f.message
+    assert "moe.w2" in f.message and "router" in f.message
+    assert f.data["tensors"] == ["mlp.experts.routed_experts.w2_weight"]
+    # a wide pattern reaches them too, in the next layer
+    run = lint_text(HEAD + "window E at attn.pre_all_reduce budget 10MB layers moe "
+                    "except 44 {\n    next mlp.*\n}\n", cfg, inv)
+    (f,) = only(run, "L2S006")
+    assert f.data["tensors"] == ["mlp.experts.routed_experts.w13_weight",
+                                 "mlp.experts.routed_experts.w2_weight"]
+    assert "next mlp.*" in f.message
+    run = lint_text(HEAD + "window E at attn.pre_all_reduce budget 10MB layers moe "
+                    "except 44 {\n    next mlp.* except mlp.experts\n}\n", cfg, inv)
+    assert "L2S006" not in codes(run)
+    for path in sorted((ROOT / "schedules").glob("*.l2s")):
+        assert "L2S006" not in codes(lint_path(str(path))), path
+    assert RULES["L2S006"].severity == "error"
+
+
+#: How a finding may name layers: where its window fires, whose tensors, or
+#: where an op runs. A bare "in kda+moe layers 5..6" is ambiguous.
+_LAYER_PHRASE = re.compile(r"(fires in [\w+/]+ |tensors of (?:[\w+]+ )?|runs in |"
+                           r"\(tensor of )layers? $")
+
+
+def _layer_mentions_are_explicit(message: str) -> bool:
+    for m in re.finditer(r"layers? \d", message):
+        if not _LAYER_PHRASE.search(message[:m.end() - 1]):
+            return False
+    return True
+
+
+def test_item08_findings_say_which_layers_they_mean(cfg, inv):
+    """L2S201 said "leaves 44.54 MB per layer unfetched ... in kda+moe layers
+    5..6, 9..10": the layers of the target tensors, read as the layers where
+    the window fires. Every finding that names layers says which: where the
+    window fires, and (for next-layer tensors or ops) the layers of those."""
+    run = lint_text(HEAD + "window A at attn.pre_all_reduce budget 8MB layers kda & moe "
+                    "{\n    next self_attn.in_proj_qkvbfg_a\n}\n", cfg, inv)
+    left = only(run, "L2S201")
+    msgs = {f.message for f in left}
+    kda_next = [m for m in msgs if "fires in kda+moe layers 4..5, 8..9," in m]
+    assert kda_next, msgs
+    assert "tensors of kda+moe layers 5..6, 9..10," in kda_next[0]
+    assert " in kda+moe layers 5..6" not in kda_next[0]
+    # every finding of every rule, on the shipped schedules and on schedules
+    # written to trigger each layer-naming rule
+    texts = [
+        HEAD + "window A at attn.pre_all_reduce budget 8MB layers kda & moe {\n"
+               "    next self_attn.in_proj_qkvbfg_a\n}\n",
+        HEAD + "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+               "    this self_attn.o_proj\n}\nwindow A2 at attn.pre_all_reduce budget 17MB "
+               "layers kda & moe {\n    this self_attn.o_proj\n}\n",
+        HEAD.replace("sm120-rtx-pro-6000-maxq", "h200")
+        + "window B at attn.post_all_reduce budget 120MB layers moe {\n"
+               "    next self_attn.*\n    this mlp.shared_experts.*\n}\n",
+        HEAD + "window D at attn.pre_all_reduce budget 60MB layers dense {\n"
+               "    next self_attn.*\n}\n",
+        HEAD + "window C at moe.post_all_reduce budget 40MB layers moe {\n"
+               "    next self_attn.o_proj, self_attn.in_proj_qkvbfg_a\n}\n",
+    ]
+    runs = [lint_text(t, cfg, inv) for t in texts]
+    runs += [lint_path(str(p)) for p in sorted((ROOT / "schedules").glob("*.l2s"))]
+    seen = set()
+    for r in runs:
+        for f in r.findings:
+            seen.add(f.code)
+            assert _layer_mentions_are_explicit(f.message), (f.code, f.message)
+    assert {"L2S002", "L2S005", "L2S101", "L2S103", "L2S104", "L2S105", "L2S106",
+            "L2S107", "L2S201"} <= seen, seen
+
+
+def test_item20_lint_prints_the_measured_result_beside_the_prediction(tmp_path, capsys):
+    """``lint schedules/glm53-flash-h200-tp4.l2s`` printed "+1.3% steps/s"
+    while the file's own header says it measured 0.3-2.6% slower. A
+    ``# measured:`` header line carries the result (file, per-M gains as the
+    bench report writes them); lint prints it beside the prediction, in
+    JSON too, and says when the two disagree or when --set/--device change
+    what was measured. A malformed line is an error of ``check``."""
+    from l2sched.cli import main
+
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("measured"))
+    assert "gain -2.55% at M=1" in line
+    assert "benchmarks/results/h200x2-2026-11-29.md" in line
+    # the predicted gain is the lint's with the shipped (measured) h200 profile
+    assert re.search(r"predicted \+\d+\.\d%; the prediction and the measurement disagree", line)
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                 "--tokens", "16", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    real = next(m for m in doc["measured"] if "h200x2" in m["source"])
+    assert real["tokens"] == 16 and real["gain_pct"] == -0.73
+    assert real["same_direction"] is False
+    # no result at this M: the ones there are are listed
+    assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                 "--tokens", "3", "--set", "window.B.budget=20MB"]) == 0
+    out = capsys.readouterr().out
+    assert "no result at M=3 (results at M=1, 2, 4, 8, 16, 32, 64)" in out
+    assert "for the file as written; --set changes it" in out
+    # the convention, and its errors
+    p = tmp_path / "m.l2s"
+    head = "# measured: r.md gain M=1:+1.5% M=4:-0.25% -- my box\nschedule m\n"
+    p.write_text(head + "model glm5next\ndevice h200\ntp 4\n")
+    assert main(["lint", str(p)]) == 0
+    assert "measured (r.md: my box): gain +1.50% at M=1, predicted" in \
+        capsys.readouterr().out
+    for bad, col, msg in [
+        ("# measured:\n", 12, "'# measured:' needs the result file first"),
+        ("# measured: r.md M=1:+1%\n", 18, "takes 'gain' after the result file"),
+        ("# measured: r.md gain\n", 22, "has no value"),
+        ("# measured: r.md gain M=1:1.5\n", 23, "bad measured value 'M=1:1.5'"),
+        ("# measured: r.md gain M=1:+1% M=1:+2%\n", 31, "M=1 is given twice"),
+    ]:
+        p.write_text(bad + "schedule m\nmodel glm5next\ndevice h200\ntp 4\n")
+        assert main(["check", str(p)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"{p}:1:{col}: ") and msg in err.splitlines()[0], err

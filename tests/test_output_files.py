@@ -111,3 +111,41 @@ def test_lint_reports_a_tp_the_model_cannot_split_at_the_tp_line(tmp_path, capsy
     line = p.read_text().splitlines().index("tp 3") + 1
     assert main(["lint", str(p)]) == 1
     assert f"{p}:{line}:4: the model cannot run at tp 3" in capsys.readouterr().err
+
+
+#: Every output option of every command: (argv before the path, argv after it).
+OUTPUT_OPTIONS = {
+    "compile -o": (["compile", str(H200), "-o"], []),
+    "compile --output": (["compile", str(H200), "--output"], []),
+    "timeline -o": (["timeline", str(H200), "-o"], []),
+    "bench run --out": (["bench", "run", "--dry", "--out"], []),
+    "bench tp --out": (["bench", "tp", "--dry", "--out"], []),
+    "bench report --json-out": (["bench", "report", "r.json", "--md-out", "r.md",
+                                 "--json-out"], []),
+    "bench report --md-out": (["bench", "report", "r.json", "--json-out", "r2.json",
+                               "--md-out"], []),
+    "bench tp-report --md-out": (["bench", "tp-report", "r.json", "--md-out"], []),
+    "bench tp-report --update-profile": (["bench", "tp-report", "r.json",
+                                          "--update-profile"], []),
+    "docs hooks --file": (["docs", "hooks", "--file"], []),
+}
+
+
+@pytest.mark.parametrize("option", sorted(OUTPUT_OPTIONS))
+@pytest.mark.parametrize("path,message", [
+    (".", ".:1:1: cannot write: is a directory"),
+    ("/", "/:1:1: cannot write: is a directory"),
+    ("", "<empty>:1:1: cannot write: the output path is empty"),
+])
+def test_item12_output_options_refuse_a_directory_or_empty_path(
+        option, path, message, tmp_path, monkeypatch, capsys):
+    """``timeline -o .`` (and ``-o ''``, ``-o /``) printed a traceback
+    (``PosixPath('.') has an empty name``); every output option of every
+    command gives compile's one-line error, before any work is done and
+    without touching anything."""
+    monkeypatch.chdir(tmp_path)
+    before, after = OUTPUT_OPTIONS[option]
+    assert main(before + [path] + after) == 1
+    err = capsys.readouterr().err
+    assert err == message + "\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

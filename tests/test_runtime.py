@@ -4,6 +4,7 @@ no-GPU fallback (prefetch disabled with one log line, no exception)."""
 import logging
 
 import pytest
+from extras import GPU_MISSING, TORCH_MISSING
 
 from l2sched.cli.explain import format_events
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue
@@ -144,7 +145,7 @@ def test_make_runtime_backends():
 # --- no GPU: disabled, one log line, never an exception ----------------------
 
 def test_cuda_runtime_without_gpu_disables_with_one_log_line(caplog):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=TORCH_MISSING)
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
     from l2sched.runtime import kernel as K
@@ -189,8 +190,8 @@ def test_unknown_policy_disables(caplog):
 def test_ffi_kernel_calls_the_bare_tvm_ffi_function():
     # Compile-only (no GPU): the TVM-FFI path must call the tvm_ffi.Function
     # itself, not the DSL's Python wrappers (4.8.x adds two frames per call).
-    pytest.importorskip("cutlass")
-    pytest.importorskip("tvm_ffi")
+    pytest.importorskip("cutlass", reason=GPU_MISSING)
+    pytest.importorskip("tvm_ffi", reason=GPU_MISSING)
     import os
     import subprocess
     import sys
@@ -223,7 +224,7 @@ def test_every_fill_mode_compiles_without_a_gpu(mode, shape):
     """Compile-only (no GPU; nvidia-cutlass-dsl 4.8 here, 4.3.5 on the lent
     GPU, where tests/gpu runs the kernels): each fill mode traces and
     compiles for sm_90a, with a cache policy and without."""
-    pytest.importorskip("cutlass")
+    pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl: pip install -e '.[gpu]'")
     import os
     import subprocess
     import sys

@@ -475,3 +475,31 @@ def test_set_value_with_a_newline_is_a_usage_error():
     with pytest.raises(L2sUsageError, match=r"--set #2: the value contains a newline"):
         load(HEAD + W + "\n", ["window.A.budget=2MB",
                                "window.A.budget=25MB\nwindow.A.layers=1"])
+
+
+def test_item16_no_cascading_or_missing_selector_errors():
+    """``model glm5nxt`` with ``layers 5..3`` printed "layer 5 does not
+    exist; the model has layers 0..-1" twice at one position and never
+    reported the empty range. An index is checked against the model's layers
+    only when they are known; a range is checked once (whole numbers, then
+    empty, then past the last layer); the same error is never repeated."""
+    assert errors("schedule s\nmodel glm5nxt\ndevice h200\ntp 4\n"
+                  "window B at layer.entry budget 10MB layers 5..3\n") == [
+        ("unknown model adapter 'glm5nxt'; did you mean 'glm5next'?", 2, 7),
+        ("empty layer range 5..3 (ranges are lo..hi, inclusive)", 5, 44)]
+    # no model at all (or a model config that failed): no "layers 0..-1"
+    assert errors("schedule s\ndevice h200\ntp 4\n"
+                  "window B at layer.entry budget 10MB layers 5, 50..60\n") == [
+        ("schedule 's' has no 'model' setting (write e.g. 'model glm5next')", 1, 10)]
+    # a range past the end, both ends bad: one error, not two
+    assert errors(HEAD + W + " layers 50..60\n") == [
+        ("layer 60 does not exist; the model has layers 0..44", 5, 43)]
+    assert errors(HEAD + W + " layers 1.5..2.5\n") == [
+        ("layer index '1.5' must be a whole number", 5, 43)]
+    # an empty range past the end is reported as empty, once
+    assert errors(HEAD + W + " layers 60..50\n") == [
+        ("empty layer range 60..50 (ranges are lo..hi, inclusive)", 5, 43)]
+    # the same layer twice in one selector: each occurrence at its own place
+    assert errors(HEAD + W + " layers 45, 45\n") == [
+        ("layer 45 does not exist; the model has layers 0..44", 5, 43),
+        ("layer 45 does not exist; the model has layers 0..44", 5, 47)]

@@ -97,7 +97,7 @@ def _st(xs):
 
 
 def test_report_validation_section(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.bench.report import report
     from l2sched.lang.resolve import load_schedule
     from l2sched.lint import run_lint

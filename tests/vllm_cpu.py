@@ -28,8 +28,11 @@ import os
 import socket
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+from extras import TORCH_MISSING, VLLM_MISSING
 
 #: Architecture and model type written into the temporary ``config.json``
 #: (vLLM picks the model class from ``architectures``).
@@ -44,9 +47,9 @@ def vllm_available() -> tuple[bool, str]:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        return False, "vllm is not installed in this interpreter (use /work/venv)"
+        return False, VLLM_MISSING
     if importlib.util.find_spec("torch") is None:
-        return False, "torch is not installed in this interpreter"
+        return False, f"torch is not installed in this interpreter ({TORCH_MISSING})"
     return True, ""
 
 

@@ -7,13 +7,17 @@ measurement, step-level prediction). Units: us unless a name says otherwise.
 
 from __future__ import annotations
 
+from l2sched.units import format_signed
+
 
 def _pct(x) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
 def _us(x, fmt="{:.0f}") -> str:
-    return "-" if x is None else fmt.format(x)
+    if x is None:
+        return "-"
+    return format_signed(x, fmt[2:-1]) if fmt.startswith("{:+") else fmt.format(x)
 
 
 def markdown(s: dict) -> str:
@@ -82,14 +86,16 @@ def _validation_table(s: dict) -> list[str]:
         return out
     out += ["Noise floor per M from the A/A arm (90th percentile of |A/A gain| over "
             "resampled rounds): " + ", ".join(
-                f"M={M}: {f['floor_us']:.1f} us (A/A gain {f['aa_gain_us']:+.1f} us)"
+                f"M={M}: {f['floor_us']:.1f} us "
+                f"(A/A gain {format_signed(f['aa_gain_us'], '+.1f')} us)"
                 for M, f in v["floors"].items()) + ".", "",
             "| arm | M | predicted gain us | measured gain us | predicted - measured us "
             "| verdict predicted / measured | agree | lint errors |",
             "|---|---|---|---|---|---|---|---|"]
     for r in v["rows"]:
-        out.append(f"| {r['arm']} | {r['M']} | {r['pred_gain_us']:+.1f} | "
-                   f"{r['meas_gain_us']:+.1f} | {r['gain_err_us']:+.1f} | "
+        out.append(f"| {r['arm']} | {r['M']} | {format_signed(r['pred_gain_us'], '+.1f')} | "
+                   f"{format_signed(r['meas_gain_us'], '+.1f')} | "
+                   f"{format_signed(r['gain_err_us'], '+.1f')} | "
                    f"{r['pred_verdict']} / {r['meas_verdict']} | "
                    f"{'yes' if r['agree'] else 'NO'} | {','.join(r['lint_errors']) or '-'} |")
     per_m = ", ".join(f"M={M}: " + ("-" if x is None else f"{x:.2f}")
@@ -105,7 +111,8 @@ def _step_table(s: dict, Ms, arms, src: str) -> list[str]:
         st = r["step_us"]
         c = f"{st['median']:.0f} ({st['p10']:.0f}-{st['p90']:.0f})"
         if a != "none":
-            c += f", {r['gain_us']:+.0f} us ({r['gain_pct']:+.2f}%)"
+            c += (f", {format_signed(r['gain_us'], '+.0f')} us "
+                  f"({format_signed(r['gain_pct'], '+.2f')}%)")
         return c
     return ([f"Per-op times: {src}" + (" (in-graph external CUDA events of a timed graph "
                                       "variant)" if src == "graph" else
@@ -120,7 +127,7 @@ def _timed_graph_table(s: dict, Ms, arms) -> list[str]:
         t, ig = r.get("timed_step_us"), r.get("in_graph_step_us")
         ov = r.get("timing_overhead_pct")
         return (f"{r['step_us']['median']:.0f} / {_us(t and t['median'])} / "
-                f"{_us(ig and ig['median'])} ({'-' if ov is None else f'{ov:+.1f}%'})")
+                f"{_us(ig and ig['median'])} ({'-' if ov is None else format_signed(ov, '+.1f') + '%'})")
     return (["", "Timed graph variant (event nodes) vs untimed graph, median us: "
              "untimed / timed replay / timed in-graph first-to-last event (overhead %).", ""]
             + _m_header(Ms) + _arm_rows(s, Ms, arms, cell))
@@ -200,7 +207,9 @@ def _verdict_table(s: dict, Ms) -> list[str]:
             vu, vc = (x["verdict"] + (f" ({x['reason']})" if x["reason"] else "") for x in (u, c))
             out.append(f"| {a}{' (kernel mode)' if r.get('kernel_mode') else ''} | {M} | "
                        f"{','.join(c['errors']) or '-'} | "
-                       f"{u['pred_gain_us']:+.0f} / {c['pred_gain_us']:+.0f} | {r['gain_us']:+.0f} | "
+                       f"{format_signed(u['pred_gain_us'], '+.0f')} / "
+                       f"{format_signed(c['pred_gain_us'], '+.0f')} | "
+                       f"{format_signed(r['gain_us'], '+.0f')} | "
                        f"{r['noise_us']:.0f} | {vu} | {vc} | {r['measured_verdict']} | "
                        f"{'yes' if r['agree'] else 'NO'} | "
                        f"{_pct(fu and fu['median'])} / {_pct(fc and fc['median'])} |")
@@ -266,7 +275,8 @@ def _step_level_table(s: dict, Ms) -> list[str]:
                 continue
 
             def cell(x):
-                return "-" if not x else f"{x['pred_step_us']:.0f} ({x['step_err_pct']:+.1f}%)"
+                return "-" if not x else (f"{x['pred_step_us']:.0f} "
+                                          f"({format_signed(x['step_err_pct'], '+.1f')}%)")
             out.append(f"| {a} | {M} | {r['step_us']['median']:.0f} | {cell(u)} | {cell(c)} |")
     return out
 
@@ -280,7 +290,8 @@ def _target_values(t: dict) -> str:
     if not isinstance(v, dict):
         return "-" if v is None else f"{v:.1%}"
     if "noise_us" in t:
-        cells = [f"M={M}: {x:+.0f} us (noise {t['noise_us'][M]:.0f} us)" for M, x in v.items()]
+        cells = [f"M={M}: {format_signed(x, '+.0f')} us (noise {t['noise_us'][M]:.0f} us)"
+                 for M, x in v.items()]
         return ", ".join(cells) + (
             "; strictly slower at " + ", ".join(f"M={M}" for M, x in v.items() if x < 0)
             + (", within the noise threshold" if t["met_within_noise"] else

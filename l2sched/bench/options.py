@@ -16,7 +16,7 @@ FIT_MAX_BYTES = 256 * 4096 * 2
 
 def run_arguments(p) -> None:
     """Options of ``bench run`` on the argparse parser ``p``."""
-    p.add_argument("--out", default="", help="result JSON path")
+    p.add_argument("--out", default=None, help="result JSON path")
     p.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 4, 16, 64], help="decode tokens M per step (list)")
     p.add_argument("--replays", type=int, default=25)
@@ -53,7 +53,7 @@ def tp_arguments(p) -> None:
                    help="default: nccl when CUDA is available and not --dry, else gloo")
     p.add_argument("--dry", action="store_true",
                    help="CPU: meta-device tree, dry-run runtime, gloo all-reduces")
-    p.add_argument("--out", default="", help="result JSON path (rank 0 writes it)")
+    p.add_argument("--out", default=None, help="result JSON path (rank 0 writes it)")
     p.add_argument("--tokens", type=toks, default=[1, 2, 4, 8, 16, 32, 64],
                    help="decode tokens M per step (list)")
     p.add_argument("--replays", type=int, default=25, help="timed replays per graph")
@@ -80,11 +80,11 @@ def tp_report_arguments(p) -> None:
     p.add_argument("result", nargs="+",
                    help="JSON written by `l2sched bench tp --out`; several results of "
                         "runs over different --tokens on the same machine are merged")
-    p.add_argument("--md-out", default="", help="markdown path (default: stdout)")
+    p.add_argument("--md-out", default=None, help="markdown path (default: stdout)")
     p.add_argument("--command", default="", help="command line to quote in the report")
     p.add_argument("--no-lint", action="store_true",
                    help="skip the lint's predicted gains (CPU, a few s per M)")
-    p.add_argument("--update-profile", default="", metavar="NAME_OR_PATH",
+    p.add_argument("--update-profile", default=None, metavar="NAME_OR_PATH",
                    help="write the fitted all-reduce model into this device profile")
     p.add_argument("--fit-max-bytes", type=int, default=FIT_MAX_BYTES)
     p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")

@@ -46,6 +46,7 @@ from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
 from l2sched.bench.validation import AA_ARM
 from l2sched.compiler.compile import compile_plan
+from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -338,10 +339,7 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
 
 
 def _write(path, out):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1, default=str)
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(out, indent=1, default=str))
 
 
 def _sync(torch, dry):

@@ -102,8 +102,6 @@ def options(args) -> dict:
     load_schedule(o["schedule"], o["overrides"])  # raises L2sError
     load_device(o["device_profile"])
     analytical_inventory(load_model_config(None), tp=o["tp"], ep=False)
-    if o["out"] and os.path.isdir(o["out"]):
-        raise ValueError(f"--out {o['out']} is a directory")
     return o
 
 

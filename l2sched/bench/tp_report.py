@@ -35,6 +35,7 @@ from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device, profile_path
 from l2sched.model.inventory import analytical_inventory
+from l2sched.units import format_signed
 
 
 def cmd(args) -> int:
@@ -276,11 +277,11 @@ def _step_table(d: dict) -> list[str]:
             cells = []
             for base, arm in (("none", "compiled"), ("none/spin", "compiled/spin")):
                 gn, _ = _gain(arms, base, arm)
-                pct = (f" ({100 * gn / arms[base]['step_us']['median']:+.2f}%)"
+                pct = (f" ({format_signed(100 * gn / arms[base]['step_us']['median'], '+.2f')}%)"
                        if gn is not None else "")
                 cells += [_fmt(arms.get(base, {}).get("step_us")),
                           _fmt(arms.get(arm, {}).get("step_us")),
-                          f"{gn:+.1f}{pct}" if gn is not None else "-"]
+                          f"{format_signed(gn, '+.1f')}{pct}" if gn is not None else "-"]
             out.append(f"| {M} | {r['rank']} | " + " | ".join(cells) + " |")
     out.append("")
     return out

@@ -4,6 +4,7 @@ before torch is imported or ranks are spawned."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from l2sched.bench import read_text_file
@@ -15,6 +16,7 @@ from l2sched.bench.options import (
 )
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
+from l2sched.files import check_output_path
 
 
 def _require_torch() -> None:
@@ -29,6 +31,15 @@ def _require_torch() -> None:
                             "wheel)") from None
 
 
+def _check_outputs(*paths) -> None:
+    """``files.check_output_path`` for every output option given (None =
+    not given): one line and exit 1 before any work for an empty path or a
+    directory."""
+    for path in paths:
+        if path is not None:
+            check_output_path(path)
+
+
 def _bad_tokens(tokens) -> str | None:
     if not tokens:
         return "--tokens is empty"
@@ -37,7 +48,9 @@ def _bad_tokens(tokens) -> str | None:
 
 
 def cmd_run(args) -> int:
-    """``bench run``: exit 2 on unusable options or without torch."""
+    """``bench run``: exit 2 on unusable options or without torch; exit 1
+    for an unusable ``--out`` (before anything runs)."""
+    _check_outputs(args.out)
     bad = _bad_tokens(args.tokens)
     if bad:
         raise L2sUsageError(bad)
@@ -74,7 +87,9 @@ def cmd_kernel(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """``bench report``: exit 1 when the result or header file is unusable."""
+    """``bench report``: exit 1 when the result or header file or an output
+    path is unusable."""
+    _check_outputs(args.json_out, args.md_out)
     # the benchmark modules load only when their command runs: every other
     # l2sched command (lint above all) starts faster without them
     from l2sched.bench.report import report
@@ -96,7 +111,9 @@ def cmd_report(args) -> int:
 
 
 def cmd_tp(args) -> int:
-    """``bench tp``: exit 2 on unusable options or without torch."""
+    """``bench tp``: exit 2 on unusable options or without torch; exit 1
+    for an unusable ``--out`` (before any rank is spawned)."""
+    _check_outputs(args.out)
     bad = _bad_tokens(args.tokens)
     if not bad and args.world_size and args.world_size < 2:
         bad = f"--world-size must be >= 2, got {args.world_size}"
@@ -116,7 +133,14 @@ def cmd_tp(args) -> int:
 
 
 def cmd_tp_report(args) -> int:
-    """``bench tp-report``: exit 1 when a result file is unusable."""
+    """``bench tp-report``: exit 1 when a result file or an output path is
+    unusable."""
+    _check_outputs(args.md_out)
+    profile = args.update_profile
+    if profile is not None and (profile in ("", ".", "..") or os.sep in profile
+                                or profile.endswith(".toml")):
+        # a path, not a shipped profile's name (devices.profile_path)
+        _check_outputs(profile)
     from l2sched.bench.tp_report import cmd as tp_report_cmd
 
     try:

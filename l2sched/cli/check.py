@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
+from l2sched import progress
 from l2sched.cli.options import (
     add_command,
     add_schedule_args,
@@ -15,7 +16,7 @@ from l2sched.cli.options import (
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
-from l2sched.units import format_size, format_table
+from l2sched.units import format_size, format_table, plural
 
 
 def window_table(schedule) -> list[str]:
@@ -46,6 +47,7 @@ def cmd_check(args) -> int:
         try:
             s = with_device(load_schedule(path, args.overrides, model_config),
                             args.device)
+            progress.stage(f"checking {path}")
             schedule_inventory(s, model_config)
         except L2sError as err:
             print(str(err), file=sys.stderr)
@@ -55,11 +57,12 @@ def cmd_check(args) -> int:
             print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
                   f"prefetch at <= {s.max_tokens} tokens, fill kernel "
-                  f"{s.kernel or 'default'}, {len(s.windows)} windows")
+                  f"{s.kernel or 'default'}, {plural(len(s.windows), 'window')}")
             for line in window_table(s):
                 print(line)
     if failed:
-        print(f"{failed} of {len(args.files)} file(s) have errors", file=sys.stderr)
+        print(f"{failed} of {plural(len(args.files), 'file')} "
+              f"{'has' if failed == 1 else 'have'} errors", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -16,10 +16,10 @@ from l2sched.cli.options import (
 from l2sched.compiler.compile import compile_plan, schedule_inventory
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sUsageError
-from l2sched.files import write_text_atomically
+from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lang.schedule import Schedule
-from l2sched.units import format_size, format_table
+from l2sched.units import format_layers, format_size, format_table, plural
 
 
 def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
@@ -29,14 +29,17 @@ def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
              "left/layer")]
     groups: dict = defaultdict(list)
     for issue in plan.issues:
-        groups[(str(layer_kinds[issue.layer]), issue.window)].append(issue)
+        groups[(str(layer_kinds[issue.layer]), issue.window)].append(
+            (issue.layer, issue.nbytes, issue.carried_in))
+    for e in plan.empty:  # fires and fetches nothing: a row with 0 B
+        groups[(str(layer_kinds[e.layer]), e.window)].append((e.layer, 0, 0))
     left: dict = defaultdict(int)
     for lo in plan.left_over:
-        left[(lo.window, lo.layer)] += lo.nbytes
+        left[(lo.window, lo.fired_in if lo.fired_in >= 0 else lo.layer)] += lo.nbytes
     for (kind, window), items in sorted(groups.items()):
-        sizes = [i.nbytes for i in items]
-        carried = [i.carried_in for i in items]
-        lefts = [left.get((window, i.layer), 0) for i in items]
+        sizes = [i[1] for i in items]
+        carried = [i[2] for i in items]
+        lefts = [left.get((window, i[0]), 0) for i in items]
 
         def rng(v: Iterable[int]) -> str:
             v = list(v)
@@ -46,6 +49,22 @@ def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
         rows.append((kind, window, str(len(items)), rng(sizes), rng(carried),
                      rng(lefts)))
     return rows
+
+
+def empty_notes(plan: Plan, layer_kinds: Sequence) -> list[str]:
+    """One line per window (and layer kind, reason) that fires and fetches
+    nothing: ``window 'A2' fetches 0 B where it fires in kda+moe layers
+    4..6: every byte its targets name was taken earlier in the step by
+    window 'A'``."""
+    groups: dict = defaultdict(list)
+    for e in plan.empty:
+        groups[(e.window, str(layer_kinds[e.layer]), e.why())].append(e.layer)
+    lines = []
+    for (window, kind, why), layers in sorted(groups.items()):
+        word = "layer" if len(layers) == 1 else "layers"
+        lines.append(f"window '{window}' fetches 0 B where it fires in {kind} {word} "
+                     f"{format_layers(layers)}: {why}")
+    return lines
 
 
 def compile_schedule(args) -> tuple[Schedule, Plan]:
@@ -64,7 +83,10 @@ def compile_schedule(args) -> tuple[Schedule, Plan]:
 
 
 def cmd_compile(args) -> int:
-    """``l2sched compile SCHEDULE [--tp-rank R] -o plan.json``."""
+    """``l2sched compile SCHEDULE [--tp-rank R] -o plan.json``. An unusable
+    ``-o`` (empty, a directory) is refused before compiling."""
+    if args.output not in (None, "-"):
+        check_output_path(args.output)
     schedule, plan = compile_schedule(args)
     text = plan.to_json()
     if args.output in (None, "-"):
@@ -74,14 +96,16 @@ def cmd_compile(args) -> int:
         write_text_atomically(args.output, text, protect=schedule.files)
         out = sys.stdout
         print(f"{args.output}: plan for '{plan.schedule}', TP rank {plan.tp_rank}, "
-              f"{len(plan.issues)} issues, "
+              f"{plural(len(plan.issues), 'issue')}, "
               f"{format_size(sum(i.nbytes for i in plan.issues))} per decode step",
               file=out)
     print(format_table(summary_rows(plan, schedule.layer_kinds)), file=out)
+    for line in empty_notes(plan, schedule.layer_kinds):
+        print(line, file=out)
     total_left = sum(lo.nbytes for lo in plan.left_over)
     if total_left:
         print(f"left over (no window could take): {format_size(total_left)} in "
-              f"{len(plan.left_over)} pieces; `l2sched lint` lists the tensors",
+              f"{plural(len(plan.left_over), 'piece')}; `l2sched lint` lists the tensors",
               file=out)
     return 0
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from l2sched.cli.options import add_command
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import read_input_text, write_text_atomically
+from l2sched.files import check_output_path, read_input_text, write_text_atomically
 from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
 from l2sched.model.adapters.glm5next.docs import hooks_markdown
@@ -79,7 +79,9 @@ def lint_md_text(current: str, path: str = "docs/lint.md") -> str:
 def cmd_docs(args) -> int:
     """Regenerate (or with ``--check`` compare) one document; exit 1 when
     ``--check`` finds it out of date."""
-    path = args.file or f"docs/{args.which}.md"
+    path = f"docs/{args.which}.md" if args.file is None else args.file
+    if not args.check:
+        check_output_path(path)
     if args.which == "hooks":
         new = hooks_md_text()
         old = read_input_text(path, "document") if args.check else None

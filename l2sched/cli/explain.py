@@ -4,6 +4,7 @@ stream would see without a GPU."""
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 from l2sched.cli.compile import compile_schedule
@@ -67,7 +68,11 @@ def _load_plan(args) -> Plan:
                             f"not to a plan ({args.schedule})")
     try:
         plan = Plan.from_json(read_source(args.schedule).removeprefix("\ufeff"))
-    except (ValueError, KeyError, TypeError) as e:
+    except json.JSONDecodeError as e:
+        raise L2sInputError(Diagnostic(f"not an l2sched plan: not JSON: {e.msg}",
+                                       Span.point(args.schedule, e.lineno, e.colno))
+                            ) from None
+    except ValueError as e:  # Plan.from_json names the key
         raise L2sInputError(Diagnostic(f"not an l2sched plan: {e}",
                                        Span.point(args.schedule))) from None
     if args.tp_rank is not None and args.tp_rank != plan.tp_rank:

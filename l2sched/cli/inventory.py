@@ -12,7 +12,7 @@ from l2sched.errors import L2sError, L2sUsageError
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import load_model_config
 from l2sched.model.inventory import Inventory, analytical_inventory
-from l2sched.units import MiB
+from l2sched.units import MiB, plural
 
 
 def _ranges(idx: Sequence[int]) -> str:
@@ -38,7 +38,7 @@ def render_table(inv: Inventory) -> str:
              f"{inv.tp_rank} ({inv.source}), bytes per GPU"]
     for kind, idx in inv.kind_groups():
         ts = inv.layers[idx[0]]
-        lines += ["", f"{kind}: {len(idx)} layer(s): {_ranges(idx)}"]
+        lines += ["", f"{kind}: {plural(len(idx), 'layer')}: {_ranges(idx)}"]
         rows = [("tensor", "dtype", "shape", "bytes", "replicated", "lazy")]
         for t in ts:
             rep = ("yes" if t.replicated else

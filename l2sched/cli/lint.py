@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import sys
 
+from l2sched import progress
 from l2sched.cli.options import add_command, add_schedule_args
-from l2sched.errors import L2sError, L2sUsageError, suggest
+from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.calibrate import calibrate_path
-from l2sched.lint.timeline import write_timeline
+from l2sched.lint.measured import load_measured
+from l2sched.lint.timeline import timeline_paths, write_timeline
 from l2sched.units import GRAPH_MODES
 
 
@@ -19,57 +21,98 @@ def _codes(text: str | None) -> list[str]:
 
 
 def cmd_lint(args) -> int:
-    """Print findings and the per-kind summary; exit 1 when an error
-    remains. Raises ``L2sUsageError`` for a ``--select``/``--ignore`` code
-    no rule starts with or ``--tokens`` below 1."""
+    """Lint every schedule given (``check``/``fmt`` take many too): print
+    the findings and the per-kind summary of each; exit 1 when an error
+    remains in any. One schedule's broken input does not stop the others
+    (its error goes to stderr; ``--format json|sarif`` still describe it).
+    JSON: one schedule's document, or ``{"schedules": [...], "errors": N}``
+    for several; SARIF: one run with every schedule's results. Raises
+    ``L2sUsageError`` for a ``--select``/``--ignore`` code no rule starts
+    with or ``--tokens`` below 1."""
     for opt in ("select", "ignore"):
         for code in _codes(getattr(args, opt)):
             if not any(c.startswith(code) for c in rules.RULES):
-                raise L2sUsageError(f"--{opt} {code}: no rule code starts with "
-                                    f"it{suggest(code, rules.RULES)}")
+                raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
+                                    f"(codes: {rules.code_ranges()})")
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    docs: list = []  # per schedule: (LintRun, None) or (None, L2sError)
+    for path in args.schedules:
+        try:
+            docs.append((_lint_one(args, path), None))
+        except L2sUsageError:
+            raise
+        except L2sError as err:
+            print(str(err), file=sys.stderr)
+            docs.append((None, err))
+    _write_report(args, docs)
+    return 1 if any(err is not None or run.has_errors for run, err in docs) else 0
+
+
+def _lint_one(args, path: str):
+    """The ``LintRun`` of schedule ``path`` with the command's options
+    (calibrated when ``--calibrate`` names a trace). Raises ``L2sError``."""
     measured = None
     calib_rows: list = []
-    try:
-        if args.calibrate:
-            measured, calib_rows = calibrate_path(args.calibrate, args.schedule,
-                                                  args.overrides, args.model_config,
-                                                  args.device, tokens=args.tokens)
-        run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
-                        tokens=args.tokens, graph_mode=args.graph_mode,
-                        select=_codes(args.select), ignore=_codes(args.ignore),
-                        measured=measured)
-    except L2sError as err:
-        # a machine-readable document even when the input is broken; the
-        # human message still goes to stderr (the CLI prints it, exit 1)
-        if args.format == "json":
-            sys.stdout.write(report.input_error_json(args.schedule, err))
-        elif args.format == "sarif":
-            sys.stdout.write(report.input_error_sarif(err))
-        raise
+    if args.calibrate:
+        measured, calib_rows = calibrate_path(args.calibrate, path, args.overrides,
+                                              args.model_config, args.device,
+                                              tokens=args.tokens)
+    run = lint_path(path, args.overrides, args.model_config, args.device,
+                    tokens=args.tokens, graph_mode=args.graph_mode,
+                    select=_codes(args.select), ignore=_codes(args.ignore),
+                    measured=measured)
     run.calibration = calib_rows
+    return run
+
+
+def _write_report(args, docs) -> None:
+    """Print the report of every ``(run, error)`` in ``docs`` (in
+    ``args.format``) to stdout."""
+    progress.stage("writing the report")
+    if args.format == "sarif":
+        items = [(run.findings, run.schedule.path) if run is not None else
+                 (report.input_error_findings(err), path)
+                 for (run, err), path in zip(docs, args.schedules)]
+        sys.stdout.write(report.sarif_document(items))
+        return
     if args.format == "json":
-        sys.stdout.write(report.to_json(run))
-    elif args.format == "sarif":
-        sys.stdout.write(report.to_sarif(run))
-    else:
-        sys.stdout.write(report.human(run, summary=not args.no_summary))
-    return 1 if run.has_errors else 0
+        texts = [report.to_json(run) if run is not None else
+                 report.input_error_json(path, err)
+                 for (run, err), path in zip(docs, args.schedules)]
+        if len(texts) == 1:
+            sys.stdout.write(texts[0])
+        else:
+            sys.stdout.write(report.json_documents(texts))
+        return
+    for run, _ in docs:
+        if run is not None:
+            sys.stdout.write(report.human(run, summary=not args.no_summary))
 
 
 def cmd_timeline(args) -> int:
     """Write the Chrome trace JSON and an SVG Gantt (``FILE`` with
-    ``.svg``) of the predicted timeline."""
+    ``.svg``) of the predicted timeline, with the measured one of
+    ``--measured RESULT.json`` (a ``bench run`` result; arm ``--arm``, M =
+    ``--tokens``) beside it. An unusable ``-o`` or result is refused before
+    the lint runs."""
+    timeline_paths(args.output)
+    if args.tokens < 1:
+        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    measured = (load_measured(args.measured, args.tokens, args.arm)
+                if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                     tokens=args.tokens)
-    for p in write_timeline(run, args.output):
+    for p in write_timeline(run, args.output, measured):
         print(f"wrote {p}")
     return 0
 
 
-def _common(p) -> None:
-    p.add_argument("schedule", metavar="SCHEDULE")
+def _common(p, many: bool = False) -> None:
+    if many:
+        p.add_argument("schedules", nargs="+", metavar="SCHEDULE")
+    else:
+        p.add_argument("schedule", metavar="SCHEDULE")
     add_schedule_args(p)
     p.add_argument("--tokens", type=int, default=1, metavar="N",
                    help="decode tokens per step (default 1)")
@@ -80,7 +123,7 @@ def add_cli(sub) -> None:
     p = add_command(sub, "lint", cmd_lint,
                     help="predict fill overlaps and L2 hits of a schedule; report "
                          "rule violations")
-    _common(p)
+    _common(p, many=True)
     p.add_argument("--format", choices=("human", "json", "sarif"), default="human")
     p.add_argument("--select", metavar="CODES",
                    help="comma-separated rule codes or prefixes to report")
@@ -99,3 +142,8 @@ def add_cli(sub) -> None:
                          "and an SVG Gantt")
     _common(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE.json")
+    p.add_argument("--measured", metavar="RESULT.json",
+                   help="an `l2sched bench run --out` result: draw its measured "
+                        "step beside the predicted one in the SVG")
+    p.add_argument("--arm", default="compiled",
+                   help="the result's arm to draw (default: compiled)")

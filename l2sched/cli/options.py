@@ -29,9 +29,11 @@ def add_command(sub, name: str, handler: Callable[[Any], int], **kw
                 ) -> argparse.ArgumentParser:
     """Add subcommand ``name`` to the argparse ``sub`` (a subparsers
     action); ``handler(args)`` returns the exit code. ``args.prog`` is the
-    command's name as usage errors print it (``l2sched explain``)."""
+    command's name as usage errors print it (``l2sched explain``);
+    ``args.parser`` the subcommand's parser (its usage is printed for an
+    unknown option)."""
     p = sub.add_parser(name, **kw)
-    p.set_defaults(handler=handler, prog=p.prog)
+    p.set_defaults(handler=handler, prog=p.prog, parser=p)
     return p
 
 

@@ -18,33 +18,41 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections import defaultdict
 
-from l2sched.compiler.plan import ByteRange, LeftOver, Plan, WindowIssue
+from l2sched import progress
+from l2sched.compiler.plan import ByteRange, EmptyIssue, LeftOver, Plan, WindowIssue
 from l2sched.errors import (
     DiagnosticSink,
     L2sCompileError,
-    L2sModelError,
     L2sSemanticError,
 )
 from l2sched.lang.schedule import Schedule, Window
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config
-from l2sched.model.inventory import Inventory, analytical_inventory
-from l2sched.units import SPLIT_GRANULARITY
+from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
+from l2sched.units import SPLIT_GRANULARITY, plural
 
 
-@functools.lru_cache(maxsize=65536)
 def pattern_matches(pattern: str, path: str) -> bool:
     """True when glob ``pattern`` matches tensor ``path`` itself or names a
     module that contains it (``self_attn.o_proj`` matches
-    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. Cached:
-    the same (pattern, path) pairs recur in every layer."""
-    if fnmatch.fnmatchcase(path, pattern):
-        return True
-    parts = path.split(".")
-    return any(fnmatch.fnmatchcase(".".join(parts[:k]), pattern)
-               for k in range(1, len(parts)))
+    ``self_attn.o_proj.weight``). Shell-style globs, case-sensitive. One
+    regex match per call (``pattern_regex``, compiled once per pattern)."""
+    return pattern_regex(pattern).match(path) is not None
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def pattern_regex(pattern: str) -> re.Pattern:
+    """The compiled regex of glob ``pattern`` that matches a tensor path
+    when the pattern matches the path or one of its module prefixes (the
+    path up to a ``.``): ``fnmatch.translate`` followed by an optional
+    ``.rest``. Cached per pattern (a schedule's patterns are few and
+    recur in every layer; a pair cache thrashed at thousands of patterns)."""
+    body = fnmatch.translate(pattern)
+    assert body.endswith(r"\Z")
+    return re.compile(body[:-2] + r"(?:\..*)?\Z", re.DOTALL)
 
 
 def _entries(inventory, layer: int):
@@ -73,6 +81,36 @@ def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, obj
     return out
 
 
+class TargetExpander:
+    """``expand_targets`` for every (window, layer) of one inventory,
+    computed once per window and pair of layer contents: layers holding the
+    same tensors (every layer of one kind) give the same expansion, so a
+    window that fires in 45 layers matches its patterns against the tensor
+    paths of 2-3 layer kinds, not 45 times. Same results as
+    ``expand_targets``."""
+
+    def __init__(self, inventory):
+        self.inventory = inventory
+        self.count = len(inventory.layers)
+        ids: dict = {}
+        # layer -> small int naming its contents (paths and lazy flags)
+        self.sig = [ids.setdefault(tuple((e.path, e.lazy) for e in layer), len(ids))
+                    for layer in inventory.layers]
+        self.cache: dict = {}
+
+    def expand(self, window: Window, layer: int) -> list[tuple[int, object]]:
+        """``expand_targets(window, layer, inventory)``."""
+        nxt = (layer + 1) % self.count
+        key = (window.index, window.name, self.sig[layer], self.sig[nxt])
+        picks = self.cache.get(key)
+        if picks is None:
+            picks = self.cache[key] = [
+                (tl != layer, self.inventory.tensors(tl).index(e))
+                for tl, e in expand_targets(window, layer, self.inventory)]
+        tensors = (self.inventory.tensors(layer), self.inventory.tensors(nxt))
+        return [(nxt if is_next else layer, tensors[is_next][i]) for is_next, i in picks]
+
+
 def storage_entry(inventory, layer: int, entry):
     """The entry whose storage ``entry`` occupies: itself, or for a strided
     view (``view_of``, e.g. MLA ``W_UK_T``/``W_UV`` of ``kv_b_proj.weight``)
@@ -85,27 +123,32 @@ def storage_entry(inventory, layer: int, entry):
 
 
 class _Coverage:
-    """Byte intervals already fetched per storage in one decode step."""
+    """Byte intervals already fetched per storage in one decode step, with
+    the window that fetched each."""
 
     def __init__(self):
         self.spans: dict = defaultdict(list)
 
-    def subtract(self, key, start: int, end: int) -> list[tuple[int, int]]:
-        """Parts of ``[start, end)`` not yet covered; marks them covered."""
+    def subtract(self, key, start: int, end: int, owner: str = ""
+                 ) -> tuple[list[tuple[int, int]], set[str]]:
+        """Parts of ``[start, end)`` not yet covered, and the owners of the
+        parts that were; marks the new parts covered by ``owner``."""
         parts = [(start, end)]
-        for s, e in self.spans[key]:
+        owners: set[str] = set()
+        for s, e, who in self.spans[key]:
             nxt = []
             for a, b in parts:
                 if e <= a or s >= b:
                     nxt.append((a, b))
                     continue
+                owners.add(who)
                 if a < s:
                     nxt.append((a, s))
                 if e < b:
                     nxt.append((e, b))
             parts = nxt
-        self.spans[key].extend(parts)
-        return parts
+        self.spans[key].extend((a, b, owner) for a, b in parts)
+        return parts, owners
 
 
 def _take(queue: list[ByteRange], budget: int) -> tuple[list[ByteRange], list[ByteRange]]:
@@ -132,6 +175,25 @@ def _take(queue: list[ByteRange], budget: int) -> tuple[list[ByteRange], list[By
     return taken, []
 
 
+def _queue_targets(w: Window, layer: int, expander: TargetExpander,
+                   coverage: _Coverage, queue: list) -> tuple[bool, set[str]]:
+    """Append to ``queue`` the byte ranges window ``w``'s targets name in
+    ``layer`` that no earlier window of the step fetched (marking them
+    fetched by ``w``). Returns whether the targets named any tensor and the
+    windows that had fetched some of them already."""
+    named = False
+    taken_by: set[str] = set()
+    inventory = expander.inventory
+    for tl, entry in expander.expand(w, layer):
+        named = True
+        store = storage_entry(inventory, tl, entry)
+        lazy = entry.lazy and store is entry
+        parts, owners = coverage.subtract((tl, store.path), 0, store.nbytes, w.name)
+        taken_by |= owners
+        queue.extend(ByteRange(tl, store.path, a, b - a, lazy) for a, b in parts)
+    return named, taken_by
+
+
 def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                  hook_order: dict[str, int] | None = None) -> Plan:
     """Compile ``schedule`` for TP rank ``tp_rank`` against ``inventory``
@@ -155,45 +217,56 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
     sink.raise_if_errors(L2sCompileError)
     if hook_order is None:
         hook_order = {h.name: h.order for h in get_adapter(schedule.model).HOOKS}
+    progress.stage(f"compiling {plural(len(schedule.windows), 'window')} over "
+                   f"{count} layers")
 
     issues: list[WindowIssue] = []
     left_over: list[LeftOver] = []
+    empty: list[EmptyIssue] = []
     coverage = _Coverage()
     by_name = {w.name: w for w in schedule.windows}
+    fires: dict[int, list] = defaultdict(list)  # layer -> windows firing there
+    for w in schedule.windows:
+        for i in w.layers:
+            fires[i].append(w)
+    layer_sets = {w.name: set(w.layers) for w in schedule.windows}
+    expander = TargetExpander(inventory)
     for layer in range(count):
-        active = sorted((w for w in schedule.windows if layer in w.layers),
+        active = sorted(fires.get(layer, ()),
                         key=lambda w: (hook_order[w.hook], w.index))
         carried: dict[str, list[ByteRange]] = defaultdict(list)
         for w in active:
             queue = list(carried.pop(w.name, []))
             carried_in = sum(p.nbytes for p in queue)
-            for tl, entry in expand_targets(w, layer, inventory):
-                store = storage_entry(inventory, tl, entry)
-                lazy = entry.lazy and store is entry
-                for a, b in coverage.subtract((tl, store.path), 0, store.nbytes):
-                    queue.append(ByteRange(tl, store.path, a, b - a, lazy))
+            named, taken_by = _queue_targets(w, layer, expander, coverage, queue)
             taken, rest = _take(queue, w.budget)
             if taken or carried_in:
                 issues.append(WindowIssue(
                     window=w.name, hook=w.hook, layer=layer, budget=w.budget,
                     ranges=tuple(taken),
                     carried_in=carried_in, kernel=w.kernel or schedule.kernel or ""))
+            else:
+                reason = ("budget" if queue else "taken" if named else
+                          "no-match" if w.targets else "nothing-carried")
+                empty.append(EmptyIssue(w.name, w.hook, layer, reason,
+                                        tuple(sorted(taken_by - {w.name}))))
             if not rest:
                 continue
             nxt = by_name.get(w.carry) if w.carry else None
-            if nxt is not None and layer in nxt.layers:
+            if nxt is not None and layer in layer_sets[nxt.name]:
                 carried[nxt.name].extend(rest)
             else:
-                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes)
+                left_over.extend(LeftOver(w.name, p.layer, p.tensor, p.nbytes, layer)
                                  for p in rest)
         for name, pieces in carried.items():  # carry target never fired here
-            left_over.extend(LeftOver(name, p.layer, p.tensor, p.nbytes)
+            left_over.extend(LeftOver(name, p.layer, p.tensor, p.nbytes, layer)
                              for p in pieces)
     return Plan(schedule=schedule.name, model=schedule.model, device=schedule.device,
                 tp=schedule.tp, tp_rank=tp_rank, ep=schedule.ep,
                 policy=schedule.policy, max_tokens=schedule.max_tokens,
                 set_aside=schedule.set_aside, num_layers=count,
-                issues=tuple(issues), left_over=tuple(left_over))
+                issues=tuple(issues), left_over=tuple(left_over),
+                empty=tuple(empty))
 
 
 def schedule_inventory(schedule: Schedule, model_config=None,
@@ -206,13 +279,11 @@ def schedule_inventory(schedule: Schedule, model_config=None,
     try:
         return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
                                     tp_rank=tp_rank)
-    except L2sModelError as err:
-        if not err.diagnostics[0].message.startswith(f"--tp {schedule.tp}:"):
-            raise
+    except TPSplitError as err:
         sink = DiagnosticSink()
         for path, text in schedule.sources.items():
             sink.add_source(path, text)
-        sink.error(f"the model cannot run at tp {schedule.tp}: "
-                   f"{err.diagnostics[0].message}", schedule.spans.get("tp"))
+        sink.error(f"the model cannot run at tp {schedule.tp}: {err.reason}",
+                   schedule.spans.get("tp"))
         sink.raise_if_errors(L2sSemanticError)
         raise  # pragma: no cover - raise_if_errors raised

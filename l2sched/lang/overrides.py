@@ -24,8 +24,9 @@ _FIELD = {"at": "hook", "budget": "budget", "layers": "layers", "carry": "carry"
 def parse_override_arg(arg: str, index: int = 1) -> n.Override:
     """A CLI ``--set KEY=VALUE`` argument as an ``Override`` whose spans point
     into the argument (path ``--set #index``, line 1). Raises
-    ``L2sSemanticError`` when there is no ``=``, ``L2sUsageError`` for a
-    newline or other control character (it would split the value)."""
+    ``L2sSemanticError`` when there is no ``=`` or the value holds a ``#``
+    (a file would read a comment there), ``L2sUsageError`` for a newline or
+    other control character (it would split the value)."""
     path = f"--set #{index}"
     problem = check_override_arg(arg)
     if problem is not None:
@@ -39,6 +40,16 @@ def parse_override_arg(arg: str, index: int = 1) -> n.Override:
         sink.raise_if_errors()
     kcol = len(key) - len(key.lstrip()) + 1
     vcol = len(key) + 2 + len(value) - len(value.lstrip())
+    if "#" in value:
+        # in a file '#' would start a comment; nothing a --set value names
+        # (a size, a selector, a name) contains one
+        at = len(key) + 2 + value.index("#")
+        sink = DiagnosticSink()
+        sink.add_source(path, arg)
+        sink.error("a --set value has no comments: '#' cannot appear in it "
+                   "(in a schedule file it would start a comment)",
+                   Span(path, 1, at, 1, len(arg) + 1))
+        sink.raise_if_errors()
     key, value = key.strip(), value.strip()
     return n.Override(
         n.Name(key, span=Span(path, 1, kcol, 1, kcol + len(key))), value,

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from l2sched import progress
 from l2sched.errors import DiagnosticSink, L2sError, L2sSemanticError, Span, suggest
 from l2sched.files import packaged_dir
 from l2sched.lang import nodes as n
+from l2sched.lang.measured import measured_results
 from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
@@ -140,6 +142,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     problem found."""
     sink = sink or DiagnosticSink()
     top = chain[-1]
+    progress.stage(f"resolving {top.path}")
     draft, file_overrides = _merge(chain, sink)
     # A base that could not be loaded (its error is already reported) would
     # have given settings and windows: do not bury that error under one
@@ -167,7 +170,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
     values.setdefault("kernel", None)
 
     adapter = None
-    kinds: list = []
+    kinds: list | None = None  # unknown until the model's config gives them
     if values.get("model"):
         adapter = get_adapter(values["model"])
         try:
@@ -177,15 +180,20 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
             sink.error(f"model config: {e}", None)
 
     windows = _resolve_windows(draft, adapter, kinds, sink)
+    top_lines = sink.sources.get(top.path)
+    measured = measured_results("\n".join(top_lines), top.path, sink) \
+        if top_lines is not None else ()
     sink.raise_if_errors(L2sSemanticError)
     return Schedule(
         name=top.name.text, path=top.path, model=values["model"],
         device=values["device"], tp=values["tp"], ep=values["ep"],
         max_tokens=values["max_tokens"], policy=values["policy"],
         set_aside=values["set_aside"], windows=tuple(windows),
-        layer_kinds=tuple(kinds), files=tuple(draft.files), kernel=values["kernel"],
+        layer_kinds=tuple(kinds or ()), files=tuple(draft.files), kernel=values["kernel"],
         spans=spans,
-        sources={p: "\n".join(lines) for p, lines in sink.sources.items()})
+        sources={p: "\n".join(lines) for p, lines in sink.sources.items()},
+        measured=measured,
+        overrides=tuple(f"{ov.key.text}={ov.value}" for ov in overrides))
 
 
 _EXAMPLE = {"model": "model glm5next", "device": "device h200", "tp": "tp 4"}
@@ -264,7 +272,7 @@ def _window_layers(name: str, w: dict, kinds, spans: dict,
     """The layers window ``name`` fires in (all layers without a
     selector) and whether they resolved without error."""
     if w["layers"] is None:
-        layers = set(range(len(kinds)))
+        layers = set(range(len(kinds or ())))
         return layers, bool(kinds)
     spans["layers"] = w["layers"].span
     before = len(sink.diagnostics)
@@ -351,6 +359,7 @@ def load_schedule(path: str | os.PathLike, overrides: Sequence[str] = (),
     ``L2sSemanticError`` (every semantic problem of the run at once)."""
     sink = DiagnosticSink()
     cli = _cli_overrides(overrides, sink)
+    progress.stage(f"reading and parsing {path}")
     chain = _load_chain(str(path), sink)
     if not chain:
         sink.raise_if_errors(L2sSemanticError)

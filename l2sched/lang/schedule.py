@@ -8,6 +8,7 @@ bytes for budgets and the set-aside, tokens for ``max_tokens``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -73,8 +74,12 @@ class Schedule:
     reserve (0 = leave the driver limit alone, ``SET_ASIDE_MAX`` = device
     maximum), ``kernel`` the fill mode (``units.FILL_MODES``) of every window
     that names none, ``None`` for the device profile's default. ``layer_kinds``
-    lists the model's decoder layers; ``files`` the extends chain, base first. ``spans`` maps each setting key to where its
-    value was given; ``sources`` maps each file to its text (for carets)."""
+    lists the model's decoder layers; ``files`` the extends chain, base first.
+    ``spans`` maps each setting key to where its value was given; ``sources``
+    maps each file to its text (for carets). ``measured`` holds the results
+    the schedule file's ``# measured:`` header lines carry
+    (``lang.measured.MeasuredResult``), ``overrides`` the ``--set``
+    arguments applied (a measured result describes the file as written)."""
 
     name: str
     path: str
@@ -92,12 +97,17 @@ class Schedule:
     spans: Mapping[str, Span] = field(default_factory=dict, compare=False)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False,
                                        repr=False)
+    measured: tuple = field(default=(), compare=False)
+    overrides: tuple[str, ...] = field(default=(), compare=False)
 
     def window(self, name: str) -> Window:
-        """The window called ``name``. Raises ``KeyError``."""
-        for w in self.windows:
-            if w.name == name:
-                return w
-        raise KeyError(name)
+        """The window called ``name``. Raises ``KeyError``. O(1): the lint
+        looks windows up per fill and per finding."""
+        return self.windows_by_name[name]
+
+    @functools.cached_property
+    def windows_by_name(self) -> Mapping[str, Window]:
+        """Window name -> ``Window`` (built on first use)."""
+        return {w.name: w for w in self.windows}
 
 

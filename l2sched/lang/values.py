@@ -143,29 +143,37 @@ def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
     raise AssertionError(key)  # pragma: no cover
 
 
-def select_layers(selector: n.Selector, kinds: Sequence, sink: DiagnosticSink
-                  ) -> set[int]:
+def select_layers(selector: n.Selector, kinds: Sequence | None,
+                  sink: DiagnosticSink) -> set[int]:
     """Evaluate ``selector`` over a model whose layer ``i`` has kind
-    ``kinds[i]`` (``LayerKind``). Records errors for unknown names, indices
-    out of ``0..len(kinds)-1`` and empty ranges; returns the selected indices."""
-    count = len(kinds)
+    ``kinds[i]`` (``LayerKind``); ``kinds`` None means the model's layers are
+    unknown (an unknown or missing model, a config that failed: that error
+    is reported already), so only what the selector says by itself is
+    checked. Records errors for unknown names, indices that are not whole
+    numbers, empty ranges (``5..3``) and, when the layers are known, indices
+    past the last layer; each range gets at most one error. Returns the
+    selected indices (none when ``kinds`` is None)."""
+    count = len(kinds) if kinds is not None else None
+    kinds = kinds or ()
 
-    def index(text: str, span: Span) -> int | None:
-        i = int(text) if "." not in text else None
-        if i is None:
+    def whole(text: str, span: Span) -> int | None:
+        if "." in text:
             sink.error(f"layer index '{text}' must be a whole number", span)
             return None
-        if i >= count:
+        return int(text)
+
+    def exists(i: int, span: Span) -> bool:
+        if count is not None and i >= count:
             sink.error(f"layer {i} does not exist; the model has layers 0..{count - 1}",
                        span)
-            return None
-        return i
+            return False
+        return True
 
     def ev(node) -> set[int]:
         if isinstance(node, n.SelName):
             name = node.name
             if name == "all":
-                return set(range(count))
+                return set(range(len(kinds)))
             if name in ("kda", "mla"):
                 return {i for i, k in enumerate(kinds) if k.attention == name}
             if name in ("dense", "moe"):
@@ -175,15 +183,22 @@ def select_layers(selector: n.Selector, kinds: Sequence, sink: DiagnosticSink
             sink.error(f"unknown layer selector '{name}'{hint}", node.span)
             return set()
         if isinstance(node, n.SelIndex):
-            i = index(node.index, node.span)
-            return set() if i is None else {i}
+            i = whole(node.index, node.span)
+            if i is None or not exists(i, node.span):
+                return set()
+            return {i} if count is not None else set()
         if isinstance(node, n.SelRange):
-            lo, hi = index(node.lo, node.span), index(node.hi, node.span)
+            # one error per range: a bad end, else empty, else past the end
+            lo = whole(node.lo, node.span)
+            hi = whole(node.hi, node.span) if lo is not None else None
             if lo is None or hi is None:
                 return set()
             if lo > hi:
                 sink.error(f"empty layer range {lo}..{hi} (ranges are lo..hi, inclusive)",
                            node.span)
+                return set()
+            if not exists(hi, node.span) or count is None:
+                return set()
             return set(range(lo, hi + 1))
         if isinstance(node, n.SelInter):
             sets = [ev(x) for x in node.items]

@@ -22,6 +22,7 @@ from importlib import resources
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
 from l2sched.lint.run import lint_path
+from l2sched.units import format_signed
 
 #: How many expected ops ahead a kernel may match (skipped ops = not traced).
 LOOKAHEAD = 6
@@ -162,7 +163,8 @@ def measure(run, trace_path: str) -> tuple[dict, list]:
     for (kind, op), us in sorted(measured.items()):
         m = statistics.median(model[(kind, op)]) if model[(kind, op)] else 0.0
         rows.append((kind, op, str(len(per[(kind, op)])), f"{m:.1f}", f"{us:.1f}",
-                     f"{us - m:+.1f}", f"{(us - m) / m:+.0%}" if m else "-"))
+                     format_signed(us - m, "+.1f"),
+                     format_signed((us - m) / m, "+.0%") if m else "-"))
     return measured, rows
 
 

@@ -11,12 +11,14 @@ the layer's time against the no-prefetch baseline (us).
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
+from pathlib import Path
+from urllib.parse import quote
 
+import l2sched
 from l2sched.lint import rules
-from l2sched.units import format_table
-
-TOOL_URI = "https://example.invalid/l2sched/docs/lint.md"
+from l2sched.units import format_signed, format_table, plural
 
 
 def summary_rows(run) -> list[tuple[str, ...]]:
@@ -68,19 +70,94 @@ def summary_rows(run) -> list[tuple[str, ...]]:
             kind, window, str(k),
             f"{sum(i[1] for i in items) / k / 1e6:.2f}",
             f"{sum(i[2] for i in items) / k:.1f}",
-            f"{min(slacks):+.1f}" if slacks else "-",
+            format_signed(min(slacks), "+.1f") if slacks else "-",
             f"{sum(i[4] for i in items) / k:.2f}",
-            f"{sum(delta) / k:+.1f}",
+            format_signed(sum(delta) / k, "+.1f"),
         ))
     return rows
+
+
+def no_fills_line(run) -> str:
+    """What the summary says instead of an empty table: why no window fills
+    in the linted step."""
+    s = run.schedule
+    if run.tokens > s.max_tokens:
+        return (f"no fills: a step of {plural(run.tokens, 'token')} prefetches nothing "
+                f"(the schedule prefetches at <= {s.max_tokens} tokens, max_tokens)")
+    if not s.windows:
+        return "no fills: the schedule has no windows"
+    return ("no fills: no window fetches a byte (`l2sched compile` shows each "
+            "window's 0 B and the reason)")
+
+
+def predicted_gain_pct(run) -> float:
+    """The predicted step-time gain over no prefetch, percent of the
+    no-prefetch step time (positive = faster): what ``l2sched bench`` reports
+    call the gain, so it compares with a ``# measured:`` result."""
+    a, b = run.step_period("sim"), run.step_period("base")
+    return 100.0 * (b - a) / b
+
+
+def measured_rows(run) -> list[dict]:
+    """Per ``# measured:`` line of the schedule (``lang.measured``): the
+    result at the lint's ``--tokens``, the prediction and whether they point
+    the same way, with the caveats that make them incomparable (``--set``
+    overrides, another ``--device`` than the schedule's). Keys: ``source``,
+    ``note``, ``tokens``, ``gain_pct`` (None when that M was not measured),
+    ``measured_tokens``, ``predicted_gain_pct``, ``same_direction``,
+    ``caveats``."""
+    rows = []
+    predicted = round(predicted_gain_pct(run), 2)
+    s = run.schedule
+    caveats = []
+    if s.overrides:
+        caveats.append("for the file as written; --set changes it")
+    if run.device.name != s.device:
+        caveats.append(f"measured on {s.device}, linted for {run.device.name}")
+    for m in getattr(s, "measured", ()):
+        gain = m.gain_at(run.tokens)
+        rows.append({
+            "source": m.source, "note": m.note, "tokens": run.tokens,
+            "gain_pct": gain, "measured_tokens": [t for t, _ in m.gains],
+            "predicted_gain_pct": predicted,
+            "same_direction": None if gain is None else (gain > 0) == (predicted > 0),
+            "caveats": caveats})
+    return rows
+
+
+def measured_lines(run) -> list[str]:
+    """The human lines of ``measured_rows``: ``measured (FILE: note): gain
+    -2.55% at M=1, predicted +1.3%: the prediction and the measurement
+    disagree (faster vs slower)``."""
+    out = []
+    for r in measured_rows(run):
+        where = r["source"] + (f": {r['note']}" if r["note"] else "")
+        pred = format_signed(r["predicted_gain_pct"], "+.1f") + "%"
+        if r["gain_pct"] is None:
+            ms = ", ".join(map(str, r["measured_tokens"]))
+            text = (f"measured ({where}): no result at M={r['tokens']} "
+                    f"(results at M={ms}); predicted gain {pred}")
+        else:
+            text = (f"measured ({where}): gain {format_signed(r['gain_pct'], '+.2f')}% "
+                    f"at M={r['tokens']}, predicted {pred}")
+            if not r["same_direction"]:
+                text += ("; the prediction and the measurement disagree ("
+                         + ("faster" if r["predicted_gain_pct"] > 0 else "not faster")
+                         + " predicted, "
+                         + ("faster" if r["gain_pct"] > 0 else "slower") + " measured)")
+        if r["caveats"]:
+            text += " [" + "; ".join(r["caveats"]) + "]"
+        out.append(text)
+    return out
 
 
 def step_line(run) -> str:
     """One line: predicted steady-state step time with and without prefetch."""
     a, b = run.step_period("sim"), run.step_period("base")
-    return (f"predicted decode step on {run.device.name} ({run.tokens} token(s)): "
+    return (f"predicted decode step on {run.device.name} ({plural(run.tokens, 'token')}): "
             f"{a:.0f} us with prefetch, {b:.0f} us without "
-            f"({(a - b) / b:+.1%} step time, {b / a - 1:+.1%} steps/s)")
+            f"({format_signed((a - b) / b, '+.1%')} step time, "
+            f"{format_signed(b / a - 1, '+.1%')} steps/s)")
 
 
 def unverified_note(device) -> str:
@@ -96,10 +173,12 @@ def human(run, summary: bool = True) -> str:
     out = [f.diagnostic(sources).render() for f in run.findings]
     if summary:
         out.append("")
-        out.append(format_table(summary_rows(run)))
+        rows = summary_rows(run)
+        out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
         out.append(step_line(run))
         if not run.device.is_measured:
             out.append(unverified_note(run.device))
+        out.extend(measured_lines(run))
     if run.calibration:
         out.append("")
         out.append("calibration (measured vs modeled, us per call):")
@@ -107,8 +186,8 @@ def human(run, summary: bool = True) -> str:
     counts = defaultdict(int)
     for f in run.findings:
         counts[f.severity] += 1
-    tail = (f"{run.schedule.path}: {counts['error']} error(s), "
-            f"{counts['warning']} warning(s), {counts['info']} info")
+    tail = (f"{run.schedule.path}: {plural(counts['error'], 'error')}, "
+            f"{plural(counts['warning'], 'warning')}, {plural(counts['info'], 'info', 'info')}")
     if run.suppressed:
         tail += f", {run.suppressed} suppressed"
     out.append(tail)
@@ -141,11 +220,21 @@ def to_json(run) -> str:
                     "without_prefetch": round(run.step_period("base"), 3)},
         "device_measured": run.device.is_measured,
         "errors": sum(f.severity == "error" for f in run.findings),
+        "predicted_gain_pct": round(predicted_gain_pct(run), 3),
+        "measured": measured_rows(run),
     }
     if run.calibration:
         doc["calibration"] = [dict(zip(run.calibration[0], r))
                               for r in run.calibration[1:]]
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def json_documents(texts) -> str:
+    """Several schedules' ``to_json``/``input_error_json`` documents as one:
+    ``{"schedules": [...], "errors": total}``."""
+    docs = [json.loads(t) for t in texts]
+    return json.dumps({"schedules": docs, "errors": sum(d["errors"] for d in docs)},
+                      indent=1, sort_keys=True) + "\n"
 
 
 def input_error_findings(err) -> list:
@@ -164,42 +253,124 @@ def input_error_json(path: str, err) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def input_error_sarif(err) -> str:
-    """``to_sarif``'s document for a schedule that could not be linted."""
-    return _sarif(input_error_findings(err))
+def input_error_sarif(err, path: str | None = None) -> str:
+    """``to_sarif``'s document for a schedule that could not be linted;
+    ``path`` (the schedule) locates diagnostics that have no file of their
+    own (an unknown ``--device`` name, a ``--set`` argument)."""
+    return sarif_document([(input_error_findings(err), path)])
 
 
 def to_sarif(run) -> str:
-    """SARIF 2.1.0 for code-scanning: one run, the rule table, one result
-    per finding (level error/warning/note)."""
-    return _sarif(run.findings)
+    """SARIF 2.1.0 for code-scanning (``sarif_document`` of one run)."""
+    return sarif_document([(run.findings, run.schedule.path)])
 
 
-def _sarif(findings) -> str:
+#: The official SARIF 2.1.0 schema (errata 01), as ``$schema``.
+SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
+                "sarif-schema-2.1.0.json")
+#: The base every relative artifact URI is relative to: the source root.
+SRCROOT = "%SRCROOT%"
+
+
+def source_root(cwd: str | None = None) -> str:
+    """The directory ``%SRCROOT%`` stands for: the nearest directory at or
+    above ``cwd`` (default: the working directory) that holds ``.git`` (a
+    repository or worktree root, what code-scanning services resolve
+    ``%SRCROOT%`` to), else ``cwd`` itself. An absolute path."""
+    start = os.path.abspath(cwd or os.getcwd())
+    d = start
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return start
+        d = parent
+
+
+def artifact_location(path: str, root: str) -> dict | None:
+    """SARIF ``artifactLocation`` of file ``path`` (as the user named it):
+    relative to ``root`` with ``uriBaseId`` ``%SRCROOT%`` when the file is
+    under it, else an absolute ``file://`` URI; percent-encoded either way
+    (a space is ``%20``, ``#`` is ``%23``). None for a path that names no
+    file (``--set #1``, ``<string>``, ``<embedded ...>``)."""
+    if not path or path.startswith(("<", "--set ")):
+        return None
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, root)
+    if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+        return {"uri": quote(rel.replace(os.sep, "/"), safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": Path(full).as_uri()}
+
+
+def _sarif_location(span, fallback: str | None, root: str) -> tuple[list, str]:
+    """``(locations, message prefix)`` of a result at ``span``. A span in a
+    file gives its region (a whole-file span none); a span that names no
+    file (a ``--set`` argument) or none at all is located at line 1 of
+    ``fallback`` (the schedule), and the message is prefixed with the
+    span's own ``place:line:col``."""
+    art = artifact_location(span.path, root) if span is not None else None
+    if art is not None:
+        phys = {"artifactLocation": art}
+        if not span.whole_file:
+            phys["region"] = {"startLine": span.line, "startColumn": span.column,
+                              "endLine": span.end_line, "endColumn": span.end_column}
+        return [{"physicalLocation": phys}], ""
+    prefix = f"{span}: " if span is not None else ""
+    art = artifact_location(fallback, root) if fallback else None
+    if art is None:
+        return [], prefix
+    return [{"physicalLocation": {"artifactLocation": art,
+                                  "region": {"startLine": 1}}}], prefix
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def sarif_document(items, cwd: str | None = None) -> str:
+    """SARIF 2.1.0 for code-scanning services: one run, the rule table (with
+    each rule's documentation as ``help``), one result per finding (level
+    error/warning/note) located in its file. ``items`` holds ``(findings,
+    schedule path)`` per linted schedule; the path locates findings without
+    a file of their own. URIs are percent-encoded and relative to
+    ``%SRCROOT%`` (``source_root(cwd)``; ``originalUriBaseIds`` describes
+    it), columns count Unicode code points. No help URI: the rule
+    documentation is inline (docs/lint.md has the same text)."""
     level = {"error": "error", "warning": "warning", "info": "note"}
+    codes = list(rules.RULES)
     rules_json = [{
         "id": code, "name": rule.name,
         "shortDescription": {"text": rule.name.replace("-", " ")},
-        "helpUri": f"{TOOL_URI}#{code.lower()}",
+        "fullDescription": {"text": _one_line(rule.what)},
+        "help": {"text": " ".join(f"{label}: {_one_line(text)}" for label, text in (
+            ("What", rule.what), ("Why", rule.why), ("Example", rule.example),
+            ("Fix", rule.fix)) if text),
+                 "markdown": rule.markdown()},
         "defaultConfiguration": {"level": level[rule.severity]},
     } for code, rule in rules.RULES.items()]
+    root = source_root(cwd)
     results = []
-    for f in findings:
-        r = {"ruleId": f.code, "level": level[f.severity],
-             "message": {"text": f.message}}
-        if f.span is not None:
-            r["locations"] = [{"physicalLocation": {
-                "artifactLocation": {"uri": f.span.path},
-                "region": {"startLine": f.span.line, "startColumn": f.span.column,
-                           "endLine": f.span.end_line,
-                           "endColumn": f.span.end_column}}}]
-        results.append(r)
+    for findings, fallback in items:
+        for f in findings:
+            locations, prefix = _sarif_location(f.span, fallback, root)
+            r = {"ruleId": f.code, "ruleIndex": codes.index(f.code),
+                 "level": level[f.severity],
+                 "message": {"text": prefix + f.message}}
+            if locations:
+                r["locations"] = locations
+            results.append(r)
     doc = {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
         "runs": [{"tool": {"driver": {"name": "l2sched-lint",
-                                      "informationUri": TOOL_URI,
+                                      "version": l2sched.__version__,
                                       "rules": rules_json}},
+                  "originalUriBaseIds": {SRCROOT: {"description": {"text": (
+                      "the source root: the nearest directory at or above the "
+                      "working directory of `l2sched lint` that holds .git, else "
+                      "that working directory")}}},
+                  "columnKind": "unicodeCodePoints",
                   "results": results}],
     }
     return json.dumps(doc, indent=1) + "\n"

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from l2sched import progress
 from l2sched.compiler.compile import compile_plan, schedule_inventory
 from l2sched.errors import Span
 from l2sched.lang.resolve import load_schedule
@@ -18,6 +19,7 @@ from l2sched.lint.simulate import simulate
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config, load_model_config
 from l2sched.model.devices import load_device
+from l2sched.units import plural
 
 
 @dataclass
@@ -80,14 +82,17 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     n_exp = int(cfg.get("n_routed_experts", 0))
     hidden = int(cfg["hidden_size"])
     sims = []
+    progress.stage(f"building the step graph of {plural(len(plan.issues), 'fill')}")
     for sg in build_step_graphs(plan, inventory, adapter, tokens=tokens,
                                 top_k=top_k, n_experts=n_exp):
+        progress.stage("simulating the step" + (" without prefetch" if sims else ""))
         sim = simulate(sg, device, tp=schedule.tp, tokens=tokens, hidden=hidden,
                        policy=schedule.policy, set_aside=schedule.set_aside,
                        measured=measured)
         sims.append((sg, sim))
     run = LintRun(schedule, inventory, plan, device, sims[0][0], sims[0][1],
                   sims[1][0], sims[1][1], tokens, graph_mode)
+    progress.stage("checking the rules")
     found = rules.check_all(run)
     sources = dict(schedule.sources)
     kept = []

@@ -42,7 +42,7 @@ def _key_diag(path: str, text: str, key: str, message: str) -> Diagnostic:
     the message is prefixed with ``path``."""
     span = _key_span(path, text, key) if text else None
     if span is None:
-        return Diagnostic(f"{path}: {message}")
+        return Diagnostic(message, Span.file(path))
     lines = source_lines(text)
     line = lines[span.line - 1] if span.line <= len(lines) else None
     return Diagnostic(message, span, source_line=line)
@@ -95,9 +95,9 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
 
     for key, types in adapter.REQUIRED_KEYS.items():
         if key not in config:
-            sink.add(Diagnostic(f"{path}: missing key '{where}{key}' "
+            sink.add(Diagnostic(f"missing key '{where}{key}' "
                                 f"({_type_name(types)}, needed for the "
-                                f"{adapter.NAME} tensor inventory)"))
+                                f"{adapter.NAME} tensor inventory)", Span.file(path)))
         elif not _type_ok(config[key], types):
             err(key, f"expected {_type_name(types)}, got "
                      f"{type(config[key]).__name__} {config[key]!r}")
@@ -191,14 +191,14 @@ def load_model_config(path: str | os.PathLike | None = None,
         try:
             # A FIFO or a device would block the read (or never end).
             if not stat.S_ISREG(os.stat(file).st_mode):
-                raise L2sModelError(Diagnostic(f"{file}: not a regular file"))
+                raise L2sModelError(Diagnostic("not a regular file", Span.file(file)))
             with open(file, encoding="utf-8") as f:
                 text = f.read()
         except FileNotFoundError:
             what = "has no config.json" if file != shown else "no such file"
-            raise L2sModelError(Diagnostic(f"{shown}: {what}")) from None
+            raise L2sModelError(Diagnostic(what, Span.file(shown))) from None
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise L2sModelError(Diagnostic(f"{file}: cannot read: {e}")) from None
+            raise L2sModelError(Diagnostic(f"cannot read: {e}", Span.file(file))) from None
         shown = file
         # An editor's UTF-8 byte-order mark is not part of the text.
         text = text.removeprefix("\ufeff")
@@ -216,10 +216,10 @@ def load_model_config(path: str | os.PathLike | None = None,
     except (ValueError, RecursionError) as e:
         # int() of a literal of thousands of digits, or nesting too deep
         msg = str(e).split(";")[0] or "nested too deeply"
-        raise L2sModelError(Diagnostic(f"{shown}: not valid JSON: {msg}")) from None
+        raise L2sModelError(Diagnostic(f"not valid JSON: {msg}", Span.file(shown))) from None
     if not isinstance(raw, dict):
         raise L2sModelError(Diagnostic(
-            f"{shown}: expected a JSON object, got {type(raw).__name__}"))
+            f"expected a JSON object, got {type(raw).__name__}", Span.file(shown)))
     archs = raw.get("architectures")
     model_type = raw.get("model_type")
     if archs is not None and (not isinstance(archs, list) or not archs
@@ -229,8 +229,8 @@ def load_model_config(path: str | os.PathLike | None = None,
             f"architectures: expected a non-empty list of strings, got {archs!r}"))
     if archs is None and model_type is None:
         raise L2sModelError(Diagnostic(
-            f"{shown}: missing key 'architectures' (and no 'model_type'); "
-            f"supported: {', '.join(supported_architectures())}"))
+            f"missing key 'architectures' (and no 'model_type'); "
+            f"supported: {', '.join(supported_architectures())}", Span.file(shown)))
     adapter = None
     for a in archs or [None]:
         adapter = adapter_for(a, model_type)

@@ -25,7 +25,14 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as _toml  # type: ignore[no-redef]
 
-from l2sched.errors import Diagnostic, L2sInputError, Span, source_lines, suggest
+from l2sched.errors import (
+    Diagnostic,
+    L2sInputError,
+    Span,
+    closest,
+    source_lines,
+    suggest,
+)
 from l2sched.files import read_input_text
 from l2sched.units import FILL_MODES
 
@@ -351,9 +358,10 @@ def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:
             raise L2sInputError(Diagnostic(
                 f"not valid TOML: {str(e)[:m.start()]}", Span.point(shown, ln, col),
                 source_line=lines[ln - 1])) from None
-        raise L2sInputError(f"{shown}: not valid TOML: {e}") from None
+        raise L2sInputError(Diagnostic(f"not valid TOML: {e}", Span.file(shown))) from None
     except ValueError as e:  # an integer literal of thousands of digits
-        raise L2sInputError(f"{shown}: not valid TOML: {str(e).split(';')[0]}") from None
+        raise L2sInputError(Diagnostic(f"not valid TOML: {str(e).split(';')[0]}",
+                                       Span.file(shown))) from None
     return parse_device(raw, shown, text)
 
 
@@ -371,10 +379,8 @@ class _Problems:
         where = ".".join(p for p in (section, key) if p)
         line = (self.lines[span.line - 1]
                 if span and span.line <= len(self.lines) else None)
-        # A span already names the file (FILE:line:col: ...); without one
-        # the message does.
-        prefix = "" if span else f"{self.path}: "
-        self.found.append(Diagnostic(f"{prefix}{where}: {msg}", span,
+        # without a key's line, the problem is located at the file
+        self.found.append(Diagnostic(f"{where}: {msg}", span or Span.file(self.path),
                                      source_line=line))
 
     def in_range(self, section: str, key: str, v: Any, low: float, high: float,
@@ -649,11 +655,23 @@ def _check_gpu(sec: Any, given: bool, problems: _Problems, values: dict) -> None
 
 
 def _parse_fields(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:
-    """The numbers of ``_FIELDS``: present, of their type, in range."""
+    """The numbers of ``_FIELDS``: present, of their type, in range. A
+    missing table is one problem, not one per key; none when it is already
+    explained (the table is not a table, or an unknown table is a misspelling
+    of it, reported by ``_check_keys``)."""
     bad = problems.bad
+    misspelled = {closest(s, _TOP_KEYS) for s in raw
+                   if s not in _TOP_KEYS and isinstance(raw[s], dict)}
+    reported: set[str] = set()
     for (section, key), (attr, typ, low, high, unit) in _FIELDS.items():
         sec = raw.get(section)
-        if not isinstance(sec, dict) or key not in sec:
+        if not isinstance(sec, dict):
+            if section not in raw and section not in misspelled | reported:
+                keys = ", ".join(k for s_, k in _FIELDS if s_ == section)
+                bad(section, "", f"missing table [{section}] (keys: {keys})")
+            reported.add(section)
+            continue
+        if key not in sec:
             bad(section, key, f"missing ({'integer' if typ is int else 'number'})")
             continue
         v = sec[key]

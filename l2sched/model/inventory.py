@@ -182,6 +182,20 @@ class Inventory:
         }
 
 
+class TPSplitError(L2sModelError):
+    """The model does not split at TP degree ``tp``: ``reason`` says which
+    dimension (``linear_head_dim*linear_num_heads = 8192 is not divisible by
+    the TP size 3``). Rendered for the ``inventory`` command's ``--tp``
+    option, with the model's name when known; ``schedule_inventory`` words
+    it for a schedule's ``tp`` line from ``reason``."""
+
+    def __init__(self, tp: int, reason: str, model_name: str | None = None):
+        super().__init__(f"--tp {tp}: {reason}" + (f" ({model_name})" if model_name
+                                                   else ""))
+        self.tp = tp
+        self.reason = reason
+
+
 def _check_layout(tp: int, tp_rank: int) -> None:
     if not isinstance(tp, int) or tp < 1:
         raise L2sModelError(f"--tp must be a positive integer, got {tp!r}")
@@ -213,8 +227,7 @@ def analytical_inventory(config: Mapping[str, Any], tp: int, ep: bool,
             try:
                 specs = ad.layer_specs(config, kind, tp, ep, tp_rank)
             except ValueError as e:
-                raise L2sModelError(f"--tp {tp}: {e} "
-                                    f"({model_name or '<config>'})") from None
+                raise TPSplitError(tp, str(e), model_name) from None
             by_path = {s.path: s for s in specs}
             order = ad.consumption_order(kind, [s.path for s in specs])
             per_kind[key] = tuple(_entry(ad, by_path[p]) for p in order)

@@ -10,12 +10,17 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from extras import TORCH_MISSING  # noqa: E402
+
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 _ok = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (9, 0)
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _ok, reason="needs CUDA with sm >= 9.0")]
+              pytest.mark.skipif(not _ok, reason="needs a CUDA GPU with sm >= 9.0 "
+                                 "(and pip install -e '.[gpu]')")]
 
+from tiny_modules import Proj as _Proj  # noqa: E402
 from torch import nn  # noqa: E402
 
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
@@ -24,9 +29,6 @@ from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.install import HookSite, install  # noqa: E402
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tiny_modules import Proj as _Proj  # noqa: E402
 
 D = 1024
 

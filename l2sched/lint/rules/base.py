@@ -5,6 +5,8 @@ schedule's source."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -87,8 +89,16 @@ def _source_line(span: Span | None, sources: dict) -> str | None:
     the one line splitter (``errors.source_lines``)."""
     if span is None or span.path not in sources:
         return None
-    lines = source_lines(sources[span.path])
+    lines = _lines(sources[span.path])
     return lines[span.line - 1] if 1 <= span.line <= len(lines) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _lines(text: str) -> tuple[str, ...]:
+    """``source_lines(text)``, split once per text: every finding and every
+    suppression check looks up one line of the same few files (splitting
+    per lookup made the lint quadratic in the schedule's size)."""
+    return tuple(source_lines(text))
 
 
 def code_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool:
@@ -121,20 +131,48 @@ def window_span(w, key: str = "at") -> Span:
     return w.spans.get(key) or w.spans.get("name") or w.span
 
 
-def layers_text(kind: str, layers: Iterable[int]) -> str:
-    """``kda+moe layers 3..5, 9``: layers of one layer kind, selector style."""
-    return f"{kind} layers {format_layers(sorted(set(layers)))}"
+def fires_in(kind: str, layers: Iterable[int]) -> str:
+    """``fires in kda+moe layers 3..5, 9``: the layers (of layer kind
+    ``kind``) where a window fires, selector style. Findings name layers
+    only through this and ``layers_of``, so a reader always knows whether
+    layers are where the window fires or where its tensors or ops live."""
+    layers = sorted(set(layers))
+    word = "layer" if len(layers) == 1 else "layers"
+    return f"fires in {kind} {word} {format_layers(layers)}"
+
+
+def layers_of(what: str, layers: Iterable[int], fired: Iterable[int] = (),
+              num_layers: int = 0) -> str:
+    """``tensors of layers 4..6`` / ``runs in layers 5..7``: layers of the
+    tensors or ops a finding is about (``what``: ``tensors of``, ``runs
+    in``), when they differ from where the window fires. With ``fired``
+    (where the window fires) and ``num_layers``: layer 0 reached from the
+    last layer is written last, as ``0 (next step)``."""
+    layers = sorted(set(layers))
+    fired = set(fired)
+    word = "layer" if len(layers) == 1 else "layers"
+    if num_layers and 0 in layers and num_layers - 1 in fired and 0 not in fired:
+        rest = [i for i in layers if i != 0]
+        text = (format_layers(rest) + ", " if rest else "") + "0 (next step)"
+        return f"{what} {word} {text}"
+    return f"{what} {word} {format_layers(layers)}"
+
+
+def next_layers(layers: Iterable[int], num_layers: int) -> list[int]:
+    """The layer after each of ``layers`` (the last layer's next is layer 0
+    of the next decode step)."""
+    return sorted({(i + 1) % num_layers for i in layers})
 
 
 def target_span(schedule, window_name: str, layer_rel: str, tensor: str) -> Span | None:
     """Span of the target (in ``window_name``, else any window) that names
     ``tensor`` with scope ``layer_rel`` (``this``/``next``)."""
-    names = [window_name] + [w.name for w in schedule.windows if w.name != window_name]
-    for name in names:
-        try:
-            w = schedule.window(name)
-        except KeyError:
-            continue
+    try:  # the window's own target first; any window's only when it has none
+        first = [schedule.window(window_name)]
+    except KeyError:
+        first = []
+    for w in itertools.chain(first, (w for w in schedule.windows
+                                     if w.name != window_name)):
         for t in w.targets:
             if t.scope == layer_rel and any(pattern_matches(p.text, tensor)
                                             for p in t.patterns):

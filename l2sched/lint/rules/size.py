@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from l2sched.lint.rules.base import Finding, Rule, layers_text, window_span
+from l2sched.lint.rules.base import Finding, Rule, fires_in, window_span
 from l2sched.units import format_size
 
 RULES = (
@@ -59,8 +59,8 @@ def check_fill_size(run) -> list[Finding]:
             span = None
         out.append(Finding("L2S107", f"window '{wname}' fills {format_size(nbytes)} at once, "
                            f"more than the {format_size(device.l2_bytes)} L2 of "
-                           f"{device.name}: its lines evict each other before use, in "
-                           f"{layers_text(kind, layers[(wname, kind)])}", span,
+                           f"{device.name}: its lines evict each other before use; it "
+                           f"{fires_in(kind, layers[(wname, kind)])}", span,
                            {"window": wname, "bytes": nbytes, "l2_bytes": device.l2_bytes,
                             "layers": sorted(layers[(wname, kind)])}))
     return out

@@ -1,14 +1,17 @@
 """Target rules (no simulation): a pattern that matches nothing
 (L2S001), a tensor two windows fetch in one step (L2S002), a cache or
-buffer the model writes right before reading it (L2S003)."""
+buffer the model writes right before reading it (L2S003), a tensor whose
+consumer reads a data-dependent subset of it (L2S006)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from l2sched.compiler.compile import expand_targets, pattern_matches
-from l2sched.lint.rules.base import Finding, Rule, target_span, window_span
+from l2sched.compiler.compile import TargetExpander, pattern_matches
+from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
+from l2sched.model.adapters import get_adapter
+from l2sched.units import format_size
 
 RULES = (
     Rule(
@@ -34,6 +37,25 @@ RULES = (
              "caches are never prefetched (docs/sources.md, runtime rules)."),
         example=("`this self_attn.indexer.k_cache`"),
         fix=("remove the target.")),
+    Rule(
+        "L2S006", "prefetch-of-data-dependent-reads", "error",
+        what=("a target names a tensor whose consumer reads only a data-dependent subset of it:\n"
+             "the routed experts (`mlp.experts.routed_experts.w13_weight`, `w2_weight`), of which a\n"
+             "decode step reads the experts the router picks for its tokens. The adapter knows them:\n"
+             "the tensors its `expert_stream` ops read, and every tensor with an expert range\n"
+             "(`l2sched inventory` notes `experts 0-287`). Also reported through a wide pattern\n"
+             "(`next mlp.*`)."),
+        why=("which experts a step reads is known only once the router has run, after the hook\n"
+             "points that could fire the fill, and changes every step. A fill fetches a fixed byte\n"
+             "range in consumption order: the first experts, which a token picks only by chance\n"
+             "(8 of 288 per token in GLM-5.3-Flash), so nearly all of its bytes are never read,\n"
+             "while its traffic competes with the GEMMs and with the expert stream itself (L2S101).\n"
+             "The routed experts are 1.2-2.4 GB per layer per GPU at TP4, far beyond any L2, and no\n"
+             "hand-written prefetcher ever fetched them."),
+        example=("`window D at moe.pre_all_reduce budget 100MB layers moe {\n"
+                 "this mlp.experts.routed_experts.w2_weight }`"),
+        fix=("remove the target; keep wide patterns off the experts with `except`\n"
+             "(`next mlp.* except mlp.experts`).")),
 )
 
 #: Caches and buffers the model writes during decode, right before reading
@@ -53,74 +75,140 @@ WRITTEN_BUFFERS: dict[str, str] = {
 
 def check(run) -> list[Finding]:
     """L2S001 (a pattern matches nothing in any layer its window fires in),
-    L2S003 (a pattern names a cache or buffer written right before use) and
-    L2S002 (a tensor named by two windows for the same decode step), over
-    ``run.schedule`` and ``run.inventory``."""
+    L2S003 (a pattern names a cache or buffer written right before use),
+    L2S006 (a pattern names a tensor whose consumer reads a data-dependent
+    subset) and L2S002 (a tensor named by two windows for the same decode
+    step), over ``run.schedule`` and ``run.inventory``."""
     schedule, inventory = run.schedule, run.inventory
-    out: list[Finding] = []
+    out: list[Finding] = check_data_dependent(run)
     n = len(inventory.layers)
+    expander = TargetExpander(inventory)
     for w in schedule.windows:
         for t in w.targets:
+            # one layer per distinct tensor list among the target's layers
+            reps = {expander.sig[tl]: tl for tl in (
+                layer if t.scope == "this" else (layer + 1) % n for layer in w.layers)}
             for p in t.patterns:
-                written = [why for glob, why in WRITTEN_BUFFERS.items()
-                           if re.fullmatch(_glob_re(glob), p.text)]
+                written = [why for rx, why in _WRITTEN_RX if rx.fullmatch(p.text)]
                 if written:
                     out.append(Finding("L2S003", f"window '{w.name}' prefetches "
                                        f"'{p.text}': {written[0]}; it is written "
                                        f"right before it is read", p.span))
                     continue
-                hit = False
-                for layer in w.layers:
-                    tl = layer if t.scope == "this" else (layer + 1) % n
-                    for e in inventory.tensors(tl):
-                        if pattern_matches(p.text, e.path) and (t.lazy or not e.lazy):
-                            hit = True
-                            break
-                    if hit:
-                        break
+                hit = any(pattern_matches(p.text, e.path) and (t.lazy or not e.lazy)
+                          for tl in reps.values() for e in inventory.tensors(tl))
                 if not hit:
                     lazy_hint = ""
-                    for layer in w.layers[:1]:
-                        tl = layer if t.scope == "this" else (layer + 1) % n
-                        if any(pattern_matches(p.text, e.path) and e.lazy
-                               for e in inventory.tensors(tl)):
-                            lazy_hint = " (it names lazily created tensors: write " \
-                                        f"'{t.scope} lazy ...')"
+                    if any(pattern_matches(p.text, e.path) and e.lazy
+                           for tl in reps.values() for e in inventory.tensors(tl)):
+                        lazy_hint = " (it names lazily created tensors: write " \
+                                    f"'{t.scope} lazy ...')"
+                    where = ("the layers it fires in" if t.scope == "this" else
+                             "the layers after the ones it fires in")
                     out.append(Finding("L2S001", f"target '{t.scope} {p.text}' of "
-                                       f"window '{w.name}' matches no tensor in "
-                                       f"its layers{lazy_hint}", p.span))
+                                       f"window '{w.name}' matches no tensor of "
+                                       f"{where}{lazy_hint}", p.span))
     # L2S002: the same storage bytes named for the same target layer twice
-    claimed: dict[tuple[int, str], tuple[str, Any]] = {}
+    claimed: dict[tuple[int, str], tuple[str, Any, int]] = {}
     reported: set = set()
-    expanded: dict = {}  # targets depend only on (window, this kind, next kind)
+    fires: dict[int, list] = {}
+    for w in schedule.windows:
+        for layer in w.layers:
+            fires.setdefault(layer, []).append(w)
     for layer in range(n):
-        for w in schedule.windows:
-            if layer not in w.layers:
-                continue
-            sig = (w.name, str(inventory.kinds[layer]),
-                   str(inventory.kinds[(layer + 1) % n]))
-            if sig not in expanded:
-                expanded[sig] = [(tl != layer, e) for tl, e in
-                                 expand_targets(w, layer, inventory)]
-            for is_next, e in expanded[sig]:
-                tl = (layer + 1) % n if is_next else layer
+        for w in fires.get(layer, ()):
+            for tl, e in expander.expand(w, layer):
                 key = (tl, e.view_of or e.path)
                 if key in claimed and claimed[key][0] != w.name:
-                    first = claimed[key][0]
+                    first, _, first_layer = claimed[key]
                     if (w.name, first, e.path) in reported:
                         continue
                     reported.add((w.name, first, e.path))
                     scope = "this" if tl == layer else "next"
                     span = target_span(schedule, w.name, scope, e.path)
-                    out.append(Finding("L2S002", f"'{e.path}' (layer {tl}) is "
-                                       f"prefetched by window '{first}' and again "
-                                       f"by window '{w.name}' in one decode step",
-                                       span or window_span(w, "name"),
-                                       {"tensor": e.path, "layer": tl}))
+                    kind = str(inventory.kinds[layer])
+                    first_kind = str(inventory.kinds[first_layer])
+                    out.append(Finding(
+                        "L2S002", f"'{e.path}' (tensor of layer {tl}) is prefetched "
+                        f"by window '{first}' (where it {fires_in(first_kind, [first_layer])}) "
+                        f"and again by window '{w.name}' (where it "
+                        f"{fires_in(kind, [layer])}) in one decode step",
+                        span or window_span(w, "name"),
+                        {"tensor": e.path, "layer": tl, "windows": [first, w.name],
+                         "fire_layers": [first_layer, layer]}))
                 else:
-                    claimed.setdefault(key, (w.name, e))
+                    claimed.setdefault(key, (w.name, e, layer))
+    return out
+
+
+def data_dependent_tensors(inventory, adapter, layer: int) -> dict[str, str]:
+    """The tensors of ``layer`` whose consumer reads a data-dependent subset
+    of them, each with the op that reads it: the reads of the adapter's
+    ``expert_stream`` ops (``decode_timeline``) and every tensor with an
+    expert range (``TensorEntry.experts``), in consumption order."""
+    kind = inventory.kinds[layer]
+    readers = {path: op.name for op in adapter.decode_timeline(kind)
+               if op.cls == "expert_stream" for path in op.reads}
+    return {e.path: readers.get(e.path, "the expert stream")
+            for e in inventory.tensors(layer)
+            if e.path in readers or e.experts is not None}
+
+
+def check_data_dependent(run) -> list[Finding]:
+    """L2S006: one finding per target pattern that names (in some layer its
+    window fires in, after the target's ``except``) a tensor whose consumer
+    reads a data-dependent subset (``data_dependent_tensors``): the routed
+    experts, of which a step reads the experts the router picks. Layers with
+    the same tensors are checked once."""
+    schedule, inventory = run.schedule, run.inventory
+    adapter = get_adapter(schedule.model)
+    n = len(inventory.layers)
+    cache: dict = {}
+
+    def dependent(layer: int) -> tuple:
+        key = inventory.kinds[layer]
+        if str(key) not in cache:
+            dd = data_dependent_tensors(inventory, adapter, layer)
+            cache[str(key)] = tuple((inventory.tensor(layer, p), op)
+                                    for p, op in dd.items())
+        return cache[str(key)]
+
+    out = []
+    for w in schedule.windows:
+        for t in w.targets:
+            seen_kinds = set()
+            found: dict[str, tuple] = {}
+            for layer in w.layers:
+                tl = layer if t.scope == "this" else (layer + 1) % n
+                if str(inventory.kinds[tl]) in seen_kinds:
+                    continue
+                seen_kinds.add(str(inventory.kinds[tl]))
+                for e, op in dependent(tl):
+                    if (e.lazy and not t.lazy) or any(
+                            pattern_matches(x.text, e.path) for x in t.excludes):
+                        continue
+                    for p in t.patterns:
+                        if pattern_matches(p.text, e.path):
+                            found.setdefault(p.text, (p, {}))[1].setdefault(
+                                e.path, (e, op))
+            for text, (p, tensors) in found.items():
+                names = sorted(tensors)
+                ops = sorted({op for _, op in tensors.values()})
+                listed = ", ".join(f"{name} ({format_size(tensors[name][0].nbytes)})"
+                                   for name in names)
+                verb = "reads" if len(ops) == 1 else "read"
+                out.append(Finding(
+                    "L2S006", f"target '{t.scope} {text}' of window '{w.name}' names "
+                    f"{listed}, which {' and '.join(repr(o) for o in ops)} {verb} "
+                    f"only for the experts the router picks per token: a "
+                    f"data-dependent subset no fill can know in advance",
+                    p.span, {"window": w.name, "tensors": names, "ops": ops}))
     return out
 
 
 def _glob_re(glob: str) -> str:
     return "".join(".*" if c == "*" else re.escape(c) for c in glob)
+
+
+#: ``WRITTEN_BUFFERS`` compiled once (they were compiled per pattern).
+_WRITTEN_RX = [(re.compile(_glob_re(glob)), why) for glob, why in WRITTEN_BUFFERS.items()]

@@ -14,7 +14,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from l2sched.lint.rules.base import Finding, Rule, layers_text, target_span, window_span
+from l2sched.lint.rules.base import (
+    Finding,
+    Rule,
+    fires_in,
+    layers_of,
+    next_layers,
+    target_span,
+    window_span,
+)
 from l2sched.units import format_size
 
 RULES = (
@@ -83,6 +91,8 @@ RULES = (
         example_command="l2sched lint schedules/glm53-flash-sm120-tp4.l2s --select L2S106"),
 )
 
+#: Suffix of an op of the layer after the one the window fires in.
+NEXT = " of the next layer"
 #: Overlaps shorter than this (us) are rounding, not findings.
 MIN_OVERLAP_US = 0.05
 #: A GEMM slowed by less than this (us) by a concurrent fill is not reported.
@@ -159,7 +169,7 @@ def _fill_findings(run, f: str, by_pos: dict, found: _Found) -> None:
     f0, f1 = ft.dram_start, ft.dram_end
     stop = None  # L2S105: the first protected op starting after the fork
     for pos in (layer, layer + 1):
-        where = "" if pos == layer else " of the next layer"
+        where = "" if pos == layer else NEXT
         for d, t in by_pos.get(pos, ()):
             cls = d["cls"]
             ov = _overlap(f0, f1, t.start, t.finish)
@@ -207,13 +217,13 @@ def _consumer_findings(run, found: _Found) -> None:
             if late < MIN_BYTES:
                 continue
             fd = nodes[fid]
-            where = "" if d["pos"] == fd["pos"] else " of the next layer"
+            where = "" if d["pos"] == fd["pos"] else NEXT
             found.add("L2S104", fd["fill"].window, fd["kind"], d["op"] + where,
                       fd["layer"], late)
         for fid, (hit, got) in t.hits_by_fill.items():
             if got >= MIN_BYTES and hit / got < MIN_HIT_FRACTION:
                 fd = nodes[fid]
-                where = "" if d["pos"] == fd["pos"] else " of the next layer"
+                where = "" if d["pos"] == fd["pos"] else NEXT
                 found.add("L2S106", fd["fill"].window, fd["kind"], d["op"] + where,
                           fd["layer"], hit / got,
                           {"reads": [r.tensor for r in d["reads"]],
@@ -225,7 +235,15 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
     sched = run.schedule
     w = sched.window(wname)
     kind = "/".join(sorted(slot.kinds))
-    layers = layers_text(kind, slot.layers)
+    # where the window fires; an op of the next layer runs one layer later
+    layers = f"the window {fires_in(kind, slot.layers)}"
+    quoted = f"'{op}'"
+    if op.endswith(NEXT):
+        name = op[:-len(NEXT)]
+        quoted = f"'{name}'{NEXT}"
+        op_layers = next_layers(slot.layers, run.sg.num_layers)
+        layers += (f"; '{name}' "
+                   f"{layers_of('runs in', op_layers, slot.layers, run.sg.num_layers)}")
     vals = slot.values
     worst = max(vals) if code != "L2S106" else min(vals)
     data = {"window": wname, "layer_kinds": sorted(slot.kinds), "op": op,
@@ -233,13 +251,13 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
     span = window_span(w)
     if code in _TIMING_MESSAGES:
         msg = _TIMING_MESSAGES[code].format(
-            w=wname, op=op, us=worst, size=format_size(int(worst)), layers=layers)
+            w=wname, op=quoted, us=worst, size=format_size(int(worst)), layers=layers)
     elif code == "L2S105":
         fit = min(vals)
         span = window_span(w, "budget")
         msg = (f"budget {format_size(w.budget)} of window '{wname}' is more than "
                f"its idle window can absorb: {format_size(int(fit))} fit in "
-               f"{slot.extra['idle_us']:.1f} us before '{op}' in {layers}")
+               f"{slot.extra['idle_us']:.1f} us before {quoted}; {layers}")
         data["fit_bytes"] = int(fit)
     else:  # L2S106
         reads = slot.extra["reads"]
@@ -253,8 +271,8 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
         why = (f"{sched.policy} protects {format_size(prot)}"
                + (" without a set-aside" if sched.set_aside == 0 else ""))
         msg = (f"as little as {worst:.0%} of the bytes window '{wname}' filled for "
-               f"'{op}' ({', '.join(reads)}) are predicted still in L2 at use "
-               f"({why}) in {layers}")
+               f"{quoted} ({', '.join(reads)}) are predicted still in L2 at use "
+               f"({why}); {layers}")
         data["hit_fraction"] = round(worst, 3)
     return Finding(code, msg, span, data)
 
@@ -262,16 +280,16 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
 #: One-line messages of the overlap/timing rules ({w} window, {op} op,
 #: {us} worst us, {size} worst bytes, {layers} the layers).
 _TIMING_MESSAGES = {
-    "L2S101": "fill of window '{w}' overlaps the expert stream '{op}' by up to "
-              "{us:.1f} us in {layers}",
-    "L2S102": "fill of window '{w}' overlaps latency-bound '{op}' by up to "
-              "{us:.1f} us in {layers}",
-    "L2S103": "fill of window '{w}' slows '{op}' by up to {us:.1f} us "
-              "(device-memory contention) in {layers}",
+    "L2S101": "fill of window '{w}' overlaps the expert stream {op} by up to "
+              "{us:.1f} us; {layers}",
+    "L2S102": "fill of window '{w}' overlaps latency-bound {op} by up to "
+              "{us:.1f} us; {layers}",
+    "L2S103": "fill of window '{w}' slows {op} by up to {us:.1f} us "
+              "(device-memory contention); {layers}",
     "L2S005": "window '{w}' fires in dense-MLP layers with no idle window: its "
-              "fill overlaps '{op}' by up to {us:.1f} us in {layers}",
-    "L2S104": "'{op}' starts before window '{w}' has landed up to {size} of its "
-              "bytes (late fill) in {layers}",
+              "fill overlaps {op} by up to {us:.1f} us; {layers}",
+    "L2S104": "{op} starts before window '{w}' has landed up to {size} of its "
+              "bytes (late fill); {layers}",
 }
 
 
