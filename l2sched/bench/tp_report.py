@@ -97,7 +97,8 @@ def merge(results: list[dict]) -> dict:
         return results[0]
     base = json.loads(json.dumps(results[0]))
     keys = ("world_size", "tp", "backend", "dry", "schedule", "overrides",
-            "device_profile", "replays", "warmup", "hidden")
+            "device_profile", "replays", "warmup", "hidden", "p2p", "validation",
+            "arms", "ar_fill_bytes")
     for r in results[1:]:
         diff = [k for k in keys if r.get(k) != base.get(k)]
         if diff:
@@ -180,6 +181,12 @@ def update_profile(d: dict, result_path: str, profile: str, *,
     return m, path
 
 
+def step_stats(a: dict) -> dict | None:
+    """An arm's replay step-time stats: ``graph_step_us`` (results since
+    the validation arms), ``step_us`` in older results."""
+    return a.get("graph_step_us") or a.get("step_us")
+
+
 def _fmt(s) -> str:
     if not s or s.get("median") is None:
         return "-"
@@ -199,7 +206,7 @@ def verdict(gain: float | None, noise: float) -> str:
 
 
 def _gain(arms: dict, base: str, arm: str):
-    a, b = arms.get(arm, {}).get("step_us"), arms.get(base, {}).get("step_us")
+    a, b = step_stats(arms.get(arm, {})), step_stats(arms.get(base, {}))
     if not a or not b or a.get("median") is None:
         return None, 0.0
     return b["median"] - a["median"], max(_half(a), _half(b))
@@ -249,6 +256,10 @@ def _front(d: dict, command: str, caveats: tuple[str, ...]) -> list[str]:
             f"- schedule {d['schedule']} {' '.join(d['overrides'])}; device profile "
             f"{d['device_profile']}; multicast off: "
             + ", ".join(f"{k}={v}" for k, v in d["multicast_env"].items()),
+            f"- all-reduce: {d.get('allreduce_impl', 'torch.distributed.all_reduce')}; "
+            f"NCCL P2P {d.get('p2p', 'on')}; NCCL environment of the ranks: "
+            + (", ".join(f"{k}={v}" for k, v in d["nccl_env"].items())
+               if d.get("nccl_env") else "not recorded"),
             f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
             f"rounds, interleaved, barrier before each; {d['note']}.", ""]
     if caveats:
@@ -276,10 +287,10 @@ def _step_table(d: dict) -> list[str]:
             cells = []
             for base, arm in (("none", "compiled"), ("none/spin", "compiled/spin")):
                 gn, _ = _gain(arms, base, arm)
-                pct = (f" ({100 * gn / arms[base]['step_us']['median']:+.2f}%)"
+                pct = (f" ({100 * gn / step_stats(arms[base])['median']:+.2f}%)"
                        if gn is not None else "")
-                cells += [_fmt(arms.get(base, {}).get("step_us")),
-                          _fmt(arms.get(arm, {}).get("step_us")),
+                cells += [_fmt(step_stats(arms.get(base, {}))),
+                          _fmt(step_stats(arms.get(arm, {}))),
                           f"{gn:+.1f}{pct}" if gn is not None else "-"]
             out.append(f"| {M} | {r['rank']} | " + " | ".join(cells) + " |")
     out.append("")
@@ -309,9 +320,9 @@ def _prediction_table(d: dict, lint: bool) -> list[str]:
         vr, vs = verdict(rg, rn), verdict(sg, max(rn, sn))
         lgm = lg.get(M)
         vl = verdict(lgm, rn) if lgm is not None else "-"
-        base_r = _med([(r["per_m"][M]["arms"]["none"].get("step_us") or {}).get("median")
+        base_r = _med([(step_stats(r["per_m"][M]["arms"]["none"]) or {}).get("median")
                        for r in ranks])
-        base_s = _med([(r["per_m"][M]["arms"].get("none/spin", {}).get("step_us") or {})
+        base_s = _med([(step_stats(r["per_m"][M]["arms"].get("none/spin", {})) or {})
                        .get("median") for r in ranks])
         a1 = "-" if vs == "-" else ("yes" if vs == vr else "NO")
         a2 = "-" if vl == "-" else ("yes" if vl == vr else "NO")
