@@ -1,7 +1,9 @@
 """``l2sched bench tp-report``: the markdown of a ``bench tp`` result, and the
 measured collective model.
 
-Tables: step time per rank and M (CUDA-graph replays, median and p10-p90)
+First, for a ``--validation`` result, the out-of-sample validation of the
+lint's predicted gains (``tp_validation``, docs/lint.md#validation). Then
+tables: step time per rank and M (CUDA-graph replays, median and p10-p90)
 with and without the compiled schedule, with real all-reduces and with the
 single-GPU bench's idle intervals (``/spin`` arms); whether the idle-interval
 model predicted the gain measured with real all-reduces (the ``/spin`` arms
@@ -9,15 +11,19 @@ on the same GPUs and the lint's predicted gain at the modelled TP); every
 all-reduce message measured vs the device profile's model; fill finish vs
 expert-stream start per window.
 
-Verdicts: a gain is ``faster``/``slower`` when it exceeds the larger
-p10-p90 half-spread of the two arms compared, else ``same``.
+Verdicts of those tables (a diagnostic, not the validation): a gain is
+``faster``/``slower`` when it exceeds the larger p10-p90 half-spread of the
+two arms compared, else ``same``. Then the all-reduce with a concurrent
+fill of each fill kernel (``tp_interference``).
 
 ``--update-profile NAME_OR_PATH`` fits ``latency_us + bytes / bandwidth``
 (``devices.fit_allreduce``) to the measured all-reduces of the result
 (median over ranks of each message's per-call median; graph-captured when
 present, else eager; messages up to ``--fit-max-bytes``) and writes it as
 ``[allreduce.tpW]`` (W = the result's world size) with the result's date and
-path. Units: us, bytes.
+path, and the measured collective interference as ``allreduce_extra_us``
+in each ``[fill.MODE]`` table (``tp_interference.write_allreduce_extra``).
+Units: us, bytes.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ import statistics
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
+from l2sched.bench.tp_interference import allreduce_extras, fill_lines, write_allreduce_extra
+from l2sched.bench.tp_validation import lint_profile, validation, validation_lines
 from l2sched.errors import L2sInputError
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path
+from l2sched.model.devices import profile_path
 from l2sched.model.inventory import analytical_inventory
 
 
@@ -73,6 +81,12 @@ def cmd(args) -> int:
         print(f"{path}: [allreduce.tp{d['world_size']}] latency_us = "
               f"{m.latency_us:.2f}, busbw_gbps = {m.busbw_gbps:.1f} "
               f"(measured {m.measured})")
+        _, written, skipped = update_profile_extras(d, source_path, args.update_profile,
+                                                    max_bytes=args.fit_max_bytes)
+        for mode, us in written.items():
+            print(f"{path}: [fill.{mode}] allreduce_extra_us = {us:.2f}")
+        for mode, why in skipped.items():
+            print(f"{path}: [fill.{mode}] allreduce_extra_us not written: {why}")
     return 0
 
 
@@ -116,6 +130,13 @@ def merge(results: list[dict]) -> dict:
             have = {a["bytes"] for a in rank["allreduce"]}
             rank["allreduce"] += [a for a in rr["allreduce"] if a["bytes"] not in have]
             rank["allreduce"].sort(key=lambda a: a["bytes"])
+            if rr.get("allreduce_fill"):
+                fill = rank.setdefault("allreduce_fill", rr["allreduce_fill"])
+                if fill is not rr["allreduce_fill"]:
+                    have = {a["bytes"] for a in fill["rows"]}
+                    fill["rows"] = sorted(fill["rows"] + [a for a in rr["allreduce_fill"]["rows"]
+                                                          if a["bytes"] not in have],
+                                          key=lambda a: a["bytes"])
             rank["total_s"] = rank.get("total_s", 0) + rr.get("total_s", 0)
         base["total_s"] = base.get("total_s", 0) + r.get("total_s", 0)
     base["tokens"] = sorted({t for r in results for t in r["tokens"]})
@@ -181,6 +202,27 @@ def update_profile(d: dict, result_path: str, profile: str, *,
     return m, path
 
 
+def update_profile_extras(d: dict, result_path: str, profile: str, *,
+                          max_bytes: int | None = FIT_MAX_BYTES):
+    """Write the measured collective interference of result ``d``
+    (``tp_interference.allreduce_extras``) as ``allreduce_extra_us`` into
+    the ``[fill.MODE]`` tables of ``profile``. Returns ``(path, written,
+    skipped)`` (``tp_interference.write_allreduce_extra``; nothing written
+    when the result has no interference measurement). Raises
+    ``ValueError`` for a dry (CPU) result."""
+    if d.get("dry") or d.get("backend") != "nccl":
+        raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
+                         "device profile")
+    ex = allreduce_extras(d, max_bytes)
+    g = d["ranks"][0]["machine"]
+    note = (f"l2sched bench tp {d['date']}, {result_path}: {d['world_size']} x "
+            f"{g.get('gpu', '?')}, NCCL {g.get('nccl', '?')}, p2p {d.get('p2p', 'on')}; "
+            f"extra of a (M, hidden) all-reduce with a concurrent "
+            f"{d.get('ar_fill_bytes', 0) / 1e6:g} MB fill, median over messages")
+    return write_allreduce_extra(profile, {m: x["extra_us"] for m, x in ex.items()},
+                                 note)
+
+
 def step_stats(a: dict) -> dict | None:
     """An arm's replay step-time stats: ``graph_step_us`` (results since
     the validation arms), ``step_us`` in older results."""
@@ -217,7 +259,7 @@ def _lint_gains(d: dict) -> dict:
     (its all-reduces: the device profile's model, as the single-GPU bench)."""
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
-    prof = load_device(d["device_profile"])
+    prof, _ = lint_profile(d)
     sched = load_schedule(shipped_path(d["schedule"]), d["overrides"])
     out = {}
     for M in d["tokens"]:
@@ -232,10 +274,14 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
     """The report of result ``d`` (see the module docstring); ``caveats``
     are printed as a list right after the machine lines."""
     out = _front(d, command, caveats)
+    if d.get("validation"):
+        out += (validation_lines(validation(d), d["tp"], d["world_size"]) if lint else
+                ["## Validation (out of sample)", "", "Not computed (--no-lint).", ""])
     out += _step_table(d)
     out += _prediction_table(d, lint)
     out += _allreduce_tables(d)
     out += _fit_lines(d, fit_max_bytes, fit_source)
+    out += fill_lines(d)
     out += _fill_table(d)
     return "\n".join(out) + "\n"
 
@@ -332,7 +378,9 @@ def _prediction_table(d: dict, lint: bool) -> list[str]:
                 agree += a == "yes"
         out.append(f"| {M} | {_n(base_r)} / {_n(base_s)} | {_n(rg, '+.1f')} | {vr} | "
                    f"{_n(sg, '+.1f')} | {vs} | {_n(lgm, '+.1f')} | {vl} | {a1}, {a2} |")
-    out += ["", f"Verdicts agree in {agree} of {total} comparisons.", ""]
+    out += ["", f"Verdicts agree in {agree} of {total} comparisons (a diagnostic of the "
+            "idle-interval model, p10-p90 rule; the validation is the section above "
+            "when the run had --validation).", ""]
     return out
 
 
