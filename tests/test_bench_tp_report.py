@@ -58,6 +58,8 @@ def _result(profile: Path = H200, *, backend="nccl", dry=False) -> dict:
         arms = {name: {"graph_step_us": _stats(ts[rank]), "graph_step_us_all": ts[rank],
                        "allreduce_check": {"calls": 4, "passed": 4}}
                 for name, ts in ROUNDS.items()}
+        for name in STUB:
+            arms[name]["runtime_stats"] = {"enabled": True, "issued": 9}
         fill_rows_ = []
         for b, per in EXTRA.items():
             fill_rows_.append({"tokens": b // 8192, "bytes": b,
@@ -68,6 +70,7 @@ def _result(profile: Path = H200, *, backend="nccl", dry=False) -> dict:
                                          for m, x in per[rank].items()}})
         ranks.append({
             "rank": rank, "tp_rank": rank, "hidden": 4096,
+            "plans": {name: {"issues": 9} for name in STUB},
             "machine": {"torch": "2.x", "gpu": "GPU", "nccl": "2.x", "cuda": "13"},
             "allreduce": [{"bytes": b, "tokens": b // 8192, "model_us": 14.0,
                            "model_ws_us": 14.0, "eager_us": _stats([t]),
@@ -264,3 +267,17 @@ def test_merge_unions_the_interference_rows():
     c["p2p"] = "on"
     with pytest.raises(ValueError, match="p2p"):
         merge([a, c])
+
+
+def test_arms_whose_fills_did_not_run_are_named():
+    d = _result()
+    assert all(r["runtime_problems"] == [] for r in validation(d, predict=_stub)["rows"])
+    d["ranks"][1]["per_m"]["1"]["arms"]["compiled"]["runtime_stats"]["enabled"] = False
+    d["ranks"][0]["per_m"]["1"]["arms"]["kernel-bulk"]["runtime_stats"]["issued"] = 0
+    v = validation(d, predict=_stub)
+    rows = {r["arm"]: r["runtime_problems"] for r in v["rows"]}
+    assert rows == {"compiled": ["rank 1: prefetch disabled"],
+                    "kernel-bulk": ["rank 0: no fill issued"], "only-C-10MB": []}
+    text = "\n".join(validation_lines(v, 4, 2))
+    assert ("**Fills did not run** (these rows measure no prefetch): compiled M=1 "
+            "(rank 1: prefetch disabled), kernel-bulk M=1 (rank 0: no fill issued).") in text

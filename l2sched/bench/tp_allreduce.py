@@ -190,6 +190,7 @@ def measure_allreduce_fill(runner: TPStepRunner, profile, tokens: list[int],
         launches = {m: None for m in out["modes"]}
         out["dry_note"] = "CPU dry run: no fill kernel; every variant is the bare all-reduce"
     sync = torch.zeros(8, dtype=torch.bfloat16, device=dev)
+    dist.all_reduce(sync)   # eagerly once before any capture of it
     for M in tokens:
         buf = torch.zeros(M * runner.hidden, dtype=torch.bfloat16, device=dev)
         for _ in range(3):

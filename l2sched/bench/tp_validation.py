@@ -60,6 +60,22 @@ def arm_rounds(d: dict, M: str, arm: str) -> list[float] | None:
     return [max(xs) for xs in zip(*series)]
 
 
+def runtime_problems(d: dict, M: str, arm: str) -> list[str]:
+    """Ranks on which ``arm``'s fills did not run at ``M``: its runtime
+    disabled prefetch (kernel, stream or table setup failed), or issued
+    nothing although its plan has issues."""
+    out = []
+    for r in d["ranks"]:
+        st = r["per_m"].get(M, {}).get("arms", {}).get(arm, {}).get("runtime_stats")
+        if st is None:
+            continue
+        if not st.get("enabled", True):
+            out.append(f"rank {r['rank']}: prefetch disabled")
+        elif r.get("plans", {}).get(arm, {}).get("issues") and not st.get("issued"):
+            out.append(f"rank {r['rank']}: no fill issued")
+    return out
+
+
 def lint_profile(d: dict):
     """``(DeviceProfile, where it came from)`` of result ``d``: the copy of
     the profile recorded by the run, else the named profile as shipped now."""
@@ -115,7 +131,8 @@ def validation(d: dict, predict=None) -> dict:
             pred, errs = predict(spec, int(M))
             rows.append({"arm": spec["name"], "M": int(M), "floor_us": floor,
                          "pred_gain_us": pred, "meas_gain_us": base - statistics.median(xs),
-                         "meas_step_us": statistics.median(xs), "lint_errors": errs})
+                         "meas_step_us": statistics.median(xs), "lint_errors": errs,
+                         "runtime_problems": runtime_problems(d, M, spec["name"])})
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench tp --validation`)"}
@@ -172,4 +189,9 @@ def validation_lines(v: dict, tp: int, world_size: int) -> list[str]:
     per_m = ", ".join(f"M={M}: " + ("-" if x is None else f"{x:.2f}")
                       for M, x in v["spearman_per_m"].items())
     out += ["", f"Spearman per M: {per_m}.", ""]
+    bad = [f"{r['arm']} M={r['M']} ({'; '.join(r['runtime_problems'])})"
+           for r in v["rows"] if r.get("runtime_problems")]
+    if bad:
+        out += ["**Fills did not run** (these rows measure no prefetch): "
+                + ", ".join(bad) + ".", ""]
     return out
