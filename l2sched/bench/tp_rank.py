@@ -40,9 +40,9 @@ from l2sched.model.adapters import glm5next as ad
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
 from l2sched.runtime.gate import StepInfo
-from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.kernel import cutlass_version
 from l2sched.vllm.sites import install_plan
 

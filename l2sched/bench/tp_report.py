@@ -303,7 +303,8 @@ def _front(d: dict, command: str, caveats: tuple[str, ...]) -> list[str]:
             f"{d['device_profile']}; multicast off: "
             + ", ".join(f"{k}={v}" for k, v in d["multicast_env"].items()),
             f"- all-reduce: {d.get('allreduce_impl', 'torch.distributed.all_reduce')}; "
-            f"NCCL P2P {d.get('p2p', 'on')}; NCCL environment of the ranks: "
+            f"NCCL P2P {d.get('p2p', 'not recorded (NCCL default: on)')}; NCCL "
+            f"environment of the ranks: "
             + (", ".join(f"{k}={v}" for k, v in d["nccl_env"].items())
                if d.get("nccl_env") else "not recorded"),
             f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
