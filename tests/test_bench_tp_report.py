@@ -178,6 +178,10 @@ def test_report_puts_the_validation_first_and_says_what_ran():
     assert "## All-reduce with a concurrent fill" in text
     assert "| 1 | 8192 | 15.0 |" in text
     assert "Not computed (--no-lint)" in markdown(_result(), lint=False)
+    part = _result()
+    part["incomplete"] = "checkpoint: the all-reduce with fills not measured (yet)"
+    assert "**Incomplete result** (checkpoint: the all-reduce with fills" in \
+        markdown(part, lint=False)
     old = _result()
     old["validation"] = False
     assert "## Validation" not in markdown(old, lint=False)

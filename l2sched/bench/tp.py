@@ -39,9 +39,11 @@ around ``graph.replay()``; per arm the per-round times
 (``graph_step_us_all``) and their stats (``graph_step_us``). The graphs of
 one M are released before the next. Standalone all-reduces (message sizes
 of ``--tokens`` and ``--ar-extra-tokens``) are timed per call, eager and
-inside a captured graph, and, per M of ``--tokens``, alone and with a
-concurrent fill of each fill kernel (``--ar-fill-mb``; the collective
-interference). Rank 0 gathers every rank's record and writes one JSON.
+inside a captured graph, and (after the steps) per M of ``--tokens``,
+alone and with a concurrent fill of each fill kernel (``--ar-fill-mb``; the
+collective interference). Rank 0 gathers every rank's record and writes one JSON, also as a
+checkpoint after each M and before the interference measurement (marked
+``incomplete``), so a rank that fails late leaves what was measured.
 
 ``--p2p off`` sets ``NCCL_P2P_DISABLE=1`` in every rank before
 ``init_process_group``; the result records it (``p2p``, ``env_set``, every
@@ -211,13 +213,23 @@ def _worker(rank: int, o: dict, store: str) -> None:
                             timeout=datetime.timedelta(minutes=10), **kw)
     try:
         ctl = dist.new_group(backend="gloo") if gpu else None
-        rec = rank_bench(rank, o, ctl)
-        rec["nccl_env"] = {k: v for k, v in sorted(os.environ.items())
-                           if k.startswith("NCCL_")}
-        got = [None] * o["world_size"] if rank == 0 else None
-        dist.gather_object(rec, got, dst=0, group=ctl)
-        if rank == 0:
-            _write(o["out_path"], _result(o, got, time.time() - t0))
+
+        def save(rec: dict, pending: str = "") -> None:
+            """Gather every rank's record to rank 0, which writes the result;
+            ``pending``: what is still to be measured (a checkpoint)."""
+            rec["nccl_env"] = {k: v for k, v in sorted(os.environ.items())
+                               if k.startswith("NCCL_")}
+            got = [None] * o["world_size"] if rank == 0 else None
+            dist.gather_object(rec, got, dst=0, group=ctl)
+            if rank == 0:
+                res = _result(o, got, time.time() - t0)
+                if pending:
+                    res["incomplete"] = f"checkpoint: {pending} not measured (yet)"
+                    res["tokens_requested"] = res["tokens"]
+                    res["tokens"] = [t for t in o["tokens"] if str(t) in rec["per_m"]]
+                _write(o["out_path"], res)
+        rec = rank_bench(rank, o, ctl, checkpoint=save)
+        save(rec)
         dist.barrier(group=ctl)
     except BaseException:
         # a failed rank must not wait in destroy_process_group for peers

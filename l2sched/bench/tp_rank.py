@@ -1,6 +1,6 @@
 """One rank of ``l2sched bench tp`` (see ``tp``): build the bench tree of its
 modelled TP rank, compile every arm's plan for that TP rank, time the
-standalone all-reduces (alone and with a concurrent fill), then per M every
+standalone all-reduces, then per M every
 arm (``none`` and ``compiled``; with ``--validation`` the validation set):
 its plan installed on its own runtime, a checked eager forward, one CUDA
 graph of the NCCL step; for ``none`` and ``compiled`` (``TIMED_ARMS``) also
@@ -8,6 +8,7 @@ the timed variant with in-graph events and the ``/spin`` variant. Then
 interleaved lockstep replays of every graph (the same shuffled order on
 every rank, from the shared seed; checked equal across ranks) and the timed
 variants' per-op summary; the graphs of one M are released before the next.
+Last, the all-reduce alone and with a concurrent fill of each fill kernel.
 On the CPU (gloo, ``--dry``) replays are eager forwards on the dry-run
 runtime and times are host wall times or the fake clock. Units: us, bytes.
 torch is imported inside functions only.
@@ -52,8 +53,11 @@ ARMS = ("none", "compiled")
 TIMED_ARMS = ARMS
 
 
-def rank_bench(rank: int, o: dict, ctl) -> dict:
-    """Build, compile, install, measure; returns this rank's record."""
+def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
+    """Build, compile, install, measure; returns this rank's record.
+    ``checkpoint(rec, pending)`` (every rank calls it at the same points:
+    after each M, and before the collective-interference measurement,
+    which runs last) saves what was measured so far."""
     import torch
 
     gpu = o["backend"] == "nccl"
@@ -81,15 +85,20 @@ def rank_bench(rank: int, o: dict, ctl) -> dict:
         "build_s": time.time() - t0}
     sizes = sorted({t * runner.hidden * 2 for t in o["tokens"] + o["ar_extra_tokens"]})
     rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, prof, o["tp"])
+    rec["per_m"] = {}
+    for i, M in enumerate(o["tokens"]):
+        rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, prof, M, o, ctl)
+        _log(rank, f"M={M} done, {time.time() - t0:.0f}s")
+        rec["total_s"] = time.time() - t0
+        left = o["tokens"][i + 1:]
+        if checkpoint is not None and (left or o["ar_fill_bytes"] > 0):
+            checkpoint(rec, (f"M={','.join(map(str, left))}; " if left else "")
+                       + "the all-reduce with fills")
     if o["ar_fill_bytes"] > 0:
         rec["allreduce_fill"] = measure_allreduce_fill(
             runner, prof, o["tokens"], o["ar_fill_bytes"], o["ar_iters"], ctl,
             seed=o["seed"], policy=plan.policy)
         _log(rank, f"all-reduce with fills done, {time.time() - t0:.0f}s")
-    rec["per_m"] = {}
-    for M in o["tokens"]:
-        rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, prof, M, o, ctl)
-        _log(rank, f"M={M} done, {time.time() - t0:.0f}s")
     rec["total_s"] = time.time() - t0
     return rec
 

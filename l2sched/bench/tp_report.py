@@ -309,6 +309,9 @@ def _front(d: dict, command: str, caveats: tuple[str, ...]) -> list[str]:
                if d.get("nccl_env") else "not recorded"),
             f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
             f"rounds, interleaved, barrier before each; {d['note']}.", ""]
+    if d.get("incomplete"):
+        out += [f"**Incomplete result** ({d['incomplete']}): a rank failed or the run "
+                "was stopped after this checkpoint.", ""]
     if caveats:
         out += ["Caveats:", ""] + [f"- {c}" for c in caveats] + [""]
     bad = [(r["rank"], M, a, c) for r in ranks for M, m in r["per_m"].items()
