@@ -9,7 +9,8 @@
 # PROFILE_ARGS), vrun (bench run --validation, after the profile), tpv
 # (bench tp --validation on 2 GPUs, real NCCL all-reduces: TP_TOKENS,
 # TP_REPLAYS, TP_ARGS; TP_P2P_OFF=1 adds a second run with --p2p off;
-# about 2 min per run, docs/bench.md; needs the nvidia-h200-x2 kind).
+# about 2 min per run after a ~20 s pre-flight test, docs/bench.md; needs the
+# nvidia-h200-x2 kind).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
@@ -85,6 +86,10 @@ if has tpv; then
     [ -f "$OUT/$name.json" ] && timeout 120 python3 -m l2sched bench tp-report \
       "$OUT/$name.json" --md-out "$OUT/$name.md" 2>&1 | tail -3
   }
+  # pre-flight (GPU 0, ~20 s): the interference graphs (NCCL all-reduce + a
+  # fill on the side stream) in one process; TP_PREFLIGHT=0 skips it
+  [ "${TP_PREFLIGHT:-1}" = 1 ] && timeout 120 python3 -m pytest -q -rs \
+    tests/gpu/test_gpu_tp.py -p no:cacheprovider 2>&1 | tee "$OUT/tp-preflight.txt" | tail -4
   tpv tp
   [ "${TP_P2P_OFF:-0}" = 1 ] && tpv tp-p2poff --p2p off
 fi

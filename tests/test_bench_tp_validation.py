@@ -165,3 +165,20 @@ def test_default_run_is_none_and_compiled_with_p2p_on(tmp_path):
         elif a["path"]:
             assert a["overrides"] == []
     assert [a["name"] for a in v] == _names()
+
+
+def test_the_ranks_runtime_launches_the_profiles_fill_kernels():
+    """``timed_runtime`` (the CudaRuntime of every arm on the GPU) takes each
+    issue's kernel and launch shape from the device profile, as bench run's
+    runtime and the lint; without a profile it would be bulk."""
+    from l2sched.bench.tp_step import timed_runtime
+    prof = load_device("h200")
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=1)
+    plan = compile_plan(load_schedule(SCHEDULE, []), inv, 1)
+    fm = prof.fill_modes[prof.fill_default]
+    rt = timed_runtime(plan, 1, False, prof)      # no GPU touched before prepare()
+    assert {(s.mode, s.grid, s.threads, s.chunk, s.stages, s.policy) for s in rt.specs} \
+        == {(prof.fill_default, fm.grid, fm.threads, fm.chunk, fm.stages, "evict_last")}
+    bulk = timed_runtime(plan, 1, False, prof, mode="bulk")   # a kernel-mode arm
+    assert {s.mode for s in bulk.specs} == {"bulk"}
+    assert {s.mode for s in timed_runtime(plan, 1, False).specs} == {"bulk"}
