@@ -6,7 +6,11 @@
 # sanitize (compute-sanitizer memcheck of every fill mode), kbench
 # (l2sched bench kernel), run (l2sched bench run: none / bulk / copy / load
 # arms of the shipped H200 schedule, all M), profile (l2sched profile;
-# PROFILE_ARGS), vrun (bench run --validation, after the profile).
+# PROFILE_ARGS), vrun (bench run --validation, after the profile), tpv
+# (bench tp --validation on 2 GPUs, real NCCL all-reduces: TP_TOKENS,
+# TP_REPLAYS, TP_ARGS; TP_P2P_OFF=1 adds a second run with --p2p off;
+# about 2 min per run after a ~20 s pre-flight test, docs/bench.md; needs the
+# nvidia-h200-x2 kind).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
@@ -65,5 +69,28 @@ if has drun; then
   # a diagnostic bench run: only the arms given in DIAG_ARGS (--variant ...)
   timeout ${DIAG_TIMEOUT:-200} python3 -m l2sched bench run --out "$OUT/diag.json" \
     --bench-dir "" ${DIAG_ARGS:-} 2>&1 | tail -4
+fi
+if has tpv; then
+  # bench tp --validation (docs/bench.md): every validation arm with real
+  # all-reduces, one process per GPU; NCCL's INIT log (transports: P2P or
+  # SHM) next to each result unless TP_NCCL_DEBUG=0
+  tpv() {  # tpv OUT_NAME [extra args]
+    local name=$1; shift
+    local dbg=()
+    [ "${TP_NCCL_DEBUG:-1}" = 1 ] && dbg=(env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+                                          "NCCL_DEBUG_FILE=$OUT/$name-nccl.%p.log")
+    timeout ${TP_TIMEOUT:-250} ${dbg[@]+"${dbg[@]}"} python3 -m l2sched bench tp --world-size 2 \
+      --validation --tokens ${TP_TOKENS:-1,4,16,64} --replays ${TP_REPLAYS:-40} \
+      --out "$OUT/$name.json" "$@" ${TP_ARGS:-} 2>&1 | tail -${TP_TAIL:-12}
+    echo "tpv $name rc=${PIPESTATUS[0]}"
+    [ -f "$OUT/$name.json" ] && timeout 120 python3 -m l2sched bench tp-report \
+      "$OUT/$name.json" --md-out "$OUT/$name.md" 2>&1 | tail -3
+  }
+  # pre-flight (GPU 0, ~20 s): the interference graphs (NCCL all-reduce + a
+  # fill on the side stream) in one process; TP_PREFLIGHT=0 skips it
+  [ "${TP_PREFLIGHT:-1}" = 1 ] && timeout 120 python3 -m pytest -q -rs \
+    tests/gpu/test_gpu_tp.py -p no:cacheprovider 2>&1 | tee "$OUT/tp-preflight.txt" | tail -4
+  tpv tp
+  [ "${TP_P2P_OFF:-0}" = 1 ] && tpv tp-p2poff --p2p off
 fi
 echo "SESSION-DONE"

@@ -48,6 +48,8 @@ def test_rank0_wrote_both_ranks(result):
     assert result["kind"] == "l2sched bench tp"
     assert result["world_size"] == 2 and result["tp"] == 4 and result["backend"] == "gloo"
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    assert result["p2p"] == "on" and "NCCL_P2P_DISABLE" not in result["env_set"]
+    assert [a["name"] for a in result["arms"]] == ["none", "compiled"]
     assert [r["tp_rank"] for r in result["ranks"]] == [0, 1]
     for r in result["ranks"]:
         assert sorted(r["per_m"]) == sorted(map(str, TOKENS))
@@ -90,7 +92,7 @@ def test_join_once_per_forward(result):
             assert arms["compiled"]["allreduce_check"]["joins"] == 1
             assert arms["compiled"]["joins_per_forward"] == [1] * (REPLAYS + WARMUP)
             assert arms["none"]["allreduce_check"]["joins"] == 0
-            assert arms["compiled"]["step_us"]["n"] == REPLAYS
+            assert arms["compiled"]["graph_step_us"]["n"] == REPLAYS
             assert arms["compiled"]["runtime_stats"]["skipped"] == {}
 
 

@@ -12,6 +12,11 @@ BENCH_DIR = "schedules/bench"
 #: Largest message the all-reduce fit uses by default: a 256-token decode
 #: step (the plans' ``max_tokens``) of hidden 4096 in bf16, bytes.
 FIT_MAX_BYTES = 256 * 4096 * 2
+#: Fill forked right before the standalone all-reduce of ``bench tp``'s
+#: interference measurement, MB (10^6 B): the budget of window B of the
+#: shipped H200 schedule, the largest fill it forks right before an
+#: all-reduce (``attn.pre_all_reduce``).
+AR_FILL_MB = 30.0
 
 
 def run_arguments(p) -> None:
@@ -73,6 +78,20 @@ def tp_arguments(p) -> None:
     p.add_argument("--expert-pools", type=int, default=3)
     p.add_argument("--no-spin-arms", action="store_true",
                    help="skip the idle-interval (spin) arms")
+    p.add_argument("--validation", action="store_true",
+                   help="the validation arms of docs/lint.md#validation (as bench run "
+                        "--validation): an A/A no-prefetch arm, each fill kernel, "
+                        "evict_normal, each window alone at two budgets, the schedules "
+                        "of --bench-dir")
+    p.add_argument("--bench-dir", default=BENCH_DIR,
+                   help="deliberately bad schedules measured with --validation")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the replay order (shared by every rank)")
+    p.add_argument("--p2p", choices=("on", "off"), default="on",
+                   help="off: NCCL_P2P_DISABLE=1 in every rank before NCCL starts")
+    p.add_argument("--ar-fill-mb", type=float, default=AR_FILL_MB,
+                   help="bytes (MB) of the fill forked right before the standalone "
+                        "all-reduce in the interference measurement; 0 skips it")
 
 
 def tp_report_arguments(p) -> None:

@@ -31,7 +31,6 @@ bytes, MB = 10^6 B.
 from __future__ import annotations
 
 import json
-import os
 import random
 import statistics
 import sys
@@ -40,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, validation_variants  # noqa: F401 (re-exported)
 from l2sched.bench.ideal import ideal_gain
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
-from l2sched.bench.validation import AA_ARM
 from l2sched.compiler.compile import compile_plan
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
@@ -53,7 +52,7 @@ from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.runtime import make_runtime
 from l2sched.runtime.gate import StepInfo
-from l2sched.runtime.kernel import H200_LOAD_SHAPE, cutlass_version
+from l2sched.runtime.kernel import cutlass_version
 from l2sched.vllm.sites import install_plan
 
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
@@ -94,55 +93,6 @@ class Progress:
         left = el / self.done * (self.total - self.done)
         print(f"[bench {self.done}/{self.total}] {what}  elapsed {el:.0f}s, "
               f"~{left:.0f}s left", file=sys.stderr, flush=True)
-
-
-def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
-              variants: list[str], validation: bool = False) -> list[dict]:
-    """The arms: ``none``; ``compiled`` (the schedule as written);
-    ``evict_normal`` (same windows, no cache policy: the Kimi-K3 kernel's
-    behaviour); ``load`` (load-mode kernel, optional); one per ``--variant``
-    override set; with ``validation`` the arms of docs/lint.md#validation
-    (``validation_variants``) and the A/A arm ``none-aa`` (a second capture
-    of the no-prefetch step, for the noise floor); one per
-    ``schedules/bench/*.l2s``."""
-    arms = [{"name": "none", "path": None}]
-    if validation:
-        arms.append({"name": AA_ARM, "path": None})
-    arms += [{"name": "compiled", "path": schedule_path, "overrides": []},
-             {"name": "evict_normal", "path": schedule_path,
-              "overrides": ["policy=evict_normal"]}]
-    if load_mode:
-        arms.append({"name": "load", "path": schedule_path, "overrides": [],
-                     "runtime": dict(H200_LOAD_SHAPE)})
-    if validation:
-        variants = validation_variants(schedule_path) + list(variants)
-    for v in variants:
-        name, _, ov = v.partition(":")
-        arms.append({"name": name, "path": schedule_path,
-                     "overrides": [o for o in ov.split(",") if o]})
-    if bench_dir and os.path.isdir(bench_dir):
-        for f in sorted(os.listdir(bench_dir)):
-            if f.endswith(".l2s"):
-                arms.append({"name": "bench/" + f[:-4],
-                             "path": os.path.join(bench_dir, f), "overrides": []})
-    return arms
-
-
-def validation_variants(schedule_path: str) -> list[str]:
-    """``NAME:KEY=VALUE,...`` variants of the schedule at ``schedule_path``
-    for the validation set (docs/lint.md#validation): each fill kernel
-    (``kernel-bulk``, ``kernel-copy``, ``kernel-load``) and each window alone
-    at its budget and at half of it (the other windows' budgets 0 B), e.g.
-    ``only-B-30MB``."""
-    sched = load_schedule(shipped_path(schedule_path), [])
-    own = sched.kernel or load_device(sched.device).fill_default
-    out = [f"kernel-{k}:kernel={k}" for k in ("bulk", "copy", "load") if k != own]
-    for w in sched.windows:
-        others = [f"window.{o.name}.budget=0MB" for o in sched.windows if o is not w]
-        for b in (w.budget, w.budget // 2):
-            mb = f"{b / 10**6:g}MB"
-            out.append(f"only-{w.name}-{mb}:" + ",".join(others + [f"window.{w.name}.budget={mb}"]))
-    return out
 
 
 def run(args) -> dict:

@@ -19,18 +19,38 @@ real message, across ``world_size`` processes). So with 2 GPUs the weights
 are TP4's and the all-reduces are 2-way: the JSON records both
 ``world_size`` and ``tp``.
 
-Per M (GPU), per arm (``none``; ``compiled``): one checked eager forward
-(every all-reduce's result is compared with the sum over ranks), then CUDA
-graphs of the whole step: the NCCL step, the same step with per-op timing
-events inside the graph (``torch.cuda.Event(external=True)``; skipped when
-torch lacks it) and, unless ``--no-spin-arms``, the step with the single-GPU
-bench's idle-interval all-reduces (``<arm>/spin``: a spin kernel of
+Arms (``arms``): ``none`` and ``compiled``; with ``--validation`` the arm
+set of ``bench run --validation`` (``arms.arm_specs``: the A/A arm
+``none-aa``, ``evict_normal``, each fill kernel, each window alone at two
+budgets, the schedules of ``--bench-dir``). Every rank compiles each arm's
+plan for its own TP rank; fills get their kernel and launch shape from the
+device profile (as ``bench run`` and the lint). Per M (GPU), per arm: one
+checked eager forward (every all-reduce's result is compared with the sum
+over ranks), then one CUDA graph of the whole NCCL step; for ``none`` and
+``compiled`` also the same step with per-op timing events inside the graph
+(``torch.cuda.Event(external=True)``; skipped when torch lacks it) and,
+unless ``--no-spin-arms``, the step with the single-GPU bench's
+idle-interval all-reduces (``<arm>/spin``: a spin kernel of
 ``DeviceProfile.allreduce_us(tp, bytes)``). All step graphs of one M replay
-interleaved (same shuffled order on every rank), a barrier (gloo group)
-before every timed replay, CUDA events around ``graph.replay()``.
-Standalone all-reduces (message sizes of ``--tokens`` and
-``--ar-extra-tokens``) are timed per call, eager and inside a captured
-graph. Rank 0 gathers every rank's record and writes one JSON.
+interleaved, in rounds: each round's order is shuffled from ``--seed``, M
+and the round (``tp_allreduce.replay_order``), the same on every rank (the
+ranks check it), a barrier (gloo group) before every replay, CUDA events
+around ``graph.replay()``; per arm the per-round times
+(``graph_step_us_all``) and their stats (``graph_step_us``). The graphs of
+one M are released before the next. Standalone all-reduces (message sizes
+of ``--tokens`` and ``--ar-extra-tokens``) are timed per call, eager and
+inside a captured graph, and (after the steps) per M of ``--tokens``,
+alone and with a concurrent fill of each fill kernel (``--ar-fill-mb``; the
+collective interference). Rank 0 gathers every rank's record and writes one JSON, also as a
+checkpoint after each M and before the interference measurement (marked
+``incomplete``), so a rank that fails late leaves what was measured.
+
+``--p2p off`` sets ``NCCL_P2P_DISABLE=1`` in every rank before
+``init_process_group``; the result records it (``p2p``, ``env_set``, every
+``NCCL_*`` variable a rank saw: ``nccl_env``) and the all-reduce that ran
+(``allreduce_impl``: torch.distributed's; vLLM's custom all-reduce is not
+used). It also records the device profile's text (``device_profile_toml``),
+which ``tp-report`` lints with.
 
 This module starts the ranks (``options``, ``run_tp``) and writes rank 0's
 JSON; ``tp_rank`` is one rank's benchmark, ``tp_step`` the step with real
@@ -49,8 +69,10 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs
 from l2sched.bench.tp_rank import rank_bench
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
@@ -62,6 +84,14 @@ from l2sched.model.inventory import analytical_inventory
 #: multicast (NVLS) in NCCL, torch symmetric memory or NVSHMEM.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                  "NVSHMEM_DISABLE_NVLS": "1"}
+
+#: Set with ``--p2p off``: NCCL moves no data over direct GPU peer access
+#: (NVLink/PCIe P2P); intra-node traffic goes through host shared memory.
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+
+#: Said in every result and report: the all-reduce is not vLLM's.
+NO_CUSTOM_AR = ("vLLM's custom all-reduce (and its symmetric-memory / quick "
+                "all-reduce paths) is not used by this bench")
 
 TP_NOTE = ("all-reduces are real torch.distributed all-reduces of (M, hidden) "
            "bf16 across world_size processes; weights, plan and inventory are the "
@@ -77,7 +107,8 @@ def options(args) -> dict:
     o = {k: getattr(args, k) for k in (
         "world_size", "backend", "dry", "out", "tokens", "replays", "warmup",
         "timed_reps", "ar_iters", "ar_extra_tokens", "tp", "schedule",
-        "overrides", "device_profile", "expert_pools", "no_spin_arms")}
+        "overrides", "device_profile", "expert_pools", "no_spin_arms",
+        "validation", "bench_dir", "seed", "p2p", "ar_fill_mb")}
     import torch
     cuda = torch.cuda.is_available()
     if o["backend"] is None:
@@ -97,12 +128,44 @@ def options(args) -> dict:
         raise ValueError(f"--world-size {ws} above the modelled --tp {o['tp']}")
     if not o["tokens"]:
         raise ValueError("--tokens is empty")
+    if o["replays"] < 1 or o["warmup"] < 0:
+        raise ValueError(f"--replays must be >= 1 and --warmup >= 0, got "
+                         f"{o['replays']} and {o['warmup']}")
+    if o["ar_fill_mb"] < 0:
+        raise ValueError(f"--ar-fill-mb must be >= 0, got {o['ar_fill_mb']:g}")
     # fail here, once, rather than in every spawned rank
     o["schedule"] = shipped_path(o["schedule"])
-    load_schedule(o["schedule"], o["overrides"])  # raises L2sError
-    load_device(o["device_profile"])
+    o["arms"] = arms(o)
+    for a in o["arms"]:
+        if a["path"]:
+            load_schedule(shipped_path(a["path"]), a["overrides"])  # raises L2sError
+    prof = load_device(o["device_profile"])
+    # the profile's text as the run read it: the report lints with it
+    o["device_profile_toml"] = Path(prof.path).read_text(encoding="utf-8")
+    o["ar_fill_bytes"] = int(o["ar_fill_mb"] * 10**6) // 16 * 16
     analytical_inventory(load_model_config(None), tp=o["tp"], ep=False)
     return o
+
+
+def arms(o: dict) -> list[dict]:
+    """The measured arms: ``none`` and ``compiled`` (``--schedule`` with
+    ``--set``); with ``--validation`` the arm set of ``bench run
+    --validation`` (``arms.arm_specs``: ``none-aa``, ``evict_normal``, each
+    fill kernel, each window alone at two budgets, the schedules of
+    ``--bench-dir``), ``--set`` applied to every arm of ``--schedule``.
+    Each arm: ``{name, path, overrides}`` (``path`` None: no prefetch)."""
+    if not o["validation"]:
+        return [{"name": "none", "path": None, "overrides": []},
+                {"name": "compiled", "path": o["schedule"],
+                 "overrides": list(o["overrides"])}]
+    out = []
+    for a in arm_specs(o["schedule"], shipped_path(o["bench_dir"]) if o["bench_dir"]
+                       else "", False, [], True):
+        ov = a.get("overrides", [])
+        if a["path"] == o["schedule"]:
+            ov = list(o["overrides"]) + ov
+        out.append({"name": a["name"], "path": a["path"], "overrides": ov})
+    return out
 
 
 def run_tp(args) -> dict:
@@ -123,9 +186,18 @@ def run_tp(args) -> dict:
             return json.load(f)
 
 
+def env_set(o: dict) -> dict:
+    """The environment every rank sets before ``init_process_group``:
+    ``MULTICAST_OFF``, and ``NCCL_P2P_DISABLE=1`` with ``--p2p off``."""
+    env = dict(MULTICAST_OFF)
+    if o["p2p"] == "off":
+        env.update(P2P_OFF)
+    return env
+
+
 def _worker(rank: int, o: dict, store: str) -> None:
     """One rank: init, benchmark, gather to rank 0, write."""
-    os.environ.update(MULTICAST_OFF)
+    os.environ.update(env_set(o))
     import torch
     import torch.distributed as dist
     gpu = o["backend"] == "nccl"
@@ -139,11 +211,23 @@ def _worker(rank: int, o: dict, store: str) -> None:
                             timeout=datetime.timedelta(minutes=10), **kw)
     try:
         ctl = dist.new_group(backend="gloo") if gpu else None
-        rec = rank_bench(rank, o, ctl)
-        got = [None] * o["world_size"] if rank == 0 else None
-        dist.gather_object(rec, got, dst=0, group=ctl)
-        if rank == 0:
-            _write(o["out_path"], _result(o, got, time.time() - t0))
+
+        def save(rec: dict, pending: str = "") -> None:
+            """Gather every rank's record to rank 0, which writes the result;
+            ``pending``: what is still to be measured (a checkpoint)."""
+            rec["nccl_env"] = {k: v for k, v in sorted(os.environ.items())
+                               if k.startswith("NCCL_")}
+            got = [None] * o["world_size"] if rank == 0 else None
+            dist.gather_object(rec, got, dst=0, group=ctl)
+            if rank == 0:
+                res = _result(o, got, time.time() - t0)
+                if pending:
+                    res["incomplete"] = f"checkpoint: {pending} not measured (yet)"
+                    res["tokens_requested"] = res["tokens"]
+                    res["tokens"] = [t for t in o["tokens"] if str(t) in rec["per_m"]]
+                _write(o["out_path"], res)
+        rec = rank_bench(rank, o, ctl, checkpoint=save)
+        save(rec)
         dist.barrier(group=ctl)
     except BaseException:
         # a failed rank must not wait in destroy_process_group for peers
@@ -159,11 +243,24 @@ def _result(o: dict, ranks: list, total_s: float) -> dict:
             "date": datetime.date.today().isoformat(), "argv": o["argv"],
             "world_size": o["world_size"], "tp": o["tp"], "backend": o["backend"],
             "dry": o["dry"], "multicast_env": dict(MULTICAST_OFF),
+            "p2p": o["p2p"], "env_set": env_set(o),
+            "nccl_env": ranks[0].get("nccl_env", {}),
+            "allreduce_impl": allreduce_impl(o["backend"]),
             "schedule": o["schedule"], "overrides": o["overrides"],
-            "device_profile": o["device_profile"], "tokens": o["tokens"],
-            "replays": o["replays"], "warmup": o["warmup"],
+            "device_profile": o["device_profile"],
+            "device_profile_toml": o["device_profile_toml"], "tokens": o["tokens"],
+            "replays": o["replays"], "warmup": o["warmup"], "seed": o["seed"],
+            "validation": o["validation"], "arms": o["arms"],
+            "ar_fill_bytes": o["ar_fill_bytes"],
             "timed_reps": o["timed_reps"], "hidden": ranks[0]["hidden"],
             "ranks": ranks, "total_s": total_s}
+
+
+def allreduce_impl(backend: str) -> str:
+    """Which all-reduce the step ran (recorded in the result)."""
+    return (f"torch.distributed.all_reduce (sum, bf16) on the {backend} process group"
+            + (" (ProcessGroupNCCL: NCCL's own algorithm choice)" if backend == "nccl"
+               else "") + "; " + NO_CUSTOM_AR)
 
 
 def _write(path: str, out: dict) -> None:

@@ -1,27 +1,37 @@
 """One rank of ``l2sched bench tp`` (see ``tp``): build the bench tree of its
-modelled TP rank, compile and install its plan, time the standalone
-all-reduces, then per M every arm (``none``, ``compiled``): a checked eager
-forward, CUDA graphs of the step (the NCCL step, the timed variant with
-in-graph events, the ``/spin`` variant), interleaved lockstep replays and
-the timed variant's per-op summary. On the CPU (gloo, ``--dry``) replays are
-eager forwards on the dry-run runtime and times are host wall times or the
-fake clock. Units: us, bytes. torch is imported inside functions only.
+modelled TP rank, compile every arm's plan for that TP rank, time the
+standalone all-reduces, then per M every
+arm (``none`` and ``compiled``; with ``--validation`` the validation set):
+its plan installed on its own runtime, a checked eager forward, one CUDA
+graph of the NCCL step; for ``none`` and ``compiled`` (``TIMED_ARMS``) also
+the timed variant with in-graph events and the ``/spin`` variant. Then
+interleaved lockstep replays of every graph (the same shuffled order on
+every rank, from the shared seed; checked equal across ranks) and the timed
+variants' per-op summary; the graphs of one M are released before the next.
+Last, the all-reduce alone and with a concurrent fill of each fill kernel.
+On the CPU (gloo, ``--dry``) replays are eager forwards on the dry-run
+runtime and times are host wall times or the fake clock. Units: us, bytes.
+torch is imported inside functions only.
 """
 
 from __future__ import annotations
 
-import random
+import gc
 import sys
 import time
 from dataclasses import asdict
 from typing import Any
 
+from l2sched.bench import shipped_path
 from l2sched.bench.run import stats
 from l2sched.bench.tp_allreduce import (
     CaptureFailed,
     all_ranks_ok,
     barrier,
     measure_allreduce,
+    measure_allreduce_fill,
+    replay_order,
+    same_on_all_ranks,
 )
 from l2sched.bench.tp_step import CAPTURE_MODE, TPStepRunner, timed_runtime
 from l2sched.bench.tree import build_tree
@@ -31,18 +41,24 @@ from l2sched.model.adapters import glm5next as ad
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
 from l2sched.vllm.sites import install_plan
 
+#: The arms measured without ``--validation``; they also get the timed
+#: variant (per-op events) and, unless ``--no-spin-arms``, the ``/spin`` arm.
 ARMS = ("none", "compiled")
+TIMED_ARMS = ARMS
 
 
-def rank_bench(rank: int, o: dict, ctl) -> dict:
-    """Build, compile, install, measure; returns this rank's record."""
+def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
+    """Build, compile, install, measure; returns this rank's record.
+    ``checkpoint(rec, pending)`` (every rank calls it at the same points:
+    after each M, and before the collective-interference measurement,
+    which runs last) saves what was measured so far."""
     import torch
-
 
     gpu = o["backend"] == "nccl"
     t0 = time.time()
@@ -50,7 +66,8 @@ def rank_bench(rank: int, o: dict, ctl) -> dict:
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=o["tp"], ep=False, tp_rank=tp_rank)
     prof = load_device(o["device_profile"])
-    plan = compile_plan(load_schedule(o["schedule"], o["overrides"]), inv, tp_rank)
+    arms = compile_arms(o["arms"], inv, tp_rank, prof)
+    plan = next(a["plan"] for a in arms if a["name"] == "compiled")
     model = build_tree(inv, device="cuda" if gpu else "meta",
                        expert_pools=o["expert_pools"], seed=rank)
     runner = TPStepRunner(model, prof, rank=rank, world_size=o["world_size"],
@@ -61,15 +78,46 @@ def rank_bench(rank: int, o: dict, ctl) -> dict:
         "machine": _machine(torch, gpu, rank), "spin_cycles_per_us": cyc,
         "external_events": runner.external_events,
         "plan": {"issues": len(plan.issues), "bytes": sum(w.nbytes for w in plan.issues)},
+        "plans": {a["name"]: {"issues": len(a["plan"].issues),
+                              "bytes": sum(w.nbytes for w in a["plan"].issues),
+                              "fill_kernels": a["fill_kernels"]}
+                  for a in arms if a["plan"] is not None},
         "build_s": time.time() - t0}
     sizes = sorted({t * runner.hidden * 2 for t in o["tokens"] + o["ar_extra_tokens"]})
     rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, prof, o["tp"])
     rec["per_m"] = {}
-    for M in o["tokens"]:
-        rec["per_m"][str(M)] = _one_m(runner, model, inv, plan, prof, M, o, ctl)
+    for i, M in enumerate(o["tokens"]):
+        rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, prof, M, o, ctl)
         _log(rank, f"M={M} done, {time.time() - t0:.0f}s")
+        rec["total_s"] = time.time() - t0
+        left = o["tokens"][i + 1:]
+        if checkpoint is not None and (left or o["ar_fill_bytes"] > 0):
+            checkpoint(rec, (f"M={','.join(map(str, left))}; " if left else "")
+                       + "the all-reduce with fills")
+    if o["ar_fill_bytes"] > 0:
+        rec["allreduce_fill"] = measure_allreduce_fill(
+            runner, prof, o["tokens"], o["ar_fill_bytes"], o["ar_iters"], ctl,
+            seed=o["seed"], policy=plan.policy)
+        _log(rank, f"all-reduce with fills done, {time.time() - t0:.0f}s")
     rec["total_s"] = time.time() - t0
     return rec
+
+
+def compile_arms(specs: list[dict], inv, tp_rank: int, prof) -> list[dict]:
+    """Every arm of ``specs`` (``tp.arms``) with its plan compiled for
+    ``tp_rank`` (``plan`` None for a no-prefetch arm) and the fill kernels
+    its issues get from the device profile (``fill_kernels``, distinct
+    modes in issue order: what ``timed_runtime`` launches)."""
+    out = []
+    for a in specs:
+        plan = kernels = None
+        if a["path"]:
+            plan = compile_plan(load_schedule(shipped_path(a["path"]), a["overrides"]),
+                                inv, tp_rank)
+            kernels = list(dict.fromkeys(
+                s.mode for s in issue_specs(plan, prof.fill_modes, prof.fill_default)))
+        out.append({**a, "plan": plan, "fill_kernels": kernels})
+    return out
 
 
 def _log(rank: int, what: str) -> None:
@@ -115,8 +163,12 @@ class _Timer:
         return e0.elapsed_time(e1) * 1000.0
 
 
-def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -> dict:
-    """All arms at ``M`` tokens on this rank (see the module docstring)."""
+def _one_m(runner: TPStepRunner, model, inv, arms: list[dict], prof, M: int, o: dict,
+           ctl) -> dict:
+    """All arms at ``M`` tokens on this rank (see the module docstring).
+    Long function: one pass over the arms (install, check, capture,
+    remove), the lockstep replays, then the summaries; split up, the
+    graphs, runtimes and timed variants would travel between helpers."""
     torch = runner.torch
     gpu = runner.cuda
     runner.set_tokens(M)
@@ -126,12 +178,15 @@ def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -
                            "arms": {}}
     steps: dict[str, Any] = {}   # arm -> zero-argument callable (a replay)
     timed: dict[str, Any] = {}
-    keep = []
-    for arm in ARMS:
+    keep: list = []              # (arm, runtime): alive while its graph is
+    for arm in arms:
+        name, plan = arm["name"], arm["plan"]
         rt = inst = None
         a: dict[str, Any] = {}
-        if arm == "compiled":
-            rt = (timed_runtime(plan, runner.device.index or 0, runner.external_events)
+        if plan is not None:
+            a["fill_kernels"] = arm["fill_kernels"]
+            rt = (timed_runtime(plan, runner.device.index or 0, runner.external_events,
+                                prof, **arm.get("runtime", {}))
                   if gpu else DryRunRuntime(plan))
             rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
             inst = install_plan(model.layers, inv, plan, rt)
@@ -144,21 +199,22 @@ def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -
                 a["issue_log"] = [asdict(e) for e in rt.events]
                 rt.clear()
             if gpu:
-                steps[arm] = _capture(torch, runner).replay
-                if runner.external_events:
+                steps[name] = _capture(torch, runner).replay
+                if name in TIMED_ARMS and runner.external_events:
                     try:
-                        timed[arm] = _capture_timed(torch, runner, rt, ctl)
+                        timed[name] = _capture_timed(torch, runner, rt, ctl)
                     except CaptureFailed as e:
                         a["timed_error"] = str(e)
-                if not o["no_spin_arms"]:
+                if name in TIMED_ARMS and not o["no_spin_arms"]:
                     runner.collective = "spin"
                     try:
                         runner.step()
-                        steps[arm + "/spin"] = _capture(torch, runner).replay
+                        steps[name + "/spin"] = _capture(torch, runner).replay
                     finally:
                         runner.collective = "dist"
             else:
-                timed[arm] = _eager_timed(runner)
+                if name in TIMED_ARMS:
+                    timed[name] = _eager_timed(runner)
                 if rt is not None:
                     rt.clear()
         finally:
@@ -166,24 +222,28 @@ def _one_m(runner: TPStepRunner, model, inv, plan, prof, M: int, o: dict, ctl) -
                 inst.remove()
             runner.runtime = None
         if not gpu:
-            steps[arm] = _eager_arm(runner, model, inv, plan, rt, a)
-        keep.append(rt)
-        res["arms"][arm] = a
-    times = _replays(steps, o, ctl, _Timer(torch, gpu))
+            steps[name] = _eager_arm(runner, model, inv, plan, rt, a)
+        keep.append((name, rt))
+        res["arms"][name] = a
+    times, res["replay_order"] = _replays(steps, o, ctl, _Timer(torch, gpu), M)
     for k, v in times.items():
         a = res["arms"].setdefault(k, {})
-        a["step_us"] = stats(v)
-        a["step_us_all"] = v
-    for arm, t in timed.items():
-        res["arms"][arm]["timed"] = _timed_summary(t, runner, plan, o["timed_reps"],
-                                                   ctl, gpu)
-    for arm, rt in zip(ARMS, keep):
+        a["graph_step_us"] = stats(v)
+        a["graph_step_us_all"] = v
+    plans = {arm["name"]: arm["plan"] for arm in arms}
+    for name, t in timed.items():
+        res["arms"][name]["timed"] = _timed_summary(t, runner, plans[name],
+                                                    o["timed_reps"], ctl, gpu)
+    for name, rt in keep:
         if rt is not None:
-            res["arms"][arm]["runtime_stats"] = {
+            res["arms"][name]["runtime_stats"] = {
                 "issued": rt.stats.issued, "joined": rt.stats.joined,
                 "bytes_issued": rt.stats.bytes_issued, "skipped": dict(rt.stats.skipped),
                 "enabled": bool(rt.enabled)}
-    del steps, timed
+    # release this M's graphs (and the runtimes their fills read) before the next
+    t = rt = inst = None
+    del steps, timed, keep, t, rt, inst
+    gc.collect()
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -271,21 +331,27 @@ def _eager_arm(runner: TPStepRunner, model, inv, plan, rt, a: dict):
     return forward
 
 
-def _replays(steps: dict, o: dict, ctl, timer: _Timer) -> dict:
-    """Replay every arm's step ``warmup + replays`` rounds, interleaved in a
-    shuffled order that is the same on every rank (seeded by the round), a
-    barrier before each timed replay. Returns arm -> us per timed replay."""
+def _replays(steps: dict, o: dict, ctl, timer: _Timer, M: int) -> tuple[dict, list]:
+    """Replay every arm's step ``warmup + replays`` rounds, interleaved in
+    the shuffled order of each round (``replay_order``: the same on every
+    rank, from the shared ``--seed``; checked equal on every rank before the
+    first replay), a barrier before each replay. Returns ``(times, order)``:
+    arm -> us per timed round (round-indexed, the same rounds for every
+    arm), and the order of every round, warm-up included."""
     names = sorted(steps)
+    rounds = [replay_order(names, o["seed"], M, r)
+              for r in range(o["warmup"] + o["replays"])]
+    if not same_on_all_ranks(ctl, rounds):
+        raise RuntimeError(f"M={M}: the ranks' replay orders differ (arms "
+                           f"{', '.join(names)})")
     times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(o["warmup"] + o["replays"]):
-        order = names[:]
-        random.Random(r).shuffle(order)
+    for r, order in enumerate(rounds):
         for k in order:
             barrier(ctl)
             dt = timer.time(steps[k])
             if r >= o["warmup"]:
                 times[k].append(dt)
-    return times
+    return times, rounds
 
 
 def _timed_summary(t: dict, runner: TPStepRunner, plan, reps: int, ctl,

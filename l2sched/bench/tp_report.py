@@ -1,7 +1,9 @@
 """``l2sched bench tp-report``: the markdown of a ``bench tp`` result, and the
 measured collective model.
 
-Tables: step time per rank and M (CUDA-graph replays, median and p10-p90)
+First, for a ``--validation`` result, the out-of-sample validation of the
+lint's predicted gains (``tp_validation``, docs/lint.md#validation). Then
+tables: step time per rank and M (CUDA-graph replays, median and p10-p90)
 with and without the compiled schedule, with real all-reduces and with the
 single-GPU bench's idle intervals (``/spin`` arms); whether the idle-interval
 model predicted the gain measured with real all-reduces (the ``/spin`` arms
@@ -9,15 +11,19 @@ on the same GPUs and the lint's predicted gain at the modelled TP); every
 all-reduce message measured vs the device profile's model; fill finish vs
 expert-stream start per window.
 
-Verdicts: a gain is ``faster``/``slower`` when it exceeds the larger
-p10-p90 half-spread of the two arms compared, else ``same``.
+Verdicts of those tables (a diagnostic, not the validation): a gain is
+``faster``/``slower`` when it exceeds the larger p10-p90 half-spread of the
+two arms compared, else ``same``. Then the all-reduce with a concurrent
+fill of each fill kernel (``tp_interference``).
 
 ``--update-profile NAME_OR_PATH`` fits ``latency_us + bytes / bandwidth``
 (``devices.fit_allreduce``) to the measured all-reduces of the result
 (median over ranks of each message's per-call median; graph-captured when
 present, else eager; messages up to ``--fit-max-bytes``) and writes it as
 ``[allreduce.tpW]`` (W = the result's world size) with the result's date and
-path. Units: us, bytes.
+path, and the measured collective interference as ``allreduce_extra_us``
+in each ``[fill.MODE]`` table (``tp_interference.write_allreduce_extra``).
+Units: us, bytes.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ import statistics
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
+from l2sched.bench.tp_interference import allreduce_extras, fill_lines, write_allreduce_extra
+from l2sched.bench.tp_validation import lint_profile, validation, validation_lines
 from l2sched.errors import L2sInputError
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path
+from l2sched.model.devices import profile_path
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import format_signed
 
@@ -74,6 +82,12 @@ def cmd(args) -> int:
         print(f"{path}: [allreduce.tp{d['world_size']}] latency_us = "
               f"{m.latency_us:.2f}, busbw_gbps = {m.busbw_gbps:.1f} "
               f"(measured {m.measured})")
+        _, written, skipped = update_profile_extras(d, source_path, args.update_profile,
+                                                    max_bytes=args.fit_max_bytes)
+        for mode, us in written.items():
+            print(f"{path}: [fill.{mode}] allreduce_extra_us = {us:.2f}")
+        for mode, why in skipped.items():
+            print(f"{path}: [fill.{mode}] allreduce_extra_us not written: {why}")
     return 0
 
 
@@ -98,7 +112,8 @@ def merge(results: list[dict]) -> dict:
         return results[0]
     base = json.loads(json.dumps(results[0]))
     keys = ("world_size", "tp", "backend", "dry", "schedule", "overrides",
-            "device_profile", "replays", "warmup", "hidden")
+            "device_profile", "replays", "warmup", "hidden", "p2p", "validation",
+            "arms", "ar_fill_bytes")
     for r in results[1:]:
         diff = [k for k in keys if r.get(k) != base.get(k)]
         if diff:
@@ -116,6 +131,13 @@ def merge(results: list[dict]) -> dict:
             have = {a["bytes"] for a in rank["allreduce"]}
             rank["allreduce"] += [a for a in rr["allreduce"] if a["bytes"] not in have]
             rank["allreduce"].sort(key=lambda a: a["bytes"])
+            if rr.get("allreduce_fill"):
+                fill = rank.setdefault("allreduce_fill", rr["allreduce_fill"])
+                if fill is not rr["allreduce_fill"]:
+                    have = {a["bytes"] for a in fill["rows"]}
+                    fill["rows"] = sorted(fill["rows"] + [a for a in rr["allreduce_fill"]["rows"]
+                                                          if a["bytes"] not in have],
+                                          key=lambda a: a["bytes"])
             rank["total_s"] = rank.get("total_s", 0) + rr.get("total_s", 0)
         base["total_s"] = base.get("total_s", 0) + r.get("total_s", 0)
     base["tokens"] = sorted({t for r in results for t in r["tokens"]})
@@ -181,6 +203,33 @@ def update_profile(d: dict, result_path: str, profile: str, *,
     return m, path
 
 
+def update_profile_extras(d: dict, result_path: str, profile: str, *,
+                          max_bytes: int | None = FIT_MAX_BYTES):
+    """Write the measured collective interference of result ``d``
+    (``tp_interference.allreduce_extras``) as ``allreduce_extra_us`` into
+    the ``[fill.MODE]`` tables of ``profile``. Returns ``(path, written,
+    skipped)`` (``tp_interference.write_allreduce_extra``; nothing written
+    when the result has no interference measurement). Raises
+    ``ValueError`` for a dry (CPU) result."""
+    if d.get("dry") or d.get("backend") != "nccl":
+        raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
+                         "device profile")
+    ex = allreduce_extras(d, max_bytes)
+    g = d["ranks"][0]["machine"]
+    note = (f"l2sched bench tp {d['date']}, {result_path}: {d['world_size']} x "
+            f"{g.get('gpu', '?')}, NCCL {g.get('nccl', '?')}, p2p {d.get('p2p', 'on')}; "
+            f"extra of a (M, hidden) all-reduce with a concurrent "
+            f"{d.get('ar_fill_bytes', 0) / 1e6:g} MB fill, median over messages")
+    return write_allreduce_extra(profile, {m: x["extra_us"] for m, x in ex.items()},
+                                 note)
+
+
+def step_stats(a: dict) -> dict | None:
+    """An arm's replay step-time stats: ``graph_step_us`` (results since
+    the validation arms), ``step_us`` in older results."""
+    return a.get("graph_step_us") or a.get("step_us")
+
+
 def _fmt(s) -> str:
     if not s or s.get("median") is None:
         return "-"
@@ -200,7 +249,7 @@ def verdict(gain: float | None, noise: float) -> str:
 
 
 def _gain(arms: dict, base: str, arm: str):
-    a, b = arms.get(arm, {}).get("step_us"), arms.get(base, {}).get("step_us")
+    a, b = step_stats(arms.get(arm, {})), step_stats(arms.get(base, {}))
     if not a or not b or a.get("median") is None:
         return None, 0.0
     return b["median"] - a["median"], max(_half(a), _half(b))
@@ -211,7 +260,7 @@ def _lint_gains(d: dict) -> dict:
     (its all-reduces: the device profile's model, as the single-GPU bench)."""
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
-    prof = load_device(d["device_profile"])
+    prof, _ = lint_profile(d)
     sched = load_schedule(shipped_path(d["schedule"]), d["overrides"])
     out = {}
     for M in d["tokens"]:
@@ -226,10 +275,14 @@ def markdown(d: dict, *, command: str = "", lint: bool = True,
     """The report of result ``d`` (see the module docstring); ``caveats``
     are printed as a list right after the machine lines."""
     out = _front(d, command, caveats)
+    if d.get("validation"):
+        out += (validation_lines(validation(d), d["tp"], d["world_size"]) if lint else
+                ["## Validation (out of sample)", "", "Not computed (--no-lint).", ""])
     out += _step_table(d)
     out += _prediction_table(d, lint)
     out += _allreduce_tables(d)
     out += _fit_lines(d, fit_max_bytes, fit_source)
+    out += fill_lines(d)
     out += _fill_table(d)
     return "\n".join(out) + "\n"
 
@@ -250,8 +303,16 @@ def _front(d: dict, command: str, caveats: tuple[str, ...]) -> list[str]:
             f"- schedule {d['schedule']} {' '.join(d['overrides'])}; device profile "
             f"{d['device_profile']}; multicast off: "
             + ", ".join(f"{k}={v}" for k, v in d["multicast_env"].items()),
+            f"- all-reduce: {d.get('allreduce_impl', 'torch.distributed.all_reduce')}; "
+            f"NCCL P2P {d.get('p2p', 'not recorded (NCCL default: on)')}; NCCL "
+            f"environment of the ranks: "
+            + (", ".join(f"{k}={v}" for k, v in d["nccl_env"].items())
+               if d.get("nccl_env") else "not recorded"),
             f"- {d['replays']} timed replays per graph after {d['warmup']} warm-up "
             f"rounds, interleaved, barrier before each; {d['note']}.", ""]
+    if d.get("incomplete"):
+        out += [f"**Incomplete result** ({d['incomplete']}): a rank failed or the run "
+                "was stopped after this checkpoint.", ""]
     if caveats:
         out += ["Caveats:", ""] + [f"- {c}" for c in caveats] + [""]
     bad = [(r["rank"], M, a, c) for r in ranks for M, m in r["per_m"].items()
@@ -277,10 +338,10 @@ def _step_table(d: dict) -> list[str]:
             cells = []
             for base, arm in (("none", "compiled"), ("none/spin", "compiled/spin")):
                 gn, _ = _gain(arms, base, arm)
-                pct = (f" ({format_signed(100 * gn / arms[base]['step_us']['median'], '+.2f')}%)"
+                pct = (f" ({format_signed(100 * gn / step_stats(arms[base])['median'], '+.2f')}%)"
                        if gn is not None else "")
-                cells += [_fmt(arms.get(base, {}).get("step_us")),
-                          _fmt(arms.get(arm, {}).get("step_us")),
+                cells += [_fmt(step_stats(arms.get(base, {}))),
+                          _fmt(step_stats(arms.get(arm, {}))),
                           f"{format_signed(gn, '+.1f')}{pct}" if gn is not None else "-"]
             out.append(f"| {M} | {r['rank']} | " + " | ".join(cells) + " |")
     out.append("")
@@ -310,9 +371,9 @@ def _prediction_table(d: dict, lint: bool) -> list[str]:
         vr, vs = verdict(rg, rn), verdict(sg, max(rn, sn))
         lgm = lg.get(M)
         vl = verdict(lgm, rn) if lgm is not None else "-"
-        base_r = _med([(r["per_m"][M]["arms"]["none"].get("step_us") or {}).get("median")
+        base_r = _med([(step_stats(r["per_m"][M]["arms"]["none"]) or {}).get("median")
                        for r in ranks])
-        base_s = _med([(r["per_m"][M]["arms"].get("none/spin", {}).get("step_us") or {})
+        base_s = _med([(step_stats(r["per_m"][M]["arms"].get("none/spin", {})) or {})
                        .get("median") for r in ranks])
         a1 = "-" if vs == "-" else ("yes" if vs == vr else "NO")
         a2 = "-" if vl == "-" else ("yes" if vl == vr else "NO")
@@ -322,7 +383,9 @@ def _prediction_table(d: dict, lint: bool) -> list[str]:
                 agree += a == "yes"
         out.append(f"| {M} | {_n(base_r)} / {_n(base_s)} | {_n(rg, '+.1f')} | {vr} | "
                    f"{_n(sg, '+.1f')} | {vs} | {_n(lgm, '+.1f')} | {vl} | {a1}, {a2} |")
-    out += ["", f"Verdicts agree in {agree} of {total} comparisons.", ""]
+    out += ["", f"Verdicts agree in {agree} of {total} comparisons (a diagnostic of the "
+            "idle-interval model, p10-p90 rule; the validation is the section above "
+            "when the run had --validation).", ""]
     return out
 
 

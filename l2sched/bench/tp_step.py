@@ -111,12 +111,16 @@ def record_event(torch, stream=None, external: bool = False):
     return e
 
 
-def timed_runtime(plan, device: int, external: bool):
+def timed_runtime(plan, device: int, external: bool, profile=None, **shape):
     """A ``CudaRuntime`` for ``plan`` on ``device`` that, while ``timing`` is
     set, records an event on the current stream before each fork and one on
     the side stream after each fill launch: ``fills`` =
     ``[(issue index, fork event, exit event)]``. The exit event's time is
-    the fill kernel's exit, not the landing of its lines (bulk mode)."""
+    the fill kernel's exit, not the landing of its lines (bulk mode).
+    ``profile`` (a ``DeviceProfile``) gives each issue its fill kernel and
+    launch shape, as ``runtime.make_runtime`` does for ``bench run`` and the
+    lint assumes (without one: bulk, the kernel module's shape); ``shape``
+    (``mode``, ``grid``, ...) overrides every issue's (kernel-mode arms)."""
 
     class TimedCudaRuntime(CudaRuntime):
         timing = False
@@ -134,6 +138,8 @@ def timed_runtime(plan, device: int, external: bool):
                 self.fills.append((i, fork, record_event(torch, side, external)))
             return ok
 
-    rt = TimedCudaRuntime(plan, device=device)
+    fill = ({"fill": profile.fill_modes, "fill_default": profile.fill_default}
+            if profile is not None else {})
+    rt = TimedCudaRuntime(plan, device=device, **fill, **shape)
     rt.fills = []
     return rt
