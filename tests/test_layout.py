@@ -113,3 +113,21 @@ def test_one_line_splitter(text, lines):
     assert source_lines(text) == lines
     assert "".join(source_lines(text, keepends=True)) == text
     assert line_col(text, len(text)) == (len(lines), len(lines[-1]) + 1)
+
+
+def test_modules_and_functions_are_short_or_say_why():
+    long = []
+    for name, path, tree in _modules():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        doc = ast.get_docstring(tree) or ""
+        if lines > MAX_MODULE_LINES and "Long module:" not in doc:
+            long.append(f"{path}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES and "Long function:" not in (
+                        ast.get_docstring(node) or ""):
+                    long.append(f"{path}:{node.lineno}: {node.name} {n} lines")
+    assert long == []
+
+

@@ -5,6 +5,10 @@ one Transformer to frozen nodes with spans, and syntax errors turned into
 ``L2sSyntaxError`` with ``path:line:col``, the source line, a caret and the
 tokens that were expected. ``read_source`` gives one-line ``L2sInputError``s
 for files that are missing, directories, not UTF-8 or empty.
+
+Long module: the parser, the transformer of every grammar rule to its node and
+the translation of every Lark error into one message are one unit; split,
+each half would need the other's private tables.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ large as the unprotected L2 flushes them). Other policies are unprotected and
 lose ``min(1, D / L2) * (1 - evict_normal_survival)``.
 
 ``simulate`` returns a ``SimResult``; times are us from the step start.
+
+Long module: one event-driven simulation (phases, water-filled bandwidth,
+residency, fills' effect, collectives); its state is shared by every step
+of the loop, and splitting it would pass that state across modules.
 """
 
 from __future__ import annotations

@@ -181,7 +181,10 @@ def load_model_config(path: str | os.PathLike | None = None,
     (``Glm5NextForConditionalGeneration``) is unwrapped to its
     ``text_config`` (top-level ``torch_dtype`` carried over). Raises
     ``L2sModelError`` naming the file (and the key) when the file is missing,
-    is not JSON, has an unknown architecture, or lacks or mistypes a key."""
+    is not JSON, has an unknown architecture, or lacks or mistypes a key.
+
+    Long function: one check per config key, in the order the errors are
+    reported; split, the order would be spread over helpers."""
     if path is None:
         shown = f"<embedded {get_adapter(model).DEFAULT_CONFIG}>"
         text = default_config_text(model)

@@ -9,6 +9,10 @@ per microsecond), microseconds (us).
 ``load_device(name_or_path)`` reads and validates a profile and raises
 ``L2sInputError`` naming the file and the key on any problem;
 ``device_names()`` lists the shipped profiles.
+
+Long module: one validating reader of one file format: the dataclasses, the
+range of every key and the error each bad value gives sit together, so a
+new key is added in one place.
 """
 
 from __future__ import annotations

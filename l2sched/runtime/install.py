@@ -332,7 +332,10 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
 
     Raises ``L2sInstallError`` (and installs nothing) when a hook point has no
     site, a site's path does not resolve, or a slot is held by another
-    installation."""
+    installation.
+
+    Long function: checks every site before it places any hook, so a
+    failure installs nothing; the two passes share their bookkeeping."""
     inst = Installation(backend)
     slots: dict[tuple, _Slot] = {}
     missing = sorted({wi.hook for wi in plan.issues if wi.hook not in sites})
