@@ -16,7 +16,6 @@ from l2sched.errors import Diagnostic, L2sInputError, Span
 from l2sched.files import check_output_path, read_input_text, write_text_atomically
 from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
-from l2sched.model.adapters.glm5next.docs import hooks_markdown
 from l2sched.model.config import default_config
 from l2sched.model.inventory import analytical_inventory
 
@@ -29,6 +28,9 @@ LINT_RULES_END = "<!-- end of generated rules -->"
 def hooks_md_text() -> str:
     """The text of ``docs/hooks.md``: the glm5next adapter's generator with
     the bytes each op reads per GPU at TP4 on the embedded config."""
+    # the generator is loaded by `l2sched docs` only: every command registers it
+    from l2sched.model.adapters.glm5next.docs import hooks_markdown
+
     inv = analytical_inventory(default_config("glm5next"), 4, False)
     first = {str(k): i for i, k in reversed(list(enumerate(inv.kinds)))}
 

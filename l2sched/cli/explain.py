@@ -5,15 +5,15 @@ stream would see without a GPU."""
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from l2sched.cli.compile import compile_schedule
 from l2sched.cli.options import add_command, add_schedule_args
 from l2sched.compiler.plan import Plan
 from l2sched.errors import Diagnostic, L2sInputError, L2sUsageError, Span
 from l2sched.lang.syntax import read_source
-from l2sched.runtime.dry_run import DryRunEvent, explain_step
-from l2sched.runtime.gate import StepInfo
+if TYPE_CHECKING:
+    from l2sched.runtime.dry_run import DryRunEvent
 from l2sched.units import GRAPH_MODES, format_size
 
 
@@ -99,6 +99,10 @@ def cmd_explain(args) -> int:
         raise L2sUsageError(f"--layer {args.layer} is outside 0..{plan.num_layers - 1}")
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    # the runtime is loaded by this command only: `l2sched lint` starts faster
+    from l2sched.runtime.dry_run import explain_step
+    from l2sched.runtime.gate import StepInfo
+
     step = StepInfo(num_tokens=args.tokens, graph_mode=args.graph_mode,
                     capturing=args.capturing)
     events = explain_step(plan, step)

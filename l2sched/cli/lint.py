@@ -10,9 +10,7 @@ from l2sched import progress
 from l2sched.cli.options import add_command, add_schedule_args
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
-from l2sched.lint.calibrate import calibrate_path
 from l2sched.lint.measured import load_measured
-from l2sched.lint.timeline import timeline_paths, write_timeline
 from l2sched.units import GRAPH_MODES
 
 
@@ -55,6 +53,8 @@ def _lint_one(args, path: str):
     measured = None
     calib_rows: list = []
     if args.calibrate:
+        # loaded only when asked: `l2sched lint` starts faster
+        from l2sched.lint.calibrate import calibrate_path
         measured, calib_rows = calibrate_path(args.calibrate, path, args.overrides,
                                               args.model_config, args.device,
                                               tokens=args.tokens)
@@ -96,6 +96,8 @@ def cmd_timeline(args) -> int:
     ``--measured RESULT.json`` (a ``bench run`` result; arm ``--arm``, M =
     ``--tokens``) beside it. An unusable ``-o`` or result is refused before
     the lint runs."""
+    from l2sched.lint.timeline import timeline_paths, write_timeline
+
     timeline_paths(args.output)
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
