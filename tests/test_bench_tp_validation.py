@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from extras import TORCH_MISSING  # noqa: E402
+
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from l2sched.bench import shipped_path
 from l2sched.bench.arms import arm_specs

@@ -7,11 +7,15 @@ the 2-GPU run's new GPU path (graphs with an NCCL all-reduce and a fill on
 the side stream, external events, the fill source switch and L2 flush)."""
 
 import os
+import sys
 from types import SimpleNamespace
 
 import pytest
 
-torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from extras import TORCH_MISSING  # noqa: E402
+
+torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 _ok = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (9, 0)
 pytestmark = [pytest.mark.gpu,
