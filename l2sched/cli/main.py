@@ -12,22 +12,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import sys
 from typing import Sequence
 
 import l2sched
 from l2sched import progress
-from l2sched.cli import bench, check, docs, explain, fmt, inventory, lint, profile
-from l2sched.cli import compile as compile_command
 from l2sched.errors import L2sError, L2sUsageError
 
-#: The subcommand modules, each with ``add_cli(subparsers)``, in the order
-#: ``l2sched --help`` lists them.
-COMMANDS = (check, fmt, inventory, compile_command, explain, lint, profile, bench, docs)
+#: Subcommand -> the module of this package that registers it
+#: (``add_cli(subparsers)``), in the order ``l2sched --help`` lists them.
+COMMANDS = {"check": "check", "fmt": "fmt", "inventory": "inventory",
+            "compile": "compile", "explain": "explain", "lint": "lint",
+            "timeline": "lint", "profile": "profile", "bench": "bench", "docs": "docs"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse tree of every subcommand."""
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argparse tree: only the module of the subcommand ``argv`` starts
+    with when it names one (``l2sched lint`` then imports none of the
+    others: start-up time is most of a lint's), else every subcommand (for
+    ``--help``, ``--version`` and a misspelt command's error)."""
     parser = argparse.ArgumentParser(
         prog="l2sched",
         description="Write, check and ship L2-cache weight-prefetch schedules "
@@ -35,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"l2sched {l2sched.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.add_cli(sub)
+    first = argv[0] if argv else None
+    modules = [COMMANDS[first]] if first in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"l2sched.cli.{name}").add_cli(sub)
     return parser
 
 
@@ -60,7 +66,8 @@ def _no_cyclic_gc():
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``l2sched`` console script and ``python -m
     l2sched``; returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         # argparse would blame the top-level parser and print its usage;
