@@ -5,7 +5,8 @@ interleaved (A, B, A, B, ... so both see the same machine load), the whole
 process ``python -c 'from l2sched.cli import main; main(["lint", SCHEDULE])'``
 with that folder first on ``sys.path`` (interpreter start-up, imports and the
 lint), and the in-process lint of the same schedule (``--repeat`` runs in one
-warm process per ref). Prints a table and writes
+warm process per ref), each as wall time and as CPU time (user + system; less
+sensitive to other load on the machine). Prints a table and writes
 ``benchmarks/results/lint-speed-compare-<date>.{json,md}``. Seconds; medians
 with min and max.
 
