@@ -152,3 +152,18 @@ def test_report_validation_section(tmp_path):
     if not prof.is_measured:
         assert "NOT a validation" in md
         assert not any(t["met"] for t in s["targets"] if "out of sample" in t["target"])
+
+
+def test_perturbations_of_a_schedule():
+    from l2sched.bench.arms import perturbation_variants
+    v = {x.split(":")[0]: x.split(":")[1].split(",") for x in perturbation_variants(SCHED)}
+    assert v["budgets+25%"] == ["window.A.budget=21250KB", "window.A_MLA.budget=30000KB",
+                                "window.B.budget=37500KB", "window.C.budget=12500KB"]
+    assert v["budgets-25%"][0] == "window.A.budget=12750KB"
+    assert v["without-B"] == ["window.B.budget=0MB"]  # the largest budget, 30 MB
+    from l2sched.model.devices import load_device
+    own = load_device("h200").fill_default
+    (kernel,) = [k for k in v if k.startswith("kernel-")]
+    assert kernel != f"kernel-{own}"
+    names = [a["name"] for a in arm_specs(SCHED, "", False, [], perturbations=True)]
+    assert names[:3] == ["none", AA_ARM, "compiled"] and "budgets+25%" in names

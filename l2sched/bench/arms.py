@@ -17,16 +17,18 @@ from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
 
 def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
-              variants: list[str], validation: bool = False) -> list[dict]:
+              variants: list[str], validation: bool = False,
+              perturbations: bool = False) -> list[dict]:
     """The arms: ``none``; ``compiled`` (the schedule as written);
     ``evict_normal`` (same windows, no cache policy: the Kimi-K3 kernel's
     behaviour); ``load`` (load-mode kernel, optional); one per ``--variant``
     override set; with ``validation`` the arms of docs/lint.md#validation
     (``validation_variants``) and the A/A arm ``none-aa`` (a second capture
-    of the no-prefetch step, for the noise floor); one per
+    of the no-prefetch step, for the noise floor); with ``perturbations``
+    the A/A arm and ``perturbation_variants``; one per
     ``schedules/bench/*.l2s``."""
     arms = [{"name": "none", "path": None}]
-    if validation:
+    if validation or perturbations:
         arms.append({"name": AA_ARM, "path": None})
     arms += [{"name": "compiled", "path": schedule_path, "overrides": []},
              {"name": "evict_normal", "path": schedule_path,
@@ -36,6 +38,8 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
                      "runtime": dict(H200_LOAD_SHAPE)})
     if validation:
         variants = validation_variants(schedule_path) + list(variants)
+    if perturbations:
+        variants = perturbation_variants(schedule_path) + list(variants)
     for v in variants:
         name, _, ov = v.partition(":")
         arms.append({"name": name, "path": schedule_path,
@@ -62,4 +66,28 @@ def validation_variants(schedule_path: str) -> list[str]:
         for b in (w.budget, w.budget // 2):
             mb = f"{b / 10**6:g}MB"
             out.append(f"only-{w.name}-{mb}:" + ",".join(others + [f"window.{w.name}.budget={mb}"]))
+    return out
+
+
+def perturbation_variants(schedule_path: str) -> list[str]:
+    """``NAME:KEY=VALUE,...`` perturbations of the schedule at
+    ``schedule_path`` (issue 15: a fitted schedule measured beside its
+    neighbours): every budget +25% (``budgets+25%``) and -25%
+    (``budgets-25%``), the window with the largest budget removed (budget
+    0 B, ``without-W``), and the fill kernel the schedule does not use that
+    the device profile rates best (``kernel-MODE``)."""
+    sched = load_schedule(shipped_path(schedule_path), [])
+    dev = load_device(sched.device)
+    out = []
+    for label, f in (("budgets+25%", 1.25), ("budgets-25%", 0.75)):
+        out.append(f"{label}:" + ",".join(
+            f"window.{w.name}.budget={round(w.budget * f / 10**3)}KB" for w in sched.windows))
+    if sched.windows:
+        big = max(sched.windows, key=lambda w: (w.budget, w.name))
+        out.append(f"without-{big.name}:window.{big.name}.budget=0MB")
+    own = sched.kernel or dev.fill_default
+    others = sorted((m for m in dev.fill_modes if m != own),
+                    key=lambda m: (-dev.fill_modes[m].effect, m))
+    if others:
+        out.append(f"kernel-{others[0]}:kernel={others[0]}")
     return out

@@ -35,6 +35,9 @@ def run_arguments(p) -> None:
                    help="NAME:KEY=VALUE,... extra arm of the schedule with overrides")
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
+    p.add_argument("--perturbations", action="store_true",
+                   help="an A/A no-prefetch arm and perturbations of --schedule: "
+                        "budgets +-25%%, its largest window removed, another fill kernel")
     p.add_argument("--validation", action="store_true",
                    help="the validation arms of docs/lint.md#validation: an A/A "
                         "no-prefetch arm, each fill kernel, each window alone at two "

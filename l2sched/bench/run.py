@@ -111,7 +111,8 @@ def run(args) -> dict:
     runner = StepRunner(model, prof, tokens=args.tokens[0])
     cyc = runner.calibrate_sleep()
     arms = arm_specs(args.schedule, shipped_path(args.bench_dir), args.load_mode,
-                     args.variant, getattr(args, "validation", False))
+                     args.variant, getattr(args, "validation", False),
+                     getattr(args, "perturbations", False))
     for a in arms:
         if a["path"]:
             a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])
