@@ -488,3 +488,15 @@ def test_num_experts_per_tok_is_checked(tmp_path, value):
     cfg["num_experts_per_tok"] = value
     msg = _error(_write(tmp_path, cfg))
     assert "num_experts_per_tok: " in msg
+
+
+def test_mla_layer_type_names_of_each_transformers_version():
+    # transformers 5.17 (the lent GPU machine's) writes
+    # "deepseek_sparse_attention" into hf_text_config.layer_types, 5.20
+    # "indexed_attention"; vLLM 0.33.0 runs on both.
+    from l2sched.model.adapters.glm5next.kinds import layer_kinds
+
+    for mla in ("deepseek_sparse_attention", "indexed_attention", "full_attention"):
+        kinds = layer_kinds({"num_hidden_layers": 2, "mlp_layer_types": ["dense", "sparse"],
+                             "layer_types": ["linear_attention", mla]})
+        assert [str(k) for k in kinds] == ["kda+dense", "mla+moe"]

@@ -45,8 +45,11 @@ def layer_kinds(config: Mapping) -> list[LayerKind]:
     mlp: Sequence[str] = config.get("mlp_layer_types") or (
         ["dense"] * min(3, n) + ["sparse"] * max(n - 3, 0)
     )
+    # transformers 5.17 names MLA layers "deepseek_sparse_attention", 5.20
+    # "indexed_attention"; vLLM 0.33.0 accepts both (>=5.16.1) and only tests
+    # for "linear_attention" (models/glm5next/common/model.py:_is_kda_layer).
     attn_map = {"linear_attention": "kda", "indexed_attention": "mla",
-                "full_attention": "mla"}
+                "deepseek_sparse_attention": "mla", "full_attention": "mla"}
     mlp_map = {"dense": "dense", "sparse": "moe"}
     kinds = []
     for i in range(n):
