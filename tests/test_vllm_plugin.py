@@ -56,7 +56,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vllm_cpu import run_ranks, vllm_available  # noqa: E402
+from vllm_cpu import plugin_log_records, run_ranks, vllm_available  # noqa: E402
 
 _OK, _WHY = vllm_available()
 if not _OK:
@@ -275,7 +275,6 @@ def _reload_scenario(model, cfg, records, base):
 
 def _rank_scenario(ctx):
     """Runs in each rank process (see the module docstring)."""
-    import logging
     import tempfile
     import types
 
@@ -287,15 +286,7 @@ def _rank_scenario(ctx):
     from l2sched.errors import Diagnostic
     from l2sched.vllm import plugin as vllm_plugin
 
-    records: list[str] = []
-
-    class Catch(logging.Handler):
-        def emit(self, record):
-            records.append(f"{record.levelname} {record.getMessage()}")
-
-    plog = logging.getLogger("vllm.l2sched")
-    plog.addHandler(Catch())
-    plog.setLevel(logging.INFO)
+    records = plugin_log_records()
 
     model = ctx.build()
     cfg = ctx.vllm_config

@@ -177,6 +177,24 @@ class RankContext:
         return self.model
 
 
+def plugin_log_records() -> list[str]:
+    """A list that collects every record of the plugin's logger
+    (``vllm.l2sched``, INFO and up) as ``"LEVEL message"`` from now on, in
+    this process."""
+    import logging
+
+    records: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            records.append(f"{record.levelname} {record.getMessage()}")
+
+    log = logging.getLogger("vllm.l2sched")
+    log.addHandler(Catch())
+    log.setLevel(logging.INFO)
+    return records
+
+
 def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
                port: int, fn: Callable[[RankContext], Any], queue) -> None:
     try:
