@@ -181,19 +181,9 @@ def arm_section(name: str, out: Path) -> dict | None:
 # one engine (child process)
 
 
-def child_main(spec_path: str) -> int:
-    """Run one engine; commands (JSON lines) on stdin, results on stdout as
-    ``MARK`` + JSON; vLLM's own log lines go to stdout/stderr as usual."""
-    spec = json.loads(Path(spec_path).read_text())
-
-    def emit(**kw):
-        print(MARK + json.dumps(kw), flush=True)
-
-    try:
-        from vllm import LLM, SamplingParams
-    except Exception as e:
-        emit(event="error", step="import vllm", error=f"{type(e).__name__}: {e}")
-        return 3
+def engine_kwargs(spec: dict) -> dict:
+    """The ``vllm.LLM`` keyword arguments of one arm (``spec``: what
+    ``Run.spec`` writes plus the arm's ``section``)."""
     kwargs = dict(
         model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
         seed=0, dtype="bfloat16", tensor_parallel_size=1,
@@ -210,6 +200,23 @@ def child_main(spec_path: str) -> int:
         attention_config={"backend": SPARSE_MLA_BACKEND})
     if spec["section"] is not None:
         kwargs["additional_config"] = {"l2sched": spec["section"]}
+    return kwargs
+
+
+def child_main(spec_path: str) -> int:
+    """Run one engine; commands (JSON lines) on stdin, results on stdout as
+    ``MARK`` + JSON; vLLM's own log lines go to stdout/stderr as usual."""
+    spec = json.loads(Path(spec_path).read_text())
+
+    def emit(**kw):
+        print(MARK + json.dumps(kw), flush=True)
+
+    try:
+        from vllm import LLM, SamplingParams
+    except Exception as e:
+        emit(event="error", step="import vllm", error=f"{type(e).__name__}: {e}")
+        return 3
+    kwargs = engine_kwargs(spec)
     t0 = time.time()
     try:
         llm = LLM(**kwargs)

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -158,8 +159,6 @@ def _rank_scenario(ctx):
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        from pathlib import Path
-
         for arm in ("shipped", "copy", "load", "bad-path", "lint-error"):
             sec = dict(vg.arm_section(arm, Path(d)), backend="dry-run")
             ctx.vllm_config.additional_config = {"l2sched": sec}
@@ -169,6 +168,19 @@ def _rank_scenario(ctx):
                 got.remove()
             plugin.INSTALLED.clear()
             out["logs"][arm] = [r for r in records if "l2sched:" in r]
+    # The child's vllm.LLM arguments are ones vLLM 0.33.0 accepts.
+    from vllm.engine.arg_utils import EngineArgs
+
+    spec = {"model": ctx.model_dir, "util": 0.44, "vocab": 154880, "max_model_len": 512,
+            "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+            "capture_sizes": list(vg.CAPTURE_SIZES), "section": vg.arm_section(
+                "shipped", Path("/x"))}
+    ec = EngineArgs(**vg.engine_kwargs(spec),
+                    enable_prefix_caching=False).create_engine_config()  # CPU shim 4
+    out["engine"] = {"backend": ec.attention_config.backend.name,
+                     "jit_warmup": ec.kernel_config.enable_jit_warmup,
+                     "l2sched": ec.additional_config["l2sched"],
+                     "load_format": ec.load_config.load_format}
     return out
 
 
@@ -189,6 +201,9 @@ def test_reduced_model_builds_and_schedules_compile():
         assert vg.SUMMARY.search(summary[0].replace("dry-run", "cuda")), summary[0]
         assert "lint h200: 0 errors" in summary[0]
         assert "kda+moe: A+B+C" in summary[0] and "mla+moe: A_MLA+B+C" in summary[0]
+    assert r["engine"] == {"backend": "FLASHMLA_SPARSE", "jit_warmup": False,
+                           "l2sched": vg.arm_section("shipped", Path("/x")),
+                           "load_format": "dummy"}
     for arm, reason in (("bad-path", "cannot read schedule"),
                         ("lint-error", "lint error with device profile h200")):
         offs = [ln for ln in r["logs"][arm] if "prefetch OFF" in ln]
