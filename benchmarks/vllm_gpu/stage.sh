@@ -40,7 +40,7 @@ cmd_add() {
   for m in "$S"/c*/MANIFEST; do
     [ -f "$m" ] || continue
     found=1
-    if [ -f "$D/MANIFEST" ] && ! cmp -s "$m" "$D/MANIFEST"; then
+    if [ -f "$D/MANIFEST" ] && [ "$(sha256sum < "$m")" != "$(sha256sum < "$D/MANIFEST")" ]; then
       echo "stage.sh: new payload (MANIFEST differs): dropping the old parts"
       rm -rf "$D/parts" "$SITE" && mkdir -p "$D/parts"
     fi
