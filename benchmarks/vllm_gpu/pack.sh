@@ -4,7 +4,7 @@
 # call each can carry.
 #
 #   bash benchmarks/vllm_gpu/pack.sh            # ~15 min on 2 cores (xz)
-#   CHUNK_MIB=56 XZ_LEVEL=6 bash benchmarks/vllm_gpu/pack.sh
+#   CHUNK_MIB=56 XZ_LEVEL=6 PRUNE=1 bash benchmarks/vllm_gpu/pack.sh
 #
 # Result: .vllmstage/c0, c1, ... each holding one part payload.partNN and
 # MANIFEST (parts, sizes, sha256 of each part and of the whole .tar.xz).
@@ -52,10 +52,12 @@ rm -f "$site"/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$site"/vllm/vllm-rs \
   "$site"/vllm/_qutlass_C.abi3.so "$site"/vllm/_deepselect_C.abi3.so
 rm -rf "$site"/vllm/third_party/fmha_sm100
 find "$site" -name '*.so' -exec strip --strip-unneeded {} +
-for so in _C_stable_libtorch _moe_C_stable_libtorch; do
-  f="$site/vllm/$so.abi3.so"
-  $PY "$here/prune_fatbin.py" --check "$f" "$f.pruned" && mv "$f.pruned" "$f"
-done
+if [ "${PRUNE:-1}" = 1 ]; then  # PRUNE=0: keep every arch (+~50 MB, one more call)
+  for so in _C_stable_libtorch _moe_C_stable_libtorch; do
+    f="$site/vllm/$so.abi3.so"
+    $PY "$here/prune_fatbin.py" --check "$f" "$f.pruned" && mv "$f.pruned" "$f"
+  done
+fi
 
 echo "== dependency wheels"
 wheels=()
