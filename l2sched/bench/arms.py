@@ -73,8 +73,8 @@ def perturbation_variants(schedule_path: str) -> list[str]:
     """``NAME:KEY=VALUE,...`` perturbations of the schedule at
     ``schedule_path`` (issue 15: a fitted schedule measured beside its
     neighbours): every budget +25% (``budgets+25%``) and -25%
-    (``budgets-25%``), the window with the largest budget removed (budget
-    0 B, ``without-W``), and the fill kernel the schedule does not use that
+    (``budgets-25%``), the window with the most budget per step (budget x
+    layers it fires in) removed (budget 0 B, ``without-W``), and the fill kernel the schedule does not use that
     the device profile rates best (``kernel-MODE``)."""
     sched = load_schedule(shipped_path(schedule_path), [])
     dev = load_device(sched.device)
@@ -83,7 +83,7 @@ def perturbation_variants(schedule_path: str) -> list[str]:
         out.append(f"{label}:" + ",".join(
             f"window.{w.name}.budget={round(w.budget * f / 10**3)}KB" for w in sched.windows))
     if sched.windows:
-        big = max(sched.windows, key=lambda w: (w.budget, w.name))
+        big = max(sched.windows, key=lambda w: (w.budget * len(w.layers), w.name))
         out.append(f"without-{big.name}:window.{big.name}.budget=0MB")
     own = sched.kernel or dev.fill_default
     others = sorted((m for m in dev.fill_modes if m != own),
