@@ -14,13 +14,14 @@ import sys
 from typing import Sequence
 
 import l2sched
-from l2sched.cli import bench, check, docs, explain, fmt, inventory, lint, profile
+from l2sched.cli import bench, check, docs, explain, fit, fmt, inventory, lint, profile
 from l2sched.cli import compile as compile_command
 from l2sched.errors import L2sError, L2sUsageError
 
 #: The subcommand modules, each with ``add_cli(subparsers)``, in the order
 #: ``l2sched --help`` lists them.
-COMMANDS = (check, fmt, inventory, compile_command, explain, lint, profile, bench, docs)
+COMMANDS = (check, fmt, inventory, compile_command, explain, lint, fit, profile, bench,
+            docs)
 
 
 def build_parser() -> argparse.ArgumentParser:
