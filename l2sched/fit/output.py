@@ -47,13 +47,13 @@ def _wrap(prefix: str, items: list[str], width: int = 96) -> list[str]:
 
 def profile_line(device, device_arg: str) -> list[str]:
     """The header lines naming the profile and its provenance."""
+    name = device.name if device_arg == device.name else f"{device.name} ({device_arg})"
     if device.is_measured:
         prov = device.provenance
         what = (f"{prov.get('gpu', device.description)}, measured by `l2sched profile` "
                 f"on {prov.get('date', 'an unknown date')}")
-        return [f"# Fitted for device profile {device.name} ({device_arg}): {what}."]
-    return [f"# Fitted for device profile {device.name} ({device_arg}): ESTIMATE, "
-            "unverified.",
+        return [f"# Fitted for device profile {name}: {what}."]
+    return [f"# Fitted for device profile {name}: ESTIMATE, unverified.",
             "# UNVERIFIED: the profile was not measured by `l2sched profile` on this "
             "GPU (estimate profile);",
             "# every prediction below, and the bound, is unverified until it is."]
@@ -89,6 +89,9 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
                      "fixed pessimism only.")
     lines += _wrap("#   Fixed pessimism (ASSUMPTION, not measured):", fixed)
     lines.append(f"# Noise floor: {floor_source}.")
+    if result.candidate is not None and result.candidate.set_aside == "max":
+        lines.append("# set_aside max: the model charges nothing for the reservation "
+                     "(prefill throughput; docs/fit.md#caveats).")
     lines.append(f"# Search: {result.evaluations[0]} evaluations on the "
                  f"{result.layers[0]}-layer surrogate, {result.evaluations[1]} on the "
                  "full model.")
