@@ -204,7 +204,7 @@ def add_cli(sub) -> None:
                    help="HF config.json or model directory (default: the embedded "
                         "GLM-5.3-Flash config)")
     p.add_argument("--quick", action="store_true",
-                   help="a smaller search (about a quarter of the default's time)")
+                   help="a smaller search (about a third of the default's time)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (the output does not depend on it; default: "
                         "up to 2)")

@@ -35,7 +35,7 @@ fixed order, ties broken by order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from l2sched.fit.bound import BoundInfo, noise_floor_us, profile_variants
 from l2sched.fit.caps import hook_caps
@@ -147,7 +147,6 @@ class FitResult:
     best_rejected: float | None = None
     variants: tuple[str, ...] = ()
     layers: tuple[int, int] = (0, 0)
-    problems: list = field(default_factory=list)
 
 
 class Search:
@@ -322,12 +321,14 @@ class Search:
                 for b in [link.budget + d * st for st in self.size.steps
                           for d in (-1, 1)] + jumps:
                     if MIN_BUDGET <= b <= cap:
-                            links = c.links[:li] + (Link(link.hook, b),) + c.links[li + 1:]
-                            out.append(cand.with_chains(rest + [Chain(c.kind, c.start,
-                                                                      links)]))
+                        links = c.links[:li] + (Link(link.hook, b),) + c.links[li + 1:]
+                        out.append(cand.with_chains(rest + [Chain(c.kind, c.start, links)]))
                 for hook in self.adjacent_hooks(c.kind, link.hook):
-                    links = c.links[:li] + (Link(hook, link.budget),) + c.links[li + 1:]
-                    out.append(cand.with_chains(rest + [Chain(c.kind, c.start, links)]))
+                    start = c.start if li else _same_start(first, c.start,
+                                                           self.streams[(c.kind, hook)])
+                    if start is not None:
+                        links = c.links[:li] + (Link(hook, link.budget),) + c.links[li + 1:]
+                        out.append(cand.with_chains(rest + [Chain(c.kind, start, links)]))
                 kept = [Chain(c.kind, c.start, c.links[:li])] if li else []
                 out.append(cand.with_chains(rest + kept))
             stream = self.streams[(c.kind, c.links[0].hook)]
@@ -412,6 +413,16 @@ class Search:
         finally:
             self.search.close()
             self.final.close()
+
+
+def _same_start(old, start: int, new) -> int | None:
+    """The start in stream ``new`` of the group that is ``start`` in stream
+    ``old`` (same layer kind, another hook); None when ``new`` does not
+    hold it (its op runs before ``new``'s hook)."""
+    if start >= len(old.this):
+        return len(new.this) if new.nexts else None
+    op = old.this[start].op
+    return next((i for i, g in enumerate(new.this) if g.op == op), None)
 
 
 def _neighbours_in(values: list[int], x: int) -> list[int]:
