@@ -36,8 +36,11 @@ class BatchEvaluator:
         self.count = 0
         self.pool = None
         if jobs > 1:
+            # not "fork": the CLI's progress display runs a thread, and a
+            # process forked from a threaded one may inherit a held lock
             methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods
+                                              else "spawn")
             self.pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init,
                                             initargs=(args, kwargs))
             self.jobs = jobs
