@@ -24,7 +24,8 @@ from l2sched.errors import L2sError, L2sUsageError
 #: (``add_cli(subparsers)``), in the order ``l2sched --help`` lists them.
 COMMANDS = {"check": "check", "fmt": "fmt", "inventory": "inventory",
             "compile": "compile", "explain": "explain", "lint": "lint",
-            "timeline": "lint", "profile": "profile", "bench": "bench", "docs": "docs"}
+            "timeline": "lint", "fit": "fit", "profile": "profile", "bench": "bench",
+            "docs": "docs"}
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:

@@ -1,0 +1,214 @@
+"""``l2sched fit --device PROFILE [-o fitted.l2s]``: search the schedule the
+lint's model predicts fastest on a device profile (``l2sched.fit``) and
+write it, or a schedule without windows when no candidate's lower-bound
+gain beats the noise floor."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import time
+
+from l2sched.cli.options import add_command, model_config_arg
+from l2sched.errors import L2sInputError, L2sUsageError
+from l2sched.files import write_texts_atomically
+from l2sched.units import FILL_MODES
+
+
+def _numbers(opt: str, text: str, kind=float) -> list:
+    """The comma-separated numbers of option ``opt``; ``L2sUsageError``
+    naming the option for anything else."""
+    try:
+        vals = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
+    if any(v != v or v in (float("inf"), float("-inf")) for v in vals):
+        raise L2sUsageError(f"{opt} takes finite numbers, got {text!r}")
+    return vals
+
+
+def parse_options(args):
+    """``FitOptions`` from the parsed arguments. Raises ``L2sUsageError``
+    naming the option for a bad ``--tokens``, ``--weights``,
+    ``--noise-floor-us``, ``--tp`` or ``--jobs``."""
+    from l2sched.fit import FitOptions
+
+    tokens = _numbers("--tokens", args.tokens, int)
+    if min(tokens) < 1 or tokens != sorted(set(tokens)):
+        raise L2sUsageError(f"--tokens must be increasing whole numbers >= 1, got "
+                            f"{args.tokens!r}")
+    weights = None
+    if args.weights is not None:
+        weights = _numbers("--weights", args.weights)
+        if len(weights) != len(tokens) or min(weights) < 0 or sum(weights) <= 0:
+            raise L2sUsageError(f"--weights takes one number >= 0 per --tokens value "
+                                f"({len(tokens)}), not all 0; got {args.weights!r}")
+    floors = None
+    if args.noise_floor_us is not None:
+        got = _numbers("--noise-floor-us", args.noise_floor_us)
+        if len(got) == 1:
+            got = got * len(tokens)
+        if len(got) != len(tokens) or min(got) < 0:
+            raise L2sUsageError(f"--noise-floor-us takes one number >= 0, or one per "
+                                f"--tokens value ({len(tokens)}); got "
+                                f"{args.noise_floor_us!r}")
+        floors = dict(zip(tokens, got))
+    for opt, v in (("--tp", args.tp), ("--jobs", args.jobs)):
+        if v < 1:
+            raise L2sUsageError(f"{opt} must be at least 1, got {v}")
+    return FitOptions(tp=args.tp, tokens=tuple(tokens),
+                      weights=tuple(weights) if weights else None, kernel=args.kernel,
+                      noise_floor=floors, quick=args.quick, jobs=args.jobs,
+                      model_config=model_config_arg(args.model_config))
+
+
+def load_profile(arg: str, kernel: str | None):
+    """The device profile ``--device`` names. Raises ``L2sUsageError``
+    for an unknown profile name, a profile whose name is not a shipped
+    profile (the fitted schedule's ``device`` line must name one) or a
+    ``--kernel`` the profile has no numbers for; ``L2sInputError`` for a
+    profile file with errors."""
+    from l2sched.model.devices import device_names, load_device, profile_path
+
+    try:
+        path = profile_path(arg)
+    except L2sInputError as err:
+        raise L2sUsageError(f"--device: {err.diagnostics[0].message}") from None
+    if not path.is_file():
+        raise L2sUsageError(f"--device {arg}: no such device profile file")
+    device = load_device(arg)
+    if device.name not in device_names():
+        raise L2sUsageError(f"--device {arg}: profile name {device.name!r} is not a "
+                            f"shipped device profile ({', '.join(device_names())}); "
+                            "a schedule's device line can only name one")
+    if kernel is not None and kernel not in device.fill_modes:
+        raise L2sUsageError(f"--kernel {kernel}: device profile {device.name} has "
+                            f"numbers for {', '.join(sorted(device.fill_modes))} only")
+    return device
+
+
+def command_line(args, opts) -> str:
+    """The ``l2sched fit`` command that reproduces the output (every
+    option that changes it written out)."""
+    parts = ["l2sched", "fit", "--device", args.device, "--tp", str(opts.tp),
+             "--tokens", ",".join(map(str, opts.tokens))]
+    if args.weights is not None:
+        parts += ["--weights", args.weights]
+    if args.kernel:
+        parts += ["--kernel", args.kernel]
+    if args.noise_floor_us is not None:
+        parts += ["--noise-floor-us", args.noise_floor_us]
+    if args.model_config:
+        parts += ["--model-config", args.model_config]
+    if args.quick:
+        parts.append("--quick")
+    if args.output:
+        parts += ["-o", args.output]
+    return shlex.join(parts)
+
+
+class _Progress:
+    """Progress on stderr: a ``rich`` status line on a terminal when rich
+    is installed, else one plain line per phase."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.phase = ""
+        self.status = None
+        if quiet or not sys.stderr.isatty():
+            return
+        try:
+            from rich.console import Console
+        except ModuleNotFoundError:
+            return
+        self.status = Console(stderr=True).status("l2sched fit: starting")
+        self.status.start()
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        text = f"l2sched fit: {phase} ({done} evaluations, " \
+               f"{time.monotonic() - self.t0:.0f} s)"
+        if self.status is not None:
+            self.status.update(text)
+        elif phase.split(":")[0] != self.phase:
+            print(text, file=sys.stderr, flush=True)
+        self.phase = phase.split(":")[0]
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def _name(output: str | None, device, tp: int) -> str:
+    """The schedule name: the output file's stem, else fit-DEVICE-tpN."""
+    stem = os.path.splitext(os.path.basename(output))[0] if output else ""
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "-", stem).strip("-.")
+    return stem if stem and stem[0].isalpha() else f"fit-{device.name}-tp{tp}"
+
+
+def cmd_fit(args) -> int:
+    """Fit, write the schedule (``-o``, atomically; else stdout) and print
+    the per-M prediction on stderr."""
+    opts = parse_options(args)
+    device = load_profile(args.device, args.kernel)
+    from l2sched.fit import Search, fit_text
+
+    progress = _Progress(args.quiet)
+    t0 = time.monotonic()
+    try:
+        search = Search(device, opts, progress)
+        result = search.run()
+    finally:
+        progress.stop()
+    text = fit_text(result, search, device_arg=args.device,
+                    command=command_line(args, opts),
+                    name=_name(args.output, device, opts.tp))
+    if args.output:
+        write_texts_atomically([(args.output, text)])
+    else:
+        sys.stdout.write(text)
+    if not args.quiet:
+        what = "NO PREFETCH" if result.candidate is None else \
+            f"{sum(len(c.links) for c in result.candidate.chains)} windows"
+        print(f"l2sched fit: {what}; objective {result.objective:+.1f} us (lower "
+              f"bound, weighted) vs noise floor {result.floor:.1f} us; "
+              f"{time.monotonic() - t0:.1f} s"
+              + (f"; wrote {args.output}" if args.output else ""), file=sys.stderr)
+    return 0
+
+
+def add_cli(sub) -> None:
+    """Register ``l2sched fit``."""
+    p = add_command(sub, "fit", cmd_fit,
+                    help="search the prefetch schedule the lint predicts fastest on a "
+                         "device profile (docs/fit.md)")
+    p.add_argument("--device", required=True, metavar="PROFILE",
+                   help="device profile name or .toml path")
+    p.add_argument("--tp", type=int, default=4, help="tensor-parallel degree (default 4)")
+    p.add_argument("--tokens", default="1,4,16,64", metavar="M,...",
+                   help="decode tokens per step to fit for (default 1,4,16,64)")
+    p.add_argument("--weights", metavar="W,...",
+                   help="weight of each --tokens value in the objective (default 1 each)")
+    p.add_argument("--kernel", choices=FILL_MODES,
+                   help="fill kernel of every window (default: search the profile's)")
+    p.add_argument("--noise-floor-us", metavar="US[,...]",
+                   help="noise floor per --tokens value, or one for all (default: the "
+                        "A/A floors of benchmarks/results/h200-2026-12-01-validation-2.md)")
+    p.add_argument("--model-config", metavar="PATH",
+                   help="HF config.json or model directory (default: the embedded "
+                        "GLM-5.3-Flash config)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smaller search (about a third of the default's time)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="worker processes (the output does not depend on it; default: "
+                        "up to 2)")
+    p.add_argument("-o", "--output", metavar="FILE.l2s",
+                   help="write the fitted schedule here (default: stdout)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress or summary on stderr")

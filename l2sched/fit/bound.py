@@ -1,0 +1,212 @@
+"""The lower confidence bound of ``l2sched fit``: pessimistic variants of a
+device profile, and the noise floor a fitted gain must beat.
+
+The lint's model predicts one step-time gain from one device profile. A
+measured profile (``l2sched profile``) records the spread of some of its
+numbers in ``[measured]`` (``median``, ``p10``, ``p90`` of the probe); the
+fit propagates them by simulating the same schedule on *variants* of the
+profile and taking, per decode-token count M, the smallest gain
+(``Variant``, ``profile_variants``):
+
+- ``median``: the profile as written;
+- ``low``: every number whose pessimistic direction is known is moved to
+  its pessimistic end (``DIRECTIONAL``): at the measured quantile when the
+  profile has a spread for it (value x p10/median or p90/median), else by the
+  fixed factor of ``DIRECTIONAL`` (an ASSUMPTION, not a measurement); numbers
+  whose direction is not known (``AMBIGUOUS``: a slower device slows the
+  no-prefetch step too) are moved to their p10;
+- ``high``: as ``low`` but the ``AMBIGUOUS`` numbers at their p90; only made
+  when the profile has a spread for one of them.
+
+The bound is "measured" only as far as the spreads are: ``BoundInfo`` lists
+which numbers came from ``[measured]`` and which got the fixed pessimism, and
+the fitted schedule's header says so.
+
+Noise floor (``noise_floor_us``): the A/A floors of the out-of-sample
+validation run on the lent H200, ``benchmarks/results/h200-2026-12-01-
+validation-2.md`` ("Noise floor per M from the A/A arm (90th percentile of
+|A/A gain| over resampled rounds): M=1: 3.9 us, M=4: 17.2 us, M=16: 17.3 us,
+M=64: 31.1 us"); other M take the floor of the nearest measured M in log(M).
+
+Units: microseconds (us), bytes (B), GB/s = 10^9 B/s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+#: A/A noise floors (us) per decode-token count M, measured on one H200
+#: (benchmarks/results/h200-2026-12-01-validation-2.md, "Noise floor per M").
+AA_NOISE_FLOOR_US = {1: 3.9, 4: 17.2, 16: 17.3, 64: 31.1}
+#: Where ``AA_NOISE_FLOOR_US`` comes from (quoted in the fitted header).
+AA_NOISE_FLOOR_SOURCE = "benchmarks/results/h200-2026-12-01-validation-2.md"
+
+#: Numbers whose pessimistic direction for a prefetch gain is known:
+#: ``[measured]`` key (``MODE`` = every fill kernel) -> (direction,
+#: fixed factor used when the profile has no p10/p90 for it, what it is).
+#: ``low`` means a smaller value gives a smaller gain. The factors are
+#: ASSUMPTIONS (no measured spread exists for these numbers); they are of the
+#: order of the spread between fill sizes in the H200 profile's ``landed``
+#: table (0.86-0.91 for copy at 16-32 MB).
+DIRECTIONAL: dict[str, tuple[str, float, str]] = {
+    "fill.MODE.effect": ("low", 0.8, "fill landed fraction / effect"),
+    "fill.MODE.gbps": ("low", 0.9, "fill landed rate"),
+    "fill.MODE.launch_us": ("high", 1.25, "fill launch cost"),
+    "fill.MODE.slowdown": ("high", 1.5, "fill slowdown of latency-bound kernels"),
+    "fill.MODE.allreduce_extra_us": ("high", 1.5, "fill cost to a running all-reduce"),
+    "ops.hot_us": ("high", 0.25, "op hot (L2-resident) times"),
+    "bandwidth.gemm_l2_gbps": ("low", 0.9, "GEMM rate from L2"),
+    "l2.evict_last_protected_bytes": ("low", 0.8, "evict_last bytes surviving a stream"),
+    "l2.evict_normal_survival": ("low", 0.8, "evict_normal survival"),
+    "l2.effective_bytes": ("low", 0.9, "effective L2 capacity"),
+    "allreduce.latency_us": ("low", 0.8, "all-reduce time (idle time for fills)"),
+}
+#: A fill kernel without a measured slowdown (0) still gets this much in the
+#: pessimistic variants (an ASSUMPTION: the H200 kernels measured 0.51-0.70).
+MIN_PESSIMISTIC_SLOWDOWN = 0.1
+#: Numbers whose effect on the gain has no known sign (they change the
+#: no-prefetch step as well); moved only by a measured spread, to p10 in the
+#: ``low`` variant and p90 in ``high``. ``[measured]`` key -> attribute.
+AMBIGUOUS: dict[str, str] = {
+    "bandwidth.dram_read_gbps": "dram_read_gbps",
+    "bandwidth.gemm_dram_gbps": "gemm_dram_gbps",
+    "bandwidth.gemm_fixed_us": "gemm_fixed_us",
+    "latency.kernel_gap_us": "kernel_gap_us",
+    "latency.small_kernel_us": "small_kernel_us",
+    "latency.attention_core_us": "attention_core_us",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One device profile the fit simulates: ``name`` (``median``, ``low``,
+    ``high``) and the ``device`` (``DeviceProfile``)."""
+
+    name: str
+    device: object
+
+
+@dataclass
+class BoundInfo:
+    """How the bound was made: ``measured`` lists ``key: p10|p90`` of the
+    numbers moved by a measured spread, ``fixed`` the numbers moved by a
+    fixed factor (``key x factor``); ``from_measurements`` is False when the
+    profile is an estimate (no ``[provenance]``) or no spread was used."""
+
+    measured: list = field(default_factory=list)
+    fixed: list = field(default_factory=list)
+    profile_measured: bool = False
+
+    @property
+    def from_measurements(self) -> bool:
+        """True when the profile was measured and some spread came from it."""
+        return self.profile_measured and bool(self.measured)
+
+
+def _spread(device, key: str) -> tuple[float, float] | None:
+    """``(p10/median, p90/median)`` of ``[measured][key]``, or None."""
+    m = (device.measured or {}).get(key) or {}
+    med, p10, p90 = m.get("median"), m.get("p10"), m.get("p90")
+    if not all(isinstance(v, (int, float)) for v in (med, p10, p90)) or med <= 0:
+        return None
+    return p10 / med, p90 / med
+
+
+def _factor(device, key: str, info: BoundInfo, shown: str | None = None) -> float:
+    """The pessimistic factor of a ``DIRECTIONAL`` number (``key`` may name
+    one fill kernel: ``fill.copy.effect``)."""
+    generic = key
+    parts = key.split(".")
+    if parts[0] == "fill" and len(parts) == 3:
+        generic = f"fill.MODE.{parts[2]}"
+    direction, fixed, _what = DIRECTIONAL[generic]
+    spread = _spread(device, key)
+    label = shown or key
+    if spread is not None:
+        info.measured.append(f"{label}: {'p10' if direction == 'low' else 'p90'}")
+        return spread[0] if direction == "low" else spread[1]
+    info.fixed.append(f"{label} x{fixed:g}")
+    return fixed
+
+
+def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
+    """The ``FillMode`` ``fm`` of kernel ``mode`` at its pessimistic end."""
+    eff = _factor(device, f"fill.{mode}.effect", info)
+    slow = max(fm.slowdown * _factor(device, f"fill.{mode}.slowdown", info),
+               MIN_PESSIMISTIC_SLOWDOWN)
+    return dataclasses.replace(
+        fm, effect=min(1.0, fm.effect * eff),
+        landed=tuple((mb, min(1.0, y * eff)) for mb, y in fm.landed),
+        gbps=fm.gbps * _factor(device, f"fill.{mode}.gbps", info),
+        launch_us=fm.launch_us * _factor(device, f"fill.{mode}.launch_us", info),
+        slowdown=slow,
+        allreduce_extra_us=fm.allreduce_extra_us * _factor(
+            device, f"fill.{mode}.allreduce_extra_us", info))
+
+
+def _pessimistic_ops(device, info: BoundInfo) -> dict:
+    """Measured op times with each hot time moved toward its cold time by
+    the ``ops.hot_us`` factor of the cold - hot gap."""
+    if not device.ops:
+        return {}
+    frac = DIRECTIONAL["ops.hot_us"][1]
+    info.fixed.append(f"op hot times + {frac:g} x (cold - hot)")
+    out = {}
+    for key, t in device.ops.items():
+        hot = tuple(h + frac * max(0.0, c - h) for c, h in zip(t.cold_us, t.hot_us))
+        out[key] = dataclasses.replace(t, hot_us=hot)
+    return out
+
+
+def pessimistic_profile(device, corner: str = "low") -> tuple[object, BoundInfo]:
+    """``device`` (a ``DeviceProfile``) with every number of ``DIRECTIONAL``
+    at its pessimistic end and the ``AMBIGUOUS`` ones at their p10
+    (``corner="low"``) or p90 (``"high"``) where measured; and the
+    ``BoundInfo`` saying which numbers moved how."""
+    info = BoundInfo(profile_measured=device.is_measured)
+    fills = {mode: _pessimistic_fill(device, mode, fm, info)
+             for mode, fm in sorted(device.fill_modes.items())}
+    changes: dict = {"fill_modes": fills, "ops": _pessimistic_ops(device, info)}
+    for key, attr in (("bandwidth.gemm_l2_gbps", "gemm_l2_gbps"),
+                      ("l2.evict_normal_survival", "evict_normal_survival")):
+        changes[attr] = getattr(device, attr) * _factor(device, key, info)
+    changes["evict_last_protected_bytes"] = int(
+        device.evict_last_protected_bytes
+        * _factor(device, "l2.evict_last_protected_bytes", info))
+    if device.effective_l2_bytes:
+        changes["effective_l2_bytes"] = int(
+            device.effective_l2_bytes * _factor(device, "l2.effective_bytes", info))
+    ar = _factor(device, "allreduce.latency_us", info, "allreduce.tpN.latency_us")
+    changes["allreduce"] = {tp: dataclasses.replace(m, latency_us=m.latency_us * ar)
+                            for tp, m in device.allreduce.items()}
+    for key, attr in AMBIGUOUS.items():
+        spread = _spread(device, key)
+        if spread is not None:
+            info.measured.append(f"{key}: {'p10' if corner == 'low' else 'p90'}")
+            changes[attr] = getattr(device, attr) * (spread[0] if corner == "low"
+                                                     else spread[1])
+    return dataclasses.replace(device, **changes), info
+
+
+def profile_variants(device) -> tuple[list[Variant], BoundInfo]:
+    """The profiles the bound is the minimum over: ``median`` (``device``),
+    ``low``, and ``high`` when the profile has a measured spread for an
+    ``AMBIGUOUS`` number; with the ``BoundInfo`` of ``low``."""
+    low, info = pessimistic_profile(device, "low")
+    out = [Variant("median", device), Variant("low", low)]
+    if any(_spread(device, k) is not None for k in AMBIGUOUS):
+        out.append(Variant("high", pessimistic_profile(device, "high")[0]))
+    return out, info
+
+
+def noise_floor_us(tokens: int, floors: dict[int, float] | None = None) -> float:
+    """The noise floor (us) at ``tokens`` decode tokens: ``floors`` (default
+    ``AA_NOISE_FLOOR_US``) at that M, else at the measured M nearest in
+    log(M) (the smaller M on a tie)."""
+    table = floors or AA_NOISE_FLOOR_US
+    if tokens in table:
+        return table[tokens]
+    best = min(table, key=lambda m: (abs(math.log(m) - math.log(tokens)), m))
+    return table[best]

@@ -1,0 +1,111 @@
+"""The fitted ``.l2s`` file: a header comment (the profile it was fitted
+for, the predicted gain per M with its lower bound, how the bound was made,
+the command) above the schedule, laid out by the language's formatter
+(``l2sched.lang.formatter.format_text``), so ``l2sched fmt --check`` is
+clean. Nothing in it depends on the machine or the time of the run: the
+same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from l2sched.fit.bound import AA_NOISE_FLOOR_SOURCE, AMBIGUOUS, MIN_PESSIMISTIC_SLOWDOWN
+from l2sched.fit.space import Candidate
+from l2sched.lang.formatter import format_text
+
+
+def _generic(items: list[str]) -> list[str]:
+    """Bound notes with fill kernels folded into ``fill.MODE``, deduplicated."""
+    out: list[str] = []
+    for item in items:
+        g = re.sub(r"^fill\.(bulk|copy|load)\.", "fill.MODE.", item)
+        key = g.split(":")[0]
+        if key in AMBIGUOUS:
+            g = f"{key}: p10 and p90"
+        if g.startswith("fill.MODE.slowdown"):
+            g += f" (at least {MIN_PESSIMISTIC_SLOWDOWN:g})"
+        if g not in out:
+            out.append(g)
+    return out
+
+
+def _wrap(prefix: str, items: list[str], width: int = 96) -> list[str]:
+    """Comment lines listing ``items`` after ``prefix``, wrapped at
+    ``width`` characters."""
+    lines, cur = [], prefix
+    for i, item in enumerate(items):
+        piece = item + ("," if i + 1 < len(items) else "")
+        if len(cur) + 1 + len(piece) > width and cur.strip("# "):
+            lines.append(cur)
+            cur = "#     " + piece
+        else:
+            cur = f"{cur} {piece}" if cur else piece
+    lines.append(cur)
+    return lines
+
+
+def profile_line(device, device_arg: str) -> list[str]:
+    """The header lines naming the profile and its provenance."""
+    name = device.name if device_arg == device.name else f"{device.name} ({device_arg})"
+    if device.is_measured:
+        prov = device.provenance
+        what = (f"{prov.get('gpu', device.description)}, measured by `l2sched profile` "
+                f"on {prov.get('date', 'an unknown date')}")
+        return [f"# Fitted for device profile {name}: {what}."]
+    return [f"# Fitted for device profile {name}: ESTIMATE, unverified.",
+            "# UNVERIFIED: the profile was not measured by `l2sched profile` on this "
+            "GPU (estimate profile);",
+            "# every prediction below, and the bound, is unverified until it is."]
+
+
+def header_lines(result, device, device_arg: str, command: str, tp: int,
+                 floor_source: str) -> list[str]:
+    """The comment lines above the fitted schedule."""
+    lines = [f"# GLM-5.3-Flash (glm5next) TP{tp} weight-prefetch schedule written by "
+             "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
+    if result.candidate is None:
+        best = ("no candidate was feasible" if result.best_rejected is None else
+                f"the best candidate's lower bound was {result.best_rejected:+.1f} us")
+        lines += ["# NO PREFETCH: no candidate's lower-bound gain beat the noise floor "
+                  f"({result.floor:.1f} us);",
+                  f"# {best}. This schedule has no windows: decode runs as without "
+                  "l2sched.", "#"]
+    lines += [f"# Predicted decode-step time gain (us, + = faster; the lint's model on "
+              f"the full {result.layers[1]}-layer step):",
+              "#   M     weight  median    lower bound  noise floor"]
+    for m, w, med, lb, floor in result.rows:
+        lines.append(f"#   {m:<5} {w:<7g} {med:+8.1f}  {lb:+11.1f}  {floor:11.1f}")
+    lines.append(f"# Objective (weighted sum of lower bounds): {result.objective:+.1f} us; "
+                 f"noise floor (weighted sum): {result.floor:.1f} us.")
+    measured = _generic(result.info.measured)
+    fixed = _generic(result.info.fixed)
+    lines.append("# Lower bound: the smallest gain over the profile variants "
+                 f"{', '.join(result.variants)}.")
+    if result.info.from_measurements:
+        lines += _wrap("#   From measured p10/p90 ([measured]):", measured)
+    else:
+        lines.append("#   NOT from measurements: the profile has no measured spreads; "
+                     "fixed pessimism only.")
+    lines += _wrap("#   Fixed pessimism (ASSUMPTION, not measured):", fixed)
+    lines.append(f"# Noise floor: {floor_source}.")
+    if result.candidate is not None and result.candidate.set_aside == "max":
+        lines.append("# set_aside max: the model charges nothing for the reservation "
+                     "(prefill throughput; docs/fit.md#caveats).")
+    lines.append(f"# Search: {result.evaluations[0]} evaluations on the "
+                 f"{result.layers[0]}-layer surrogate, {result.evaluations[1]} on the "
+                 "full model.")
+    lines.append(f"# Command: {command}")
+    return lines
+
+
+def fit_text(result, search, *, device_arg: str, command: str, name: str,
+             floor_source: str = "") -> str:
+    """The fitted schedule file: header and schedule (``search`` renders
+    the body), canonical layout."""
+    cand = result.candidate or Candidate("evict_last", "0", search.kernel0)
+    body = search.text(cand, name)
+    src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
+                           "the nearest measured M")
+    head = header_lines(result, search.device, device_arg, command, search.opts.tp, src)
+    return format_text("\n".join(head) + "\n" + body)

@@ -1,0 +1,307 @@
+"""``l2sched fit``: deterministic output, hard constraints never violated
+(a property test over perturbed H200 profiles), the no-prefetch answer on a
+profile where fills cannot pay off, a fit at least as good by the model as
+the shipped H200 schedule with the default search, the evaluation equal to
+``run_lint``'s, the pessimistic profile variants, the header, bad options,
+and the committed fitted schedules. CPU only; the quick search keeps the
+file near a minute (the default search runs once)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from l2sched.cli import main
+from l2sched.compiler.compile import schedule_inventory
+from l2sched.fit import FitOptions, Search, fit_text
+from l2sched.fit.bound import AA_NOISE_FLOOR_US, noise_floor_us, profile_variants
+from l2sched.fit.evaluate import HARD_WARNINGS, Evaluator, max_pending_bytes, \
+    surrogate_layers
+from l2sched.lang.resolve import load_schedule, load_schedule_text
+from l2sched.lint import run_lint
+from l2sched.model.config import default_config
+from l2sched.model.devices import DEVICES_DIR, load_device
+
+ROOT = Path(__file__).resolve().parent.parent
+H200_SCHEDULE = ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"
+FITTED = {"h200": ROOT / "schedules" / "glm53-flash-h200-tp4-fit.l2s",
+          "sm120-rtx-pro-6000-maxq": ROOT / "schedules" / "glm53-flash-sm120-tp4-fit.l2s"}
+TOKENS = (1, 4, 16, 64)
+
+
+def run(*argv, capsys):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def windows(text: str) -> int:
+    return len(re.findall(r"^window ", text, flags=re.M))
+
+
+def lint_clean(text: str, device, tokens=TOKENS) -> None:
+    """The schedule text resolves and lints with no error and no hard
+    warning at every M on ``device``, and no pending-bytes excess."""
+    schedule = load_schedule_text(text, "<fitted>")
+    inv = schedule_inventory(schedule)
+    for m in tokens:
+        lr = run_lint(schedule, inv, device=device, tokens=m)
+        bad = [f"{f.code} {f.message}" for f in lr.findings
+               if f.severity == "error" or f.code in HARD_WARNINGS]
+        assert bad == [], (m, bad)
+        assert max_pending_bytes(lr) <= device.capacity_bytes
+
+
+@pytest.fixture(scope="module")
+def quick_h200(tmp_path_factory):
+    """Two quick fits of h200 (one with two worker processes): paths."""
+    d = tmp_path_factory.mktemp("fit")
+    outs = []
+    for i, jobs in enumerate(("1", "2")):
+        out = d / f"quick{i}.l2s"
+        assert main(["fit", "--device", "h200", "--quick", "--jobs", jobs, "-q",
+                     "-o", str(out)]) == 0
+        outs.append(out)
+    return outs
+
+
+def test_deterministic_same_bytes_any_jobs(quick_h200):
+    a, b = (p.read_text(encoding="utf-8") for p in quick_h200)
+    # the files differ only in the -o path of the command line and the name
+    assert a.replace("quick0", "quick1") == b
+    assert windows(a) > 0
+
+
+def test_output_is_canonical_checks_and_lints(quick_h200, capsys):
+    path = str(quick_h200[0])
+    assert run("fmt", "--check", path, capsys=capsys)[0] == 0
+    assert run("check", "-q", path, capsys=capsys)[0] == 0
+    for m in TOKENS:
+        assert run("lint", path, "--tokens", str(m), capsys=capsys)[0] == 0
+    text = quick_h200[0].read_text(encoding="utf-8")
+    assert "measured by `l2sched profile` on 2026-12-01" in text
+    assert "From measured p10/p90 ([measured]): bandwidth.dram_read_gbps" in text
+    assert re.search(r"^# Command: l2sched fit --device h200 --tp 4 --tokens "
+                     r"1,4,16,64 --quick -o \S+quick0.l2s$", text, flags=re.M)
+    rows = re.findall(r"^#   (\d+) +1 +([+-]\d+\.\d) +([+-]\d+\.\d) +(\d+\.\d)$",
+                      text, flags=re.M)
+    assert [int(r[0]) for r in rows] == list(TOKENS)
+    assert all(float(lb) <= float(med) for _, med, lb, _ in rows)
+    assert [float(r[3]) for r in rows] == [3.9, 17.2, 17.3, 31.1]
+
+
+def test_default_search_beats_the_shipped_h200_schedule(tmp_path):
+    """The real default search: a schedule that lints clean and whose
+    lower-bound objective is at least the shipped schedule's."""
+    out = tmp_path / "fit.l2s"
+    assert main(["fit", "--device", "h200", "-q", "-o", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    device = load_device("h200")
+    lint_clean(text, device)
+    search = Search(device, FitOptions())
+    names = tuple(v.name for v in search.variants)
+    shipped, fitted = search.final.evaluate_many(
+        [H200_SCHEDULE.read_text(encoding="utf-8"), text])
+    ours = search.objective(fitted, names)
+    theirs = search.objective(shipped, names)
+    assert shipped.feasible and theirs > 0  # the shipped schedule predicts a gain
+    assert ours >= theirs
+    got = float(re.search(r"Objective \(weighted sum of lower bounds\): ([+-][\d.]+)",
+                          text).group(1))
+    assert got == pytest.approx(ours, abs=0.06)
+    search.final.close()
+    search.search.close()
+
+
+def _profile_text(**subs: str) -> str:
+    text = (DEVICES_DIR / "h200.toml").read_text(encoding="utf-8")
+    for pattern, repl in subs.items():
+        text, n = re.subn(pattern, repl, text, flags=re.M)
+        assert n, pattern
+    return text
+
+
+def test_no_prefetch_when_fills_cannot_pay_off(tmp_path, capsys):
+    """Fills that land nothing useful (effect 0) only cost: no windows,
+    a header saying why, exit 0, and the answer checks and lints."""
+    prof = tmp_path / "h200-nofill.toml"
+    prof.write_text(_profile_text(**{r"^effect = .*$": "effect = 0.0",
+                                     r"^landed = .*$": "landed = [[8, 0.0], [48, 0.0]]",
+                                     r"^fill_effect = .*$": "fill_effect = 0.0"}),
+                    encoding="utf-8")
+    out = tmp_path / "none.l2s"
+    code, _, err = run("fit", "--device", str(prof), "--quick", "-o", str(out),
+                       capsys=capsys)
+    assert code == 0 and "NO PREFETCH" in err
+    text = out.read_text(encoding="utf-8")
+    assert windows(text) == 0
+    assert "# NO PREFETCH: no candidate's lower-bound gain beat the noise floor" in text
+    assert run("check", "-q", str(out), capsys=capsys)[0] == 0
+    assert run("lint", str(out), "--device", str(prof), capsys=capsys)[0] == 0
+    assert run("fmt", "--check", str(out), capsys=capsys)[0] == 0
+
+
+def test_zero_window_schedule_is_accepted(tmp_path, capsys):
+    f = tmp_path / "empty.l2s"
+    f.write_text("schedule empty\nmodel glm5next\ndevice h200\ntp 4\n", encoding="utf-8")
+    code, out, _ = run("check", str(f), capsys=capsys)
+    assert code == 0 and "0 windows" in out
+    code, out, _ = run("lint", str(f), capsys=capsys)
+    assert code == 0 and "+0.0% step time" in out
+
+
+def _scale_fill(device, effect: float, slowdown: float, gbps: float):
+    modes = {m: dataclasses.replace(
+        fm, effect=min(1.0, fm.effect * effect),
+        landed=tuple((x, min(1.0, y * effect)) for x, y in fm.landed),
+        slowdown=fm.slowdown * slowdown, gbps=fm.gbps * gbps)
+        for m, fm in device.fill_modes.items()}
+    return dataclasses.replace(device, fill_modes=modes)
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(effect=st.floats(0.3, 1.2), slowdown=st.floats(0.5, 3.0),
+       gbps=st.floats(0.6, 1.2), dram=st.floats(0.8, 1.1),
+       latency=st.floats(0.5, 1.5), l2=st.floats(0.6, 1.0),
+       protected=st.floats(0.0, 2.0))
+def test_constraints_hold_on_perturbed_h200(effect, slowdown, gbps, dram, latency,
+                                            l2, protected):
+    base = load_device("h200")
+    dev = _scale_fill(base, effect, slowdown, gbps)
+    dev = dataclasses.replace(
+        dev, dram_read_gbps=base.dram_read_gbps * dram,
+        effective_l2_bytes=int(base.effective_l2_bytes * l2),
+        evict_last_protected_bytes=int(base.evict_last_protected_bytes * protected),
+        allreduce={tp: dataclasses.replace(m, latency_us=m.latency_us * latency)
+                   for tp, m in base.allreduce.items()})
+    tokens = (1, 64)
+    search = Search(dev, FitOptions(tokens=tokens, quick=True))
+    result = search.run()
+    text = fit_text(result, search, device_arg="perturbed", command="test",
+                    name="perturbed")
+    lint_clean(text, dev, tokens)
+    if result.candidate is not None:
+        assert result.objective > result.floor
+        assert all(lb >= -floor for _, _, _, lb, floor in result.rows)
+
+
+def test_evaluation_equals_run_lint():
+    """The evaluator's gains are run_lint's (full model) and the
+    surrogate's are within 0.5 us of them."""
+    device = load_device("h200")
+    variants, _ = profile_variants(device)
+    cfg = default_config("glm5next")
+    text = H200_SCHEDULE.read_text(encoding="utf-8")
+    full = Evaluator(cfg, 4, variants[:1], (1, 16), capacity=device.capacity_bytes,
+                     surrogate=False).evaluate(text)
+    sur = Evaluator(cfg, 4, variants[:1], (1, 16), capacity=device.capacity_bytes,
+                    surrogate=True).evaluate(text)
+    schedule = load_schedule(str(H200_SCHEDULE))
+    inv = schedule_inventory(schedule)
+    for m in (1, 16):
+        lr = run_lint(schedule, inv, device=device, tokens=m)
+        want = lr.step_period("base") - lr.step_period("sim")
+        assert full.gains["median"][m] == pytest.approx(want, abs=1e-6)
+        assert sur.gains["median"][m] == pytest.approx(want, abs=0.5)
+
+
+def test_surrogate_keeps_every_neighbourhood():
+    kinds = ["kda+dense"] * 3 + ["mla+moe" if i % 4 == 3 else "kda+moe"
+                                 for i in range(3, 45)]
+    keep = surrogate_layers(kinds)
+    assert keep == [0, 1, 2, 3, 40, 41, 42, 43, 44]
+
+
+def test_pessimistic_variants():
+    h200 = load_device("h200")
+    variants, info = profile_variants(h200)
+    assert [v.name for v in variants] == ["median", "low", "high"]
+    low, high = variants[1].device, variants[2].device
+    m = h200.measured["bandwidth.dram_read_gbps"]
+    # the profile's value moved by the measured p10/median and p90/median
+    assert low.dram_read_gbps == pytest.approx(h200.dram_read_gbps * m["p10"] / m["median"])
+    assert high.dram_read_gbps == pytest.approx(h200.dram_read_gbps * m["p90"] / m["median"])
+    copy, lcopy = h200.fill_modes["copy"], low.fill_modes["copy"]
+    assert lcopy.effect == pytest.approx(copy.effect * 0.8)
+    assert lcopy.landed[1][1] == pytest.approx(copy.landed[1][1] * 0.8)
+    assert lcopy.slowdown == pytest.approx(copy.slowdown * 1.5)
+    hot = low.ops[("kda+moe", "attn.o_proj")].hot_us[0]
+    c, h = h200.ops[("kda+moe", "attn.o_proj")].cold_us[0], \
+        h200.ops[("kda+moe", "attn.o_proj")].hot_us[0]
+    assert hot == pytest.approx(h + 0.25 * (c - h))
+    assert info.from_measurements
+    sm = load_device("sm120-rtx-pro-6000-maxq")
+    variants, info = profile_variants(sm)
+    assert [v.name for v in variants] == ["median", "low"]
+    assert not info.from_measurements
+    assert variants[1].device.fill_modes["bulk"].slowdown == pytest.approx(0.1)
+
+
+def test_noise_floor_defaults():
+    assert [noise_floor_us(m) for m in TOKENS] == [3.9, 17.2, 17.3, 31.1]
+    assert noise_floor_us(2) == AA_NOISE_FLOOR_US[1]  # log-nearest, ties low
+    assert noise_floor_us(256) == AA_NOISE_FLOOR_US[64]
+    opts = FitOptions(tokens=(1, 4), weights=(2.0, 0.5), noise_floor={1: 1.0})
+    assert (opts.weight(1), opts.weight(4), opts.floor(1), opts.floor(4)) == \
+        (2.0, 0.5, 1.0, 17.2)
+
+
+def test_estimate_profile_header_says_unverified(tmp_path, capsys):
+    out = tmp_path / "sm.l2s"
+    code, _, _ = run("fit", "--device", "sm120-rtx-pro-6000-maxq", "--quick",
+                     "--tokens", "1,64", "-o", str(out), capsys=capsys)
+    assert code == 0
+    text = out.read_text(encoding="utf-8")
+    assert "ESTIMATE, unverified" in text and "UNVERIFIED" in text
+    assert "NOT from measurements" in text
+    assert "kernel bulk" in text
+    assert run("check", "-q", str(out), capsys=capsys)[0] == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "h20"], "--device: unknown device profile 'h20'; did you mean 'h200'?"),
+    (["--device", "/no/such.toml"], "--device /no/such.toml: no such device profile file"),
+    (["--device", "h200", "--tokens", "1,x"], "--tokens takes comma-separated numbers"),
+    (["--device", "h200", "--tokens", "4,1"], "--tokens must be increasing whole numbers"),
+    (["--device", "h200", "--weights", "1,2"], "--weights takes one number >= 0 per"),
+    (["--device", "h200", "--weights", "0,0,0,0"], "--weights takes one number >= 0"),
+    (["--device", "h200", "--noise-floor-us", "1,2"], "--noise-floor-us takes one number"),
+    (["--device", "sm120-rtx-pro-6000-maxq", "--kernel", "copy"],
+     "--kernel copy: device profile sm120-rtx-pro-6000-maxq has numbers for bulk only"),
+    (["--device", "h200", "--tp", "0"], "--tp must be at least 1, got 0"),
+])
+def test_bad_options_are_one_line_usage_errors(argv, message, capsys):
+    code, _, err = run("fit", *argv, capsys=capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("l2sched fit: error: ")
+    assert message in lines[0]
+
+
+def test_unknown_kernel_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--device", "h200", "--kernel", "dma"])
+    assert e.value.code == 2
+    assert "l2sched fit: error: argument --kernel: invalid choice: 'dma'" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", sorted(FITTED))
+def test_committed_fitted_schedules(device, capsys):
+    path = FITTED[device]
+    text = path.read_text(encoding="utf-8")
+    assert run("fmt", "--check", str(path), capsys=capsys)[0] == 0
+    assert run("check", "-q", str(path), capsys=capsys)[0] == 0
+    lint_clean(text, load_device(device))
+    assert f"# Command: l2sched fit --device {device} --tp 4 --tokens 1,4,16,64 -o " \
+        f"schedules/{path.name}" in text
+    if device.startswith("sm120"):
+        assert "ESTIMATE, unverified" in text and "UNVERIFIED" in text
+    else:
+        assert "measured by `l2sched profile` on 2026-12-01" in text
