@@ -70,6 +70,10 @@ class FakeDriver(types.ModuleType):
         assert limit == "L"
         return (0, self.limits.get(self._current[-1], self.initial))
 
+    def cuCtxResetPersistingL2Cache(self):
+        self.resets = getattr(self, "resets", 0) + 1
+        return (0,)
+
 
 @pytest.fixture
 def drv(monkeypatch):
@@ -190,3 +194,77 @@ def test_item02_plugin_lints_with_what_will_be_in_force(drv):
     SA.apply_set_aside(0, 30 * MB, "another plan", capturing=False)
     got, note = set_aside_for_lint(s, 0, "me")
     assert got.set_aside == 30 * MB and "another plan" in note, note
+
+
+def test_reset_persisting_lines_calls_the_driver(drv, monkeypatch, caplog):
+    assert SA.reset_persisting_lines(0) is True and drv.resets == 1
+    monkeypatch.setattr(drv, "cuCtxResetPersistingL2Cache", lambda: (1,))
+    caplog.set_level("WARNING", logger="l2sched")
+    assert SA.reset_persisting_lines(0) is False  # refused: a log line, no raise
+    assert "not reset" in caplog.text
+
+
+def test_bench_replays_give_each_arm_its_own_set_aside(drv):
+    """The fit proof's confound (benchmarks/results/h200-2026-12-01-fit-proof.md):
+    one arm's ``set_aside max`` stayed in force for every arm. During replays
+    each arm now has its own set-aside, and persisting lines are demoted
+    before every replay."""
+    import types as T
+
+    from l2sched.bench.isolation import SetAsideIsolation
+    from l2sched.bench.run import _replay_interleaved
+    drv.initial = 0
+    # what the runtimes requested at prepare(): the fitted arm asked for the maximum
+    SA.apply_set_aside(0, -1, "plan fit", capturing=False)
+    closed = []
+
+    class Runtime:
+        def __init__(self, owner):
+            self.owner = owner
+
+        def close(self):
+            closed.append(self.owner)
+            SA.release_set_aside(0, self.owner, capturing=False)
+
+    iso = SetAsideIsolation({"none": 0, "fit": -1, "prev": 0}, device=0)
+    assert iso.active
+    iso.start([None, Runtime("plan fit"), Runtime("plan prev")])
+    assert closed == ["plan fit", "plan prev"] and SA.in_force(0) is None
+    in_force = {}
+
+    class Graph:
+        def __init__(self, name):
+            self.name = name
+
+        def replay(self):
+            in_force.setdefault(self.name, set()).add(drv.limits.get(0, drv.initial))
+
+    class Event:
+        def __init__(self, **kw):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 0.001
+
+    torch = T.SimpleNamespace(cuda=T.SimpleNamespace(Event=Event, synchronize=lambda: None))
+    args = T.SimpleNamespace(warmup=1, replays=3, lead_us=0.0)
+    graphs = {k: Graph(k) for k in ("none", "fit", "prev")}
+    times, _ = _replay_interleaved(graphs, {}, {}, args, torch, before=iso.before)
+    iso.close()
+    assert in_force == {"none": {0}, "fit": {MAX}, "prev": {0}}
+    assert all(len(v) == 3 for v in times.values())
+    assert drv.resets == 12 and iso.record()["resets"] == 12  # one per replay
+    assert SA.in_force(0) is None and drv.limits[0] == 0  # the limit before it all
+
+
+def test_bench_replays_without_a_set_aside_change_nothing(drv):
+    from l2sched.bench.isolation import SetAsideIsolation
+    iso = SetAsideIsolation({"none": 0, "compiled": 0}, device=0)
+    iso.start([object()])
+    iso.before("compiled")
+    iso.close()
+    assert not iso.active and drv.set_calls == [] and not hasattr(drv, "resets")
+    assert not SetAsideIsolation({"fit": -1}, dry=True).active

@@ -41,6 +41,7 @@ from typing import Any
 from l2sched.bench import shipped_path
 from l2sched.bench.arms import arm_specs, validation_variants  # noqa: F401 (re-exported)
 from l2sched.bench.ideal import ideal_gain
+from l2sched.bench.isolation import SetAsideIsolation
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
@@ -177,7 +178,16 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
                                  rec, graphs, timed, acc))
         prog.tick(f"arm {a['name']} M={M} captured")
     launch: dict = {k: [] for k in graphs}
-    times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch, runner, launch)
+    isolation = SetAsideIsolation(
+        {a["name"]: a["plan"].set_aside if a.get("plan") else 0 for a in arms},
+        device=0 if dry else torch.cuda.current_device(), dry=dry)
+    isolation.start(keep)
+    try:
+        times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch, runner,
+                                                 launch, before=isolation.before)
+    finally:
+        isolation.close()
+    rec["set_aside_replays"] = isolation.record()
     for a in arms:
         k = a["name"]
         if launch.get(k):
@@ -249,7 +259,8 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
     return rt
 
 
-def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=None):
+def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=None,
+                        before=None):
     """``warmup + replays`` rounds over the untimed graphs (``graphs``) and
     the timed variants (``timed``) of every arm, in a shuffled order per
     round, each replay timed with CUDA events around it (us); after each
@@ -260,7 +271,8 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
     (without it, the launch of a graph on an idle GPU is inside the
     measured step). ``launch``: arm -> host time (us) of each counted
     untimed ``replay()`` call, appended. Returns ``(untimed, timed)``: arm
-    -> us per counted replay."""
+    -> us per counted replay. ``before``: called with the arm's name before
+    each of its replays, outside the timed region (``SetAsideIsolation``)."""
     lead = getattr(args, "lead_us", 0.0) or 0.0
     times = {k: [] for k in graphs}
     outer_timed = {k: [] for k in timed}
@@ -271,6 +283,8 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
             tg = timed[k] if which == "timed" else None
             g = tg.graph if tg is not None else graphs[k]
             if g is not None:
+                if before is not None:
+                    before(k)
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 if lead > 0 and runner is not None:
                     runner.spin(lead)

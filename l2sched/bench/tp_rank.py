@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from l2sched.bench import shipped_path
+from l2sched.bench.isolation import SetAsideIsolation
 from l2sched.bench.run import stats
 from l2sched.bench.tp_allreduce import (
     CaptureFailed,
@@ -225,15 +226,29 @@ def _one_m(runner: TPStepRunner, model, inv, arms: list[dict], prof, M: int, o: 
             steps[name] = _eager_arm(runner, model, inv, plan, rt, a)
         keep.append((name, rt))
         res["arms"][name] = a
-    times, res["replay_order"] = _replays(steps, o, ctl, _Timer(torch, gpu), M)
-    for k, v in times.items():
-        a = res["arms"].setdefault(k, {})
-        a["graph_step_us"] = stats(v)
-        a["graph_step_us_all"] = v
-    plans = {arm["name"]: arm["plan"] for arm in arms}
-    for name, t in timed.items():
-        res["arms"][name]["timed"] = _timed_summary(t, runner, plans[name],
-                                                    o["timed_reps"], ctl, gpu)
+    # steps also holds "ARM/spin": the same plan's set-aside as ARM
+    aside = {arm["name"]: arm["plan"].set_aside if arm["plan"] is not None else 0
+             for arm in arms}
+    isolation = SetAsideIsolation({k: aside.get(k, aside.get(k.removesuffix("/spin"), 0))
+                                   for k in steps},
+                                  device=(runner.device.index or 0) if gpu else 0,
+                                  dry=not gpu)
+    isolation.start(rt for _n, rt in keep)
+    try:
+        times, res["replay_order"] = _replays(steps, o, ctl, _Timer(torch, gpu), M,
+                                              before=isolation.before)
+        for k, v in times.items():
+            a = res["arms"].setdefault(k, {})
+            a["graph_step_us"] = stats(v)
+            a["graph_step_us_all"] = v
+        plans = {arm["name"]: arm["plan"] for arm in arms}
+        for name, t in timed.items():
+            isolation.before(name)
+            res["arms"][name]["timed"] = _timed_summary(t, runner, plans[name],
+                                                        o["timed_reps"], ctl, gpu)
+    finally:
+        isolation.close()
+    res["set_aside_replays"] = isolation.record()
     for name, rt in keep:
         if rt is not None:
             res["arms"][name]["runtime_stats"] = {
@@ -331,13 +346,16 @@ def _eager_arm(runner: TPStepRunner, model, inv, plan, rt, a: dict):
     return forward
 
 
-def _replays(steps: dict, o: dict, ctl, timer: _Timer, M: int) -> tuple[dict, list]:
+def _replays(steps: dict, o: dict, ctl, timer: _Timer, M: int,
+             before=None) -> tuple[dict, list]:
     """Replay every arm's step ``warmup + replays`` rounds, interleaved in
     the shuffled order of each round (``replay_order``: the same on every
     rank, from the shared ``--seed``; checked equal on every rank before the
     first replay), a barrier before each replay. Returns ``(times, order)``:
     arm -> us per timed round (round-indexed, the same rounds for every
-    arm), and the order of every round, warm-up included."""
+    arm), and the order of every round, warm-up included. ``before``:
+    called with the arm's name before each replay, ahead of the barrier
+    (``SetAsideIsolation``)."""
     names = sorted(steps)
     rounds = [replay_order(names, o["seed"], M, r)
               for r in range(o["warmup"] + o["replays"])]
@@ -347,6 +365,8 @@ def _replays(steps: dict, o: dict, ctl, timer: _Timer, M: int) -> tuple[dict, li
     times: dict[str, list[float]] = {k: [] for k in names}
     for r, order in enumerate(rounds):
         for k in order:
+            if before is not None:
+                before(k)
             barrier(ctl)
             dt = timer.time(steps[k])
             if r >= o["warmup"]:

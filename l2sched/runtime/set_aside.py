@@ -244,3 +244,21 @@ def release_set_aside(device_index: int, owner: str = DEFAULT_OWNER, *,
     log.info("l2sched: %s: %s withdrew its request: in force %s B (%s)", where,
              owner, f"{got:,}", how)
     return got
+
+
+def reset_persisting_lines(device_index: int) -> bool:
+    """Demote every persisting L2 line on device ``device_index`` to normal
+    (``cuCtxResetPersistingL2Cache`` on the primary context; CUDA
+    Programming Guide, "Reset L2 Access to Normal"). Persisting lines
+    survive a change of the limit, so a plan's ``evict_last`` lines would
+    otherwise stay protected for whatever runs next. Returns whether the
+    driver did it; never raises (a refusal is one log line)."""
+    try:
+        d = _Driver(device_index)
+        d._in_context(lambda: d.ok(d.drv.cuCtxResetPersistingL2Cache(),
+                                   "cuCtxResetPersistingL2Cache"))
+    except Exception as e:
+        log.warning("l2sched: persisting-L2 lines on device %d not reset: %s: %s",
+                    device_index, type(e).__name__, e)
+        return False
+    return True
