@@ -305,3 +305,21 @@ def test_committed_fitted_schedules(device, capsys):
         assert "ESTIMATE, unverified" in text and "UNVERIFIED" in text
     else:
         assert "measured by `l2sched profile` on 2026-12-01" in text
+
+
+def test_set_aside_is_zero_unless_asked(quick_h200, tmp_path, capsys):
+    """The model charges nothing for a set-aside (docs/fit.md#caveats), so
+    by default fit never writes one; ``--set-aside max`` writes the maximum
+    and ``--set-aside search`` lets the search choose (and says so in the
+    command line of the header)."""
+    text = quick_h200[0].read_text(encoding="utf-8")
+    assert re.search(r"^set_aside 0$", text, flags=re.M)
+    assert "# set_aside 0: not searched" in text
+    out = tmp_path / "max.l2s"
+    code, _, _ = run("fit", "--device", "h200", "--quick", "--tokens", "1,64",
+                     "--set-aside", "max", "-q", "-o", str(out), capsys=capsys)
+    text = out.read_text(encoding="utf-8")
+    assert code == 0 and re.search(r"^set_aside max$", text, flags=re.M)
+    assert "--set-aside max" in text and "# set_aside max: the model charges nothing" in text
+    for m in (1, 64):
+        assert run("lint", str(out), "--tokens", str(m), capsys=capsys)[0] == 0

@@ -63,7 +63,8 @@ def parse_options(args):
     return FitOptions(tp=args.tp, tokens=tuple(tokens),
                       weights=tuple(weights) if weights else None, kernel=args.kernel,
                       noise_floor=floors, quick=args.quick, jobs=args.jobs,
-                      model_config=model_config_arg(args.model_config))
+                      model_config=model_config_arg(args.model_config),
+                      set_aside=args.set_aside)
 
 
 def load_profile(arg: str, kernel: str | None):
@@ -104,6 +105,8 @@ def command_line(args, opts) -> str:
         parts += ["--noise-floor-us", args.noise_floor_us]
     if args.model_config:
         parts += ["--model-config", args.model_config]
+    if args.set_aside != "0":
+        parts += ["--set-aside", args.set_aside]
     if args.quick:
         parts.append("--quick")
     if args.output:
@@ -200,6 +203,10 @@ def add_cli(sub) -> None:
     p.add_argument("--noise-floor-us", metavar="US[,...]",
                    help="noise floor per --tokens value, or one for all (default: the "
                         "A/A floors of benchmarks/results/h200-2026-12-01-validation-2.md)")
+    p.add_argument("--set-aside", choices=("0", "max", "search"), default="0",
+                   help="persisting-L2 set-aside of the fitted schedule: 0 (default: "
+                        "the model charges nothing for one, and one in force measured "
+                        "slower, docs/fit.md#caveats), max, or search (fit chooses)")
     p.add_argument("--model-config", metavar="PATH",
                    help="HF config.json or model directory (default: the embedded "
                         "GLM-5.3-Flash config)")

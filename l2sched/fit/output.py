@@ -60,8 +60,9 @@ def profile_line(device, device_arg: str) -> list[str]:
 
 
 def header_lines(result, device, device_arg: str, command: str, tp: int,
-                 floor_source: str) -> list[str]:
-    """The comment lines above the fitted schedule."""
+                 floor_source: str, searched_set_aside: bool = True) -> list[str]:
+    """The comment lines above the fitted schedule; ``searched_set_aside``:
+    whether the search chose the set-aside (``--set-aside search``)."""
     lines = [f"# GLM-5.3-Flash (glm5next) TP{tp} weight-prefetch schedule written by "
              "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
     if result.candidate is None:
@@ -92,6 +93,9 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
     if result.candidate is not None and result.candidate.set_aside == "max":
         lines.append("# set_aside max: the model charges nothing for the reservation "
                      "(prefill throughput; docs/fit.md#caveats).")
+    elif result.candidate is not None and not searched_set_aside:
+        lines.append("# set_aside 0: not searched (the model charges nothing for a "
+                     "set-aside; docs/fit.md#caveats).")
     lines.append(f"# Search: {result.evaluations[0]} evaluations on the "
                  f"{result.layers[0]}-layer surrogate, {result.evaluations[1]} on the "
                  "full model.")
@@ -107,5 +111,6 @@ def fit_text(result, search, *, device_arg: str, command: str, name: str,
     body = search.text(cand, name)
     src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
                            "the nearest measured M")
-    head = header_lines(result, search.device, device_arg, command, search.opts.tp, src)
+    head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
+                        searched_set_aside=search.opts.set_aside == "search")
     return format_text("\n".join(head) + "\n" + body)

@@ -95,7 +95,12 @@ class FitOptions:
     the profile's kernels), per-M ``noise_floor`` (us; None = the A/A
     floors of ``bound``), ``quick`` (the reduced search), worker ``jobs``,
     ``model_config`` (None = the embedded GLM-5.3-Flash config),
-    ``max_tokens`` of the schedule."""
+    ``max_tokens`` of the schedule, and the persisting-L2 ``set_aside``:
+    ``"0"`` (default) or ``"max"`` fixes it, ``"search"`` lets the search
+    choose. The default is 0 because the model charges nothing for a
+    set-aside while the one measurement with one in force shows the
+    no-prefetch step 3.5-22% slower (benchmarks/results/
+    h200-2026-12-01-fit-proof.md)."""
 
     tp: int = 4
     tokens: tuple[int, ...] = (1, 4, 16, 64)
@@ -106,6 +111,7 @@ class FitOptions:
     jobs: int = 1
     model_config: dict | None = None
     max_tokens: int = 256
+    set_aside: str = "0"
 
     def weight(self, m: int) -> float:
         """The weight of M = ``m``."""
@@ -338,7 +344,7 @@ class Search:
         for policy in ("evict_last", "evict_normal"):
             if policy != cand.policy:
                 out.append(Candidate(policy, cand.set_aside, cand.kernel, cand.chains))
-        if self.device.set_aside_max_bytes > 0:
+        if self.opts.set_aside == "search" and self.device.set_aside_max_bytes > 0:
             other = "max" if cand.set_aside == "0" else "0"
             out.append(Candidate(cand.policy, other, cand.kernel, cand.chains))
         for kernel in self.kernels:
@@ -405,7 +411,8 @@ class Search:
         """Caps, greedy pass, local search, final judgement."""
         try:
             self.compute_caps()
-            start = Candidate("evict_last", "0", self.kernel0)
+            start = Candidate("evict_last", "max" if self.opts.set_aside == "max" else "0",
+                              self.kernel0)
             best = self.score([start], "start")[0]
             ends = [self.local(b) for b in self.greedy(best)]
             best = sorted(ends, key=lambda x: -x.objective)[0]
