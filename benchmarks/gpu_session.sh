@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_session.sh env,tests,sanitize,kbench,run
 # Sections: env (versions), tests (tests/gpu + runtime/install tests),
 # sanitize (compute-sanitizer memcheck of every fill mode), kbench
-# (l2sched bench kernel), run (l2sched bench run: none / bulk / copy / load
+# (l2sched bench kernel), fitproof (bench run --perturbations of the fitted H200
+# schedule; RUN_REPLAYS, FITPROOF_NAME), run (l2sched bench run: none / bulk / copy / load
 # arms of the shipped H200 schedule, all M), profile (l2sched profile;
 # PROFILE_ARGS), vrun (bench run --validation, after the profile), tpv
 # (bench tp --validation on 2 GPUs, real NCCL all-reduces: TP_TOKENS,
@@ -50,6 +51,17 @@ if has run; then
   timeout ${RUN_TIMEOUT:-240} python3 -m l2sched bench run --out "$OUT/run.json" \
     --tokens ${RUN_TOKENS:-1,4,16,64} --load-mode --variant copy:kernel=copy \
     --bench-dir "" ${RUN_ARGS:-} 2>&1 | tail -15
+fi
+if has fitproof; then
+  # the fitted H200 schedule beside no prefetch (twice: A/A), its perturbations, the same
+  # schedule with set_aside max, and the shipped hand-tuned H200 schedule, interleaved
+  prev=$(mktemp -d); cp schedules/glm53-flash-h200-tp4.l2s "$prev/previous-shipped-h200.l2s"
+  timeout ${RUN_TIMEOUT:-400} python3 -m l2sched bench run --perturbations \
+    --schedule schedules/glm53-flash-h200-tp4-fit.l2s --bench-dir "$prev" \
+    --variant aside-max:set_aside=max --tokens ${RUN_TOKENS:-1,4,16,64} \
+    --replays ${RUN_REPLAYS:-30} --lead-us ${LEAD_US:-3000} \
+    --out "$OUT/${FITPROOF_NAME:-fitproof}.json" ${RUN_ARGS:-} 2>&1 | tail -20
+  echo "fitproof rc=${PIPESTATUS[0]}"
 fi
 if has profile; then
   timeout ${PROFILE_TIMEOUT:-560} python3 -m l2sched profile --out "$OUT/h200.toml" \

@@ -314,6 +314,27 @@ def test_item02_runtime_close_restores_the_set_aside():
     assert _limit_now() == before
 
 
+def test_bench_set_aside_isolation_on_the_device():
+    """Each arm's replays run with its own set-aside (``bench.isolation``):
+    the driver resets persisting lines without error, the limit follows the
+    arm, and closing restores the limit found before."""
+    from l2sched.bench.isolation import SetAsideIsolation
+    from l2sched.runtime.set_aside import reset_persisting_lines
+
+    torch.cuda.init()
+    before = _limit_now()
+    assert reset_persisting_lines(0)
+    iso = SetAsideIsolation({"none": 0, "fit": -1}, device=0)
+    iso.before("fit")
+    assert _limit_now() > 0
+    iso.before("none")
+    assert _limit_now() == before
+    iso.before("fit")
+    iso.close()
+    assert _limit_now() == before
+    assert iso.record()["resets"] == 3 and iso.record()["refused"] == 0
+
+
 def _table_rows(rt):
     """The device table's rows as ``(address, bytes)`` per issue."""
     t = rt.table._table.cpu().tolist()
