@@ -4,6 +4,7 @@ with an A/A arm: predictions from the lint with the result's profile, never
 from the run's own arms."""
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,21 @@ def test_perturbations_of_a_schedule():
     assert kernel != f"kernel-{own}"
     names = [a["name"] for a in arm_specs(SCHED, "", False, [], perturbations=True)]
     assert names[:3] == ["none", AA_ARM, "compiled"] and "budgets+25%" in names
+
+
+def test_result_arms_carry_their_schedule_text(tmp_path):
+    """A result records each arm's schedule text, so its report lints what
+    was measured even when the file was temporary or has changed since."""
+    from l2sched.bench.arms import arm_schedule, schedule_text
+    from l2sched.errors import L2sError
+    src = Path(__file__).resolve().parent.parent / "schedules" / "glm53-flash-h200-tp4.l2s"
+    gone = tmp_path / "previous.l2s"
+    gone.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    arm = {"name": "bench/previous", "path": str(gone), "overrides": ["policy=evict_normal"],
+           "schedule_text": schedule_text(str(gone))}
+    gone.unlink()
+    sched = arm_schedule(arm)
+    assert sched.policy == "evict_normal" and len(sched.windows) > 0
+    with pytest.raises(L2sError, match="previous.l2s"):
+        arm_schedule(dict(arm, schedule_text=None))
+    assert schedule_text(None) is None

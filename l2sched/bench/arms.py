@@ -8,10 +8,11 @@ read them without the step machinery.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from l2sched.bench import shipped_path
 from l2sched.bench.validation import AA_ARM
-from l2sched.lang.resolve import load_schedule
+from l2sched.lang.resolve import load_schedule, load_schedule_text
 from l2sched.model.devices import load_device
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
@@ -91,3 +92,20 @@ def perturbation_variants(schedule_path: str) -> list[str]:
     if others:
         out.append(f"kernel-{others[0]}:kernel={others[0]}")
     return out
+
+
+def schedule_text(path: str | None) -> str | None:
+    """The text of the schedule file an arm names (None for no path), to
+    record in a result beside the path (``arm_schedule``)."""
+    return Path(shipped_path(path)).read_text(encoding="utf-8") if path else None
+
+
+def arm_schedule(arm: dict):
+    """The resolved schedule of one arm of a result: the schedule text the
+    run recorded (``schedule_text``, so the report lints what was measured
+    even when the file has changed or was a temporary one), else the file
+    at ``path``; the arm's ``overrides`` on top. Raises what
+    ``load_schedule`` raises."""
+    if arm.get("schedule_text") is not None:
+        return load_schedule_text(arm["schedule_text"], arm["path"], arm["overrides"])
+    return load_schedule(shipped_path(arm["path"]), arm["overrides"])

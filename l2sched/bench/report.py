@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from l2sched.bench import read_json_file, shipped_path
+from l2sched.bench import read_json_file
+from l2sched.bench.arms import arm_schedule
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
@@ -37,7 +38,6 @@ from l2sched.bench.verdicts import (
 )
 from l2sched.errors import L2sInputError
 from l2sched.files import write_texts_atomically
-from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -153,8 +153,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     prof, profile_source = _lint_profile(d, device_profile)
     lint = _Lint(cfg=cfg, inv=inv, prof=prof,
                  specs={a["name"]: a for a in d["arms"]},
-                 scheds={a["name"]: load_schedule(shipped_path(a["path"]), a["overrides"])
-                         for a in d["arms"] if a["path"]})
+                 scheds={a["name"]: arm_schedule(a) for a in d["arms"] if a["path"]})
     summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
                "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
                "header": header, "replays": d["replays"], "kernel_mode_note": KERNEL_MODE_WHY,

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from l2sched.bench import shipped_path
-from l2sched.bench.arms import arm_specs, validation_variants  # noqa: F401 (re-exported)
+from l2sched.bench.arms import (arm_specs, schedule_text,  # noqa: F401 (re-exported)
+                                 validation_variants)
 from l2sched.bench.ideal import ideal_gain
 from l2sched.bench.isolation import SetAsideIsolation
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
@@ -130,6 +131,7 @@ def run(args) -> dict:
         "build_s": time.time() - t0,
         "expert_pools": args.expert_pools,
         "arms": [{"name": a["name"], "path": a["path"],
+                  "schedule_text": schedule_text(a["path"]),
                   "overrides": a.get("overrides", []),
                   "runtime": a.get("runtime", {}),
                   "plan_bytes": sum(w.nbytes for w in a["plan"].issues) if a.get("plan") else 0,

@@ -72,7 +72,7 @@ import traceback
 from pathlib import Path
 
 from l2sched.bench import shipped_path
-from l2sched.bench.arms import arm_specs
+from l2sched.bench.arms import arm_specs, schedule_text
 from l2sched.bench.tp_rank import rank_bench
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
@@ -164,7 +164,8 @@ def arms(o: dict) -> list[dict]:
         ov = a.get("overrides", [])
         if a["path"] == o["schedule"]:
             ov = list(o["overrides"]) + ov
-        out.append({"name": a["name"], "path": a["path"], "overrides": ov})
+        out.append({"name": a["name"], "path": a["path"], "overrides": ov,
+                    "schedule_text": schedule_text(a["path"])})
     return out
 
 

@@ -29,10 +29,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_schedule
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
-from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -101,7 +100,7 @@ def lint_predictor(d: dict, prof):
     def predict(spec: dict, M: int):
         name = spec["name"]
         if name not in scheds:
-            scheds[name] = load_schedule(shipped_path(spec["path"]), spec["overrides"])
+            scheds[name] = arm_schedule(spec)
         lr = run_lint(scheds[name], inv, device=prof, tokens=int(M), model_config=cfg)
         errs = sorted({f.code for f in lr.findings if f.severity == "error"})
         return lr.step_period("base") - lr.step_period("sim"), errs
