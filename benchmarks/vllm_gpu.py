@@ -197,7 +197,14 @@ def engine_kwargs(spec: dict) -> dict:
         # SM90 (not carried), FA3 sparse (carried for the MLA prefill, but no
         # NoPE-512 guard), FlashMLA sparse (the one that documents GLM-5.3
         # NoPE on sm_90): docs/vllm.md (GPU run).
-        attention_config={"backend": SPARSE_MLA_BACKEND})
+        attention_config={"backend": SPARSE_MLA_BACKEND},
+        # FlashKDA's prefill workspace (706 MB at 64 sequences) is sized by
+        # its first prefill, but vLLM 0.33.0 locks the workspace after graph
+        # capture and its profile run skips attention: the first real
+        # prefill then fails ("Workspace is locked ... requires 706.00 MB,
+        # current size is 256.00 MB", run of 2026-12-01). The Triton KDA
+        # prefill needs no workspace; decode is unchanged.
+        kda_prefill_backend="triton")
     if spec["section"] is not None:
         kwargs["additional_config"] = {"l2sched": spec["section"]}
     return kwargs
@@ -410,8 +417,9 @@ def summarize(raw: dict) -> dict:
         dec[arm] = {}
         for b, samples in per_b.items():
             ms = [s["ms_step"] for s in samples]
-            dec[arm][b] = {"ms_step": stats(ms),
-                           "tok_s": stats([int(b) * 1e3 / x for x in ms])}
+            if ms:  # an arm that failed before this batch has no samples
+                dec[arm][b] = {"ms_step": stats(ms),
+                               "tok_s": stats([int(b) * 1e3 / x for x in ms])}
     ratios = {}
     if "off" in dec:
         for arm, per_b in dec.items():
@@ -476,7 +484,7 @@ def markdown(summary: dict) -> str:
             for arm, per in summary["step_ratio_vs_off"].items():
                 lines.append(f"| {arm} | " + " | ".join(
                     f"{per[str(b)]:.4f}" if str(b) in per else "-" for b in bs) + " |")
-        n = next(iter(next(iter(dec.values())).values()))["ms_step"]["n"]
+        n = max((v["ms_step"]["n"] for per in dec.values() for v in per.values()), default=0)
         how = (f"ms/step = (t({m.get('tokens')}) - t({m.get('short_tokens')})) / "
                f"{(m.get('tokens') or 0) - (m.get('short_tokens') or 0)} of two "
                f"`generate` calls with the same {m.get('prompt_len')}-token prompts; "

@@ -135,6 +135,13 @@ def test_report_from_fake_result(tmp_path):
     assert "FAILED" in (tmp_path / "r2" / "vllm-gpu.md").read_text()
     assert vg.main(["--report", str(tmp_path / "nope.json"), "--out",
                     str(tmp_path / "r3")]) == 2
+    # an arm whose engine died has no samples: reported, not a crash
+    raw["decode"]["off"] = {b: [] for b in raw["decode"]["off"]}
+    (tmp_path / "raw4.json").write_text(json.dumps(raw))
+    assert vg.main(["--report", str(tmp_path / "raw4.json"), "--out",
+                    str(tmp_path / "r4")]) == 1
+    s4 = json.loads((tmp_path / "r4" / "vllm-gpu.json").read_text())
+    assert s4["decode"]["off"] == {} and s4["step_ratio_vs_off"]["shipped"] == {}
 
 
 # --------------------------------------------------------------------------
@@ -180,7 +187,8 @@ def _rank_scenario(ctx):
     out["engine"] = {"backend": ec.attention_config.backend.name,
                      "jit_warmup": ec.kernel_config.enable_jit_warmup,
                      "l2sched": ec.additional_config["l2sched"],
-                     "load_format": ec.load_config.load_format}
+                     "load_format": ec.load_config.load_format,
+                     "kda_prefill": ec.additional_config.get("kda_prefill_backend")}
     return out
 
 
@@ -203,7 +211,7 @@ def test_reduced_model_builds_and_schedules_compile():
         assert "kda+moe: A+B+C" in summary[0] and "mla+moe: A_MLA+B+C" in summary[0]
     assert r["engine"] == {"backend": "FLASHMLA_SPARSE", "jit_warmup": False,
                            "l2sched": vg.arm_section("shipped", Path("/x")),
-                           "load_format": "dummy"}
+                           "load_format": "dummy", "kda_prefill": "triton"}
     for arm, reason in (("bad-path", "cannot read schedule"),
                         ("lint-error", "lint error with device profile h200")):
         offs = [ln for ln in r["logs"][arm] if "prefetch OFF" in ln]
