@@ -409,6 +409,12 @@ def step_ms(t_short: float, t_long: float, short: int, long: int) -> float:
     return (t_long - t_short) / (long - short) * 1e3
 
 
+def _max_logprob_diff(a: list, b: list) -> float:
+    """The largest |difference| between two runs' per-token logprobs
+    (lists of per-sequence lists, same shape)."""
+    return max((abs(x - y) for sa, sb in zip(a, b) for x, y in zip(sa, sb)), default=0.0)
+
+
 def summarize(raw: dict) -> dict:
     """The summary of a raw result: per arm and batch, ms/step and output
     tokens/s stats and the ratio of medians to ``off``; checks passed."""
@@ -650,23 +656,43 @@ class Run:
         self.raw["checks"] += log_checks(arm.name, arm.lines, arm.section, expect_off)
 
     def equality(self, arms: dict) -> None:
-        """Token ids and logprobs of every arm equal ``off``'s, per batch."""
-        ref, diffs = {}, []
+        """Token ids and logprobs of every arm against ``off``'s, per batch,
+        with an A/A: ``off`` generates twice. Token ids must be identical
+        in every arm. Logprobs must be identical where the A/A's are; where
+        the engine does not reproduce its own logprobs (batched kernels
+        whose reduction order depends on the batch), the largest
+        |difference| of each arm is reported beside the A/A's, not judged."""
+        ref, diffs, notes = {}, [], []
         for b in self.a.batches:
             for name, arm in arms.items():
                 r = arm.gen(batch=b, max_tokens=16, logprobs=True)
-                key = (r["tokens"], r["logprobs"])
                 if name == "off":
-                    ref[b] = key
-                elif key != ref[b]:
-                    same_tok = r["tokens"] == ref[b][0]
-                    diffs.append(f"{name} batch {b}: "
-                                 f"{'logprobs' if same_tok else 'token ids'} differ")
+                    again = arm.gen(batch=b, max_tokens=16, logprobs=True)
+                    ref[b] = (r["tokens"], r["logprobs"],
+                              _max_logprob_diff(r["logprobs"], again["logprobs"])
+                              if r["tokens"] == again["tokens"] else None)
+                    if r["tokens"] != again["tokens"]:
+                        diffs.append(f"off A/A batch {b}: token ids differ")
+                    continue
+                tokens, logprobs, aa = ref[b]
+                if r["tokens"] != tokens:
+                    diffs.append(f"{name} batch {b}: token ids differ")
+                    continue
+                d = _max_logprob_diff(r["logprobs"], logprobs)
+                if d > 0 and aa == 0:
+                    diffs.append(f"{name} batch {b}: logprobs differ (max |diff| {d:.3g}; "
+                                 "off A/A identical)")
+                elif d > 0:
+                    notes.append(f"batch {b}: {name} max |logprob diff| {d:.3g}, off A/A "
+                                 f"{aa:.3g}")
         ok = not diffs
-        detail = ("token ids and logprobs identical in " + ", ".join(arms) +
-                  f" at batch {', '.join(map(str, self.a.batches))} (16 greedy tokens)"
+        detail = ("token ids identical in " + ", ".join(arms) +
+                  f" at batch {', '.join(map(str, self.a.batches))} (16 greedy tokens); "
+                  + ("logprobs identical" if not notes else
+                     "logprobs identical where the off A/A's are; elsewhere "
+                     + "; ".join(notes))
                   if ok else "; ".join(diffs))
-        self.raw["equality"] = {"ok": ok, "detail": detail}
+        self.raw["equality"] = {"ok": ok, "detail": detail, "notes": notes}
         self.raw["checks"].append({"arm": "all", "check": "token ids identical",
                                    "ok": ok, "detail": detail})
 
@@ -701,19 +727,19 @@ class Run:
         cfg = reduced_config(SMALL_EXPERTS, SMALL_LAYERS)
         d = write_model_dir(cfg, self.out / "model-small")
         spec = self.spec(d, 0.15, cfg)
-        arms = {n: Arm(n, arm_section(n, self.out), spec, self.out)
-                for n in FAILURE_ARMS}
         reasons = {"bad-path": "cannot read schedule",
                    "lint-error": "lint error with device profile"}
-        try:
-            for n, arm in arms.items():
+        # one at a time: two engines profiling memory at once see each
+        # other's allocations ("No available memory for the cache blocks")
+        for n in FAILURE_ARMS:
+            arm = Arm(n, arm_section(n, self.out), spec, self.out)
+            try:
                 arm.ready_s = arm.wait("ready", START_NEXT_S)["seconds"]
                 r = arm.gen(batch=2, max_tokens=8)
                 self.raw["checks"].append({"arm": n, "check": "engine serves",
                                            "ok": r["n_out"] == 16,
                                            "detail": f"{r['n_out']} tokens"})
-        finally:
-            for n, arm in arms.items():
+            finally:
                 arm.stop()
                 self.record_arm(arm, expect_off=reasons[n])
 
