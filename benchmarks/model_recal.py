@@ -2,7 +2,12 @@
 with the device profile each result recorded (optionally a replacement
 profile), scored by the validation rules (docs/lint.md#validation).
 
-    python benchmarks/model_recal.py RESULT.json.gz [...] [--profile TOML] [--json OUT]
+    python benchmarks/model_recal.py RESULT.json.gz [...] [--profile TOML]
+        [--terms-from NAME] [--json OUT]
+
+``--terms-from NAME``: the recorded profile with the recalibration's two
+numbers (``fill_slowdown_scale``, ``set_aside_stream_slowdown``) taken from
+profile NAME (e.g. the shipped ``h200``), everything else as recorded.
 
 Only the uncalibrated lint (the out-of-sample prediction) is computed; this is
 the cheap part of `l2sched bench report`.
@@ -11,6 +16,7 @@ the cheap part of `l2sched bench report`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -33,11 +39,17 @@ def recorded_profile(d: dict):
         return load_device(str(p))
 
 
-def score(result: str, prof=None) -> dict:
+TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
+
+
+def score(result: str, prof=None, terms_from=None) -> dict:
     """Validation figures of ``result`` linted with ``prof`` (default: the
-    recorded profile)."""
+    recorded profile), with the ``TERMS`` of profile ``terms_from`` if
+    given."""
     d = read_json_file(result)
     prof = prof or recorded_profile(d)
+    if terms_from is not None:
+        prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     scheds = {a["name"]: arm_schedule(a) for a in d["arms"]
@@ -63,12 +75,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("results", nargs="+")
     ap.add_argument("--profile", default="")
+    ap.add_argument("--terms-from", default="")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     prof = load_device(a.profile) if a.profile else None
     out = {}
     for r in a.results:
-        v = score(r, prof)
+        v = score(r, prof, load_device(a.terms_from) if a.terms_from else None)
         out[r] = v
         print(f"{r}: agreement {v['verdict_agreement']:.0%}, median |err| "
               f"{v['median_abs_gain_err_us']:.1f} us, Spearman {v['spearman']:.2f}")
