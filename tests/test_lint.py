@@ -491,7 +491,14 @@ def test_item20_lint_prints_the_measured_result_beside_the_prediction(tmp_path, 
     assert "gain -2.55% at M=1" in line
     assert "benchmarks/results/h200x2-2026-11-29.md" in line
     # the predicted gain is the lint's with the shipped (measured) h200 profile
-    assert re.search(r"predicted \+\d+\.\d%; the prediction and the measurement disagree", line)
+    # since the recalibration on fit-proof-2a (docs/lint.md#validation) the
+    # model predicts a loss at M=1, as this 2-GPU run measured, and disagrees
+    # with the single-GPU run, which measured a small gain
+    assert re.search(r"predicted -\d+\.\d%$", line)
+    other = next(x for x in out.splitlines() if x.startswith("measured")
+                 and "h200-2026-11-29b" in x)
+    assert re.search(r"predicted -\d+\.\d%; the prediction and the measurement disagree",
+                     other)
     assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
                  "--tokens", "16", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -205,8 +205,8 @@ def add_cli(sub) -> None:
                         "A/A floors of benchmarks/results/h200-2026-12-01-validation-2.md)")
     p.add_argument("--set-aside", choices=("0", "max", "search"), default="0",
                    help="persisting-L2 set-aside of the fitted schedule: 0 (default: "
-                        "the model charges nothing for one, and one in force measured "
-                        "slower, docs/fit.md#caveats), max, or search (fit chooses)")
+                        "the model charges one only its measured expert-stream slowdown, "
+                        "and one in force measured slower, docs/fit.md#caveats), max, or search (fit chooses)")
     p.add_argument("--model-config", metavar="PATH",
                    help="HF config.json or model directory (default: the embedded "
                         "GLM-5.3-Flash config)")

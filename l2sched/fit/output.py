@@ -91,11 +91,12 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
     lines += _wrap("#   Fixed pessimism (ASSUMPTION, not measured):", fixed)
     lines.append(f"# Noise floor: {floor_source}.")
     if result.candidate is not None and result.candidate.set_aside == "max":
-        lines.append("# set_aside max: the model charges nothing for the reservation "
-                     "(prefill throughput; docs/fit.md#caveats).")
+        lines.append("# set_aside max: the model charges only the expert stream's measured "
+                     "slowdown for the reservation (l2.set_aside_stream_slowdown; not "
+                     "prefill throughput; docs/fit.md#caveats).")
     elif result.candidate is not None and not searched_set_aside:
-        lines.append("# set_aside 0: not searched (the model charges nothing for a "
-                     "set-aside; docs/fit.md#caveats).")
+        lines.append("# set_aside 0: not searched (the model charges a set-aside only "
+                     "its expert-stream slowdown; docs/fit.md#caveats).")
     lines.append(f"# Search: {result.evaluations[0]} evaluations on the "
                  f"{result.layers[0]}-layer surrogate, {result.evaluations[1]} on the "
                  "full model.")

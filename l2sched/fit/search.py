@@ -97,8 +97,8 @@ class FitOptions:
     ``model_config`` (None = the embedded GLM-5.3-Flash config),
     ``max_tokens`` of the schedule, and the persisting-L2 ``set_aside``:
     ``"0"`` (default) or ``"max"`` fixes it, ``"search"`` lets the search
-    choose. The default is 0 because the model charges nothing for a
-    set-aside while the one measurement with one in force shows the
+    choose. The default is 0 because the model charges a set-aside only the
+    expert stream's slowdown (``l2.set_aside_stream_slowdown``) while the one measurement with one in force shows the
     no-prefetch step 3.5-22% slower (benchmarks/results/
     h200-2026-12-01-fit-proof.md)."""
 

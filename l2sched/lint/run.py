@@ -86,8 +86,11 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     for sg in build_step_graphs(plan, inventory, adapter, tokens=tokens,
                                 top_k=top_k, n_experts=n_exp):
         progress.stage("simulating the step" + (" without prefetch" if sims else ""))
+        # the no-prefetch baseline reserves no set-aside (the bench's
+        # ``none`` arm does not)
         sim = simulate(sg, device, tp=schedule.tp, tokens=tokens, hidden=hidden,
-                       policy=schedule.policy, set_aside=schedule.set_aside,
+                       policy=schedule.policy,
+                       set_aside=0 if sims else schedule.set_aside,
                        measured=measured)
         sims.append((sg, sim))
     run = LintRun(schedule, inventory, plan, device, sims[0][0], sims[0][1],

@@ -14,9 +14,15 @@ Each node runs in phases, in order:
   own rate (``gemm_dram_gbps`` for GEMMs and the expert stream, the fill
   kernel's ``gbps`` for fills).
 
-A fill kernel with a ``slowdown`` slows the latency-bound kernels (small
-kernels, attention cores) that run while it reads device memory: their
-fixed phase advances at ``1 / (1 + slowdown)`` of real time.
+A fill kernel with a ``slowdown`` slows the main-stream kernels that run
+while it reads device memory (every one but collectives, which pay the
+kernel's ``allreduce_extra_us``, and the routed-expert stream, which shares
+``dram_read_gbps`` with it): each of their phases advances at ``1 / (1 +
+fill_slowdown_scale x slowdown)`` of its rate (``DeviceProfile``; the scale
+was calibrated on one H200 decode-step run, docs/lint.md#validation).
+
+A persisting-L2 set-aside slows the routed-expert stream's device-memory
+reads by ``DeviceProfile.set_aside_stream_factor``.
 
 A node starts when all predecessors finished plus the edge ``delay``; a
 same-stream edge between two kernels that both run adds the device's
@@ -124,6 +130,9 @@ def _share(caps: list[float], total: float) -> list[float]:
 
 #: Op classes whose fixed phase a concurrent fill's ``slowdown`` stretches.
 LATENCY_BOUND = ("small", "attention_core")
+#: Op classes a concurrent fill's ``slowdown`` does not stretch (see the
+#: module docstring); fills themselves neither.
+NOT_SLOWED = ("collective", "expert_stream", "join", "fill")
 
 
 def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
@@ -173,7 +182,9 @@ class _Simulation:
         index = {v: i for i, v in enumerate(self.ids)}
         n_nodes = len(self.ids)
         self.is_fill = [d["cls"] == "fill" for d in self.attrs]
-        self.latency_bound = [d["cls"] in LATENCY_BOUND for d in self.attrs]
+        self.slowed_by_fill = [d["cls"] not in NOT_SLOWED for d in self.attrs]
+        self.slow_scale = device.fill_slowdown_scale
+        self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
         # the kernel gap applies on a same-stream edge into an active kernel
         gap_us = device.kernel_gap_us
@@ -246,7 +257,7 @@ class _Simulation:
         elif cls == "expert_stream":
             nbytes = sum(r.hi - r.lo for r in d["reads"])
             t.read_bytes = nbytes
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, self.gemm_dram)]
+            out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, self.expert_dram)]
         elif cls in GEMM_CLASSES and d["reads"]:
             # resident bytes buy only their fill kernel's effect of the
             # cold -> hot gain
@@ -453,8 +464,9 @@ class _Simulation:
 
     def _rates(self) -> None:
         """The rate of every active phase: device-memory phases share the
-        bandwidth (water-filling); a latency-bound fixed phase slows under a
-        concurrent fill with a ``slowdown``."""
+        bandwidth (water-filling); a main-stream phase (``slowed_by_fill``)
+        runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of that rate
+        under a concurrent fill with a ``slowdown``."""
         active, bw_dram = self.active, self.bw_dram
         dram = [st for st in active.values() if st[3] == "dram"]
         if len(dram) == 1:
@@ -463,14 +475,15 @@ class _Simulation:
             for st, r in zip(dram, _share([st[5] for st in dram], bw_dram)):
                 st[6] = r
         slow = max((st[7].slowdown for st in dram if st[7] is not None), default=0.0)
-        if slow > 0:
-            for i, st in active.items():
-                if st[3] == "fixed" and self.latency_bound[i]:
-                    st[6] = 1.0 / (1.0 + slow)
-        else:
-            for i, st in active.items():
-                if st[3] == "fixed":
-                    st[6] = 1.0
+        factor = 1.0 / (1.0 + self.slow_scale * slow)
+        slowed = self.slowed_by_fill
+        for i, st in active.items():
+            if st[3] == "fixed":
+                st[6] = 1.0
+            elif st[3] == "l2":
+                st[6] = st[5]
+            if slow > 0 and slowed[i]:
+                st[6] *= factor
 
     def run(self) -> SimResult:
         """The event loop: start ready nodes, advance all active phases to the

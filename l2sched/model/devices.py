@@ -169,7 +169,17 @@ class DeviceProfile:
     ``FillMode`` (``[fill.MODE]`` tables; without a ``[fill.bulk]`` table the
     bulk mode is ``fill_gbps``/``fill_effect``/``fill_launch_us`` with
     ``DEFAULT_BULK_SHAPE``); ``fill_default`` is the mode a schedule that
-    names none gets (``[fill] default``, else ``bulk``)."""
+    names none gets (``[fill] default``, else ``bulk``).
+    ``fill_slowdown_scale`` (``latency.fill_slowdown_scale``, optional,
+    default 1): a main-stream op other than a collective or the expert
+    stream runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its rate
+    while a fill of kernel ``slowdown`` reads device memory (h200: calibrated
+    on benchmarks/results/h200-2026-12-01-fit-proof-2a.json.gz).
+    ``set_aside_stream_slowdown`` (``l2.set_aside_stream_slowdown``,
+    optional, default 0): the fraction by which the routed-expert stream's
+    device-memory reads are slower with ``set_aside_max_bytes`` reserved,
+    linear in the reserved bytes (h200: the same result's ``aside-max``
+    arm)."""
 
     name: str
     description: str
@@ -198,6 +208,8 @@ class DeviceProfile:
     ops: Mapping[tuple[str, str], OpTimes] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fill_slowdown_scale: float = 1.0
+    set_aside_stream_slowdown: float = 0.0
 
     @property
     def is_measured(self) -> bool:
@@ -227,6 +239,22 @@ class DeviceProfile:
         degrees = sorted(self.allreduce)
         pick = next((d for d in degrees if d >= tp), degrees[-1])
         return self.allreduce[pick].time_us(nbytes)
+
+    def reserved_bytes(self, set_aside: int) -> int:
+        """Bytes of L2 a schedule's ``set_aside`` (bytes, -1 = the device
+        maximum) reserves as persisting, whatever its policy."""
+        if set_aside < 0:
+            return self.set_aside_max_bytes
+        return min(max(0, set_aside), self.set_aside_max_bytes)
+
+    def set_aside_stream_factor(self, set_aside: int) -> float:
+        """Time factor (>= 1) of the routed-expert stream's device-memory
+        reads with ``set_aside`` reserved: ``1 + set_aside_stream_slowdown x
+        reserved / set_aside_max_bytes``; 1 without a reservation."""
+        if self.set_aside_max_bytes <= 0:
+            return 1.0
+        return 1.0 + self.set_aside_stream_slowdown * (
+            self.reserved_bytes(set_aside) / self.set_aside_max_bytes)
 
     def protected_bytes(self, set_aside: int, policy: str) -> int:
         """Bytes of filled lines that survive streaming traffic: the
@@ -284,7 +312,14 @@ _GPU_KEYS = ("names", "sm_count")
 #: Most SMs a profile may name (a sanity bound, like the others).
 MAX_SMS = 100_000
 #: Optional keys of the number tables, parsed apart (``_parse_measured_tables``).
-_OPTIONAL_KEYS = {"l2": ("effective_bytes",)}
+_OPTIONAL_KEYS = {"l2": ("effective_bytes", "set_aside_stream_slowdown"),
+                  "latency": ("fill_slowdown_scale",)}
+#: Optional numbers of the number tables (as ``_FIELDS``); absent = the
+#: ``DeviceProfile`` default.
+_OPTIONAL_FIELDS: dict[tuple[str, str], tuple[str, type, float, float, str]] = {
+    ("l2", "set_aside_stream_slowdown"): ("set_aside_stream_slowdown", float, 0, 100, ""),
+    ("latency", "fill_slowdown_scale"): ("fill_slowdown_scale", float, 0, 1000, ""),
+}
 #: Keys of a ``[fill.MODE]`` table: (type, low, high, unit); ``source`` is a
 #: string. Sanity bounds as for ``_FIELDS``.
 _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
@@ -687,6 +722,15 @@ def _parse_fields(raw: Mapping[str, Any], problems: _Problems, values: dict) -> 
         if not problems.in_range(section, key, v, low, high, unit):
             continue
         values[attr] = typ(v)
+    for (section, key), (attr, typ, low, high, unit) in _OPTIONAL_FIELDS.items():
+        sec = raw.get(section)
+        if not isinstance(sec, dict) or key not in sec:
+            continue
+        v = sec[key]
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            bad(section, key, f"expected a number, got {v!r}")
+        elif problems.in_range(section, key, v, low, high, unit):
+            values[attr] = float(v)
     l2, aside = values.get("l2_bytes"), values.get("set_aside_max_bytes")
     if l2 is not None and aside is not None and aside > l2:
         bad("l2", "set_aside_max_bytes", f"must not exceed l2.bytes ({l2}), "
