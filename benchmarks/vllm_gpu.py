@@ -82,6 +82,10 @@ ARMS = {
     "shipped": {"schedule": SHIPPED, "set": {"tp": "1"}},
     "copy": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "copy"}},
     "load": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "load"}},
+    "bulk": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "bulk"}},
+    # `l2sched fit` for the reduced model at TP1 on the h200 profile, written
+    # at run time (``fit_reduced``); the committed FITTED is for the full model
+    "fit": {"schedule": "fit.l2s"},
 }
 FAILURE_ARMS = {
     "bad-path": {"schedule": "schedules/no-such-schedule.l2s"},
@@ -172,9 +176,29 @@ def arm_section(name: str, out: Path) -> dict | None:
     if spec is None:
         return None
     sec = json.loads(json.dumps(spec))
-    sec["schedule"] = str(out / "missing.l2s") if name == "bad-path" else \
-        str(ROOT / sec["schedule"])
+    sec["schedule"] = (str(out / "missing.l2s") if name == "bad-path" else
+                       str(out / sec["schedule"]) if name == "fit" else
+                       str(ROOT / sec["schedule"]))
     return sec
+
+
+def fit_reduced(model_dir: Path, out: Path) -> dict:
+    """Run ``l2sched fit --device h200 --tp 1`` for the reduced model
+    (``model_dir/config.json``) into ``out/fit.l2s``, the ``fit`` arm's
+    schedule (the committed fitted schedule names tensors of the full
+    45-layer model's layer sequence). Returns ``{"windows": N, "summary":
+    the command's last stderr line, "command"}``; ``windows`` 0 is fit's
+    no-prefetch answer. Raises ``RuntimeError`` when fit fails."""
+    cmd = [sys.executable, "-m", "l2sched", "fit", "--device", "h200", "--tp", "1",
+           "--model-config", str(model_dir / "config.json"), "-o", str(out / "fit.l2s")]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"l2sched fit exited {r.returncode}: "
+                           f"{(r.stderr.strip().splitlines() or [''])[-1]}")
+    text = (out / "fit.l2s").read_text()
+    return {"windows": len(re.findall(r"^window ", text, flags=re.M)),
+            "summary": (r.stderr.strip().splitlines() or [""])[-1],
+            "command": shlex.join(["l2sched", *cmd[3:]])}
 
 
 # --------------------------------------------------------------------------
@@ -529,7 +553,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="~2 min: arms off,shipped; batches 1,16; 2 rounds; no failure arms")
     p.add_argument("--arms", help=f"comma list of {', '.join(ARMS)} "
-                   "(default off,shipped,load; quick: off,shipped)")
+                   "(default off,shipped,load; quick: off,shipped; fit: the schedule "
+                   "`l2sched fit` writes for the reduced model, skipped when it answers "
+                   "no prefetch)")
     p.add_argument("--batches", help="comma list (default 1,4,16,64; quick 1,16)")
     p.add_argument("--reps", type=int, help="interleaved rounds (default 5, quick 2)")
     p.add_argument("--tokens", type=int, default=72, help="long generate (tokens)")
@@ -767,9 +793,18 @@ class Run:
         model_dir = write_model_dir(cfg, out / "model")
         print(f"vllm_gpu: model {len(LAYERS)} layers x {n_exp} experts, "
               f"{weight_bytes(cfg) / 1e9:.1f} GB of weights per engine", flush=True)
+        names = list(a.arms)
+        if "fit" in names:
+            got = self.step("fit the reduced model", fit_reduced, model_dir, out)
+            self.raw["fit"] = got
+            if not got or not got["windows"]:
+                names.remove("fit")
+                self.raw["skipped"].append(
+                    "arm fit: " + (f"`{got['command']}` answered no prefetch ({got['summary']})"
+                                   if got else "l2sched fit failed"))
         arms: dict = {}
         try:
-            started = self.step("start engines", self.start, a.arms,
+            started = self.step("start engines", self.start, names,
                                 self.spec(model_dir, a.util, cfg), arms)
             if started:
                 self.step("token equality", self.equality, arms)

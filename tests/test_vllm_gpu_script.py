@@ -166,7 +166,7 @@ def _rank_scenario(ctx):
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        for arm in ("shipped", "copy", "load", "bad-path", "lint-error"):
+        for arm in ("shipped", "copy", "load", "bulk", "bad-path", "lint-error"):
             sec = dict(vg.arm_section(arm, Path(d)), backend="dry-run")
             ctx.vllm_config.additional_config = {"l2sched": sec}
             records.clear()
@@ -202,7 +202,7 @@ def test_reduced_model_builds_and_schedules_compile():
         "Glm5NextLinearAttention+Glm5NextMoE"] * 2 + [
         "Glm5NextMLAAttention+Glm5NextMoE"] + ["Glm5NextLinearAttention+Glm5NextMoE"] * 2
     assert abs(r["param_bytes"] - vg.weight_bytes(cfg)) < 2**20
-    for arm in ("shipped", "copy", "load"):
+    for arm in ("shipped", "copy", "load", "bulk"):
         lines = r["logs"][arm]
         summary = [ln for ln in lines if "installed" in ln]
         assert len(summary) == 1, lines
@@ -293,3 +293,16 @@ def test_orchestration_with_a_fake_engine(tmp_path, monkeypatch):
 def test_logprob_difference():
     assert vg._max_logprob_diff([[-1.0, -2.0], [-0.5]], [[-1.0, -2.25], [-0.5]]) == 0.25
     assert vg._max_logprob_diff([], []) == 0.0
+
+
+def test_fit_arm_for_the_reduced_model(tmp_path):
+    """The ``fit`` arm's schedule is fitted for the reduced model at TP1 (6
+    layers, no all-reduces to hide fills in): on the h200 profile the best
+    candidate's lower bound is a few us, below the noise floor, so fit
+    answers no prefetch and the run says so instead of starting the arm."""
+    cfg = vg.reduced_config(vg.experts_that_fit(H200_BYTES, 0.44))
+    d = vg.write_model_dir(cfg, tmp_path / "model")
+    got = vg.fit_reduced(d, tmp_path)
+    assert got["windows"] == 0 and "NO PREFETCH" in got["summary"]
+    assert "--tp 1 --model-config" in got["command"]
+    assert vg.arm_section("fit", tmp_path)["schedule"] == str(tmp_path / "fit.l2s")
