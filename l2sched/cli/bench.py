@@ -1,4 +1,4 @@
-"""``l2sched bench run|report|tp|tp-report``: the H200 stand-in benchmark of
+"""``l2sched bench run|report|kernel|tp|tp-report|calibrate``: the H200 stand-in benchmark of
 a GLM-5.3-Flash decode step (``l2sched.bench``). Options are validated
 before torch is imported or ranks are spawned."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from l2sched.bench import read_text_file
+from l2sched.bench import read_json_file, read_text_file
 from l2sched.bench.options import (
     kernel_arguments,
     run_arguments,
@@ -150,6 +150,43 @@ def cmd_tp_report(args) -> int:
         return 1
 
 
+def cmd_calibrate(args) -> int:
+    """``bench calibrate``: fit the two decode-step terms from one result and
+    write the calibrated profile (atomically); exit 1 for an unusable result,
+    profile or output path."""
+    _check_outputs(args.out)
+    from l2sched.bench import calibrate_model as cm
+    from l2sched.files import write_text_atomically
+
+    try:
+        d = read_json_file(args.result)
+        text, source = cm.profile_text(d, args.profile)
+        cal = cm.calibrate(args.result, args.profile,
+                           progress=lambda line: print(f"l2sched bench calibrate: {line}",
+                                                       file=sys.stderr, flush=True))
+        out = cm.calibrated_profile_text(text, source, cal, args.result)
+    except L2sError as e:
+        print(f"l2sched bench calibrate: {e}", file=sys.stderr)
+        return 1
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        print(f"l2sched bench calibrate: {args.result}: not a usable `l2sched bench run "
+              f"--perturbations` result ({type(e).__name__}: {e})", file=sys.stderr)
+        return 1
+    write_text_atomically(args.out, out)
+    aside = cal["set_aside"]
+    print(f"fill_slowdown_scale = {cal['scale']:g} (least median |error| on the grid "
+          f"{cal['scan'][0][0]:g}..{cal['scan'][-1][0]:g})")
+    print("set_aside_stream_slowdown = " + (f"{aside[0]:.4g} (arm {aside[1]})" if aside
+                                            else "unchanged (no arm with a set-aside)"))
+    for label in ("before", "after"):
+        v = cal[label]
+        print(f"{label}: agreement {v['verdict_agreement']:.0%}, median |error| "
+              f"{v['median_abs_gain_err_us']:.1f} us, Spearman {v['spearman']:.2f} "
+              f"({v['n']} arm x M pairs; in sample: judge it on another run)")
+    print(f"wrote {args.out}")
+    return 0
+
+
 def add_cli(subparsers) -> None:
     """Register ``l2sched bench`` (``run``/``report``) on ``subparsers``."""
     p = subparsers.add_parser("bench", help="H200 stand-in benchmark of a decode step")
@@ -179,3 +216,11 @@ def add_cli(subparsers) -> None:
                      help="markdown of a `bench tp` result; optionally fit the "
                           "all-reduce model into a device profile")
     tp_report_arguments(tr)
+    c = add_command(sub, "calibrate", cmd_calibrate,
+                    help="fit latency.fill_slowdown_scale and l2.set_aside_stream_slowdown "
+                         "of a device profile from one `bench run --perturbations` result")
+    c.add_argument("result", help="`bench run` result JSON (.gz allowed)")
+    c.add_argument("--profile", default="", metavar="NAME_OR_PATH",
+                   help="profile to start from (default: the one the result recorded)")
+    c.add_argument("--out", required=True, metavar="PROFILE.toml",
+                   help="the calibrated profile (written atomically)")

@@ -1,0 +1,165 @@
+"""``l2sched bench calibrate``: the two decode-step terms of a device
+profile that no single-kernel probe of ``l2sched profile`` measures, fitted
+from ONE ``bench run --perturbations`` result (docs/lint.md#validation):
+
+* ``latency.fill_slowdown_scale``: a main-stream op runs at ``1 / (1 +
+  scale x fill.MODE.slowdown)`` of its rate while a fill reads device
+  memory. Chosen on the grid ``SCALE_GRID`` as the value with the smallest
+  median |predicted - measured gain| over the result's schedule arms and M
+  (ties: the smaller value).
+* ``l2.set_aside_stream_slowdown``: the routed-expert stream's slowdown
+  with the maximum persisting-L2 set-aside reserved: the median over M of
+  (expert-stream time of the arm with a set-aside / the ``none`` arm's) -
+  1, divided by the reserved fraction of the maximum. Kept as it is when
+  the result has no arm with a set-aside.
+
+The result is calibration for that run: judge the calibrated profile on
+another run (``bench report`` of a later result, or
+``benchmarks/model_recal.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+from l2sched.bench import read_json_file
+from l2sched.bench.arms import arm_schedule
+from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
+from l2sched.bench.verdicts import is_schedule_arm
+from l2sched.errors import L2sInputError
+from l2sched.lint import run_lint
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device, profile_path
+from l2sched.model.inventory import analytical_inventory
+
+#: The scale values tried (1, 1.5, ..., 8): the grid of the recalibration
+#: of 2026-12-01 (docs/lint.md#validation).
+SCALE_GRID = tuple(1 + 0.5 * i for i in range(15))
+
+
+def recorded_profile(d: dict, fallback: str = "h200"):
+    """The device profile recorded in result ``d`` (``device_profile_toml``),
+    else the profile ``fallback`` names."""
+    if not d.get("device_profile_toml"):
+        return load_device(fallback)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "recorded.toml"
+        p.write_text(d["device_profile_toml"], encoding="utf-8")
+        return load_device(str(p))
+
+
+def gain_rows(d: dict, prof) -> list[dict]:
+    """Predicted (uncalibrated lint with ``prof``) and measured step-time
+    gain (us, + = faster) of every schedule arm of result ``d`` per M, with
+    the A/A noise floor (us): the rows ``validation.validate`` takes."""
+    cfg = load_model_config(None)
+    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    scheds = {a["name"]: arm_schedule(a) for a in d["arms"]
+              if a["path"] and is_schedule_arm(a)}
+    rows = []
+    for M, m in d["per_m"].items():
+        arms = m["arms"]
+        if AA_ARM not in arms:
+            raise L2sInputError(f"the result has no {AA_ARM!r} arm (run bench run with "
+                                "--perturbations or --validation)")
+        floor = aa_noise_floor(arms["none"]["graph_step_us_all"],
+                               arms[AA_ARM]["graph_step_us_all"])
+        none = arms["none"]["graph_step_us"]["median"]
+        for name, sched in scheds.items():
+            if name in arms:
+                lr = run_lint(sched, inv, device=prof, tokens=int(M), model_config=cfg)
+                rows.append({"arm": name, "M": int(M), "floor_us": floor,
+                             "pred_gain_us": lr.step_period("base") - lr.step_period("sim"),
+                             "meas_gain_us": none - arms[name]["graph_step_us"]["median"]})
+    return rows
+
+
+def set_aside_slowdown(d: dict, prof) -> tuple[float, str] | None:
+    """``(slowdown, arm)``: the expert stream's slowdown per maximum
+    set-aside measured by the first arm of result ``d`` whose schedule
+    reserves one (module docstring), or None when no arm does."""
+    for a in d["arms"]:
+        if not a["path"]:
+            continue
+        aside = arm_schedule(a).set_aside
+        if aside == 0 or prof.set_aside_max_bytes <= 0:
+            continue
+        frac = 1.0 if aside < 0 else min(aside, prof.set_aside_max_bytes) / \
+            prof.set_aside_max_bytes
+        ratios = [m["arms"][a["name"]]["expert_stream_us"]["median"]
+                  / m["arms"]["none"]["expert_stream_us"]["median"] - 1
+                  for m in d["per_m"].values() if a["name"] in m["arms"]]
+        if ratios:
+            return statistics.median(ratios) / frac, a["name"]
+    return None
+
+
+def calibrate(result: str, profile: str = "", progress=None) -> dict:
+    """Fit the two terms from ``result`` (a ``bench run`` JSON, ``.gz``
+    allowed). ``profile``: the profile to start from (name or TOML path;
+    default: the one the result recorded). Returns ``{"scale", "scan":
+    [(scale, median |error| us)], "set_aside": (slowdown, arm) or None,
+    "before", "after"}`` (``before``/``after``: ``validate`` of the result
+    with the starting and the calibrated terms). ``progress``: called with
+    a line per grid value. Raises ``L2sInputError`` for a result without an
+    A/A arm."""
+    d = read_json_file(result)
+    base = load_device(profile) if profile else recorded_profile(d)
+    aside = set_aside_slowdown(d, base)
+    start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base
+    scan = []
+    for s in SCALE_GRID:
+        v = validate(gain_rows(d, dataclasses.replace(start, fill_slowdown_scale=s)))
+        scan.append((s, v["median_abs_gain_err_us"]))
+        if progress is not None:
+            progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
+    best = min(scan, key=lambda x: (x[1], x[0]))[0]
+    return {"scale": best, "scan": scan, "set_aside": aside,
+            "before": validate(gain_rows(d, base)),
+            "after": validate(gain_rows(d, dataclasses.replace(start,
+                                                               fill_slowdown_scale=best)))}
+
+
+def _set_number(text: str, table: str, key: str, value: float, path: str) -> str:
+    """``text`` with ``key = NUMBER`` inside ``[table]`` set to ``value``
+    (added at the table's end when missing); raises ``L2sInputError`` when
+    the profile has no ``[table]``."""
+    m = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    if m is None:
+        raise L2sInputError(f"{path}: no [{table}] table (docs/devices.md)")
+    line = f"{key} = {value:.4g}"
+    body, n = re.subn(rf"^{key}\s*=.*$", line, m.group(1), count=1, flags=re.M)
+    if not n:
+        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
+    return text[:m.start(1)] + body + text[m.end(1):]
+
+
+def profile_text(d: dict, profile: str = "") -> tuple[str, str]:
+    """``(TOML text, where it came from)`` of the starting profile:
+    ``profile`` (name or path), else the copy result ``d`` recorded."""
+    if profile:
+        path = profile_path(profile)
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except OSError as e:
+            raise L2sInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not d.get("device_profile_toml"):
+        raise L2sInputError("the result records no device profile: give --profile")
+    return d["device_profile_toml"], "the profile recorded in the result"
+
+
+def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> str:
+    """Profile TOML ``text`` (from ``source``, for messages) with the
+    calibrated terms and a first comment line naming ``result``. Raises
+    ``L2sInputError`` when the profile lacks one of the fields."""
+    text = _set_number(text, "latency", "fill_slowdown_scale", cal["scale"], source)
+    if cal["set_aside"] is not None:
+        text = _set_number(text, "l2", "set_aside_stream_slowdown", cal["set_aside"][0],
+                           source)
+    which = "fill_slowdown_scale" + (" and set_aside_stream_slowdown"
+                                     if cal["set_aside"] else "")
+    return f"# {which} calibrated by `l2sched bench calibrate {result}`\n" + text
