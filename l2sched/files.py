@@ -84,8 +84,9 @@ def check_output_path(path, protect=()) -> tuple[str, str]:
     the same for every option: ``<empty>:1:1: cannot write: the output path
     is empty``, ``PATH:1:1: cannot write: is a directory`` (``.``, ``/``,
     ``dir/``), ``PATH:1:1: refusing to overwrite the input file P`` for one
-    of ``protect``, or ``PATH:1:1: cannot write: REASON`` (a symlink loop, a
-    name too long)."""
+    of ``protect``, ``PATH:1:1: cannot write: no such directory D`` / ``...
+    directory D is not writable``, or ``PATH:1:1: cannot write: REASON`` (a
+    symlink loop, a name too long)."""
     shown = os.fspath(path) if path is not None else ""
     if not shown:
         raise _error("<empty>", "cannot write: the output path is empty")
@@ -103,6 +104,11 @@ def check_output_path(path, protect=()) -> tuple[str, str]:
                 raise _error(shown, f"refusing to overwrite the input file {p}")
         if os.path.isdir(target):
             raise _error(shown, "cannot write: is a directory")
+        parent = os.path.dirname(target) or "."
+        if not os.path.isdir(parent):
+            raise _error(shown, f"cannot write: no such directory {parent}")
+        if not os.access(parent, os.W_OK):  # also a read-only file system
+            raise _error(shown, f"cannot write: directory {parent} is not writable")
     except OSError as e:  # a symlink loop, a name too long, ...
         raise _error(shown, f"cannot write: {e.strerror or e}") from None
     return shown, target

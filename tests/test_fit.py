@@ -283,6 +283,9 @@ def test_estimate_profile_header_says_unverified(tmp_path, capsys):
     (["--device", "sm120-rtx-pro-6000-maxq", "--kernel", "copy"],
      "--kernel copy: device profile sm120-rtx-pro-6000-maxq has numbers for bulk only"),
     (["--device", "h200", "--tp", "0"], "--tp must be at least 1, got 0"),
+    (["--device", "h200", "--tokens", "1,,4"], "--tokens takes comma-separated numbers"),
+    (["--device", "h200", "--tokens", "1,300"],
+     "--tokens 300: above the fitted schedule's max_tokens 256"),
 ])
 def test_bad_options_are_one_line_usage_errors(argv, message, capsys):
     code, _, err = run("fit", *argv, capsys=capsys)
@@ -336,3 +339,57 @@ def test_set_aside_is_zero_unless_asked(quick_h200, tmp_path, capsys):
     assert "--set-aside max" in text
     for m in (1, 64):
         assert run("lint", str(out), "--tokens", str(m), capsys=capsys)[0] == 0
+
+
+def test_output_path_is_checked_before_the_search(tmp_path, capsys):
+    """An unusable -o fails at once with one line, exit 1 (not after the
+    search, and not by writing to stdout for an empty path)."""
+    import time
+    for out, msg in (("", "<empty>:1:1: cannot write: the output path is empty"),
+                     (str(tmp_path / "no" / "f.l2s"),
+                      f"cannot write: no such directory {tmp_path / 'no'}")):
+        t0 = time.monotonic()
+        code, stdout, err = run("fit", "--device", "h200", "-o", out, capsys=capsys)
+        assert code == 1 and stdout == "" and msg in err, err
+        assert time.monotonic() - t0 < 5
+
+
+def test_own_profile_is_named_by_its_path(tmp_path, capsys):
+    """A measured profile of a box (any name) is fitted for, and the fitted
+    schedule names that file relative to itself, so check, lint and the
+    plugin use the measured numbers, not a shipped profile's."""
+    box = tmp_path / "my-box.toml"
+    box.write_text((DEVICES_DIR / "h200.toml").read_text(encoding="utf-8").replace(
+        'name = "h200"', 'name = "mybox"'), encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "f.l2s"
+    code, _, _ = run("fit", "--device", str(box), "--quick", "--tokens", "1,64", "-q",
+                     "-o", str(out), capsys=capsys)
+    text = out.read_text(encoding="utf-8")
+    assert code == 0 and re.search(r'^device "\.\./my-box\.toml"$', text, flags=re.M)
+    assert "# Fitted for device profile mybox" in text
+    assert run("check", "-q", str(out), capsys=capsys)[0] == 0
+    assert run("lint", str(out), "--tokens", "1", capsys=capsys)[0] == 0
+
+
+def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path):
+    """SIGINT to the process group (a terminal's Ctrl-C) during the search:
+    one line, exit 130, no output file, no temporary file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "f.l2s"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "l2sched", "fit", "--device", "h200", "--jobs", "2",
+         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL), os.setsid()))
+    time.sleep(4)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "l2sched fit: interrupted"
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

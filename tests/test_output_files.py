@@ -128,6 +128,8 @@ OUTPUT_OPTIONS = {
     "bench tp-report --update-profile": (["bench", "tp-report", "r.json",
                                           "--update-profile"], []),
     "docs hooks --file": (["docs", "hooks", "--file"], []),
+    "fit -o": (["fit", "--device", "h200", "-o"], []),
+    "bench calibrate --out": (["bench", "calibrate", "r.json", "--out"], []),
 }
 
 
@@ -136,6 +138,7 @@ OUTPUT_OPTIONS = {
     (".", ".:1:1: cannot write: is a directory"),
     ("/", "/:1:1: cannot write: is a directory"),
     ("", "<empty>:1:1: cannot write: the output path is empty"),
+    ("no/x.out", "no/x.out:1:1: cannot write: no such directory {tmp}/no"),
 ])
 def test_item12_output_options_refuse_a_directory_or_empty_path(
         option, path, message, tmp_path, monkeypatch, capsys):
@@ -147,5 +150,5 @@ def test_item12_output_options_refuse_a_directory_or_empty_path(
     before, after = OUTPUT_OPTIONS[option]
     assert main(before + [path] + after) == 1
     err = capsys.readouterr().err
-    assert err == message + "\n", err
+    assert err == message.format(tmp=os.path.realpath(tmp_path)) + "\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -13,15 +13,17 @@ import time
 
 from l2sched.cli.options import add_command, model_config_arg
 from l2sched.errors import L2sInputError, L2sUsageError
-from l2sched.files import write_texts_atomically
+from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.units import FILL_MODES
 
 
 def _numbers(opt: str, text: str, kind=float) -> list:
     """The comma-separated numbers of option ``opt``; ``L2sUsageError``
     naming the option for anything else."""
+    if any(not x.strip() for x in text.split(",")):
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
     try:
-        vals = [kind(x) for x in text.split(",") if x.strip()]
+        vals = [kind(x) for x in text.split(",")]
     except ValueError:
         raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}") from None
     if not vals:
@@ -41,6 +43,9 @@ def parse_options(args):
     if min(tokens) < 1 or tokens != sorted(set(tokens)):
         raise L2sUsageError(f"--tokens must be increasing whole numbers >= 1, got "
                             f"{args.tokens!r}")
+    if max(tokens) > FitOptions.max_tokens:
+        raise L2sUsageError(f"--tokens {max(tokens)}: above the fitted schedule's "
+                            f"max_tokens {FitOptions.max_tokens} (no fill runs there)")
     weights = None
     if args.weights is not None:
         weights = _numbers("--weights", args.weights)
@@ -68,11 +73,13 @@ def parse_options(args):
 
 
 def load_profile(arg: str, kernel: str | None):
-    """The device profile ``--device`` names. Raises ``L2sUsageError``
-    for an unknown profile name, a profile whose name is not a shipped
-    profile (the fitted schedule's ``device`` line must name one) or a
-    ``--kernel`` the profile has no numbers for; ``L2sInputError`` for a
-    profile file with errors."""
+    """The device profile ``--device`` names (a shipped name or a ``.toml``
+    path) and the fitted schedule's ``device`` value: None for a shipped
+    name, else the profile file's absolute path (the schedule then names
+    that file, not the shipped profile of the same name). Raises
+    ``L2sUsageError`` for an unknown profile name or a ``--kernel`` the
+    profile has no numbers for; ``L2sInputError`` for a profile file with
+    errors."""
     from l2sched.model.devices import device_names, load_device, profile_path
 
     try:
@@ -82,14 +89,11 @@ def load_profile(arg: str, kernel: str | None):
     if not path.is_file():
         raise L2sUsageError(f"--device {arg}: no such device profile file")
     device = load_device(arg)
-    if device.name not in device_names():
-        raise L2sUsageError(f"--device {arg}: profile name {device.name!r} is not a "
-                            f"shipped device profile ({', '.join(device_names())}); "
-                            "a schedule's device line can only name one")
     if kernel is not None and kernel not in device.fill_modes:
         raise L2sUsageError(f"--kernel {kernel}: device profile {device.name} has "
                             f"numbers for {', '.join(sorted(device.fill_modes))} only")
-    return device
+    ref = None if arg in device_names() else os.path.abspath(path)
+    return device, ref
 
 
 def command_line(args, opts) -> str:
@@ -159,28 +163,40 @@ def cmd_fit(args) -> int:
     """Fit, write the schedule (``-o``, atomically; else stdout) and print
     the per-M prediction on stderr."""
     opts = parse_options(args)
-    device = load_profile(args.device, args.kernel)
+    if args.output is not None:
+        check_output_path(args.output)  # before the search, not after it
+    device, ref = load_profile(args.device, args.kernel)
+    import dataclasses
+
     from l2sched.fit import Search, fit_text
 
     progress = _Progress(args.quiet)
     t0 = time.monotonic()
     try:
-        search = Search(device, opts, progress)
+        search = Search(device, dataclasses.replace(opts, device_ref=ref), progress)
         result = search.run()
     finally:
         progress.stop()
+    if ref is not None and args.output is not None:
+        # the written file names the profile relative to itself
+        search.opts = dataclasses.replace(search.opts, device_ref=os.path.relpath(
+            ref, os.path.dirname(os.path.abspath(args.output))))
     text = fit_text(result, search, device_arg=args.device,
                     command=command_line(args, opts),
                     name=_name(args.output, device, opts.tp))
-    if args.output:
+    if args.output is not None:
         write_texts_atomically([(args.output, text)])
     else:
         sys.stdout.write(text)
     if not args.quiet:
-        what = "NO PREFETCH" if result.candidate is None else \
-            f"{sum(len(c.links) for c in result.candidate.chains)} windows"
-        print(f"l2sched fit: {what}; objective {result.objective:+.1f} us (lower "
-              f"bound, weighted) vs noise floor {result.floor:.1f} us; "
+        if result.candidate is None:
+            best = ("no candidate had a lower bound" if result.best_rejected is None else
+                    f"best lower bound {result.best_rejected:+.1f} us (weighted)")
+            what = f"NO PREFETCH; {best}"
+        else:
+            what = (f"{sum(len(c.links) for c in result.candidate.chains)} windows; "
+                    f"objective {result.objective:+.1f} us (lower bound, weighted)")
+        print(f"l2sched fit: {what} vs noise floor {result.floor:.1f} us; "
               f"{time.monotonic() - t0:.1f} s"
               + (f"; wrote {args.output}" if args.output else ""), file=sys.stderr)
     return 0

@@ -90,3 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, none half-done
+        print(f"{args.prog}: interrupted", file=sys.stderr)
+        return 130

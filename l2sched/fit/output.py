@@ -60,18 +60,27 @@ def profile_line(device, device_arg: str) -> list[str]:
 
 
 def header_lines(result, device, device_arg: str, command: str, tp: int,
-                 floor_source: str, searched_set_aside: bool = True) -> list[str]:
+                 floor_source: str, searched_set_aside: bool = True,
+                 model_label: str = "GLM-5.3-Flash (glm5next)",
+                 set_aside_asked: str = "0") -> list[str]:
     """The comment lines above the fitted schedule; ``searched_set_aside``:
-    whether the search chose the set-aside (``--set-aside search``)."""
-    lines = [f"# GLM-5.3-Flash (glm5next) TP{tp} weight-prefetch schedule written by "
+    whether the search chose the set-aside (``--set-aside search``);
+    ``model_label``: the model fitted for; ``set_aside_asked``: the
+    ``--set-aside`` value."""
+    lines = [f"# {model_label} TP{tp} weight-prefetch schedule written by "
              "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
     if result.candidate is None:
-        best = ("no candidate was feasible" if result.best_rejected is None else
+        best = ("every candidate was infeasible or lost more than the noise floor at "
+                "some M" if result.best_rejected is None else
                 f"the best candidate's lower bound was {result.best_rejected:+.1f} us")
         lines += ["# NO PREFETCH: no candidate's lower-bound gain beat the noise floor "
                   f"({result.floor:.1f} us);",
                   f"# {best}. This schedule has no windows: decode runs as without "
-                  "l2sched.", "#"]
+                  "l2sched."]
+        if set_aside_asked == "max":
+            lines.append("# --set-aside max was asked; without windows nothing is "
+                         "reserved (set_aside 0).")
+        lines.append("#")
     lines += [f"# Predicted decode-step time gain (us, + = faster; the lint's model on "
               f"the full {result.layers[1]}-layer step):",
               "#   M     weight  median    lower bound  noise floor"]
@@ -112,6 +121,9 @@ def fit_text(result, search, *, device_arg: str, command: str, name: str,
     body = search.text(cand, name)
     src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
                            "the nearest measured M")
+    label = ("GLM-5.3-Flash (glm5next)" if search.opts.model_config is None else
+             "glm5next model of the --model-config file")
     head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
-                        searched_set_aside=search.opts.set_aside == "search")
+                        searched_set_aside=search.opts.set_aside == "search",
+                        model_label=label, set_aside_asked=search.opts.set_aside)
     return format_text("\n".join(head) + "\n" + body)

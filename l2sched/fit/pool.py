@@ -9,6 +9,7 @@ fitted file is byte-identical with ``--jobs 1`` and ``--jobs 4``).
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from concurrent.futures import ProcessPoolExecutor
 
 from l2sched.fit.evaluate import Evaluator
@@ -18,6 +19,9 @@ _WORKER: Evaluator | None = None
 
 def _init(args: tuple, kwargs: dict) -> None:
     global _WORKER
+    # Ctrl-C reaches the whole process group: the parent reports it once,
+    # the workers stop quietly when it shuts the pool down
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER = Evaluator(*args, **kwargs)
 
 
@@ -64,5 +68,5 @@ class BatchEvaluator:
     def close(self) -> None:
         """Stop the worker processes."""
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.shutdown(cancel_futures=True)
             self.pool = None

@@ -100,7 +100,9 @@ class FitOptions:
     choose. The default is 0 because the model charges a set-aside only the
     expert stream's slowdown (``l2.set_aside_stream_slowdown``) while the one measurement with one in force shows the
     no-prefetch step 3.5-22% slower (benchmarks/results/
-    h200-2026-12-01-fit-proof.md)."""
+    h200-2026-12-01-fit-proof.md). ``device_ref``: the schedule's
+    ``device`` value, a profile file's path (None = the profile's shipped
+    name)."""
 
     tp: int = 4
     tokens: tuple[int, ...] = (1, 4, 16, 64)
@@ -112,6 +114,7 @@ class FitOptions:
     model_config: dict | None = None
     max_tokens: int = 256
     set_aside: str = "0"
+    device_ref: str | None = None
 
     def weight(self, m: int) -> float:
         """The weight of M = ``m``."""
@@ -201,7 +204,8 @@ class Search:
     def tree(self, cand: Candidate, name: str = "fit"):
         """The candidate's parsed schedule file (``space.candidate_tree``)."""
         return candidate_tree(cand, self.streams, name=name, model=MODEL,
-                              device=self.device.name, tp=self.opts.tp,
+                              device=self.opts.device_ref or self.device.name,
+                              tp=self.opts.tp,
                               max_tokens=self.opts.max_tokens)
 
     def text(self, cand: Candidate, name: str = "fit") -> str:

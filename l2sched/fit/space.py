@@ -288,7 +288,10 @@ def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str
         return n.Setting(n.Name(key), value)
 
     items: list = [
-        setting("model", n.Name(model)), setting("device", n.Name(device)),
+        setting("model", n.Name(model)),
+        # a profile file is a quoted path (relative to the schedule file)
+        setting("device", n.StringValue(device) if device.endswith(".toml")
+                else n.Name(device)),
         setting("tp", n.Size(str(tp), "")), setting("ep", n.Name("off")),
         setting("max_tokens", n.Size(str(max_tokens), "")),
         setting("policy", n.Name(candidate.policy)),
