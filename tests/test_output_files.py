@@ -152,3 +152,12 @@ def test_item12_output_options_refuse_a_directory_or_empty_path(
     err = capsys.readouterr().err
     assert err == message.format(tmp=os.path.realpath(tmp_path)) + "\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_model_config_not_utf8_is_one_clean_line(tmp_path, capsys):
+    """A binary --model-config names the byte, like a .l2s file does, not
+    Python's codec message."""
+    p = tmp_path / "bin.json"
+    p.write_bytes(b'{"a": 1, \x80}')
+    assert main(["inventory", "--model-config", str(p)]) == 1
+    assert capsys.readouterr().err == f"{p}: not UTF-8 text (byte 0x80 at offset 9)\n"

@@ -456,7 +456,7 @@ def test_budget_above_one_terabyte_is_an_error():
     msg, line, col = one(HEAD + "window A at layer.entry budget "
                          "1000000000000000000000000000000B\n")
     assert msg == ("budget 1000000000000000000000000000000B is larger than any "
-                   "device memory (at most 1 TB = 10^12 B)") and (line, col) == (5, 32)
+                   "device memory (at most 1000GB = 10^12 B)") and (line, col) == (5, 32)
     assert load(HEAD + "window A at layer.entry budget 1000GB\n").windows[0].budget \
         == 10**12
     assert "larger than any device memory" in one(HEAD + "set_aside 2000GB\n")[0]

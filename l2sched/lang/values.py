@@ -43,7 +43,7 @@ def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
         return None
     if value > MAX_SIZE_BYTES:
         sink.error(f"{what} {size.text} is larger than any device memory (at most "
-                   f"1 TB = 10^12 B)", size.span)
+                   f"1000GB = 10^12 B)", size.span)
         return None
     return int(value)
 

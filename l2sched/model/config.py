@@ -200,7 +200,11 @@ def load_model_config(path: str | os.PathLike | None = None,
         except FileNotFoundError:
             what = "has no config.json" if file != shown else "no such file"
             raise L2sModelError(Diagnostic(what, Span.file(shown))) from None
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+        except UnicodeDecodeError as e:
+            raise L2sModelError(Diagnostic(
+                f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                Span.file(file))) from None
+        except (OSError, ValueError) as e:
             raise L2sModelError(Diagnostic(f"cannot read: {e}", Span.file(file))) from None
         shown = file
         # An editor's UTF-8 byte-order mark is not part of the text.

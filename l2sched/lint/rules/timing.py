@@ -255,9 +255,13 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
     elif code == "L2S105":
         fit = min(vals)
         span = window_span(w, "budget")
+        idle = slot.extra["idle_us"]
+        room = (f"{format_size(int(fit))} fit in {idle:.1f} us before {quoted}"
+                if idle > 0 else
+                f"none: it opens {-idle:.1f} us after {quoted} starts" if idle < 0 else
+                f"none: it opens as {quoted} starts")
         msg = (f"budget {format_size(w.budget)} of window '{wname}' is more than "
-               f"its idle window can absorb: {format_size(int(fit))} fit in "
-               f"{slot.extra['idle_us']:.1f} us before {quoted}; {layers}")
+               f"its idle window can absorb: {room}; {layers}")
         data["fit_bytes"] = int(fit)
     else:  # L2S106
         reads = slot.extra["reads"]
