@@ -283,6 +283,7 @@ def test_estimate_profile_header_says_unverified(tmp_path, capsys):
     (["--device", "sm120-rtx-pro-6000-maxq", "--kernel", "copy"],
      "--kernel copy: device profile sm120-rtx-pro-6000-maxq has numbers for bulk only"),
     (["--device", "h200", "--tp", "0"], "--tp must be at least 1, got 0"),
+    (["--device", "h200", "--tp", "3", "--quick"], "--tp 3: linear_head_dim*linear_num_heads"),
     (["--device", "h200", "--tokens", "1,,4"], "--tokens takes comma-separated numbers"),
     (["--device", "h200", "--tokens", "1,300"],
      "--tokens 300: above the fitted schedule's max_tokens 256"),

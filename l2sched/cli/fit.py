@@ -170,11 +170,15 @@ def cmd_fit(args) -> int:
 
     from l2sched.fit import Search, fit_text
 
+    from l2sched.model.inventory import TPSplitError
+
     progress = _Progress(args.quiet)
     t0 = time.monotonic()
     try:
         search = Search(device, dataclasses.replace(opts, device_ref=ref), progress)
         result = search.run()
+    except TPSplitError as e:  # --tp is an option: a usage error, exit 2
+        raise L2sUsageError(str(e.diagnostics[0].message)) from None
     finally:
         progress.stop()
     if ref is not None and args.output is not None:
