@@ -26,7 +26,6 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
@@ -52,14 +51,22 @@ def recorded_profile(d: dict, fallback: str = "h200"):
         return load_device(str(p))
 
 
-def gain_rows(d: dict, prof) -> list[dict]:
-    """Predicted (uncalibrated lint with ``prof``) and measured step-time
-    gain (us, + = faster) of every schedule arm of result ``d`` per M, with
-    the A/A noise floor (us): the rows ``validation.validate`` takes."""
+def lint_setup(d: dict) -> tuple:
+    """``(config, inventory, {arm: schedule})`` of result ``d``'s schedule
+    arms: what ``gain_rows`` lints with, built once per result."""
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     scheds = {a["name"]: arm_schedule(a) for a in d["arms"]
               if a["path"] and is_schedule_arm(a)}
+    return cfg, inv, scheds
+
+
+def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
+    """Predicted (uncalibrated lint with ``prof``) and measured step-time
+    gain (us, + = faster) of every schedule arm of result ``d`` per M, with
+    the A/A noise floor (us): the rows ``validation.validate`` takes.
+    ``setup``: ``lint_setup(d)`` when the caller lints ``d`` more than once."""
+    cfg, inv, scheds = setup or lint_setup(d)
     rows = []
     for M, m in d["per_m"].items():
         arms = m["arms"]
@@ -98,30 +105,28 @@ def set_aside_slowdown(d: dict, prof) -> tuple[float, str] | None:
     return None
 
 
-def calibrate(result: str, profile: str = "", progress=None) -> dict:
-    """Fit the two terms from ``result`` (a ``bench run`` JSON, ``.gz``
-    allowed). ``profile``: the profile to start from (name or TOML path;
-    default: the one the result recorded). Returns ``{"scale", "scan":
-    [(scale, median |error| us)], "set_aside": (slowdown, arm) or None,
-    "before", "after"}`` (``before``/``after``: ``validate`` of the result
-    with the starting and the calibrated terms). ``progress``: called with
-    a line per grid value. Raises ``L2sInputError`` for a result without an
-    A/A arm."""
-    d = read_json_file(result)
+def calibrate(d: dict, profile: str = "", progress=None) -> dict:
+    """Fit the two terms from ``d``, a ``bench run`` result (``read_json_file``).
+    ``profile``: the profile to start from (name or TOML path; default: the
+    one the result recorded). Returns ``{"scale", "scan": [(scale, median
+    |error| us)], "set_aside": (slowdown, arm) or None, "before", "after"}``
+    (``before``/``after``: ``validate`` of the result with the starting and
+    the calibrated terms). ``progress``: called with a line per grid value.
+    Raises ``L2sInputError`` for a result without an A/A arm."""
     base = load_device(profile) if profile else recorded_profile(d)
     aside = set_aside_slowdown(d, base)
     start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base
-    scan = []
+    setup = lint_setup(d)
+    scan, figures = [], {}
     for s in SCALE_GRID:
-        v = validate(gain_rows(d, dataclasses.replace(start, fill_slowdown_scale=s)))
-        scan.append((s, v["median_abs_gain_err_us"]))
+        figures[s] = validate(gain_rows(d, dataclasses.replace(start, fill_slowdown_scale=s),
+                                        setup))
+        scan.append((s, figures[s]["median_abs_gain_err_us"]))
         if progress is not None:
             progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
     best = min(scan, key=lambda x: (x[1], x[0]))[0]
     return {"scale": best, "scan": scan, "set_aside": aside,
-            "before": validate(gain_rows(d, base)),
-            "after": validate(gain_rows(d, dataclasses.replace(start,
-                                                               fill_slowdown_scale=best)))}
+            "before": validate(gain_rows(d, base, setup)), "after": figures[best]}
 
 
 def _set_number(text: str, table: str, key: str, value: float, path: str) -> str:

@@ -161,7 +161,7 @@ def cmd_calibrate(args) -> int:
     try:
         d = read_json_file(args.result)
         text, source = cm.profile_text(d, args.profile)
-        cal = cm.calibrate(args.result, args.profile,
+        cal = cm.calibrate(d, args.profile,
                            progress=lambda line: print(f"l2sched bench calibrate: {line}",
                                                        file=sys.stderr, flush=True))
         out = cm.calibrated_profile_text(text, source, cal, args.result)
