@@ -477,3 +477,25 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     assert f"all arms including kernel-mode arms: {sched_agree + ld['agree']}/3" in md
     assert "| load (kernel mode) | 1 |" in md
     assert f"| none | {o:.2f} / {G_US:.2f} / {C_PRE + C_POST:.2f} (" in md
+
+
+def test_recovered_share_uses_means_and_a_paired_interval():
+    """``bench kernel``'s recovered share: from the means of interleaved
+    rounds, with a bootstrap interval around it; None when the weight does
+    not fit the L2 hot; unequal rounds are an error."""
+    import random
+
+    from l2sched.bench.timing import recovered_share
+    rng = random.Random(3)
+    n = 300
+    drift = [rng.gauss(0, 0.5) for _ in range(n)]  # shared by a round's cases
+    cold = [10.0 + d + rng.gauss(0, 0.3) for d in drift]
+    hot = [8.5 + d + rng.gauss(0, 0.3) for d in drift]
+    after = [8.65 + d + rng.gauss(0, 0.3) for d in drift]  # 90% of the 1.5 us gap
+    got = recovered_share(cold, hot, after)
+    assert abs(got["share"] - 0.9) < 0.05
+    assert got["p5"] < got["share"] < got["p95"] and got["p95"] - got["p5"] < 0.15
+    assert recovered_share(cold, hot, after) == got  # seeded: reproducible
+    assert recovered_share(cold, cold, after) is None  # no gap: does not fit hot
+    with pytest.raises(ValueError, match="equal length"):
+        recovered_share(cold, hot, after[:-1])

@@ -16,8 +16,10 @@ the next fill would pay for):
   10^12 B/s).
 - ``gemm``: the real consumers: an M=8 bf16 GEMM over each weight shape of
   the GLM-5.3-Flash TP4 inventory (``--shapes``), cold, hot, and right after
-  a fill on the same stream (plus a sleep of 0 or 30 us); the share of the
-  cold->hot gap the fill recovers; outputs checked bitwise against cold.
+  a fill on the same stream (plus a sleep of 0 or 30 us), interleaved over
+  ``--consumer-rounds`` rounds; the share of the cold->hot gap the fill
+  recovers, from the means (``timing.recovered_share``); outputs checked
+  bitwise against cold.
 - ``interference``: a latency-bound chain (200 tiny kernels, replayed from
   a CUDA graph so the host does not set the pace) and a memory-bound chain
   (a 256 MiB read), alone and with a concurrent 50 MB fill of each variant
@@ -32,10 +34,10 @@ JSON records the machine and the command. Needs torch with CUDA and
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 
+from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, row_table, stats
 from l2sched.files import write_texts_atomically
 from l2sched.runtime import kernel as K
 
@@ -58,14 +60,6 @@ DEFAULT_VARIANTS = (
 DEFAULT_SHAPES = ((4096, 2048), (3584, 4096), (4096, 4096), (6144, 4096))
 
 
-def stats(xs: list[float]) -> dict:
-    """median, p10, p90 and n of ``xs``."""
-    s = sorted(xs)
-    n = len(s)
-    return {"median": statistics.median(s), "p10": s[int(0.1 * (n - 1))],
-            "p90": s[int(0.9 * (n - 1))], "n": n}
-
-
 def parse_variants(text: str) -> list[tuple[str, dict]]:
     """``LABEL=MODE[:key=value,...];...`` -> ``[(label, shape)]``, e.g.
     ``copy-66=copy:grid=66,stages=4``. Raises ``ValueError``."""
@@ -82,47 +76,6 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
     if not out:
         raise ValueError("--variants names no variant")
     return out
-
-
-class TimingBench:
-    """Flush, sleep and event timing on the current stream: ``flush()`` reads
-    1 GiB (an L2 flush that leaves no dirty lines), ``sleep(us)`` spins,
-    ``timed(setup, body)`` gives per-repetition times (us) of both."""
-
-    def __init__(self, torch, reps: int):
-        self.torch = torch
-        self.reps = reps
-        self.flush_buf = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
-        self.flush_out = torch.empty((), dtype=torch.float32, device="cuda")
-        props = torch.cuda.get_device_properties(0)
-        self.cycles_per_us = getattr(props, "clock_rate", 1980000) / 1e3
-
-    def flush(self):
-        self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
-
-    def sleep(self, us: float):
-        if us > 0:
-            self.torch.cuda._sleep(int(us * self.cycles_per_us))
-
-    def timed(self, setup, body, reps: int | None = None) -> tuple[list, list]:
-        """Per repetition: ``setup()``, then events around ``body()``;
-        returns the times (us) of setup and of body."""
-        torch = self.torch
-        evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)]
-               for _ in range(reps or self.reps)]
-        for e0, e1, e2 in evs:
-            # the host enqueues ahead of the GPU, so no launch gap lands
-            # inside a timed region
-            self.sleep(300)
-            e0.record()
-            if setup is not None:
-                setup()
-            e1.record()
-            body()
-            e2.record()
-        torch.cuda.synchronize()
-        return ([a.elapsed_time(b) * 1e3 for a, b, _ in evs],
-                [b.elapsed_time(c) * 1e3 for _, b, c in evs])
 
 
 _READ_KERNEL = []  # the Triton kernel, defined once (a new definition recompiles)
@@ -165,12 +118,6 @@ def dependent_read(torch, w, reverse: bool = False):
             "triton")
 
 
-def row_table(torch, t):
-    """One fill row covering tensor ``t`` (16-byte multiple)."""
-    n = t.numel() * t.element_size() // 16 * 16
-    return torch.tensor([[t.data_ptr(), n]], dtype=torch.int64, device="cuda")
-
-
 def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     """Fill time and landed bandwidth of ``kern`` for ``size`` bytes."""
     torch = b.torch
@@ -182,9 +129,14 @@ def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     _, cold = b.timed(b.flush, read)
     _, hot = b.timed(read, read)
     _, exit_t = b.timed(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h))
+    # the same with the fill's table row read into L2 first: how much of
+    # the fixed cost is the kernel's first (dependent) read of its table
+    _, exit_hot_table = b.timed(lambda: (b.flush(), tab.sum()),
+                                lambda: kern.launch(tab.data_ptr(), 0, 1, h))
     c, hh = stats(cold)["median"], stats(hot)["median"]
     res = {"bytes": size, "read": read_kind, "cold_read_us": stats(cold),
            "hot_read_us": stats(hot), "launch_to_exit_us": stats(exit_t),
+           "launch_to_exit_table_hot_us": stats(exit_hot_table),
            "exit_TBps": size / (stats(exit_t)["median"] * 1e-6) / 1e12,
            "delays": [], "landed": None}
     for d in delays:
@@ -203,32 +155,19 @@ def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     return res
 
 
-def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30)) -> dict:
-    """An M=8 GEMM over an (n, k) bf16 weight: cold, hot, after a fill."""
+def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
+               rounds: int | None = None) -> dict:
+    """An M=8 GEMM over an (n, k) bf16 weight: cold, hot and after a fill
+    (then a wait of each ``sleeps`` us), interleaved over ``rounds``
+    (``after_fill``)."""
     torch = b.torch
-    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-    x = torch.randn(8, k, dtype=torch.bfloat16, device="cuda")
-    y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
-    tab = row_table(torch, w)
-    h = torch.cuda.current_stream().cuda_stream
-
-    def mm():
-        torch.mm(x, w.t(), out=y)
-    mm()
+    mm, w, y = gemm_consumer(torch, n, k)
     torch.cuda.synchronize()
     ref = y.clone()
-    _, cold = b.timed(b.flush, mm)
-    _, hot = b.timed(mm, mm)
-    c, hh = stats(cold)["median"], stats(hot)["median"]
-    row = {"weight_bytes": n * k * 2, "shape": [8, k, n], "cold_us": stats(cold),
-           "hot_us": stats(hot), "after_fill": {}}
-    for s in sleeps:
-        _, t = b.timed(lambda: (b.flush(), kern.launch(tab.data_ptr(), 0, 1, h),
-                                b.sleep(s)), mm)
-        a = stats(t)["median"]
-        # a gap under 0.5 us is noise: the weight does not fit the L2 hot
-        row["after_fill"][f"sleep{s}us"] = {
-            "us": stats(t), "recovered": (c - a) / (c - hh) if c - hh >= 0.5 else None}
+    res = after_fill(b, kern, mm, w, sleeps, rounds)
+    row = {"weight_bytes": n * k * 2, "shape": [8, k, n], "cold_us": res["cold_us"],
+           "hot_us": res["hot_us"], "interleaved": True,
+           "after_fill": {f"sleep{s}us": res["waits"][s] for s in sleeps}}
     torch.cuda.synchronize()
     row["bitwise_equal_to_cold"] = bool(torch.equal(y, ref))
     return row
@@ -306,7 +245,8 @@ def run_kernel_bench(args) -> dict:
         print(f"[{label}] fill ...", file=sys.stderr, flush=True)
         rec["fill"] = [bench_fill(b, kern, s, delays) for s in sizes]
         print(f"[{label}] gemm ...", file=sys.stderr, flush=True)
-        rec["gemm"] = [bench_gemm(b, kern, n, k) for n, k in shapes]
+        rec["gemm"] = [bench_gemm(b, kern, n, k, rounds=args.consumer_rounds)
+                       for n, k in shapes]
         print(f"[{label}] interference ...", file=sys.stderr, flush=True)
         rec["interference"] = bench_interference(b, kern)
         _write(args, out)
@@ -324,6 +264,14 @@ def _write(args, out: dict) -> None:
 
 def _f(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _share(after: dict) -> str:
+    """``0.93 [0.88-0.97]``: a recovered share and its bootstrap interval."""
+    lo_hi = after.get("recovered_p5_p95")
+    if after.get("recovered") is None or not lo_hi:
+        return "-"
+    return f"{after['recovered']:.2f} [{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]"
 
 
 def table(out: dict) -> str:
@@ -360,8 +308,8 @@ def markdown(out: dict) -> str:
           "1 GiB read flush; p10-p90 in brackets. MB = 10^6 B.", "",
           "## Fill: time until the bytes are hot", "",
           "| variant | bytes | launch-to-exit us | bytes / exit TB/s | landed after (sleep) us "
-          "| landed TB/s |",
-          "|---|---|---|---|---|---|"]
+          "| landed TB/s | launch-to-exit, table in L2 us |",
+          "|---|---|---|---|---|---|---|"]
     for label, rec in out["variants"].items():
         for f in rec.get("fill", []):
             la = f["landed"] or {}
@@ -369,17 +317,26 @@ def markdown(out: dict) -> str:
             md.append(f"| {label} | {f['bytes'] / MB:.1f} MB | {e['median']:.1f} "
                       f"[{e['p10']:.1f}-{e['p90']:.1f}] | {f['exit_TBps']:.2f} | "
                       f"{_f(la.get('fill_us'), '.1f')}"
-                      f" ({_f(la.get('sleep_us'), '.0f')}) | {_f(la.get('TBps'))} |")
+                      f" ({_f(la.get('sleep_us'), '.0f')}) | {_f(la.get('TBps'))} | "
+                      f"{_f((f.get('launch_to_exit_table_hot_us') or {}).get('median'), '.1f')}"
+                      " |")
+    rounds = next((g["cold_us"]["n"] for rec in out["variants"].values()
+                   for g in rec.get("gemm", [])), 0)
     md += ["", "## The consumer: M=8 bf16 GEMM, cold / hot / right after a fill", "",
-           "| variant | weight | cold us | hot us | after fill us (recovered) | "
-           "after fill + 30 us (recovered) | bitwise |", "|---|---|---|---|---|---|---|"]
+           f"Means of {rounds} rounds, cold, hot and after each fill interleaved round by "
+           "round; recovered = (cold - after) / (cold - hot) of the means, with a 90% "
+           "interval from a paired bootstrap over rounds (`bench.timing.recovered_share`).",
+           "",
+           "| variant | weight | cold us | hot us | after fill us (recovered [90% interval]) | "
+           "after fill + 30 us (recovered [90% interval]) | bitwise |",
+           "|---|---|---|---|---|---|---|"]
     for label, rec in out["variants"].items():
         for g in rec.get("gemm", []):
             a0, a30 = g["after_fill"]["sleep0us"], g["after_fill"]["sleep30us"]
             md.append(f"| {label} | {g['weight_bytes'] / MB:.1f} MB | "
-                      f"{g['cold_us']['median']:.2f} | {g['hot_us']['median']:.2f} | "
-                      f"{a0['us']['median']:.2f} ({_f(a0['recovered'])}) | "
-                      f"{a30['us']['median']:.2f} ({_f(a30['recovered'])}) | "
+                      f"{g['cold_us']['mean']:.2f} | {g['hot_us']['mean']:.2f} | "
+                      f"{a0['us']['mean']:.2f} ({_share(a0)}) | "
+                      f"{a30['us']['mean']:.2f} ({_share(a30)}) | "
                       f"{g['bitwise_equal_to_cold']} |")
     md += ["", "## Cost to concurrent work: a 50 MB fill on a side stream", "",
            "| variant | 200 tiny kernels alone us | with fill | extra us | 256 MiB read "

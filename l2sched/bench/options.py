@@ -120,6 +120,9 @@ def kernel_arguments(p) -> None:
     p.add_argument("--md-out", default="", metavar="REPORT.md")
     p.add_argument("--reps", type=int, default=40,
                    help="repetitions per measurement (medians, p10/p90)")
+    p.add_argument("--consumer-rounds", type=int, default=300,
+                   help="interleaved rounds (cold / hot / after each fill) per consumer "
+                        "weight; the recovered share is taken from their means")
     p.add_argument("--sizes", default="8,16,32,48,64",
                    help="fill sizes in MB (10^6 B), comma-separated")
     p.add_argument("--shapes", default="",

@@ -14,13 +14,14 @@ stopped):
   ``--tokens``: cold (after the flush) and hot (right after itself) -> the
   per-op cold/hot table the lint reads instead of global GEMM rates.
 - ``fill``: each fill kernel (the device's shapes) x size (8..48 MB) x wait
-  (0, 10, 40 us), consumed by an M=8 GEMM over a weight of that size ->
+  (0, 10, 40 us), consumed by an M=8 GEMM over a weight of that size
+  (cold, hot and after each fill interleaved round by round) ->
   landed fraction f(mode, size) (share of the GEMM's cold->hot gap), fill
   rate (bytes / launch-to-exit for kernels that exit when landed), launch
   cost.
 - ``survival``: a copy fill, then a streaming read of D bytes, then the
-  consumer, per cache policy -> the fraction of filled bytes still hot after
-  D bytes passed (residency terms).
+  consumer, per cache policy (interleaved with cold and hot) -> the fraction
+  of filled bytes still hot after D bytes passed (residency terms).
 - ``interference``: a latency-bound chain (200 tiny kernels replayed from a
   CUDA graph) and a memory-bound chain, alone and with a concurrent fill of
   each kernel, interleaved -> the slowdown of latency-bound kernels.
@@ -42,7 +43,8 @@ import statistics
 import sys
 import time
 
-from l2sched.bench.kernel import TimingBench, dependent_read, row_table, stats
+from l2sched.bench.kernel import dependent_read
+from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, row_table, stats
 from l2sched.runtime import kernel as K
 
 MB = 10**6
@@ -185,29 +187,16 @@ def probe_fill(ctx) -> dict:
         rows = []
         for mb in (16, 32) if ctx.quick else FILL_SIZES:
             n = mb * MB // (2 * 4096) // 64 * 64  # cuBLAS's aligned kernels
-            w = torch.randn(n, 4096, dtype=torch.bfloat16, device="cuda")
-            x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
-            y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
+            mm, w, _ = gemm_consumer(torch, n, 4096)
             tab = row_table(torch, w)
             h = torch.cuda.current_stream().cuda_stream
-
-            def mm():
-                torch.mm(x, w.t(), out=y)
-            mm()
-            _, cold = b.timed(b.flush, mm)
-            _, hot = b.timed(mm, mm)
             _, exit_t = b.timed(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h))
-            c, hh = stats(cold)["median"], stats(hot)["median"]
-            row = {"mb": mb, "cold_us": stats(cold), "hot_us": stats(hot),
+            res = after_fill(b, kern, mm, w, (0, 40) if ctx.quick else FILL_WAITS)
+            row = {"mb": mb, "cold_us": res["cold_us"], "hot_us": res["hot_us"],
                    "launch_to_exit_us": stats(exit_t), "waits": {}}
-            for wait in ((0, 40) if ctx.quick else FILL_WAITS):
-                _, t = b.timed(lambda: (b.flush(), kern.launch(tab.data_ptr(), 0, 1, h),
-                                        b.sleep(wait)), mm)
-                st = stats(t)
-                frac = [(c - v) / (c - hh) if c - hh >= 0.5 else None
-                        for v in (st["median"], st["p90"], st["p10"])]
-                row["waits"][str(wait)] = {"us": st, "landed": frac[0],
-                                           "landed_p10_p90": frac[1:]}
+            for wait, got in res["waits"].items():
+                row["waits"][str(wait)] = {"us": got["us"], "landed": got["recovered"],
+                                           "landed_p10_p90": got["recovered_p10_p90"]}
             rows.append(row)
         out[mode] = {"shape": shape, "ffi": kern.ffi, "rows": rows}
         ctx.progress.step(f"fill {mode}")
@@ -219,36 +208,34 @@ def probe_survival(ctx) -> dict:
     reads, per cache policy (copy fill)."""
     torch, b = ctx.torch, ctx.bench
     mode, shape = next(iter(ctx.fill_shapes.items()))
-    w = torch.randn(4096, 2048, dtype=torch.bfloat16, device="cuda")
-    x = torch.randn(8, 2048, dtype=torch.bfloat16, device="cuda")
-    y = torch.empty(8, 4096, dtype=torch.bfloat16, device="cuda")
+    mm, w, _ = gemm_consumer(torch, 4096, 2048)
     tab = row_table(torch, w)
     h = torch.cuda.current_stream().cuda_stream
     stream = torch.ones(max(SURVIVAL_BYTES) * MB // 4, dtype=torch.int32, device="cuda")
     readers = {d: dependent_read(torch, stream[: d * MB // 4])[0] for d in SURVIVAL_BYTES if d}
+    kerns = {pol: K.get_kernel(0, policy=pol, **shape)
+             for pol in ("evict_last", "evict_normal")}
+    kerns = {pol: k for pol, k in kerns.items() if k is not None}
 
-    def mm():
-        torch.mm(x, w.t(), out=y)
-    mm()
-    _, cold = b.timed(b.flush, mm)
-    _, hot = b.timed(mm, mm)
-    c, hh = stats(cold)["median"], stats(hot)["median"]
-    out = {"fill_mode": mode, "weight_bytes": w.numel() * 2, "cold_us": stats(cold),
-           "hot_us": stats(hot), "policies": {}}
-    for pol in ("evict_last", "evict_normal"):
-        kern = K.get_kernel(0, policy=pol, **shape)
-        if kern is None:
-            continue
+    def setup(kern, d):
+        def run():
+            b.flush()
+            kern.launch(tab.data_ptr(), 0, 1, h)
+            if d:
+                readers[d]()
+        return run
+    cases = {"cold": (b.flush, mm), "hot": (mm, mm)}
+    cases.update({(pol, d): (setup(kern, d), mm)
+                  for pol, kern in kerns.items() for d in SURVIVAL_BYTES})
+    t = b.interleaved(cases)
+    c, hh = stats(t["cold"])["median"], stats(t["hot"])["median"]
+    out = {"fill_mode": mode, "weight_bytes": w.numel() * 2, "cold_us": stats(t["cold"]),
+           "hot_us": stats(t["hot"]), "interleaved": True, "policies": {}}
+    for pol in kerns:
         rows = []
         for d in SURVIVAL_BYTES:
-            def setup(d=d):
-                b.flush()
-                kern.launch(tab.data_ptr(), 0, 1, h)
-                if d:
-                    readers[d]()
-            _, t = b.timed(setup, mm)
-            v = stats(t)["median"]
-            rows.append({"stream_mb": d, "us": stats(t),
+            v = stats(t[(pol, d)])["median"]
+            rows.append({"stream_mb": d, "us": stats(t[(pol, d)]),
                          "hot_fraction": (c - v) / (c - hh) if c - hh >= 0.5 else None})
         out["policies"][pol] = rows
     return out

@@ -65,6 +65,9 @@ def cmd_kernel(args) -> int:
     """``bench kernel``: exit 2 on unusable options or without torch."""
     if args.reps < 3:
         raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
+    if args.consumer_rounds < 10:
+        raise L2sUsageError(f"--consumer-rounds must be at least 10, got "
+                            f"{args.consumer_rounds}")
     from l2sched.bench.kernel import parse_variants
 
     try:

@@ -1,0 +1,175 @@
+"""Event timing on one GPU for the bench's kernel and profile probes: the
+L2 flush, spin sleeps, timed and interleaved repetitions, order statistics,
+and the fill's consumer (an M=8 GEMM) cold / hot / after a fill.
+
+Needs torch with CUDA at call time (nothing is imported at module import).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def stats(xs: list[float]) -> dict:
+    """median, p10, p90, mean and n of ``xs``."""
+    s = sorted(xs)
+    n = len(s)
+    return {"median": statistics.median(s), "p10": s[int(0.1 * (n - 1))],
+            "p90": s[int(0.9 * (n - 1))], "mean": sum(s) / n, "n": n}
+
+
+def row_table(torch, t):
+    """One fill row covering tensor ``t`` (16-byte multiple)."""
+    n = t.numel() * t.element_size() // 16 * 16
+    return torch.tensor([[t.data_ptr(), n]], dtype=torch.int64, device="cuda")
+
+
+class TimingBench:
+    """Flush, sleep and event timing on the current stream: ``flush()`` reads
+    1 GiB (an L2 flush that leaves no dirty lines), ``sleep(us)`` spins,
+    ``timed(setup, body)`` gives per-repetition times (us) of both."""
+
+    def __init__(self, torch, reps: int):
+        self.torch = torch
+        self.reps = reps
+        self.flush_buf = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
+        self.flush_out = torch.empty((), dtype=torch.float32, device="cuda")
+        props = torch.cuda.get_device_properties(0)
+        self.cycles_per_us = getattr(props, "clock_rate", 1980000) / 1e3
+
+    def flush(self):
+        self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
+
+    def sleep(self, us: float):
+        if us > 0:
+            self.torch.cuda._sleep(int(us * self.cycles_per_us))
+
+    def timed(self, setup, body, reps: int | None = None) -> tuple[list, list]:
+        """Per repetition: ``setup()``, then events around ``body()``;
+        returns the times (us) of setup and of body."""
+        torch = self.torch
+        evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)]
+               for _ in range(reps or self.reps)]
+        for e0, e1, e2 in evs:
+            # the host enqueues ahead of the GPU, so no launch gap lands
+            # inside a timed region
+            self.sleep(300)
+            e0.record()
+            if setup is not None:
+                setup()
+            e1.record()
+            body()
+            e2.record()
+        torch.cuda.synchronize()
+        return ([a.elapsed_time(b) * 1e3 for a, b, _ in evs],
+                [b.elapsed_time(c) * 1e3 for _, b, c in evs])
+
+    def interleaved(self, cases: dict, reps: int | None = None) -> dict:
+        """Per round, every case ``name: (setup, body)`` in turn (the order
+        rotates each round), events around each ``body()``; returns
+        ``{name: [body times, us]}``. Interleaving puts every case in the
+        same device state (clocks, DRAM refresh, neighbours), so their
+        medians can be compared; in separate loops the cold 29.4 MB GEMM
+        drifted between 13.8 and 15.2 us (benchmarks/results/h200-kernel-2026-12-01.md)."""
+        torch = self.torch
+        names = list(cases)
+        rounds = []
+        for i in range(reps or self.reps):
+            order = names[i % len(names):] + names[:i % len(names)]
+            evs = {}
+            for name in order:
+                setup, body = cases[name]
+                self.sleep(300)
+                if setup is not None:
+                    setup()
+                e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                e1.record()
+                body()
+                e2.record()
+                evs[name] = (e1, e2)
+            rounds.append(evs)
+        torch.cuda.synchronize()
+        return {n: [r[n][0].elapsed_time(r[n][1]) * 1e3 for r in rounds] for n in names}
+
+
+def gemm_consumer(torch, n: int, k: int):
+    """An M=8 bf16 GEMM over an (n, k) weight, the consumer of a fill:
+    returns ``(mm, weight, out)``; ``mm()`` writes ``out`` (8, n)."""
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(8, k, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
+
+    def mm():
+        torch.mm(x, w.t(), out=y)
+    mm()
+    return mm, w, y
+
+
+def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
+                    seed: int = 0) -> dict | None:
+    """Share of the consumer's cold->hot gap that a fill recovered:
+    ``(mean cold - mean after) / (mean cold - mean hot)`` over interleaved
+    rounds (lists of us, one value per round, the same length), with a 90%
+    interval from a paired bootstrap over rounds (``resamples`` draws,
+    ``seed``). Means, not medians: a GEMM of 8-15 us jitters by about 1 us
+    round to round, and a 16.8 MB weight's whole gap is 1.3-1.5 us
+    (benchmarks/results/h200-kernel-2026-12-01-split.md), so the median of
+    40 rounds moved the share by +-0.3. Returns ``{"share", "p5", "p95",
+    "gap_us"}``, or ``None`` when the mean gap is under 0.5 us (the weight
+    does not fit the L2 hot). Raises ``ValueError`` on lists of different
+    lengths or empty ones."""
+    import random
+    n = len(cold)
+    if not n or len(hot) != n or len(after) != n:
+        raise ValueError(f"need rounds of equal length, got {len(cold)}, {len(hot)}, "
+                         f"{len(after)}")
+
+    def share(idx):
+        c = sum(cold[i] for i in idx) / len(idx)
+        h = sum(hot[i] for i in idx) / len(idx)
+        a = sum(after[i] for i in idx) / len(idx)
+        return (c - a) / (c - h) if c - h > 0 else float("nan"), c - h
+    point, gap = share(range(n))
+    if gap < 0.5:
+        return None
+    rng = random.Random(seed)
+    draws = sorted(share([rng.randrange(n) for _ in range(n)])[0]
+                   for _ in range(resamples))
+    return {"share": point, "p5": draws[int(0.05 * (resamples - 1))],
+            "p95": draws[int(0.95 * (resamples - 1))], "gap_us": gap}
+
+
+def after_fill(b: "TimingBench", kern, consume, weight, waits,
+               rounds: int | None = None) -> dict:
+    """The consumer ``consume()`` of ``weight`` cold (after a flush), hot
+    (right after itself) and after a flush + a fill of the weight by
+    ``kern`` + a wait of each ``waits`` us, interleaved over ``rounds``
+    rounds (default: the bench's reps). Returns ``cold_us`` / ``hot_us``
+    stats and per wait ``{"us": stats, "recovered": share of the gap from
+    the means (None when the weight does not fit the L2 hot),
+    "recovered_p5_p95": its bootstrap interval, "recovered_p10_p90": the
+    share at the after-fill p90 / p10 against the mean cold and hot times
+    (the round-to-round spread)}`` (``recovered_share``)."""
+    tab = row_table(b.torch, weight)
+    h = b.torch.cuda.current_stream().cuda_stream
+
+    def filled(wait):
+        def setup():
+            b.flush()
+            kern.launch(tab.data_ptr(), 0, 1, h)
+            b.sleep(wait)
+        return setup
+    cases = {"cold": (b.flush, consume), "hot": (consume, consume)}
+    cases.update({f"wait{w}": (filled(w), consume) for w in waits})
+    t = b.interleaved(cases, rounds)
+    cold, hot = stats(t["cold"]), stats(t["hot"])
+    out = {"cold_us": cold, "hot_us": hot, "waits": {}}
+    for w in waits:
+        got = recovered_share(t["cold"], t["hot"], t[f"wait{w}"])
+        st = stats(t[f"wait{w}"])
+        spread = [(cold["mean"] - v) / got["gap_us"] if got else None
+                  for v in (st["p90"], st["p10"])]
+        out["waits"][w] = {"us": st, "recovered": got and got["share"],
+                           "recovered_p5_p95": got and [got["p5"], got["p95"]],
+                           "recovered_p10_p90": spread}
+    return out
