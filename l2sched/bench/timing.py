@@ -94,15 +94,23 @@ class TimingBench:
 
 def gemm_consumer(torch, n: int, k: int):
     """An M=8 bf16 GEMM over an (n, k) weight, the consumer of a fill:
-    returns ``(mm, weight, out)``; ``mm()`` writes ``out`` (8, n)."""
+    returns ``(mm, weight, out, twin)``; ``mm()`` writes ``out`` (8, n);
+    ``twin()`` is the same GEMM (same input, output, kernel and workspace)
+    over another (n, k) weight, which warms everything the consumer reads
+    except its weight."""
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    w_twin = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(8, k, dtype=torch.bfloat16, device="cuda")
     y = torch.empty(8, n, dtype=torch.bfloat16, device="cuda")
 
     def mm():
         torch.mm(x, w.t(), out=y)
+
+    def twin():
+        torch.mm(x, w_twin.t(), out=y)
+    twin()
     mm()
-    return mm, w, y
+    return mm, w, y, twin
 
 
 def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
@@ -140,7 +148,7 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
 
 
 def after_fill(b: "TimingBench", kern, consume, weight, waits,
-               rounds: int | None = None) -> dict:
+               rounds: int | None = None, warm=None) -> dict:
     """The consumer ``consume()`` of ``weight`` cold (after a flush), hot
     (right after itself) and after a flush + a fill of the weight by
     ``kern`` + a wait of each ``waits`` us, interleaved over ``rounds``
@@ -149,27 +157,47 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
     the means (None when the weight does not fit the L2 hot),
     "recovered_p5_p95": its bootstrap interval, "recovered_p10_p90": the
     share at the after-fill p90 / p10 against the mean cold and hot times
-    (the round-to-round spread)}`` (``recovered_share``)."""
+    (the round-to-round spread)}`` (``recovered_share``).
+
+    ``warm()`` (optional) runs right after the flush in a second set of
+    cold and after-fill cases, returned under ``"warmed"`` (``cold_us``,
+    ``waits``; the same hot): the flush also evicts the consumer's code,
+    input and workspace, which no weight fill brings back but which are hot
+    inside a decode step; warming them leaves only the weight cold."""
     tab = row_table(b.torch, weight)
     h = b.torch.cuda.current_stream().cuda_stream
 
-    def filled(wait):
+    def flushed(wait=None, warmed=False):
         def setup():
             b.flush()
-            kern.launch(tab.data_ptr(), 0, 1, h)
-            b.sleep(wait)
+            if warmed:
+                warm()
+            if wait is not None:
+                kern.launch(tab.data_ptr(), 0, 1, h)
+                b.sleep(wait)
         return setup
-    cases = {"cold": (b.flush, consume), "hot": (consume, consume)}
-    cases.update({f"wait{w}": (filled(w), consume) for w in waits})
+    cases = {"cold": (flushed(), consume), "hot": (consume, consume)}
+    cases.update({f"wait{w}": (flushed(w), consume) for w in waits})
+    if warm is not None:
+        cases["cold_warmed"] = (flushed(warmed=True), consume)
+        cases.update({f"wait{w}_warmed": (flushed(w, True), consume) for w in waits})
     t = b.interleaved(cases, rounds)
-    cold, hot = stats(t["cold"]), stats(t["hot"])
-    out = {"cold_us": cold, "hot_us": hot, "waits": {}}
-    for w in waits:
-        got = recovered_share(t["cold"], t["hot"], t[f"wait{w}"])
-        st = stats(t[f"wait{w}"])
-        spread = [(cold["mean"] - v) / got["gap_us"] if got else None
-                  for v in (st["p90"], st["p10"])]
-        out["waits"][w] = {"us": st, "recovered": got and got["share"],
-                           "recovered_p5_p95": got and [got["p5"], got["p95"]],
-                           "recovered_p10_p90": spread}
+    hot = stats(t["hot"])
+
+    def shares(cold_key, suffix):
+        cold = stats(t[cold_key])
+        part = {"cold_us": cold, "waits": {}}
+        for w in waits:
+            after = t[f"wait{w}{suffix}"]
+            got = recovered_share(t[cold_key], t["hot"], after)
+            st = stats(after)
+            spread = [(cold["mean"] - v) / got["gap_us"] if got else None
+                      for v in (st["p90"], st["p10"])]
+            part["waits"][w] = {"us": st, "recovered": got and got["share"],
+                                "recovered_p5_p95": got and [got["p5"], got["p95"]],
+                                "recovered_p10_p90": spread}
+        return part
+    out = {**shares("cold", ""), "hot_us": hot}
+    if warm is not None:
+        out["warmed"] = shares("cold_warmed", "_warmed")
     return out
