@@ -160,7 +160,8 @@ def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
     """An M=8 GEMM over an (n, k) bf16 weight: cold, hot and after a fill
     (then a wait of each ``sleeps`` us), interleaved over ``rounds``
     (``after_fill``); ``warmed``: the same with the GEMM's code, input and
-    workspace warmed after the flush by its twin over another weight."""
+    workspace warmed after the flush by its twin over another weight and
+    references with the same kernel sequence (``after_fill``)."""
     torch = b.torch
     mm, w, y, twin = gemm_consumer(torch, n, k)
     torch.cuda.synchronize()
@@ -171,7 +172,9 @@ def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
            "after_fill": {f"sleep{s}us": res["waits"][s] for s in sleeps},
            "warmed": {"cold_us": res["warmed"]["cold_us"],
                       "after_fill": {f"sleep{s}us": res["warmed"]["waits"][s]
-                                     for s in sleeps}}}
+                                     for s in sleeps},
+                      "empty_fill_cost_us": {f"sleep{s}us": res["warmed"]["empty_fill_cost_us"][s]
+                                             for s in sleeps}}}
     mm()
     torch.cuda.synchronize()
     row["bitwise_equal_to_cold"] = bool(torch.equal(y, ref))
@@ -337,25 +340,36 @@ def markdown(out: dict) -> str:
            "interval from a paired bootstrap over rounds (`bench.timing.recovered_share`). "
            "Warmed: right after the flush the same GEMM ran over another weight, so its "
            "code, input and workspace are hot and only the weight is cold, as inside a "
-           "decode step.", "",
+           "decode step; its cold and hot references run the same kernels as the fill case, "
+           "the fill launched over 0 bytes (`bench.timing.after_fill`).", "",
            "| variant | weight | hot us | cold us | after fill us (recovered [90% interval]) | "
-           "after fill + 30 us | warmed: cold us | warmed: after fill us | warmed: after "
-           "fill + 30 us | bitwise |",
+           "after fill + 30 us | warmed: hot / cold us | warmed: after fill us | warmed: "
+           "after fill + 30 us | bitwise |",
            "|---|---|---|---|---|---|---|---|---|---|"]
+    costs = []
     for label, rec in out["variants"].items():
         for g in rec.get("gemm", []):
             a0, a30 = g["after_fill"]["sleep0us"], g["after_fill"]["sleep30us"]
-            wm = g.get("warmed") or {"cold_us": None, "after_fill": {}}
+            wm = g.get("warmed") or {"after_fill": {}}
             w0 = wm["after_fill"].get("sleep0us")
             w30 = wm["after_fill"].get("sleep30us")
 
             def cell(a):
                 return "-" if a is None else f"{a['us']['mean']:.2f} ({_share(a)})"
+            refs = ("-" if not w0 or "hot_us" not in w0 else
+                    f"{w0['hot_us']['mean']:.2f} / {w0['cold_us']['mean']:.2f}")
             md.append(f"| {label} | {g['weight_bytes'] / MB:.1f} MB | "
                       f"{g['hot_us']['mean']:.2f} | {g['cold_us']['mean']:.2f} | "
-                      f"{cell(a0)} | {cell(a30)} | "
-                      f"{_f(wm['cold_us'] and wm['cold_us']['mean'])} | {cell(w0)} | "
+                      f"{cell(a0)} | {cell(a30)} | {refs} | {cell(w0)} | "
                       f"{cell(w30)} | {g['bitwise_equal_to_cold']} |")
+            cost = (wm.get("empty_fill_cost_us") or {}).get("sleep0us")
+            if cost:
+                costs.append(f"| {label} | {g['weight_bytes'] / MB:.1f} MB | "
+                             f"{cost['hot']:+.2f} | {cost['cold']:+.2f} |")
+    if costs:
+        md += ["", "What launching the fill kernel over 0 bytes between the warm-up and the "
+               "consumer adds to the consumer (warmed, no wait; us, difference of means):", "",
+               "| variant | weight | hot | cold |", "|---|---|---|---|", *costs]
     md += ["", "## Cost to concurrent work: a 50 MB fill on a side stream", "",
            "| variant | 200 tiny kernels alone us | with fill | extra us | 256 MiB read "
            "alone us | with fill | extra us |", "|---|---|---|---|---|---|---|"]

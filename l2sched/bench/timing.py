@@ -123,8 +123,9 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
     round to round, and a 16.8 MB weight's whole gap is 1.3-1.5 us
     (benchmarks/results/h200-kernel-2026-12-01-split.md), so the median of
     40 rounds moved the share by +-0.3. Returns ``{"share", "p5", "p95",
-    "gap_us"}``, or ``None`` when the mean gap is under 0.5 us (the weight
-    does not fit the L2 hot). Raises ``ValueError`` on lists of different
+    "gap_us"}``, or ``None`` when the mean gap is under 0.5 us or 5% of the
+    cold time (the weight does not fit the L2 hot: a 50.3 MB weight's 0.5 us
+    "gap" gave shares of 6). Raises ``ValueError`` on lists of different
     lengths or empty ones."""
     import random
     n = len(cold)
@@ -138,7 +139,7 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
         a = sum(after[i] for i in idx) / len(idx)
         return (c - a) / (c - h) if c - h > 0 else float("nan"), c - h
     point, gap = share(range(n))
-    if gap < 0.5:
+    if gap < max(0.5, 0.05 * sum(cold) / n):
         return None
     rng = random.Random(seed)
     draws = sorted(share([rng.randrange(n) for _ in range(n)])[0]
@@ -159,45 +160,58 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
     share at the after-fill p90 / p10 against the mean cold and hot times
     (the round-to-round spread)}`` (``recovered_share``).
 
-    ``warm()`` (optional) runs right after the flush in a second set of
-    cold and after-fill cases, returned under ``"warmed"`` (``cold_us``,
-    ``waits``; the same hot): the flush also evicts the consumer's code,
-    input and workspace, which no weight fill brings back but which are hot
-    inside a decode step; warming them leaves only the weight cold."""
+    ``warm()`` (optional) adds the *warmed* cases, returned under
+    ``"warmed"``: the flush also evicts the consumer's code, input and
+    workspace, which no weight fill brings back but which are hot inside a
+    decode step, so ``warm()`` runs right after the flush. Each wait gets
+    its own references with the same kernel sequence as the fill case, the
+    fill launched over a 0-byte row: cold = flush, warm, empty fill, wait,
+    consume; hot = flush, warm, consume, empty fill, wait, consume; after =
+    flush, warm, fill, wait, consume. So the share compares states that
+    differ only in where the weight's bytes are (a fill kernel between two
+    GEMMs costs the second one time of its own: ``empty_fill_cost_us``).
+    """
     tab = row_table(b.torch, weight)
+    empty = b.torch.tensor([[weight.data_ptr(), 0]], dtype=b.torch.int64, device="cuda")
     h = b.torch.cuda.current_stream().cuda_stream
 
-    def flushed(wait=None, warmed=False):
-        def setup():
-            b.flush()
-            if warmed:
-                warm()
-            if wait is not None:
-                kern.launch(tab.data_ptr(), 0, 1, h)
-                b.sleep(wait)
-        return setup
-    cases = {"cold": (flushed(), consume), "hot": (consume, consume)}
-    cases.update({f"wait{w}": (flushed(w), consume) for w in waits})
-    if warm is not None:
-        cases["cold_warmed"] = (flushed(warmed=True), consume)
-        cases.update({f"wait{w}_warmed": (flushed(w, True), consume) for w in waits})
-    t = b.interleaved(cases, rounds)
-    hot = stats(t["hot"])
+    def seq(*steps):
+        def run():
+            for step in steps:
+                step()
+        return run
 
-    def shares(cold_key, suffix):
-        cold = stats(t[cold_key])
-        part = {"cold_us": cold, "waits": {}}
-        for w in waits:
-            after = t[f"wait{w}{suffix}"]
-            got = recovered_share(t[cold_key], t["hot"], after)
-            st = stats(after)
-            spread = [(cold["mean"] - v) / got["gap_us"] if got else None
-                      for v in (st["p90"], st["p10"])]
-            part["waits"][w] = {"us": st, "recovered": got and got["share"],
-                                "recovered_p5_p95": got and [got["p5"], got["p95"]],
-                                "recovered_p10_p90": spread}
-        return part
-    out = {**shares("cold", ""), "hot_us": hot}
+    def fill(table, wait):
+        return lambda: (kern.launch(table.data_ptr(), 0, 1, h), b.sleep(wait))
+    cases = {"cold": (b.flush, consume), "hot": (consume, consume)}
+    cases.update({f"wait{w}": (seq(b.flush, fill(tab, w)), consume) for w in waits})
     if warm is not None:
-        out["warmed"] = shares("cold_warmed", "_warmed")
+        cases["cold_warmed"] = (seq(b.flush, warm), consume)
+        for w in waits:
+            cases[f"cold{w}_warmed"] = (seq(b.flush, warm, fill(empty, w)), consume)
+            cases[f"hot{w}_warmed"] = (seq(b.flush, warm, consume, fill(empty, w)), consume)
+            cases[f"wait{w}_warmed"] = (seq(b.flush, warm, fill(tab, w)), consume)
+    t = b.interleaved(cases, rounds)
+
+    def part(cold_key, hot_key, after_key):
+        cold, after = stats(t[cold_key]), stats(t[after_key])
+        got = recovered_share(t[cold_key], t[hot_key], t[after_key])
+        spread = [(cold["mean"] - v) / got["gap_us"] if got else None
+                  for v in (after["p90"], after["p10"])]
+        return {"us": after, "recovered": got and got["share"],
+                "recovered_p5_p95": got and [got["p5"], got["p95"]],
+                "recovered_p10_p90": spread}
+    out = {"cold_us": stats(t["cold"]), "hot_us": stats(t["hot"]),
+           "waits": {w: part("cold", "hot", f"wait{w}") for w in waits}}
+    if warm is not None:
+        out["warmed"] = {
+            "cold_us": stats(t["cold_warmed"]),
+            "waits": {w: {**part(f"cold{w}_warmed", f"hot{w}_warmed", f"wait{w}_warmed"),
+                          "cold_us": stats(t[f"cold{w}_warmed"]),
+                          "hot_us": stats(t[f"hot{w}_warmed"])} for w in waits},
+            "empty_fill_cost_us": {
+                w: {"cold": stats(t[f"cold{w}_warmed"])["mean"]
+                    - stats(t["cold_warmed"])["mean"],
+                    "hot": stats(t[f"hot{w}_warmed"])["mean"] - stats(t["hot"])["mean"]}
+                for w in waits}}
     return out
