@@ -133,10 +133,17 @@ def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     # the fixed cost is the kernel's first (dependent) read of its table
     _, exit_hot_table = b.timed(lambda: (b.flush(), tab.sum()),
                                 lambda: kern.launch(tab.data_ptr(), 0, 1, h))
+    # inside a CUDA graph, as a FULL-graph decode step runs it; and the
+    # same kernel over a 0-byte row: its fixed cost
+    empty = torch.tensor([[w.data_ptr(), 0]], dtype=torch.int64, device="cuda")
+    in_graph = b.graph_timed(b.flush, lambda s: kern.launch(tab.data_ptr(), 0, 1, s))
+    empty_graph = b.graph_timed(b.flush, lambda s: kern.launch(empty.data_ptr(), 0, 1, s))
     c, hh = stats(cold)["median"], stats(hot)["median"]
     res = {"bytes": size, "read": read_kind, "cold_read_us": stats(cold),
            "hot_read_us": stats(hot), "launch_to_exit_us": stats(exit_t),
            "launch_to_exit_table_hot_us": stats(exit_hot_table),
+           "in_graph_us": stats(in_graph), "empty_in_graph_us": stats(empty_graph),
+           "in_graph_TBps": size / (stats(in_graph)["median"] * 1e-6) / 1e12,
            "exit_TBps": size / (stats(exit_t)["median"] * 1e-6) / 1e12,
            "delays": [], "landed": None}
     for d in delays:
@@ -304,7 +311,7 @@ def table(out: dict) -> str:
         lines.append(
             f"{label:10} {big['bytes'] / MB:.0f} MB landed "
             f"{_f(landed.get('TBps'))} TB/s in {_f(landed.get('fill_us'), '.1f')} us "
-            f"(exit {_f(big['exit_TBps'])} TB/s); "
+            f"(exit {_f(big['exit_TBps'])} TB/s, in a graph {_f(big.get('in_graph_TBps'))}); "
             f"GEMM recovered {rec0}; latency chain +"
             f"{_f(inter['latency_chain_200_kernels']['extra_us'], '.1f')} us, memory "
             f"chain +{_f(inter['memory_chain_256MiB_read']['extra_us'], '.1f')} us")
@@ -320,8 +327,9 @@ def markdown(out: dict) -> str:
           "1 GiB read flush; p10-p90 in brackets. MB = 10^6 B.", "",
           "## Fill: time until the bytes are hot", "",
           "| variant | bytes | launch-to-exit us | bytes / exit TB/s | landed after (sleep) us "
-          "| landed TB/s | launch-to-exit, table in L2 us |",
-          "|---|---|---|---|---|---|---|"]
+          "| landed TB/s | launch-to-exit, table in L2 us | in a CUDA graph us (TB/s) | "
+          "0 B in a CUDA graph us |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for label, rec in out["variants"].items():
         for f in rec.get("fill", []):
             la = f["landed"] or {}
@@ -331,7 +339,9 @@ def markdown(out: dict) -> str:
                       f"{_f(la.get('fill_us'), '.1f')}"
                       f" ({_f(la.get('sleep_us'), '.0f')}) | {_f(la.get('TBps'))} | "
                       f"{_f((f.get('launch_to_exit_table_hot_us') or {}).get('median'), '.1f')}"
-                      " |")
+                      f" | {_f((f.get('in_graph_us') or {}).get('median'), '.1f')} "
+                      f"({_f(f.get('in_graph_TBps'))}) | "
+                      f"{_f((f.get('empty_in_graph_us') or {}).get('median'), '.1f')} |")
     rounds = next((g["cold_us"]["n"] for rec in out["variants"].values()
                    for g in rec.get("gemm", [])), 0)
     md += ["", "## The consumer: M=8 bf16 GEMM, cold / hot / right after a fill", "",

@@ -64,6 +64,34 @@ class TimingBench:
         return ([a.elapsed_time(b) * 1e3 for a, b, _ in evs],
                 [b.elapsed_time(c) * 1e3 for _, b, c in evs])
 
+    def graph_timed(self, setup, body, reps: int | None = None) -> list:
+        """``body(stream_handle)`` captured once into a CUDA graph between two
+        event-record nodes; per repetition ``setup()`` (eager), a replay,
+        and the time (us) between the two nodes. Times a kernel as a FULL
+        graph runs it: no host launch inside the timed region. Raises
+        ``RuntimeError`` where torch has no external events."""
+        torch = self.torch
+        try:
+            e1, e2 = (torch.cuda.Event(enable_timing=True, external=True) for _ in range(2))
+        except TypeError as e:
+            raise RuntimeError("graph timing needs torch.cuda.Event(external=True)") from e
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            e1.record()
+            body(side.cuda_stream)
+            e2.record()
+        times = []
+        for _ in range(reps or self.reps):
+            self.sleep(300)
+            if setup is not None:
+                setup()
+            g.replay()
+            torch.cuda.synchronize()
+            times.append(e1.elapsed_time(e2) * 1e3)
+        return times
+
     def interleaved(self, cases: dict, reps: int | None = None) -> dict:
         """Per round, every case ``name: (setup, body)`` in turn (the order
         rotates each round), events around each ``body()``; returns
