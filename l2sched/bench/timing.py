@@ -177,7 +177,7 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
 
 
 def after_fill(b: "TimingBench", kern, consume, weight, waits,
-               rounds: int | None = None, warm=None) -> dict:
+               rounds: int | None = None, warm=None, empty_fill=None) -> dict:
     """The consumer ``consume()`` of ``weight`` cold (after a flush), hot
     (right after itself) and after a flush + a fill of the weight by
     ``kern`` + a wait of each ``waits`` us, interleaved over ``rounds``
@@ -198,6 +198,8 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
     flush, warm, fill, wait, consume. So the share compares states that
     differ only in where the weight's bytes are (a fill kernel between two
     GEMMs costs the second one time of its own: ``empty_fill_cost_us``).
+    ``empty_fill()`` replaces that 0-byte launch where ``kern`` is not a
+    fill kernel (benchmarks' stand-ins).
     """
     tab = row_table(b.torch, weight)
     empty = b.torch.tensor([[weight.data_ptr(), 0]], dtype=b.torch.int64, device="cuda")
@@ -210,6 +212,8 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
         return run
 
     def fill(table, wait):
+        if table is empty and empty_fill is not None:
+            return lambda: (empty_fill(), b.sleep(wait))
         return lambda: (kern.launch(table.data_ptr(), 0, 1, h), b.sleep(wait))
     cases = {"cold": (b.flush, consume), "hot": (consume, consume)}
     cases.update({f"wait{w}": (seq(b.flush, fill(tab, w)), consume) for w in waits})
