@@ -20,7 +20,6 @@ Needs torch with CUDA, Triton, nvidia-cutlass-dsl.
 """
 
 import argparse
-import json
 import sys
 import time
 
@@ -29,6 +28,7 @@ import torch
 sys.path.insert(0, ".")
 from l2sched.bench.kernel import dependent_read  # noqa: E402
 from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, stats  # noqa: E402
+from probe_output import write_probe  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 
 
@@ -94,13 +94,7 @@ def main(argv=None):
               "[p10-p90]):", "", "| node | us |", "|---|---|"]
     for name, st in out["graph_node_us"].items():
         lines.append(f"| {name} | {st['median']:.2f} [{st['p10']:.2f}-{st['p90']:.2f}] |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
-    if args.md_out:
-        with open(args.md_out, "w") as f:
-            f.write(text)
+    write_probe(out, lines, args.out, args.md_out)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Medians over ``--reps`` repetitions; spreads as (p10, p90).
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -37,54 +36,25 @@ sys.path.insert(0, ".")
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime
+from l2sched.bench.timing import TimingBench, stats  # noqa: E402
 from l2sched.runtime.gate import StepInfo  # noqa: E402
 
 MB = 10 ** 6
 
 
-def q(xs):
-    """median, p10, p90 of a list."""
-    s = sorted(xs)
-    n = len(s)
-    return {"median": statistics.median(s), "p10": s[int(0.1 * (n - 1))],
-            "p90": s[int(0.9 * (n - 1))], "n": n}
+#: median, p10, p90 (and mean, n) of a list (the l2sched bench's own).
+q = stats
 
 
-class Bench:
+class Bench(TimingBench):
+    """``l2sched.bench.timing.TimingBench`` with this script's 400 us lead
+    before each timed repetition (the 11-29 probes were measured with it)."""
+
+    lead_us = 400
+
     def __init__(self, reps):
-        self.reps = reps
-        self.flush_buf = torch.ones(1 << 28, dtype=torch.float32, device="cuda")  # 1 GiB
-        self.flush_out = torch.empty((), dtype=torch.float32, device="cuda")
+        super().__init__(torch, reps)
         self.stream = torch.cuda.current_stream()
-        self.cycles_per_us = torch.cuda.get_device_properties(0).clock_rate / 1e3 \
-            if hasattr(torch.cuda.get_device_properties(0), "clock_rate") else 1980.0
-
-    def flush(self):
-        torch.sum(self.flush_buf, dim=0, out=self.flush_out)
-
-    def sleep(self, us):
-        if us > 0:
-            torch.cuda._sleep(int(us * self.cycles_per_us))
-
-    def timed(self, setup, body, reps=None):
-        """Per rep: setup() then events around body(); returns times (us) of
-        setup->start (e0->e1) and body (e1->e2)."""
-        reps = reps or self.reps
-        evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(reps)]
-        for e0, e1, e2 in evs:
-            # a 400 us sleep first, so the host enqueues ahead of the GPU and no
-            # launch gap lands inside a timed region (it touches no memory;
-            # Triton launches cost ~20+ us of host time each)
-            self.sleep(400)
-            e0.record()
-            if setup is not None:
-                setup()
-            e1.record()
-            body()
-            e2.record()
-        torch.cuda.synchronize()
-        return ([e0.elapsed_time(e1) * 1e3 for e0, e1, _ in evs],
-                [e1.elapsed_time(e2) * 1e3 for _, e1, e2 in evs])
 
 
 try:

@@ -24,12 +24,14 @@ Needs cupy and a CUDA GPU.
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import cupy as cp
+
+sys.path.insert(0, ".")
+from probe_output import write_probe  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void read_set(const int4* __restrict__ buf, long long n16,
@@ -142,13 +144,7 @@ def main(argv=None):
         for n, st in rows.items():
             lines.append(f"| {n} | {st['mean']:.2f} | {st['p10']:.2f}-{st['p90']:.2f} |")
         lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
-    if args.md_out:
-        with open(args.md_out, "w") as f:
-            f.write(text)
+    write_probe(out, lines, args.out, args.md_out)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,11 @@ def row_table(torch, t):
 class TimingBench:
     """Flush, sleep and event timing on the current stream: ``flush()`` reads
     1 GiB (an L2 flush that leaves no dirty lines), ``sleep(us)`` spins,
-    ``timed(setup, body)`` gives per-repetition times (us) of both."""
+    ``timed(setup, body)`` gives per-repetition times (us) of both. Every
+    repetition starts with a spin of ``lead_us`` (us), so the host enqueues
+    ahead of the GPU and no launch gap lands inside a timed region."""
+
+    lead_us = 300
 
     def __init__(self, torch, reps: int):
         self.torch = torch
@@ -51,9 +55,7 @@ class TimingBench:
         evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)]
                for _ in range(reps or self.reps)]
         for e0, e1, e2 in evs:
-            # the host enqueues ahead of the GPU, so no launch gap lands
-            # inside a timed region
-            self.sleep(300)
+            self.sleep(self.lead_us)
             e0.record()
             if setup is not None:
                 setup()
@@ -84,7 +86,7 @@ class TimingBench:
             e2.record()
         times = []
         for _ in range(reps or self.reps):
-            self.sleep(300)
+            self.sleep(self.lead_us)
             if setup is not None:
                 setup()
             g.replay()
@@ -98,7 +100,7 @@ class TimingBench:
         ``{name: [body times, us]}``. Interleaving puts every case in the
         same device state (clocks, DRAM refresh, neighbours), so their
         medians can be compared; in separate loops the cold 29.4 MB GEMM
-        drifted between 13.8 and 15.2 us (benchmarks/results/h200-kernel-2026-12-01.md)."""
+        drifted between 13.8 and 15.1 us (benchmarks/results/h200-kernel-2026-12-01.md)."""
         torch = self.torch
         names = list(cases)
         rounds = []
@@ -107,7 +109,7 @@ class TimingBench:
             evs = {}
             for name in order:
                 setup, body = cases[name]
-                self.sleep(300)
+                self.sleep(self.lead_us)
                 if setup is not None:
                     setup()
                 e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
@@ -148,12 +150,12 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
     rounds (lists of us, one value per round, the same length), with a 90%
     interval from a paired bootstrap over rounds (``resamples`` draws,
     ``seed``). Means, not medians: a GEMM of 8-15 us jitters by about 1 us
-    round to round, and a 16.8 MB weight's whole gap is 1.3-1.5 us
+    round to round, and a 16.8 MB weight's whole gap is 1.0-1.5 us
     (benchmarks/results/h200-kernel-2026-12-01-split.md), so the median of
     40 rounds moved the share by +-0.3. Returns ``{"share", "p5", "p95",
     "gap_us"}``, or ``None`` when the mean gap is under 0.5 us or 5% of the
     cold time (the weight does not fit the L2 hot: a 50.3 MB weight's 0.5 us
-    "gap" gave shares of 6). Raises ``ValueError`` on lists of different
+    "gap" gave shares of 6) or when half the bootstrap draws have no gap. Raises ``ValueError`` on lists of different
     lengths or empty ones."""
     import random
     n = len(cold)
@@ -170,10 +172,15 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
     if gap < max(0.5, 0.05 * sum(cold) / n):
         return None
     rng = random.Random(seed)
-    draws = sorted(share([rng.randrange(n) for _ in range(n)])[0]
-                   for _ in range(resamples))
-    return {"share": point, "p5": draws[int(0.05 * (resamples - 1))],
-            "p95": draws[int(0.95 * (resamples - 1))], "gap_us": gap}
+    # a draw whose cold - hot gap vanished has no share (NaN): left out, so
+    # that the sort (and the interval) stays valid
+    draws = sorted(d for d in (share([rng.randrange(n) for _ in range(n)])[0]
+                               for _ in range(resamples)) if d == d)
+    if len(draws) < resamples // 2:
+        return None
+    k = len(draws) - 1
+    return {"share": point, "p5": draws[int(0.05 * k)], "p95": draws[int(0.95 * k)],
+            "gap_us": gap}
 
 
 def after_fill(b: "TimingBench", kern, consume, weight, waits,
