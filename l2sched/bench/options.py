@@ -42,6 +42,10 @@ def run_arguments(p) -> None:
                    help="the validation arms of docs/lint.md#validation: an A/A "
                         "no-prefetch arm, each fill kernel, each window alone at two "
                         "budgets")
+    p.add_argument("--trace-dir", dest="trace_dir", default="", metavar="DIR",
+                   help="after the replays of each M, one more untimed replay per arm "
+                        "under torch.profiler (CUDA kernels): DIR/trace-M<M>-<arm>.json "
+                        "(Chrome trace; docs/bench.md)")
     p.add_argument("--lead-us", dest="lead_us", type=float, default=0.0,
                    help="spin this long (us) before each timed replay so the graph's "
                         "launch is submitted before its start event (default 0: the "

@@ -43,6 +43,7 @@ from l2sched.bench.arms import (arm_specs, schedule_text,  # noqa: F401 (re-expo
                                  validation_variants)
 from l2sched.bench.ideal import ideal_gain
 from l2sched.bench.isolation import SetAsideIsolation
+from l2sched.bench.trace import trace_replays
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
@@ -187,6 +188,9 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     try:
         times, outer_timed = _replay_interleaved(graphs, timed, acc, args, torch, runner,
                                                  launch, before=isolation.before)
+        if getattr(args, "trace_dir", "") and not dry:
+            rec["traces"] = trace_replays(graphs, args.trace_dir, M, torch,
+                                          before=isolation.before)
     finally:
         isolation.close()
     rec["set_aside_replays"] = isolation.record()
