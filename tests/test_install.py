@@ -2,6 +2,8 @@
 a second installation into a held slot, lazy binding and rebinding, range
 clamping (property test on non-contiguous views), and dry-run order."""
 
+import dataclasses
+
 import pytest
 from extras import TORCH_MISSING
 
@@ -303,3 +305,26 @@ def test_rows_never_cross_storage(rows, cols, r0, c0, rs, cs, transpose, dtype,
     lo = v_lo + offset
     hi = min(v_lo + span, s_hi, v_lo + offset + nbytes if nbytes >= 0 else 1 << 62)
     assert addr - 16 < lo and addr + n + 16 > hi
+
+
+def test_per_layer_joins_keep_the_side_stream_inside_each_layer():
+    """``join_on=[layers...]``: a join at the end of every layer, before any
+    issue hooked on that layer's exit (which is joined at the next layer's
+    end), and after them on the last layer, so the forward ends joined."""
+    layers = _model()
+    plan = _plan()
+    plan = dataclasses.replace(plan, issues=plan.issues + (
+        WindowIssue("E", "layer.exit", 1, 1 << 20,
+                    (ByteRange(2, "self_attn.in_proj.weight", 0, 4096),)),))
+    rt = DryRunRuntime(plan)
+    rt.set_step(StepInfo(num_tokens=4))
+    with install(layers, plan, SITES, rt, join_on=list(layers)):
+        y = torch.randn(4, 32)
+        for layer in layers:
+            y = layer(y)
+    ev = [(e.op, e.window, e.layer) for e in rt.events if e.op != "fork"]
+    per_layer = [[("launch", w, i) for w in "ABC"] for i in range(3)]
+    want = (per_layer[0] + [("join", "", -1)]
+            + per_layer[1] + [("join", "", -1), ("launch", "E", 1)]
+            + per_layer[2] + [("launch", "D", 2), ("join", "", -1)])
+    assert ev == want

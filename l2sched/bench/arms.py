@@ -17,6 +17,12 @@ from l2sched.model.devices import load_device
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
 
+#: A ``--variant`` item that installs the arm's plan with a join at the end
+#: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
+#: instead of once per forward.
+JOIN_EVERY_LAYER = "join=every-layer"
+
+
 def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
               variants: list[str], validation: bool = False,
               perturbations: bool = False) -> list[dict]:
@@ -43,8 +49,12 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
         variants = perturbation_variants(schedule_path) + list(variants)
     for v in variants:
         name, _, ov = v.partition(":")
-        arms.append({"name": name, "path": schedule_path,
-                     "overrides": [o for o in ov.split(",") if o]})
+        overrides = [o for o in ov.split(",") if o]
+        arm = {"name": name, "path": schedule_path,
+               "overrides": [o for o in overrides if o != JOIN_EVERY_LAYER]}
+        if JOIN_EVERY_LAYER in overrides:  # an installation choice, not a setting
+            arm["install"] = {"join_every_layer": True}
+        arms.append(arm)
     if bench_dir and os.path.isdir(bench_dir):
         for f in sorted(os.listdir(bench_dir)):
             if f.endswith(".l2s"):

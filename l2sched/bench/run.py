@@ -135,6 +135,7 @@ def run(args) -> dict:
                   "schedule_text": schedule_text(a["path"]),
                   "overrides": a.get("overrides", []),
                   "runtime": a.get("runtime", {}),
+                  "install": a.get("install", {}),
                   "plan_bytes": sum(w.nbytes for w in a["plan"].issues) if a.get("plan") else 0,
                   "plan_issues": len(a["plan"].issues) if a.get("plan") else 0}
                  for a in arms],
@@ -233,7 +234,7 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
                           **({} if dry else {"device_profile": runner.profile,
                                              **a.get("runtime", {})}))
         rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
-        inst = install_plan(model.layers, inv, a["plan"], rt)
+        inst = install_plan(model.layers, inv, a["plan"], rt, **a.get("install", {}))
         if not dry:
             rt.prepare()
     count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)

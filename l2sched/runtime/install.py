@@ -329,6 +329,10 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
     ``"last_layer"`` (a forward post-hook on ``model_layers[-1]``), a module
     (a forward post-hook on it), or ``None`` (the caller calls
     ``Installation.join()``, e.g. before a pipeline-parallel early return).
+    A list of modules joins at the end of each (per-layer joins): there the
+    join runs before any issue hooked on the same post-hook, so a fill
+    fired at a layer's exit is joined at the next one, not at once; on
+    ``model_layers[-1]`` it runs after them (the forward ends joined).
 
     Raises ``L2sInstallError`` (and installs nothing) when a hook point has no
     site, a site's path does not resolve, or a slot is held by another
@@ -371,7 +375,15 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
         layer_of_slot[id(s)] = layer
         s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
 
-    if join_on is not None:
+    if isinstance(join_on, (list, tuple)):
+        for jmod in join_on:
+            s = slot_for(jmod, "forward_post", None)
+            layer_of_slot.setdefault(id(s), jmod)
+            if jmod is model_layers[-1]:
+                s.actions.append((None, backend.join, "after"))
+            else:
+                s.actions.insert(0, (None, backend.join, "after"))
+    elif join_on is not None:
         jmod = model_layers[-1] if join_on == "last_layer" else join_on
         s = slot_for(jmod, "forward_post", None)
         layer_of_slot.setdefault(id(s), jmod)

@@ -95,13 +95,17 @@ def hook_sites(kind) -> dict:
     return sites
 
 
-def install_plan(decoder_layers, inventory, plan, runtime) -> Installed:
+def install_plan(decoder_layers, inventory, plan, runtime,
+                 join_every_layer: bool = False) -> Installed:
     """Install ``plan`` into ``decoder_layers`` (the model's decoder-layer
     list, indexed like the inventory): one ``runtime.install.install`` per
     layer kind (hook sites differ between KDA and MLA layers), all feeding
     the one ``runtime``; the join goes with the kind of the last layer, as a
     forward post-hook on the last decoder layer (before the
-    pipeline-parallel early return of ``Glm5NextModel.forward``). Raises
+    pipeline-parallel early return of ``Glm5NextModel.forward``).
+    ``join_every_layer``: a join at the end of every decoder layer instead
+    (each kind's installation joins at its own layers), so the side stream's
+    work never spans a layer boundary in a captured graph. Raises
     ``L2sPluginError`` (``unsupported model``, ``install failed``), having
     installed nothing."""
     layers = list(decoder_layers)
@@ -116,13 +120,20 @@ def install_plan(decoder_layers, inventory, plan, runtime) -> Installed:
     groups.setdefault(last_kind, [])
     by_name = {str(k): k for k in kinds}
     out = Installed(plan, runtime)
+    if join_every_layer:
+        for k in by_name:
+            groups.setdefault(k, [])
     try:
         for name in sorted(groups, key=lambda k: k == last_kind):
             idx = groups[name]
             sub = replace(plan, issues=tuple(plan.issues[i] for i in idx))
+            if join_every_layer:
+                join_on = [lay for lay, k in zip(layers, kinds) if str(k) == name]
+            else:
+                join_on = layers[-1] if name == last_kind else None
             out.installations.append(install(
                 layers, sub, hook_sites(by_name[name]), _IssueMap(runtime, idx),
-                join_on=layers[-1] if name == last_kind else None))
+                join_on=join_on))
     except Exception as e:
         out.remove()
         raise L2sPluginError("install failed", f"{type(e).__name__}: {e}") from None
