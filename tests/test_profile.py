@@ -74,6 +74,11 @@ def synthetic_results():
                                   "slowdown": 0.2}},
         "graph": {"chain_200_us": _stat(270.0), "chain_200_with_fork_us": _stat(275.0),
                   "kernel_gap_us": 1.35, "fork_join_us": 5.0},
+        "set_aside": {"layer": 3, "fill_mode": "copy", "fill_bytes": 48_000_000,
+                      "set_aside_bytes": 39_321_600, "median": 0.12, "p10_p90": [0.09, 0.15],
+                      "rows": [{"M": m, "none_us": {"mean": 100.0}, "max_us": {"mean": x},
+                                "slowdown": x / 100.0 - 1} for m, x in
+                               ((1, 109.0), (4, 112.0), (16, 115.0))]},
     }
 
 
@@ -110,6 +115,24 @@ def test_synthetic_profile_round_trip(tmp_path):
     assert dev.evict_last_protected_bytes == int(0.8 * 16_777_216)
     md = profile_markdown(PROV, res, derived)
     assert "Effective L2" in md and "| copy | 16 |" in md
+    # the set-aside cost from its probe, with its spread; the decode-step
+    # fitted fill-slowdown scale is kept from the base and says so
+    assert dev.set_aside_stream_slowdown == pytest.approx(0.12)
+    assert dev.measured["l2.set_aside_stream_slowdown"]["probe"].startswith("set_aside")
+    assert "l2.set_aside_stream_slowdown" not in dev.provenance["kept_from_base"]
+    assert dev.fill_slowdown_scale == load_device("h200").fill_slowdown_scale
+    assert "latency.fill_slowdown_scale" in dev.provenance["kept_from_base"]
+    assert "| 16 | 100.0 | 115.0 | +0.150 |" in md
+
+
+def test_set_aside_cost_is_kept_from_the_base_without_its_probe(tmp_path):
+    base = load_device("h200")
+    res = synthetic_results()
+    del res["set_aside"]
+    derived = derive(res, base, None, PROV)
+    assert derived["sections"]["l2"]["set_aside_stream_slowdown"] == \
+        base.set_aside_stream_slowdown
+    assert "l2.set_aside_stream_slowdown" in derived["kept"]
 
 
 def test_bad_measured_values_are_errors_at_their_key(tmp_path):

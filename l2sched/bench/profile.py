@@ -27,6 +27,10 @@ stopped):
   each kernel, interleaved -> the slowdown of latency-bound kernels.
 - ``graph``: the per-kernel time of a graph-replayed chain (kernel gap) and
   the cost of one fork/join of an empty fill.
+- ``set_aside``: the routed-expert stream of one MoE layer per M after a
+  48 MB evict_last fill elsewhere, with no persisting-L2 set-aside and with
+  the maximum, interleaved -> ``l2.set_aside_stream_slowdown``, the cost of
+  a set-aside to normal-priority traffic.
 
 Collectives across a TP group (all-reduce curve, with a concurrent fill) run
 with ``l2sched bench tp`` on a multi-GPU box and are merged with
@@ -245,6 +249,74 @@ def probe_survival(ctx) -> dict:
     return out
 
 
+#: Bytes of the persisting fill before each timed expert stream of
+#: ``probe_set_aside``: more than the H200's maximum set-aside (39,321,600 B,
+#: benchmarks/results/h200-profile-2026-12-01.md), so the reserved ways are full.
+SET_ASIDE_FILL_BYTES = 48 * MB
+
+
+def probe_set_aside(ctx) -> dict:
+    """What a persisting-L2 set-aside costs normal-priority traffic: the
+    routed-expert stream of one MoE layer at each M, after a flush and an
+    evict_last copy fill of 48 MB elsewhere, with no set-aside and with the
+    device maximum, interleaved round by round (the persisting lines
+    demoted before each case). ``slowdown`` per M = mean with / mean
+    without - 1; the profile's ``l2.set_aside_stream_slowdown`` is their
+    median (the lint scales it by the reserved share of the maximum)."""
+    from l2sched.runtime.set_aside import (apply_set_aside, release_set_aside,
+                                           reset_persisting_lines)
+    torch, b, runner = ctx.torch, ctx.bench, ctx.runner
+    mode, shape = next(iter(ctx.fill_shapes.items()))
+    kern = K.get_kernel(0, policy="evict_last", **shape)
+    if kern is None:
+        return {"error": K.disabled_reason() or "compile failed"}
+    inv = runner.inv
+    layer = next(i for i, k in enumerate(inv.kinds)
+                 if any(op.cls == "expert_stream" for op in runner.ops_of(i)))
+    other = torch.ones(SET_ASIDE_FILL_BYTES // 4, dtype=torch.int32, device="cuda")
+    tab = row_table(torch, other)
+    h = torch.cuda.current_stream().cuda_stream
+    owner = "l2sched-profile"
+    out = {"layer": layer, "fill_mode": mode, "fill_bytes": SET_ASIDE_FILL_BYTES,
+           "rows": []}
+    try:
+        for M in ctx.tokens:
+            runner.set_tokens(M)
+            ops = [op for op in runner.ops_of(layer) if op.cls == "expert_stream"]
+
+            def stream(ops=ops):
+                for op in ops:
+                    runner.run_op(layer, op)
+            stream()
+
+            def setup(nbytes):
+                def run():
+                    torch.cuda.synchronize()
+                    if nbytes:
+                        got = apply_set_aside(0, nbytes, owner, capturing=False)
+                        out["set_aside_bytes"] = got
+                    else:
+                        release_set_aside(0, owner, capturing=False)
+                    reset_persisting_lines(0)
+                    b.flush()
+                    kern.launch(tab.data_ptr(), 0, 1, h)
+                return run
+            t = b.interleaved({"none": (setup(0), stream), "max": (setup(-1), stream)})
+            a, m = stats(t["none"]), stats(t["max"])
+            out["rows"].append({"M": M, "none_us": a, "max_us": m,
+                                "slowdown": m["mean"] / a["mean"] - 1.0})
+            ctx.progress.step(f"set-aside M={M}")
+    finally:
+        release_set_aside(0, owner, capturing=False)
+        reset_persisting_lines(0)
+    s = sorted(r["slowdown"] for r in out["rows"])
+    if s:
+        out["median"] = statistics.median(s)
+        out["p10_p90"] = [s[0], s[-1]] if len(s) < 10 else \
+            [s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]]
+    return out
+
+
 def probe_interference(ctx) -> dict:
     """Slowdown of a graph-replayed latency-bound chain under a concurrent
     50 MB fill of each kernel (interleaved with the chain alone)."""
@@ -312,7 +384,7 @@ def probe_graph(ctx) -> dict:
 
 PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
           ("survival", probe_survival), ("interference", probe_interference),
-          ("graph", probe_graph))
+          ("graph", probe_graph), ("set_aside", probe_set_aside))
 
 
 class _Context:
@@ -374,7 +446,8 @@ def run_profile(args) -> dict:
             "set_aside_max_bytes": _set_aside_max(props)}
     ctx = _Context(torch, args, base, results)
     todo = [(n, p) for n, p in PROBES if n not in results]
-    ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes))
+    ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
+                            + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
     for name, probe in todo:
         results[name] = probe(ctx)
         ctx.progress.step(f"{name} done")

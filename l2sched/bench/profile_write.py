@@ -65,6 +65,7 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     if not aside:
         kept.append("l2.set_aside_max_bytes")
     _survival(surv, base, sec, measured, kept)
+    _set_aside(res.get("set_aside", {}), base, sec, measured, kept)
     # GEMM rates for ops the table does not cover: a line through (bytes, us)
     gemm = _gemm_points(ops, inventory)
     if len(gemm["cold"]) >= 2:
@@ -104,10 +105,31 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     for k in ("small_kernel_us", "attention_core_us"):
         sec["latency"][k] = getattr(base, k)
         kept.append(f"latency.{k}")
+    if base.fill_slowdown_scale != 1.0:  # no probe measures it: a decode-step fit
+        sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
+        kept.append("latency.fill_slowdown_scale")
     kept.append("allreduce")
     default = _default_mode(modes, base)
     return {"sections": sec, "fill": modes, "fill_default": default,
             "ops": _op_table(ops), "measured": measured, "kept": kept}
+
+
+def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None:
+    """``l2.set_aside_stream_slowdown`` from the set_aside probe (the median
+    over M of the expert stream's slowdown with the maximum set-aside), else
+    the base profile's value (kept)."""
+    v = probe.get("median")
+    if v is not None:
+        v = max(0.0, float(v))
+        sec["l2"]["set_aside_stream_slowdown"] = round(v, 4)
+        lo, hi = probe.get("p10_p90", [v, v])
+        measured["l2.set_aside_stream_slowdown"] = {
+            "probe": "set_aside (routed-expert stream of one MoE layer per M, maximum "
+                     "set-aside vs none, after a 48 MB evict_last fill)",
+            "median": v, "p10": lo, "p90": hi}
+    elif base.set_aside_stream_slowdown:
+        sec["l2"]["set_aside_stream_slowdown"] = base.set_aside_stream_slowdown
+        kept.append("l2.set_aside_stream_slowdown")
 
 
 def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
@@ -366,6 +388,17 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md += ["## Graph", "", f"200 tiny kernels replayed: {g['chain_200_us']['median']:.1f}"
                f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
                f"{g['fork_join_us']:+.1f} us.", ""]
+    sa = res.get("set_aside")
+    if sa and sa.get("rows"):
+        md += ["## Set-aside: the routed-expert stream with the maximum persisting-L2 "
+               "set-aside", "", f"Layer {sa['layer']}, after a {sa['fill_bytes'] / MB:.0f} MB "
+               f"evict_last {sa['fill_mode']} fill elsewhere; reserved "
+               f"{sa.get('set_aside_bytes') or '-'} B. Means of interleaved rounds.", "",
+               "| M | no set-aside us | maximum us | slowdown |", "|---|---|---|---|"]
+        for r in sa["rows"]:
+            md.append(f"| {r['M']} | {r['none_us']['mean']:.1f} | {r['max_us']['mean']:.1f} | "
+                      f"{r['slowdown']:+.3f} |")
+        md += ["", f"Median slowdown: {_n(sa.get('median'))}.", ""]
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
     return "\n".join(md) + "\n"
