@@ -102,16 +102,23 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     else:
         sec["latency"]["kernel_gap_us"] = base.kernel_gap_us
         kept.append("latency.kernel_gap_us")
-    for k in ("small_kernel_us", "attention_core_us"):
-        sec["latency"][k] = getattr(base, k)
-        kept.append(f"latency.{k}")
-    if base.fill_slowdown_scale != 1.0:  # no probe measures it: a decode-step fit
-        sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
-        kept.append("latency.fill_slowdown_scale")
+    _kept_latency(base, sec, kept)
     kept.append("allreduce")
     default = _default_mode(modes, base)
     return {"sections": sec, "fill": modes, "fill_default": default,
             "ops": _op_table(ops), "measured": measured, "kept": kept}
+
+
+def _kept_latency(base, sec: dict, kept: list) -> None:
+    """Latency terms no probe measures, copied from the base profile: the
+    stand-in kernel times and, where the base has one, the fill-slowdown
+    scale fitted on a decode-step run (``bench calibrate``)."""
+    for k in ("small_kernel_us", "attention_core_us"):
+        sec["latency"][k] = getattr(base, k)
+        kept.append(f"latency.{k}")
+    if base.fill_slowdown_scale != 1.0:
+        sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
+        kept.append("latency.fill_slowdown_scale")
 
 
 def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None:
@@ -388,20 +395,25 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md += ["## Graph", "", f"200 tiny kernels replayed: {g['chain_200_us']['median']:.1f}"
                f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
                f"{g['fork_join_us']:+.1f} us.", ""]
-    sa = res.get("set_aside")
-    if sa and sa.get("rows"):
-        md += ["## Set-aside: the routed-expert stream with the maximum persisting-L2 "
-               "set-aside", "", f"Layer {sa['layer']}, after a {sa['fill_bytes'] / MB:.0f} MB "
-               f"evict_last {sa['fill_mode']} fill elsewhere; reserved "
-               f"{sa.get('set_aside_bytes') or '-'} B. Means of interleaved rounds.", "",
-               "| M | no set-aside us | maximum us | slowdown |", "|---|---|---|---|"]
-        for r in sa["rows"]:
-            md.append(f"| {r['M']} | {r['none_us']['mean']:.1f} | {r['max_us']['mean']:.1f} | "
-                      f"{r['slowdown']:+.3f} |")
-        md += ["", f"Median slowdown: {_n(sa.get('median'))}.", ""]
+    md += _set_aside_markdown(res.get("set_aside"))
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
     return "\n".join(md) + "\n"
+
+
+def _set_aside_markdown(sa: dict | None) -> list[str]:
+    """The set_aside probe's section of the report (none without it)."""
+    if not sa or not sa.get("rows"):
+        return []
+    md = ["## Set-aside: the routed-expert stream with the maximum persisting-L2 set-aside",
+          "", f"Layer {sa['layer']}, after a {sa['fill_bytes'] / MB:.0f} MB evict_last "
+          f"{sa['fill_mode']} fill elsewhere; reserved {sa.get('set_aside_bytes') or '-'} B. "
+          "Means of interleaved rounds.", "",
+          "| M | no set-aside us | maximum us | slowdown |", "|---|---|---|---|"]
+    for r in sa["rows"]:
+        md.append(f"| {r['M']} | {r['none_us']['mean']:.1f} | {r['max_us']['mean']:.1f} | "
+                  f"{r['slowdown']:+.3f} |")
+    return md + ["", f"Median slowdown: {_n(sa.get('median'))}.", ""]
 
 
 def _n(x) -> str:
