@@ -24,8 +24,17 @@ def main(argv=None):
     ap.add_argument("--json-out", default="/dev/null")
     ap.add_argument("--md-out", default="")
     args = ap.parse_args(argv)
-    base, arm = kernel_timeline(args.base), kernel_timeline(args.arm)
-    cmp = compare_timelines(base, arm)
+    timelines = []
+    for path in (args.base, args.arm):
+        try:
+            timelines.append(kernel_timeline(path))
+        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            sys.exit(f"trace_compare: {path}: {e}")
+    base, arm = timelines
+    try:
+        cmp = compare_timelines(base, arm)
+    except ValueError as e:
+        sys.exit(f"trace_compare: {args.base} vs {args.arm}: {e}")
     ms = main_stream(arm)
     others = {str(s): {"kernels": len(k), "busy_us": sum(d for _, d, _ in k),
                        "names": sorted({n[:60] for _, _, n in k})[:5]}
