@@ -191,20 +191,16 @@ def probe_fill(ctx) -> dict:
         rows = []
         for mb in (16, 32) if ctx.quick else FILL_SIZES:
             n = mb * MB // (2 * 4096) // 64 * 64  # cuBLAS's aligned kernels
-            mm, w, _, twin = gemm_consumer(torch, n, 4096)
+            mm, w, _, _ = gemm_consumer(torch, n, 4096)
             tab = row_table(torch, w)
             h = torch.cuda.current_stream().cuda_stream
             _, exit_t = b.timed(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h))
-            res = after_fill(b, kern, mm, w, (0, 40) if ctx.quick else FILL_WAITS, warm=twin)
+            res = after_fill(b, kern, mm, w, (0, 40) if ctx.quick else FILL_WAITS)
             row = {"mb": mb, "cold_us": res["cold_us"], "hot_us": res["hot_us"],
                    "launch_to_exit_us": stats(exit_t), "waits": {}}
             for wait, got in res["waits"].items():
                 row["waits"][str(wait)] = {"us": got["us"], "landed": got["recovered"],
                                            "landed_p10_p90": got["recovered_p10_p90"]}
-            # recorded, not yet read by the model: the fill's share with the
-            # consumer's code, input and workspace warm (bench.timing.after_fill)
-            row["warmed"] = {str(w): got["recovered"]
-                             for w, got in res["warmed"]["waits"].items()}
             rows.append(row)
         out[mode] = {"shape": shape, "ffi": kern.ffi, "rows": rows}
         ctx.progress.step(f"fill {mode}")
