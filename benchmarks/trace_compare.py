@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, ".")
 from l2sched.bench.trace import compare_timelines, kernel_timeline, main_stream  # noqa: E402
+from l2sched.errors import L2sError  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 
 
@@ -53,8 +54,11 @@ def main(argv=None):
     lines += ["", "Other streams of the arm: " + "; ".join(
         f"{s}: {o['kernels']} kernels, {o['busy_us']:.1f} us busy ({', '.join(o['names'])})"
         for s, o in others.items()) + "."]
-    write_probe({"compare": cmp, "other_streams": others, "base": args.base, "arm": args.arm},
-                lines, args.json_out, args.md_out)
+    try:
+        write_probe({"compare": cmp, "other_streams": others, "base": args.base,
+                     "arm": args.arm}, lines, args.json_out, args.md_out)
+    except L2sError as e:
+        sys.exit(f"trace_compare: {e}")
 
 
 if __name__ == "__main__":

@@ -525,6 +525,12 @@ def test_trace_comparison_finds_where_an_arm_loses_time():
         compare_timelines(base, kernel_timeline(trace([(7, 0, 10, "gemm")])))
     with pytest.raises(ValueError, match="no GPU kernel events"):
         kernel_timeline({"traceEvents": []})
+    for bad, msg in (({"traceEvents": 5}, "not a Chrome trace"), ({}, "not a Chrome trace"),
+                     ({"traceEvents": [1]}, r"traceEvents\[0\] is not an object"),
+                     ({"traceEvents": [{"ph": "X", "cat": "kernel", "tid": 1}]},
+                      "numeric 'ts'")):
+        with pytest.raises(ValueError, match=msg):
+            kernel_timeline(bad)
 
 
 def test_recovered_share_interval_survives_draws_without_a_gap():
@@ -538,3 +544,34 @@ def test_recovered_share_interval_survives_draws_without_a_gap():
     # about a third of the draws miss the slow round (no gap); every other
     # draw has the share 0.5 exactly
     assert got == {"share": 0.5, "p5": 0.5, "p95": 0.5, "gap_us": 1.0}
+
+
+@pytest.mark.parametrize("variant, msg", [
+    ("none:policy=evict_normal", "names an arm so itself"),
+    (":join=every-layer", "needs a name"),
+    ("j:join=sometimes", "join takes only 'join=every-layer'"),
+    ("k:window.NOPE.budget=1MB", "unknown window 'NOPE'"),
+])
+def test_bad_bench_run_variants_are_usage_errors(variant, msg, capsys, tmp_path):
+    """``bench run --variant`` is checked before anything runs (exit 2)."""
+    argv = ["bench", "run", "--dry", "--tokens", "1", "--bench-dir", "",
+            "--out", str(tmp_path / "r.json"), "--variant", variant]
+    assert main(argv) == 2
+    assert msg in capsys.readouterr().err
+    assert main(argv[:-1] + ["a:policy=evict_normal", "--variant", "a:kernel=copy"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--variants", "x=copy:nope=1"], "unknown key 'nope'"),
+    (["--variants", "x=copy:grid=abc"], "grid must be an integer"),
+    (["--variants", "x=copy;x=bulk"], "given twice"),
+    (["--variants", "x=copy:threads=2000"], "at most 1024"),
+    (["--sizes", "8,,16"], "--sizes must be MB integers"),
+    (["--shapes", "0x5"], "is not NxK"),
+    (["--consumer-rounds", "5"], "at least 10"),
+])
+def test_bad_bench_kernel_options_are_usage_errors(args, msg, capsys, tmp_path):
+    assert main(["bench", "kernel", "--out", str(tmp_path / "k.json"), *args]) == 2
+    assert msg in capsys.readouterr().err

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from l2sched.bench import shipped_path
 from l2sched.bench.validation import AA_ARM
+from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
 from l2sched.model.devices import load_device
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
@@ -21,6 +22,43 @@ from l2sched.runtime.kernel import H200_LOAD_SHAPE
 #: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
 #: instead of once per forward.
 JOIN_EVERY_LAYER = "join=every-layer"
+
+
+#: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
+FIXED_ARMS = ("none", AA_ARM, "compiled", "evict_normal", "load")
+
+
+def split_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME:ITEM,ITEM,...`` -> ``(name, [item, ...])``, items stripped."""
+    name, _, ov = text.partition(":")
+    return name.strip(), [o.strip() for o in ov.split(",") if o.strip()]
+
+
+def check_variants(variants: list[str], schedule_path: str) -> None:
+    """Check ``--variant`` values before anything runs: a name that is not
+    empty, not one of ``FIXED_ARMS`` or ``bench/...`` and not given twice;
+    ``join=`` only as ``join=every-layer``; every other item a setting the
+    schedule at ``schedule_path`` accepts. Raises ``ValueError`` naming the
+    variant."""
+    seen = set()
+    for v in variants:
+        name, items = split_variant(v)
+        if not name:
+            raise ValueError(f"--variant {v!r}: the arm needs a name (NAME:KEY=VALUE,...)")
+        if name in FIXED_ARMS or name.startswith("bench/"):
+            raise ValueError(f"--variant {name}: the bench names an arm so itself "
+                             f"(taken: {', '.join(FIXED_ARMS)}, bench/...)")
+        if name in seen:
+            raise ValueError(f"--variant {name}: given twice")
+        seen.add(name)
+        joins = [i for i in items if i.split("=", 1)[0].strip() == "join"]
+        if any(i != JOIN_EVERY_LAYER for i in joins):
+            raise ValueError(f"--variant {name}: join takes only {JOIN_EVERY_LAYER!r}, "
+                             f"got {joins[0]!r}")
+        try:
+            load_schedule(shipped_path(schedule_path), [i for i in items if i not in joins])
+        except L2sError as e:
+            raise ValueError(f"--variant {name}: {e}") from None
 
 
 def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
@@ -48,8 +86,7 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     if perturbations:
         variants = perturbation_variants(schedule_path) + list(variants)
     for v in variants:
-        name, _, ov = v.partition(":")
-        overrides = [o for o in ov.split(",") if o]
+        name, overrides = split_variant(v)
         arm = {"name": name, "path": schedule_path,
                "overrides": [o for o in overrides if o != JOIN_EVERY_LAYER]}
         if JOIN_EVERY_LAYER in overrides:  # an installation choice, not a setting

@@ -11,7 +11,9 @@ from ONE ``bench run --perturbations`` result (docs/lint.md#validation):
   with the maximum persisting-L2 set-aside reserved: the median over M of
   (expert-stream time of the arm with a set-aside / the ``none`` arm's) -
   1, divided by the reserved fraction of the maximum. Kept as it is when
-  the result has no arm with a set-aside.
+  the result has no arm with a set-aside, and when the starting profile
+  measured it with its ``set_aside`` probe (``l2sched profile``): a probe
+  number is not replaced by a decode-step fit.
 
 The result is calibration for that run: judge the calibrated profile on
 another run (``bench report`` of a later result, or
@@ -109,12 +111,15 @@ def calibrate(d: dict, profile: str = "", progress=None) -> dict:
     """Fit the two terms from ``d``, a ``bench run`` result (``read_json_file``).
     ``profile``: the profile to start from (name or TOML path; default: the
     one the result recorded). Returns ``{"scale", "scan": [(scale, median
-    |error| us)], "set_aside": (slowdown, arm) or None, "before", "after"}``
+    |error| us)], "set_aside": (slowdown, arm) or None, "set_aside_probed"
+    (the profile's probe measured it: kept), "before", "after"}``
     (``before``/``after``: ``validate`` of the result with the starting and
     the calibrated terms). ``progress``: called with a line per grid value.
     Raises ``L2sInputError`` for a result without an A/A arm."""
     base = load_device(profile) if profile else recorded_profile(d)
-    aside = set_aside_slowdown(d, base)
+    probed = str(base.measured.get("l2.set_aside_stream_slowdown", {}).get("probe", "")) \
+        .startswith("set_aside")
+    aside = None if probed else set_aside_slowdown(d, base)
     start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base
     setup = lint_setup(d)
     scan, figures = [], {}
@@ -125,7 +130,7 @@ def calibrate(d: dict, profile: str = "", progress=None) -> dict:
         if progress is not None:
             progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
     best = min(scan, key=lambda x: (x[1], x[0]))[0]
-    return {"scale": best, "scan": scan, "set_aside": aside,
+    return {"scale": best, "scan": scan, "set_aside": aside, "set_aside_probed": probed,
             "before": validate(gain_rows(d, base, setup)), "after": figures[best]}
 
 

@@ -64,15 +64,29 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
     """``LABEL=MODE[:key=value,...];...`` -> ``[(label, shape)]``, e.g.
     ``copy-66=copy:grid=66,stages=4``. Raises ``ValueError``."""
     out = []
+    keys = ("grid", "threads", "chunk", "stages")
     for part in filter(None, (p.strip() for p in text.split(";"))):
         label, _, spec = part.partition("=")
         mode, _, kv = spec.partition(":")
         shape: dict = {"mode": mode.strip()}
-        for item in filter(None, kv.split(",")):
+        label = label.strip() or shape["mode"]
+        for item in filter(None, (i.strip() for i in kv.split(","))):
             k, _, v = item.partition("=")
-            shape[k.strip()] = int(v)
-        K.KernelSpec(**shape).check()
-        out.append((label.strip() or mode, shape))
+            if k.strip() not in keys:
+                raise ValueError(f"--variants {label}: unknown key {k.strip()!r} "
+                                 f"(keys: {', '.join(keys)})")
+            try:
+                shape[k.strip()] = int(v)
+            except ValueError:
+                raise ValueError(f"--variants {label}: {k.strip()} must be an integer, "
+                                 f"got {v.strip()!r}") from None
+        if label in (x for x, _ in out):
+            raise ValueError(f"--variants {label}: given twice")
+        try:
+            K.KernelSpec(**shape).check()
+        except ValueError as e:
+            raise ValueError(f"--variants {label}: {e}") from None
+        out.append((label, shape))
     if not out:
         raise ValueError("--variants names no variant")
     return out

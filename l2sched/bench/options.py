@@ -47,7 +47,8 @@ def run_arguments(p) -> None:
     p.add_argument("--trace-dir", dest="trace_dir", default="", metavar="DIR",
                    help="after the replays of each M, one more untimed replay per arm "
                         "under torch.profiler (CUDA kernels): DIR/trace-M<M>-<arm>.json "
-                        "(Chrome trace; docs/bench.md)")
+                        "(Chrome trace; docs/bench.md); ignored with --dry (no GPU "
+                        "kernels to trace)")
     p.add_argument("--lead-us", dest="lead_us", type=float, default=0.0,
                    help="spin this long (us) before each timed replay so the graph's "
                         "launch is submitted before its start event (default 0: the "

@@ -123,8 +123,10 @@ def _kept_latency(base, sec: dict, kept: list) -> None:
 
 def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None:
     """``l2.set_aside_stream_slowdown`` from the set_aside probe (the median
-    over M of the expert stream's slowdown with the maximum set-aside), else
-    the base profile's value (kept)."""
+    over M of the expert stream's slowdown with the maximum set-aside; a
+    negative median is written as 0, since the model has no speed-up term,
+    while ``[measured]`` keeps the probe's own numbers), else the base
+    profile's value (kept)."""
     v = probe.get("median")
     if v is not None:
         v = max(0.0, float(v))

@@ -50,15 +50,26 @@ def trace_replays(graphs: dict, trace_dir: str, M: int, torch, before=None) -> d
 def kernel_timeline(trace: dict | str) -> dict:
     """The GPU kernels of a Chrome trace (a dict, or a path to one): stream
     (the ``tid`` of the kernel events) -> ``[(ts_us, dur_us, name)]`` in
-    start order. Raises ``ValueError`` when the trace has no kernel events."""
+    start order. Raises ``OSError`` for an unreadable file and ``ValueError``
+    for one that is not a Chrome trace (no ``traceEvents`` list of objects,
+    a kernel event without a numeric ``ts``) or has no kernel events."""
     if not isinstance(trace, dict):
         with open(trace, encoding="utf-8") as f:
             trace = json.load(f)
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        raise ValueError("not a Chrome trace: expected an object with a 'traceEvents' list")
     streams: dict = {}
-    for e in trace.get("traceEvents", []):
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise ValueError(f"traceEvents[{i}] is not an object")
         if e.get("ph") == "X" and e.get("cat") == "kernel":
-            streams.setdefault(e.get("tid"), []).append(
-                (float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", ""))))
+            try:
+                ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"traceEvents[{i}]: a kernel event needs numeric 'ts' "
+                                 "and 'dur'") from None
+            streams.setdefault(e.get("tid"), []).append((ts, dur, str(e.get("name", ""))))
     if not streams:
         raise ValueError("no GPU kernel events (cat 'kernel') in the trace")
     for ks in streams.values():

@@ -54,6 +54,17 @@ def cmd_run(args) -> int:
     bad = _bad_tokens(args.tokens)
     if bad:
         raise L2sUsageError(bad)
+    from l2sched.bench.arms import check_variants
+    try:
+        check_variants(args.variant, args.schedule)
+    except ValueError as e:
+        raise L2sUsageError(str(e)) from None
+    if args.trace_dir and not args.dry:
+        try:  # made now, so a bad path fails before any measurement
+            os.makedirs(args.trace_dir, exist_ok=True)
+        except OSError as e:
+            raise L2sUsageError(f"--trace-dir {args.trace_dir}: cannot make it: "
+                                f"{e.strerror or e}") from None
     _require_torch()
     from l2sched.bench.run import run  # imports torch
 
@@ -62,7 +73,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_kernel(args) -> int:
-    """``bench kernel``: exit 2 on unusable options or without torch."""
+    """``bench kernel``: exit 2 on unusable options or without torch; exit 1
+    for an unusable ``--out``/``--md-out`` (before anything runs)."""
+    _check_outputs(args.out, args.md_out or None)
     if args.reps < 3:
         raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
     if args.consumer_rounds < 10:
@@ -75,9 +88,16 @@ def cmd_kernel(args) -> int:
             parse_variants(args.variants)
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError as e:
-        raise L2sUsageError(str(e)) from None
+        msg = str(e) if str(e).startswith("--") else \
+            f"--sizes must be MB integers separated by commas, got {args.sizes!r}"
+        raise L2sUsageError(msg) from None
     if not sizes or min(sizes) < 1:
         raise L2sUsageError(f"--sizes must be positive MB values, got {args.sizes}")
+    for s in filter(None, args.shapes.split(",")):
+        nk = s.strip().split("x")
+        if len(nk) != 2 or not all(x.isdigit() and int(x) > 0 for x in nk):
+            raise L2sUsageError(f"--shapes: {s.strip()!r} is not NxK with positive "
+                                "integers (e.g. 4096x2048)")
     _require_torch()
     import torch
 
@@ -179,8 +199,10 @@ def cmd_calibrate(args) -> int:
     aside = cal["set_aside"]
     print(f"fill_slowdown_scale = {cal['scale']:g} (least median |error| on the grid "
           f"{cal['scan'][0][0]:g}..{cal['scan'][-1][0]:g})")
-    print("set_aside_stream_slowdown = " + (f"{aside[0]:.4g} (arm {aside[1]})" if aside
-                                            else "unchanged (no arm with a set-aside)"))
+    print("set_aside_stream_slowdown = " + (
+        f"{aside[0]:.4g} (arm {aside[1]})" if aside
+        else "unchanged (measured by the profile's set_aside probe)" if cal["set_aside_probed"]
+        else "unchanged (no arm with a set-aside)"))
     for label in ("before", "after"):
         v = cal[label]
         print(f"{label}: agreement {v['verdict_agreement']:.0%}, median |error| "

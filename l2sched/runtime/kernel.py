@@ -72,6 +72,9 @@ DEFAULT_THREADS = 32
 #: benchmarks/results/h200-kernel-2026-11-29.md): pass as
 #: ``get_kernel(..., **H200_LOAD_SHAPE)`` or ``CudaRuntime(plan, **H200_LOAD_SHAPE)``.
 H200_LOAD_SHAPE = {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}
+#: Threads a CTA may have (CUDA C Programming Guide, "Compute capabilities":
+#: 1024 on every compute capability this project runs on).
+MAX_THREADS = 1024
 #: Largest dynamic shared memory a CTA may use on sm_90 (227 KiB, CUDA C
 #: Programming Guide, "Compute capabilities", H100/H200): bounds a copy-mode
 #: kernel's ``stages * chunk``.
@@ -106,6 +109,9 @@ class KernelSpec:
         for name in ("grid", "threads", "stages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.threads > MAX_THREADS:
+            raise ValueError(f"threads must be at most {MAX_THREADS} (a CTA's limit), "
+                             f"got {self.threads}")
         if self.chunk <= 0 or self.chunk % ALIGN:
             raise ValueError(f"chunk {self.chunk} is not a positive multiple of {ALIGN}")
         if self.mode == "copy" and copy_smem_bytes(self) > MAX_SMEM_BYTES:
