@@ -24,7 +24,6 @@ Needs cupy and a CUDA GPU.
 """
 
 import argparse
-import statistics
 import sys
 import time
 
@@ -32,6 +31,8 @@ import cupy as cp
 
 sys.path.insert(0, ".")
 from probe_output import write_probe  # noqa: E402
+
+from l2sched.bench.timing import stats  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void read_set(const int4* __restrict__ buf, long long n16,
@@ -58,13 +59,6 @@ extern "C" __global__ void read_set(const int4* __restrict__ buf, long long n16,
   if (acc == 0x7fffffff) sink[0] = acc;
 }
 """
-
-
-def stats(xs):
-    s = sorted(xs)
-    n = len(s)
-    return {"mean": sum(s) / n, "median": statistics.median(s),
-            "p10": s[int(0.1 * (n - 1))], "p90": s[int(0.9 * (n - 1))], "n": n}
 
 
 def main(argv=None):

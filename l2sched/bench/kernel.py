@@ -60,6 +60,34 @@ DEFAULT_VARIANTS = (
 DEFAULT_SHAPES = ((4096, 2048), (3584, 4096), (4096, 4096), (6144, 4096))
 
 
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes``: comma-separated fill sizes in MB (10^6 B) -> ``[MB]``.
+    Raises ``ValueError`` (the option's message) for non-integers, an empty
+    list or a size below 1."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--sizes must be MB integers separated by commas, "
+                         f"got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--sizes must be positive MB values, got {text}")
+    return sizes
+
+
+def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """``--shapes``: comma-separated ``NxK`` consumer weights -> ``((N, K),
+    ...)`` (empty for an empty text). Raises ``ValueError`` naming the bad
+    item."""
+    out = []
+    for s in filter(None, (s.strip() for s in text.split(","))):
+        nk = s.split("x")
+        if len(nk) != 2 or not all(x.isdigit() and int(x) > 0 for x in nk):
+            raise ValueError(f"--shapes: {s!r} is not NxK with positive integers "
+                             "(e.g. 4096x2048)")
+        out.append((int(nk[0]), int(nk[1])))
+    return tuple(out)
+
+
 def parse_variants(text: str) -> list[tuple[str, dict]]:
     """``LABEL=MODE[:key=value,...];...`` -> ``[(label, shape)]``, e.g.
     ``copy-66=copy:grid=66,stages=4``. Raises ``ValueError``."""
@@ -250,9 +278,8 @@ def run_kernel_bench(args) -> dict:
     ``args.out`` (JSON) and ``args.md_out`` (markdown). Returns the result."""
     import torch
     variants = parse_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)
-    sizes = [int(s) * MB for s in args.sizes.split(",")]
-    shapes = DEFAULT_SHAPES if not args.shapes else tuple(
-        tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
+    sizes = [mb * MB for mb in parse_sizes(args.sizes)]
+    shapes = parse_shapes(args.shapes) or DEFAULT_SHAPES
     props = torch.cuda.get_device_properties(0)
     out = {"device": props.name, "sm": f"{props.major}.{props.minor}",
            "sms": props.multi_processor_count,

@@ -259,8 +259,8 @@ def probe_set_aside(ctx) -> dict:
     demoted before each case). ``slowdown`` per M = mean with / mean
     without - 1; the profile's ``l2.set_aside_stream_slowdown`` is their
     median (the lint scales it by the reserved share of the maximum)."""
-    from l2sched.runtime.set_aside import (apply_set_aside, release_set_aside,
-                                           reset_persisting_lines)
+    from l2sched.bench.isolation import SetAsideIsolation
+    from l2sched.runtime.set_aside import in_force, reset_persisting_lines
     torch, b, runner = ctx.torch, ctx.bench, ctx.runner
     mode, shape = next(iter(ctx.fill_shapes.items()))
     kern = K.get_kernel(0, policy="evict_last", **shape)
@@ -272,7 +272,7 @@ def probe_set_aside(ctx) -> dict:
     other = torch.ones(SET_ASIDE_FILL_BYTES // 4, dtype=torch.int32, device="cuda")
     tab = row_table(torch, other)
     h = torch.cuda.current_stream().cuda_stream
-    owner = "l2sched-profile"
+    iso = SetAsideIsolation({"none": 0, "max": -1}, device=0)
     out = {"layer": layer, "fill_mode": mode, "fill_bytes": SET_ASIDE_FILL_BYTES,
            "rows": []}
     try:
@@ -285,25 +285,22 @@ def probe_set_aside(ctx) -> dict:
                     runner.run_op(layer, op)
             stream()
 
-            def setup(nbytes):
+            def setup(case):
                 def run():
-                    torch.cuda.synchronize()
-                    if nbytes:
-                        got = apply_set_aside(0, nbytes, owner, capturing=False)
-                        out["set_aside_bytes"] = got
-                    else:
-                        release_set_aside(0, owner, capturing=False)
-                    reset_persisting_lines(0)
+                    torch.cuda.synchronize()  # the limit changes between kernels only
+                    iso.before(case)  # this case's set-aside, persisting lines demoted
+                    if case == "max":
+                        out["set_aside_bytes"] = in_force(0)
                     b.flush()
                     kern.launch(tab.data_ptr(), 0, 1, h)
                 return run
-            t = b.interleaved({"none": (setup(0), stream), "max": (setup(-1), stream)})
+            t = b.interleaved({c: (setup(c), stream) for c in ("none", "max")})
             a, m = stats(t["none"]), stats(t["max"])
             out["rows"].append({"M": M, "none_us": a, "max_us": m,
                                 "slowdown": m["mean"] / a["mean"] - 1.0})
             ctx.progress.step(f"set-aside M={M}")
     finally:
-        release_set_aside(0, owner, capturing=False)
+        iso.close()
         reset_persisting_lines(0)
     s = sorted(r["slowdown"] for r in out["rows"])
     if s:

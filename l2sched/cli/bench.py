@@ -81,23 +81,15 @@ def cmd_kernel(args) -> int:
     if args.consumer_rounds < 10:
         raise L2sUsageError(f"--consumer-rounds must be at least 10, got "
                             f"{args.consumer_rounds}")
-    from l2sched.bench.kernel import parse_variants
+    from l2sched.bench.kernel import parse_shapes, parse_sizes, parse_variants
 
     try:
         if args.variants:
             parse_variants(args.variants)
-        sizes = [int(s) for s in args.sizes.split(",")]
+        parse_sizes(args.sizes)
+        parse_shapes(args.shapes)
     except ValueError as e:
-        msg = str(e) if str(e).startswith("--") else \
-            f"--sizes must be MB integers separated by commas, got {args.sizes!r}"
-        raise L2sUsageError(msg) from None
-    if not sizes or min(sizes) < 1:
-        raise L2sUsageError(f"--sizes must be positive MB values, got {args.sizes}")
-    for s in filter(None, args.shapes.split(",")):
-        nk = s.strip().split("x")
-        if len(nk) != 2 or not all(x.isdigit() and int(x) > 0 for x in nk):
-            raise L2sUsageError(f"--shapes: {s.strip()!r} is not NxK with positive "
-                                "integers (e.g. 4096x2048)")
+        raise L2sUsageError(str(e)) from None
     _require_torch()
     import torch
 

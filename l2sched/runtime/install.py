@@ -375,19 +375,16 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
         layer_of_slot[id(s)] = layer
         s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
 
-    if isinstance(join_on, (list, tuple)):
-        for jmod in join_on:
-            s = slot_for(jmod, "forward_post", None)
-            layer_of_slot.setdefault(id(s), jmod)
-            if jmod is model_layers[-1]:
-                s.actions.append((None, backend.join, "after"))
-            else:
-                s.actions.insert(0, (None, backend.join, "after"))
-    elif join_on is not None:
-        jmod = model_layers[-1] if join_on == "last_layer" else join_on
+    per_layer = isinstance(join_on, (list, tuple))
+    if join_on == "last_layer":
+        join_on = model_layers[-1]
+    for jmod in join_on if per_layer else [join_on] if join_on is not None else []:
         s = slot_for(jmod, "forward_post", None)
         layer_of_slot.setdefault(id(s), jmod)
-        s.actions.append((None, backend.join, "after"))
+        if per_layer and jmod is not model_layers[-1]:
+            s.actions.insert(0, (None, backend.join, "after"))  # before this exit's issues
+        else:
+            s.actions.append((None, backend.join, "after"))
 
     with _slots_lock:
         for key in slots:
