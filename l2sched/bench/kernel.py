@@ -13,7 +13,9 @@ the next fill would pay for):
   ``load`` kernels exit only when their bytes have arrived, so for them
   launch-to-exit is the fill time; ``bulk`` exits when its requests are
   issued. Landed bandwidth = bytes / max(launch-to-exit, D) (TB/s =
-  10^12 B/s).
+  10^12 B/s). Also the same kernel inside a CUDA graph (between event
+  nodes), and its own GPU time as CUPTI reports it (``torch.profiler``; no
+  event or launch inside), each beside the same kernel over 0 bytes.
 - ``gemm``: the real consumers: an M=8 bf16 GEMM over each weight shape of
   the GLM-5.3-Flash TP4 inventory (``--shapes``), cold, hot, and right after
   a fill on the same stream (plus a sleep of 0 or 30 us), interleaved over
@@ -182,6 +184,7 @@ def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
     empty_graph = b.graph_timed(b.flush, lambda s: kern.launch(empty.data_ptr(), 0, 1, s))
     c, hh = stats(cold)["median"], stats(hot)["median"]
     res = {"bytes": size, "read": read_kind, "cold_read_us": stats(cold),
+           **kernel_durations(b, kern, tab, empty, read, size),
            "hot_read_us": stats(hot), "launch_to_exit_us": stats(exit_t),
            "launch_to_exit_table_hot_us": stats(exit_hot_table),
            "in_graph_us": stats(in_graph), "empty_in_graph_us": stats(empty_graph),
@@ -202,6 +205,24 @@ def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
         res["landed"]["TBps"] = size / (t * 1e-6) / 1e12
     del w
     return res
+
+
+def kernel_durations(b: TimingBench, kern, tab, empty, read, size: int) -> dict:
+    """The fill kernel's own GPU time behind the flush as CUPTI reports it
+    (``TimingBench.kernel_times``), over ``tab`` and over the 0-byte row
+    ``empty``, and the cold bandwidth-bound read's, all in us, with their
+    rates (TB/s); ``{"kernel_error": why}`` where the profiler cannot tell
+    them apart."""
+    h = b.torch.cuda.current_stream().cuda_stream
+    try:
+        fill = stats(b.kernel_times(b.flush, lambda: kern.launch(tab.data_ptr(), 0, 1, h)))
+        zero = stats(b.kernel_times(b.flush, lambda: kern.launch(empty.data_ptr(), 0, 1, h)))
+        cold = stats(b.kernel_times(b.flush, read))
+    except RuntimeError as e:
+        return {"kernel_error": str(e)}
+    return {"kernel_us": fill, "kernel_TBps": size / (fill["median"] * 1e-6) / 1e12,
+            "empty_kernel_us": zero, "cold_read_kernel_us": cold,
+            "cold_read_kernel_TBps": size / (cold["median"] * 1e-6) / 1e12}
 
 
 def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
@@ -330,6 +351,15 @@ def _share(after: dict) -> str:
     return f"{after['recovered']:.2f} [{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]"
 
 
+def _kernel_cells(f: dict) -> str:
+    """The CUPTI columns of a fill row (``kernel_durations``)."""
+    if "kernel_us" not in f:
+        return " | ".join(["-"] * 3)
+    k, z, r = f["kernel_us"], f["empty_kernel_us"], f["cold_read_kernel_us"]
+    return (f"{k['median']:.1f} [{k['p10']:.1f}-{k['p90']:.1f}] ({f['kernel_TBps']:.2f}) | "
+            f"{z['median']:.1f} | {r['median']:.1f} ({f['cold_read_kernel_TBps']:.2f})")
+
+
 def table(out: dict) -> str:
     """A short text table: per variant, landed TB/s at the largest size,
     GEMM recovered share per shape (sleep 0; cold / warmed), chain extras
@@ -352,7 +382,8 @@ def table(out: dict) -> str:
         lines.append(
             f"{label:10} {big['bytes'] / MB:.0f} MB landed "
             f"{_f(landed.get('TBps'))} TB/s in {_f(landed.get('fill_us'), '.1f')} us "
-            f"(exit {_f(big['exit_TBps'])} TB/s, in a graph {_f(big.get('in_graph_TBps'))}); "
+            f"(exit {_f(big['exit_TBps'])} TB/s, in a graph {_f(big.get('in_graph_TBps'))}, "
+            f"kernel {_f(big.get('kernel_TBps'))}); "
             f"GEMM recovered {rec0}; latency chain +"
             f"{_f(inter['latency_chain_200_kernels']['extra_us'], '.1f')} us, memory "
             f"chain +{_f(inter['memory_chain_256MiB_read']['extra_us'], '.1f')} us")
@@ -369,8 +400,9 @@ def markdown(out: dict) -> str:
           "## Fill: time until the bytes are hot", "",
           "| variant | bytes | launch-to-exit us | bytes / exit TB/s | landed after (sleep) us "
           "| landed TB/s | launch-to-exit, table in L2 us | in a CUDA graph us (TB/s) | "
-          "0 B in a CUDA graph us |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "0 B in a CUDA graph us | kernel (CUPTI) us (TB/s) | 0 B kernel us | "
+          "cold read kernel us (TB/s) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, rec in out["variants"].items():
         for f in rec.get("fill", []):
             la = f["landed"] or {}
@@ -382,7 +414,8 @@ def markdown(out: dict) -> str:
                       f"{_f((f.get('launch_to_exit_table_hot_us') or {}).get('median'), '.1f')}"
                       f" | {_f((f.get('in_graph_us') or {}).get('median'), '.1f')} "
                       f"({_f(f.get('in_graph_TBps'))}) | "
-                      f"{_f((f.get('empty_in_graph_us') or {}).get('median'), '.1f')} |")
+                      f"{_f((f.get('empty_in_graph_us') or {}).get('median'), '.1f')} | "
+                      f"{_kernel_cells(f)} |")
     rounds = next((g["cold_us"]["n"] for rec in out["variants"].values()
                    for g in rec.get("gemm", [])), 0)
     md += ["", "## The consumer: M=8 bf16 GEMM, cold / hot / right after a fill", "",

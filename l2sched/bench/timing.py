@@ -7,7 +7,11 @@ Needs torch with CUDA at call time (nothing is imported at module import).
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
+
+from l2sched.bench.trace import kernel_timeline
 
 
 def stats(xs: list[float]) -> dict:
@@ -93,6 +97,52 @@ class TimingBench:
             torch.cuda.synchronize()
             times.append(e1.elapsed_time(e2) * 1e3)
         return times
+
+    def kernel_times(self, setup, body, reps: int | None = None) -> list:
+        """Per repetition ``setup()`` then ``body()``, under ``torch.profiler``
+        (CUDA activity); returns per repetition the GPU time (us) of the
+        kernels ``body`` launches as CUPTI reports them: from the first one's
+        start to the last one's end. No events and no host launch are inside
+        it: the kernels' own time, as Nsight Systems reports it. ``body``'s
+        kernels are told apart by name: those it launches alone, less any
+        that ``setup`` or the lead spin launch. Raises ``RuntimeError`` when
+        no kernel name is ``body``'s alone or a repetition's count differs."""
+        torch = self.torch
+        reps = reps or self.reps
+
+        def traced(fn) -> list:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "trace.json")
+                prof.export_chrome_trace(path)
+                try:
+                    timeline = kernel_timeline(path)
+                except ValueError:  # no kernel at all
+                    return []
+            return sorted(k for ks in timeline.values() for k in ks)
+
+        others = {k[2] for k in traced(lambda: (self.sleep(1), setup and setup()))}
+        own = [k for k in traced(body) if k[2] not in others]
+        if not own:
+            raise RuntimeError("kernel_times: body launches no kernel of its own name")
+        names = {k[2] for k in own}
+
+        def run():
+            for _ in range(reps):
+                self.sleep(self.lead_us)
+                if setup is not None:
+                    setup()
+                body()
+        ks = [k for k in traced(run) if k[2] in names]
+        if len(ks) != reps * len(own):
+            raise RuntimeError(f"kernel_times: {len(ks)} kernels of body in {reps} "
+                               f"repetitions, expected {len(own)} each")
+        per = len(own)
+        return [max(t + d for t, d, _ in ks[i:i + per]) - ks[i][0]
+                for i in range(0, len(ks), per)]
 
     def interleaved(self, cases: dict, reps: int | None = None) -> dict:
         """Per round, every case ``name: (setup, body)`` in turn (the order

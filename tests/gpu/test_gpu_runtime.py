@@ -434,3 +434,21 @@ def test_per_window_fill_kernels_in_one_runtime():
     assert len(rt.kernels) == 3
     for o in outs:
         assert torch.equal(o, ref)
+
+
+def test_kernel_times_measures_the_body_kernels_alone():
+    """``TimingBench.kernel_times`` reports the body's own kernels: a 256 MiB
+    in-place add behind the flush takes about what CUDA events around it
+    say (within 15%, never more: events also hold the launch), and a body
+    without a kernel of its own is an error."""
+    from l2sched.bench.timing import TimingBench, stats
+
+    b = TimingBench(torch, reps=7)
+    x = torch.zeros(64 << 20, dtype=torch.float32, device="cuda")
+    body = lambda: x.add_(1)  # noqa: E731
+    body()
+    cupti = stats(b.kernel_times(b.flush, body))["median"]
+    events = stats(b.timed(b.flush, body)[1])["median"]
+    assert 0.85 * events <= cupti <= events + 1.0, (cupti, events)
+    with pytest.raises(RuntimeError, match="no kernel of its own"):
+        b.kernel_times(b.flush, b.flush)
