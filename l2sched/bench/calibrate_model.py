@@ -37,9 +37,11 @@ from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device, profile_path
 from l2sched.model.inventory import analytical_inventory
 
-#: The scale values tried (1, 1.5, ..., 8): the grid of the recalibration
-#: of 2026-12-01 (docs/lint.md#validation).
-SCALE_GRID = tuple(1 + 0.5 * i for i in range(15))
+#: The scale values tried (0, 0.5, ..., 8; 0 = a fill slows nothing but the
+#: device-memory phases it shares). The recalibration of 2026-12-01 used
+#: 1, 1.5, ..., 8; 0 and 0.5 were added (session 6) for runs with one
+#: hardware queue (docs/lint.md#validation).
+SCALE_GRID = tuple(0.5 * i for i in range(17))
 
 
 def recorded_profile(d: dict, fallback: str = "h200"):
