@@ -141,3 +141,45 @@ def test_sm120_marks_the_copied_numbers_as_assumptions():
     for key in ("fill_slowdown_scale", "set_aside_stream_slowdown"):
         before = text.split(f"\n{key} =")[0].rsplit("\n", 3)[-3:]
         assert any("ASSUMPTION" in line for line in before), key
+
+
+def _gemm_beside_fill() -> StepGraph:
+    """A GEMM reading 10 MB from device memory (10 us at 1000 GB/s) on the
+    main stream and a 4 MB fill (4 us) beside it."""
+    sg = StepGraph(nodes={}, adj={}, main=["g"], fills=["f"])
+    sg.add_node("g", _node("gemm", reads=[SimpleNamespace(lo=0, hi=10_000_000,
+                                                          storage="w")]))
+    sg.add_node("f", _node("fill", fill=SimpleNamespace(nbytes=4_000_000, kernel="copy")))
+    sg.add_node("join", _node("join"))
+    sg.add_edge("g", "join", STREAM)
+    sg.add_edge("f", "join", {"delay": 0.0, "kind": "join"})
+    return sg
+
+
+@pytest.mark.parametrize("gemm_slowdown, finish", [
+    (None, 4 + 10 - 4 / 1.5),  # not measured: the latency-bound slowdown 0.5
+    (0.25, 4 + 10 - 4 / 1.25),  # measured: 4 us at 1 / 1.25
+    (0.0, 10.0),  # measured: the fill costs the GEMM only shared bandwidth (none here)
+])
+def test_a_fill_slows_a_concurrent_gemm_by_its_gemm_slowdown(gemm_slowdown, finish):
+    dev = _device(fill_slowdown_scale=1.0)
+    copy = dataclasses.replace(dev.fill_modes["copy"], gemm_slowdown=gemm_slowdown)
+    dev = dataclasses.replace(dev, fill_modes={"copy": copy})
+    sim = _run(_gemm_beside_fill(), dev)
+    assert sim.timing["f"].finish == pytest.approx(4.0)
+    assert sim.timing["g"].finish == pytest.approx(finish)
+    # the latency-bound kernel keeps the latency slowdown either way
+    small = _run(_small_beside_fill(), dev)
+    assert small.timing["a"].finish == pytest.approx(4 + 10 - 4 / 1.5)
+
+
+def test_gemm_slowdown_is_optional_and_checked():
+    raw = _raw_profile()
+    raw["fill"]["copy"].pop("gemm_slowdown", None)
+    assert parse_device(raw).fill_modes["copy"].gemm_slowdown is None
+    raw["fill"]["copy"]["gemm_slowdown"] = 0.2
+    assert parse_device(raw).fill_modes["copy"].gemm_slowdown == 0.2
+    for bad in (-0.1, "x"):
+        raw["fill"]["copy"]["gemm_slowdown"] = bad
+        with pytest.raises(L2sInputError, match=r"fill\.copy.*gemm_slowdown"):
+            parse_device(raw)

@@ -22,10 +22,12 @@ the next fill would pay for):
   ``--consumer-rounds`` rounds; the share of the cold->hot gap the fill
   recovers, from the means (``timing.recovered_share``); outputs checked
   bitwise against cold.
-- ``interference``: a latency-bound chain (200 tiny kernels, replayed from
-  a CUDA graph so the host does not set the pace) and a memory-bound chain
-  (a 256 MiB read), alone and with a concurrent 50 MB fill of each variant
-  forked onto a side stream right before: the extra time of the chain (us).
+- ``interference`` (``bench.interference``): a latency-bound chain (200
+  tiny kernels, replayed from a CUDA graph so the host does not set the
+  pace) and a memory-bound chain (a 256 MiB read), alone and with a
+  concurrent 50 MB fill of each variant forked onto a side stream right
+  before, and a chain of GEMMs whose weight stays in L2 with a 24 MB fill:
+  the extra time of the chain (us).
 
 Writes JSON (every number) and markdown (tables) and prints a table; the
 JSON records the machine and the command. Needs torch with CUDA and
@@ -39,7 +41,9 @@ import json
 import sys
 import time
 
-from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, row_table, stats
+from l2sched.bench.interference import bench_interference
+from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
+                                 row_table, stats)
 from l2sched.files import write_texts_atomically
 from l2sched.runtime import kernel as K
 
@@ -120,46 +124,6 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
     if not out:
         raise ValueError("--variants names no variant")
     return out
-
-
-_READ_KERNEL = []  # the Triton kernel, defined once (a new definition recompiles)
-
-
-def _read_kernel():
-    if not _READ_KERNEL:
-        import triton
-        import triton.language as tl
-
-        @triton.jit
-        def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, REV: tl.constexpr):
-            pid = tl.program_id(0)
-            if REV:
-                pid = tl.num_programs(0) - 1 - pid
-            offs = pid * BLOCK + tl.arange(0, BLOCK)
-            v = tl.load(x_ptr + offs, mask=offs < n, other=0)
-            tl.store(out_ptr + pid, tl.sum(v, axis=0))
-        _READ_KERNEL.append(read_kernel)
-    return _READ_KERNEL[0]
-
-
-def dependent_read(torch, w, reverse: bool = False):
-    """A bandwidth-bound dependent read of all of ``w`` (16 KiB per Triton
-    program, summed as int32; ``reverse``: programs mapped from the end)
-    and its name (``torch.sum`` without Triton)."""
-    try:
-        import triton
-        kernel = _read_kernel()
-    except Exception:
-        out = torch.empty((), dtype=torch.float32, device="cuda")
-        return (lambda: torch.sum(w.view(-1), dim=0, dtype=torch.float32, out=out),
-                "torch.sum")
-    x = w.view(-1).view(torch.int32)
-    n = x.numel()
-    block = 4096
-    grid = (triton.cdiv(n, block),)
-    out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
-    return (lambda: kernel[grid](x, out, n, BLOCK=block, REV=reverse, num_warps=4),
-            "triton")
 
 
 def bench_fill(b: TimingBench, kern, size: int, delays) -> dict:
@@ -249,49 +213,6 @@ def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
     torch.cuda.synchronize()
     row["bitwise_equal_to_cold"] = bool(torch.equal(y, ref))
     return row
-
-
-def bench_interference(b: TimingBench, kern, fill_bytes: int = 50 * MB) -> dict:
-    """Extra time of a latency-bound chain (200 tiny kernels) and of a
-    memory-bound chain (a 256 MB read) when a fill of ``fill_bytes`` runs
-    on a side stream at the same time."""
-    torch = b.torch
-    w = torch.ones(fill_bytes // 4, dtype=torch.int32, device="cuda")
-    tab = row_table(torch, w)
-    side = torch.cuda.Stream()
-    small = torch.zeros(256, device="cuda")
-    big = torch.ones(64 << 20, dtype=torch.int32, device="cuda")  # 256 MiB
-    big_read, _ = dependent_read(torch, big)
-    big_read()
-    graph = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up outside the capture
-        for _ in range(3):
-            small.add_(1)
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(graph):
-        for _ in range(200):
-            small.add_(1)
-    chains = {"latency_chain_200_kernels": graph.replay,
-              "memory_chain_256MiB_read": big_read}
-    out = {"fill_bytes": fill_bytes}
-    for name, chain in chains.items():
-        chain()
-
-        def with_fill(chain=chain):
-            side.wait_stream(torch.cuda.current_stream())
-            kern.launch(tab.data_ptr(), 0, 1, side.cuda_stream)
-            chain()
-            torch.cuda.current_stream().wait_stream(side)
-        alone, both = [], []
-        for _ in range(b.reps):  # interleaved, so drift hits both alike
-            alone += b.timed(b.flush, chain, reps=1)[1]
-            both += b.timed(b.flush, with_fill, reps=1)[1]
-        a, w_ = stats(alone)["median"], stats(both)["median"]
-        out[name] = {"alone_us": stats(alone), "with_fill_us": stats(both),
-                     "extra_us": w_ - a}
-    return out
 
 
 def run_kernel_bench(args) -> dict:
@@ -454,16 +375,25 @@ def markdown(out: dict) -> str:
         md += ["", "What launching the fill kernel over 0 bytes between the warm-up and the "
                "consumer adds to the consumer (warmed, no wait; us, difference of means):", "",
                "| variant | weight | hot | cold |", "|---|---|---|---|", *costs]
-    md += ["", "## Cost to concurrent work: a 50 MB fill on a side stream", "",
-           "| variant | 200 tiny kernels alone us | with fill | extra us | 256 MiB read "
-           "alone us | with fill | extra us |", "|---|---|---|---|---|---|---|"]
+    md += ["", "## Cost to concurrent work: a fill on a side stream", "",
+           "A 50 MB fill beside 200 tiny kernels (replayed from a CUDA graph) and beside a "
+           "256 MiB read; a 24 MB fill beside 24 M=8 GEMMs over an 8.4 MB weight that stays "
+           "in L2 (replayed from a CUDA graph). Medians, us.", "",
+           "| variant | 200 tiny kernels alone | with fill | extra | 256 MiB read alone | "
+           "with fill | extra | GEMM chain alone | with fill | extra |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for label, rec in out["variants"].items():
         if "interference" not in rec:
             continue
-        lat = rec["interference"]["latency_chain_200_kernels"]
-        mem = rec["interference"]["memory_chain_256MiB_read"]
-        md.append(f"| {label} | {lat['alone_us']['median']:.1f} | "
-                  f"{lat['with_fill_us']['median']:.1f} | {lat['extra_us']:.1f} | "
-                  f"{mem['alone_us']['median']:.1f} | {mem['with_fill_us']['median']:.1f}"
-                  f" | {mem['extra_us']:.1f} |")
+        inter = rec["interference"]
+        cells = []
+        for key in ("latency_chain_200_kernels", "memory_chain_256MiB_read"):
+            c = inter[key]
+            cells.append(f"{c['alone_us']['median']:.1f} | {c['with_fill_us']['median']:.1f}"
+                         f" | {c['extra_us']:.1f}")
+        g = next((v for k, v in inter.items() if k.startswith("gemm_chain_")), None)
+        cells.append("- | - | -" if g is None else
+                     f"{g['alone_us']['median']:.1f} | {g['with_fill_us']['median']:.1f} | "
+                     f"{g['extra_us']:.1f}")
+        md.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(md) + "\n"

@@ -47,7 +47,7 @@ import statistics
 import sys
 import time
 
-from l2sched.bench.kernel import dependent_read
+from l2sched.bench.timing import dependent_read
 from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, row_table, stats
 from l2sched.runtime import kernel as K
 
@@ -312,8 +312,11 @@ def probe_set_aside(ctx) -> dict:
 
 def probe_interference(ctx) -> dict:
     """Slowdown of a graph-replayed latency-bound chain under a concurrent
-    50 MB fill of each kernel (interleaved with the chain alone)."""
-    from l2sched.bench.kernel import bench_interference
+    50 MB fill of each kernel, and of a graph-replayed chain of GEMMs over
+    an L2-resident weight under a 24 MB fill (``bench.interference``;
+    interleaved with the chain alone): extra us per us of the fill's
+    launch-to-exit time (``slowdown``, ``gemm_slowdown``)."""
+    from l2sched.bench.interference import bench_interference
     out = {}
     for mode, shape in ctx.fill_shapes.items():
         kern = K.get_kernel(0, policy="evict_last", **shape)
@@ -326,19 +329,33 @@ def probe_interference(ctx) -> dict:
         # the chain overlaps the fill for about the fill's duration
         ov = r["fill_exit_us"] or 15.0
         r["slowdown"] = max(0.0, lat["extra_us"]) / ov
+        gemm = next((v for k, v in r.items() if k.startswith("gemm_chain_")), None)
+        gemm_fill_us = _exit_us(fill_us, gemm["fill_bytes"] / MB) if gemm else None
+        if gemm and gemm_fill_us:
+            r["gemm_fill_exit_us"] = gemm_fill_us
+            r["gemm_slowdown"] = max(0.0, gemm["extra_us"]) / gemm_fill_us
         out[mode] = r
         ctx.progress.step(f"interference {mode}")
     return out
 
 
-def _exit_us(fill: dict) -> float | None:
-    """Launch-to-exit (us) of the largest measured fill (48 MB) of a
-    ``probe_fill`` record, scaled to 50 MB."""
-    rows = fill.get("rows") or []
+def _exit_us(fill: dict, mb: float = 50) -> float | None:
+    """Launch-to-exit (us) of a ``mb``-MB fill from a ``probe_fill`` record:
+    interpolated linearly between its measured sizes, beyond the largest
+    scaled in proportion to the bytes (as before for 50 MB from 48 MB);
+    None without rows."""
+    rows = sorted(fill.get("rows") or [], key=lambda r: r["mb"])
     if not rows:
         return None
-    r = rows[-1]
-    return r["launch_to_exit_us"]["median"] * 50 / r["mb"]
+    pts = [(r["mb"], r["launch_to_exit_us"]["median"]) for r in rows]
+    if mb >= pts[-1][0]:
+        return pts[-1][1] * mb / pts[-1][0]
+    if mb <= pts[0][0]:
+        return pts[0][1] * mb / pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if mb <= x1:
+            return y0 + (y1 - y0) * (mb - x0) / (x1 - x0)
+    return pts[-1][1]
 
 
 def probe_graph(ctx) -> dict:

@@ -210,7 +210,8 @@ def _gemm_points(ops: dict, inventory) -> dict:
 def _fill_modes(fill: dict, inter: dict, base, measured: dict,
                 launch_us: float | None = None) -> dict:
     """``mode -> {grid, threads, chunk, stages, gbps, effect, launch_us,
-    slowdown, landed, source}`` from the fill and interference probes;
+    slowdown, gemm_slowdown (when measured), landed, source}`` from the
+    fill and interference probes;
     ``launch_us``: the graph probe's fork + empty fill + join (us), else the
     base profile's."""
     out = {}
@@ -240,6 +241,8 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
                      base.fill_modes[mode].launch_us if mode in base.fill_modes
                      else base.fill_launch_us),
                  "slowdown": round(inter.get(mode, {}).get("slowdown", 0.0), 3),
+                 "gemm_slowdown": (round(inter[mode]["gemm_slowdown"], 3)
+                                   if "gemm_slowdown" in inter.get(mode, {}) else None),
                  "landed": landed, "source": "l2sched profile: fill, interference"}
         entry = {k: v for k, v in entry.items() if v is not None}
         out[mode] = entry
@@ -252,6 +255,10 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
             measured[f"fill.{mode}.slowdown"] = {
                 "probe": "interference (latency chain extra us / fill us)",
                 "median": inter[mode].get("slowdown", 0.0)}
+        if "gemm_slowdown" in inter.get(mode, {}):
+            measured[f"fill.{mode}.gemm_slowdown"] = {
+                "probe": "interference (L2-resident GEMM chain extra us / 24 MB fill us)",
+                "median": inter[mode]["gemm_slowdown"]}
     return out
 
 

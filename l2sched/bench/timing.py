@@ -304,3 +304,43 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
                     "hot": stats(t[f"hot{w}_warmed"])["mean"] - stats(t["hot"])["mean"]}
                 for w in waits}}
     return out
+
+
+_READ_KERNEL = []  # the Triton kernel, defined once (a new definition recompiles)
+
+
+def _read_kernel():
+    if not _READ_KERNEL:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, REV: tl.constexpr):
+            pid = tl.program_id(0)
+            if REV:
+                pid = tl.num_programs(0) - 1 - pid
+            offs = pid * BLOCK + tl.arange(0, BLOCK)
+            v = tl.load(x_ptr + offs, mask=offs < n, other=0)
+            tl.store(out_ptr + pid, tl.sum(v, axis=0))
+        _READ_KERNEL.append(read_kernel)
+    return _READ_KERNEL[0]
+
+
+def dependent_read(torch, w, reverse: bool = False):
+    """A bandwidth-bound dependent read of all of ``w`` (16 KiB per Triton
+    program, summed as int32; ``reverse``: programs mapped from the end)
+    and its name (``torch.sum`` without Triton)."""
+    try:
+        import triton
+        kernel = _read_kernel()
+    except Exception:
+        out = torch.empty((), dtype=torch.float32, device="cuda")
+        return (lambda: torch.sum(w.view(-1), dim=0, dtype=torch.float32, out=out),
+                "torch.sum")
+    x = w.view(-1).view(torch.int32)
+    n = x.numel()
+    block = 4096
+    grid = (triton.cdiv(n, block),)
+    out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+    return (lambda: kernel[grid](x, out, n, BLOCK=block, REV=reverse, num_warps=4),
+            "triton")

@@ -55,6 +55,7 @@ DIRECTIONAL: dict[str, tuple[str, float, str]] = {
     "fill.MODE.gbps": ("low", 0.9, "fill landed rate"),
     "fill.MODE.launch_us": ("high", 1.25, "fill launch cost"),
     "fill.MODE.slowdown": ("high", 1.5, "fill slowdown of latency-bound kernels"),
+    "fill.MODE.gemm_slowdown": ("high", 1.5, "fill slowdown of L2-resident GEMMs"),
     "fill.MODE.allreduce_extra_us": ("high", 1.5, "fill cost to a running all-reduce"),
     "ops.hot_us": ("high", 0.25, "op hot (L2-resident) times"),
     "bandwidth.gemm_l2_gbps": ("low", 0.9, "GEMM rate from L2"),
@@ -142,6 +143,9 @@ def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
         gbps=fm.gbps * _factor(device, f"fill.{mode}.gbps", info),
         launch_us=fm.launch_us * _factor(device, f"fill.{mode}.launch_us", info),
         slowdown=slow,
+        gemm_slowdown=None if fm.gemm_slowdown is None else max(
+            fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info),
+            MIN_PESSIMISTIC_SLOWDOWN),
         allreduce_extra_us=fm.allreduce_extra_us * _factor(
             device, f"fill.{mode}.allreduce_extra_us", info))
 

@@ -23,7 +23,7 @@ def _generic(items: list[str]) -> list[str]:
         key = g.split(":")[0]
         if key in AMBIGUOUS:
             g = f"{key}: p10 and p90"
-        if g.startswith("fill.MODE.slowdown"):
+        if g.startswith(("fill.MODE.slowdown", "fill.MODE.gemm_slowdown")):
             g += f" (at least {MIN_PESSIMISTIC_SLOWDOWN:g})"
         if g not in out:
             out.append(g)

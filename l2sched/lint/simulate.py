@@ -19,7 +19,9 @@ while it reads device memory (every one but collectives, which pay the
 kernel's ``allreduce_extra_us``, and the routed-expert stream, which shares
 ``dram_read_gbps`` with it): each of their phases advances at ``1 / (1 +
 fill_slowdown_scale x slowdown)`` of its rate (``DeviceProfile``; the scale
-was calibrated on one H200 decode-step run, docs/lint.md#validation).
+was calibrated on one H200 decode-step run, docs/lint.md#validation); GEMMs
+use the kernel's ``gemm_slowdown`` instead where the profile measured one
+(``FillMode``).
 
 A persisting-L2 set-aside slows the routed-expert stream's device-memory
 reads by ``DeviceProfile.set_aside_stream_factor``.
@@ -97,10 +99,10 @@ class SimResult:
 
 class _FillState:
     __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete",
-                 "effect", "slowdown", "allreduce_extra_us")
+                 "effect", "slowdown", "allreduce_extra_us", "gemm_slowdown")
 
     def __init__(self, total: int, policy: str, effect: float, slowdown: float,
-                 allreduce_extra_us: float = 0.0):
+                 allreduce_extra_us: float = 0.0, gemm_slowdown: float | None = None):
         self.total = total
         self.landed = 0.0
         self.consumed = 0.0
@@ -110,6 +112,7 @@ class _FillState:
         self.effect = effect
         self.slowdown = slowdown
         self.allreduce_extra_us = allreduce_extra_us
+        self.gemm_slowdown = slowdown if gemm_slowdown is None else gemm_slowdown
 
     def pending(self) -> float:
         return max(0.0, self.landed - self.consumed) * self.survive
@@ -183,6 +186,7 @@ class _Simulation:
         n_nodes = len(self.ids)
         self.is_fill = [d["cls"] == "fill" for d in self.attrs]
         self.slowed_by_fill = [d["cls"] not in NOT_SLOWED for d in self.attrs]
+        self.is_gemm = [d["cls"] in GEMM_CLASSES for d in self.attrs]
         self.slow_scale = device.fill_slowdown_scale
         self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
@@ -235,7 +239,7 @@ class _Simulation:
             nbytes = issue.nbytes
             fm = self._fill_mode(issue.kernel)
             fs = _FillState(nbytes, self.policy, fm.effect_at(nbytes), fm.slowdown,
-                            fm.allreduce_extra_us)
+                            fm.allreduce_extra_us, fm.gemm_slowdown)
             self.fills[self.ids[i]] = self.fill_of[i] = fs
             self.live.append(fs)
             self._slow_running_collectives(fs)
@@ -474,16 +478,19 @@ class _Simulation:
         elif dram:
             for st, r in zip(dram, _share([st[5] for st in dram], bw_dram)):
                 st[6] = r
-        slow = max((st[7].slowdown for st in dram if st[7] is not None), default=0.0)
+        fills = [st[7] for st in dram if st[7] is not None]
+        slow = max((f.slowdown for f in fills), default=0.0)
+        gemm_slow = max((f.gemm_slowdown for f in fills), default=0.0)
         factor = 1.0 / (1.0 + self.slow_scale * slow)
-        slowed = self.slowed_by_fill
+        gemm_factor = 1.0 / (1.0 + self.slow_scale * gemm_slow)
+        slowed, is_gemm = self.slowed_by_fill, self.is_gemm
         for i, st in active.items():
             if st[3] == "fixed":
                 st[6] = 1.0
             elif st[3] == "l2":
                 st[6] = st[5]
-            if slow > 0 and slowed[i]:
-                st[6] *= factor
+            if fills and slowed[i]:
+                st[6] *= gemm_factor if is_gemm[i] else factor
 
     def run(self) -> SimResult:
         """The event loop: start ready nodes, advance all active phases to the

@@ -78,9 +78,12 @@ class FillMode:
     landed fill rate ``gbps`` (GB/s), ``effect`` (the share of the
     cold-to-L2-hot time difference a consumer gains from bytes the fill made
     resident; 1 = as fast as a hot re-read), ``launch_us`` (fork + launch,
-    us) and ``slowdown`` (the fraction by which a latency-bound kernel that
-    runs while the fill reads device memory is slowed: 0.1 = 10% longer).
-    ``source``: the measurement the numbers come from."""
+    us), ``slowdown`` (the fraction by which a latency-bound kernel that
+    runs while the fill reads device memory is slowed: 0.1 = 10% longer)
+    and ``gemm_slowdown`` (the same for a GEMM whose weight is L2-resident:
+    what the fill costs it besides device-memory bandwidth, i.e. SMs and L2;
+    None = not measured, ``slowdown`` applies). ``source``: the measurement
+    the numbers come from."""
 
     mode: str
     grid: int
@@ -94,6 +97,7 @@ class FillMode:
     source: str = ""
     landed: tuple[tuple[float, float], ...] = ()
     allreduce_extra_us: float = 0.0
+    gemm_slowdown: float | None = None
 
     def effect_at(self, nbytes: int) -> float:
         """The landed fraction for a fill of ``nbytes`` bytes: ``landed``
@@ -327,7 +331,7 @@ _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
     "chunk": (int, 16, 1 << 24, "B"), "stages": (int, 1, 64, ""),
     "gbps": (float, MIN_GBPS, MAX_GBPS, "GB/s"), "effect": (float, 0, 1, ""),
     "launch_us": (float, 0, MAX_US, "us"), "slowdown": (float, 0, 100, ""),
-    "allreduce_extra_us": (float, 0, MAX_US, "us"),
+    "gemm_slowdown": (float, 0, 100, ""), "allreduce_extra_us": (float, 0, MAX_US, "us"),
 }
 
 
@@ -552,7 +556,8 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
     return FillMode(mode, **shape, gbps=got["gbps"], effect=got["effect"],
                     launch_us=got["launch_us"], slowdown=got.get("slowdown", 0.0),
                     source=got.get("source", ""), landed=got.get("landed") or (),
-                    allreduce_extra_us=got.get("allreduce_extra_us", 0.0))
+                    allreduce_extra_us=got.get("allreduce_extra_us", 0.0),
+                    gemm_slowdown=got.get("gemm_slowdown"))
 
 
 def _points(val: Any) -> tuple[tuple[float, float], ...] | None:
