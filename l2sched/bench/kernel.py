@@ -311,6 +311,32 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
+def _interference_lines(out: dict) -> list[str]:
+    """The markdown section of the ``interference`` records."""
+    md = ["", "## Cost to concurrent work: a fill on a side stream", "",
+           "A 50 MB fill beside 200 tiny kernels (replayed from a CUDA graph) and beside a "
+           "256 MiB read; a 24 MB fill beside 24 M=8 GEMMs over an 8.4 MB weight that stays "
+           "in L2 (replayed from a CUDA graph). Medians, us.", "",
+           "| variant | 200 tiny kernels alone | with fill | extra | 256 MiB read alone | "
+           "with fill | extra | GEMM chain alone | with fill | extra |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, rec in out["variants"].items():
+        if "interference" not in rec:
+            continue
+        inter = rec["interference"]
+        cells = []
+        for key in ("latency_chain_200_kernels", "memory_chain_256MiB_read"):
+            c = inter[key]
+            cells.append(f"{c['alone_us']['median']:.1f} | {c['with_fill_us']['median']:.1f}"
+                         f" | {c['extra_us']:.1f}")
+        g = next((v for k, v in inter.items() if k.startswith("gemm_chain_")), None)
+        cells.append("- | - | -" if g is None else
+                     f"{g['alone_us']['median']:.1f} | {g['with_fill_us']['median']:.1f} | "
+                     f"{g['extra_us']:.1f}")
+        md.append(f"| {label} | " + " | ".join(cells) + " |")
+    return md
+
+
 def markdown(out: dict) -> str:
     """The markdown report of a ``bench kernel`` result."""
     md = [f"# Fill kernels on {out['device']} ({out['date']})", "",
@@ -375,25 +401,5 @@ def markdown(out: dict) -> str:
         md += ["", "What launching the fill kernel over 0 bytes between the warm-up and the "
                "consumer adds to the consumer (warmed, no wait; us, difference of means):", "",
                "| variant | weight | hot | cold |", "|---|---|---|---|", *costs]
-    md += ["", "## Cost to concurrent work: a fill on a side stream", "",
-           "A 50 MB fill beside 200 tiny kernels (replayed from a CUDA graph) and beside a "
-           "256 MiB read; a 24 MB fill beside 24 M=8 GEMMs over an 8.4 MB weight that stays "
-           "in L2 (replayed from a CUDA graph). Medians, us.", "",
-           "| variant | 200 tiny kernels alone | with fill | extra | 256 MiB read alone | "
-           "with fill | extra | GEMM chain alone | with fill | extra |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for label, rec in out["variants"].items():
-        if "interference" not in rec:
-            continue
-        inter = rec["interference"]
-        cells = []
-        for key in ("latency_chain_200_kernels", "memory_chain_256MiB_read"):
-            c = inter[key]
-            cells.append(f"{c['alone_us']['median']:.1f} | {c['with_fill_us']['median']:.1f}"
-                         f" | {c['extra_us']:.1f}")
-        g = next((v for k, v in inter.items() if k.startswith("gemm_chain_")), None)
-        cells.append("- | - | -" if g is None else
-                     f"{g['alone_us']['median']:.1f} | {g['with_fill_us']['median']:.1f} | "
-                     f"{g['extra_us']:.1f}")
-        md.append(f"| {label} | " + " | ".join(cells) + " |")
+    md += _interference_lines(out)
     return "\n".join(md) + "\n"
