@@ -391,13 +391,18 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md.append("")
     inter = res.get("interference")
     if inter:
-        md += ["## Interference: a 50 MB fill beside a chain", "", "| kernel | latency "
-               "chain extra us | memory chain extra us | slowdown (extra / fill us) |",
-               "|---|---|---|---|"]
+        md += ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
+               "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
+               "L2-resident weight (`bench.interference`).", "", "| kernel | latency "
+               "chain extra us | memory chain extra us | slowdown (extra / fill us) | GEMM "
+               "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
         for mode, r in inter.items():
+            gemm = next((v for k, v in r.items() if k.startswith("gemm_chain_")), None)
             md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
                       f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
-                      f"{r['slowdown']:.3f} |")
+                      f"{r['slowdown']:.3f} | "
+                      f"{'-' if gemm is None else format(gemm['extra_us'], '.1f')} | "
+                      f"{_n(r.get('gemm_slowdown'), '.3f')} |")
         md.append("")
     g = res.get("graph")
     if g:
@@ -425,5 +430,5 @@ def _set_aside_markdown(sa: dict | None) -> list[str]:
     return md + ["", f"Median slowdown: {_n(sa.get('median'))}.", ""]
 
 
-def _n(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
+def _n(x, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
