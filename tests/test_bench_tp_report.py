@@ -218,9 +218,9 @@ def test_allreduce_extra_written_with_a_small_text_edit(tmp_path):
         {"copy": 4.5, "bulk": 0.0, "load": 9.0}
     # each key right after its table's last key line, inside its table
     lines = new.splitlines()
-    i = lines.index("[fill.copy]")
-    assert lines[i + 11] == "allreduce_extra_us = 4.50  # run X"
-    assert lines[i + 12] == "[fill.bulk]"
+    i, j = lines.index("[fill.copy]"), lines.index("[fill.bulk]")
+    assert lines[j - 1] == "allreduce_extra_us = 4.50  # run X"
+    assert all(ln and not ln.startswith("[") for ln in lines[i + 1:j - 1])
     # a second write replaces the lines, nothing else
     write_allreduce_extra(p, {"copy": 5.25}, "")
     again = p.read_text(encoding="utf-8")
