@@ -36,7 +36,7 @@ sys.path.insert(0, ".")
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime
-from l2sched.bench.timing import TimingBench, stats  # noqa: E402
+from l2sched.bench.timing import TimingBench, dependent_read, stats  # noqa: E402
 from l2sched.runtime.gate import StepInfo  # noqa: E402
 
 MB = 10 ** 6
@@ -57,36 +57,12 @@ class Bench(TimingBench):
         self.stream = torch.cuda.current_stream()
 
 
-try:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, REV: tl.constexpr = False):
-        pid = tl.program_id(0)
-        if REV:  # the same bytes, programs mapped to the opposite end
-            pid = tl.num_programs(0) - 1 - pid
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0)
-        tl.store(out_ptr + pid, tl.sum(v, axis=0))
-except Exception:  # pragma: no cover
-    triton = None
-
-
 def make_read(w, reverse=False):
-    """A bandwidth-bound dependent read of all of ``w``: a Triton kernel that
-    sums 16 KiB per program as int32 (writes 4 B per 16 KiB); ``torch.sum``
-    when Triton is missing (not bandwidth-bound: 2.4 TB/s on 48 MB)."""
-    if triton is None:
-        out = torch.empty((), dtype=torch.float32, device="cuda")
-        return lambda: torch.sum(w.view(-1), dim=0, dtype=torch.float32, out=out), "torch.sum"
-    x = w.view(-1).view(torch.int32)
-    n = x.numel()
-    block = 4096
-    grid = (triton.cdiv(n, block),)
-    out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
-    return (lambda: _read_kernel[grid](x, out, n, BLOCK=block, REV=reverse, num_warps=4),
-            "triton-int32-sum")
+    """A bandwidth-bound dependent read of all of ``w`` and its name:
+    ``l2sched.bench.timing.dependent_read`` (a Triton kernel summing 16 KiB
+    per program as int32; ``torch.sum``, not bandwidth-bound, without
+    Triton)."""
+    return dependent_read(torch, w, reverse)
 
 
 def probe_setup(reps=20, extra=None):
