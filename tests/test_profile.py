@@ -231,3 +231,17 @@ def test_l2_hits_subtract_the_fixed_cost():
     assert hit[8] > 0.9 and hit[32] > 0.9 and hit[40] > 0.8
     assert hit[256] == 0.0
     assert all(0.0 <= r["reread_reverse_hit"] <= 1.0 for r in rows)
+
+
+def test_a_kept_fill_slowdown_scale_keeps_where_it_came_from():
+    """A re-profiled box keeps the base profile's fitted scale and its
+    ``[measured]`` record (the decode-step run it was fitted on)."""
+    from l2sched.bench.profile_write import _kept_latency
+    from l2sched.model.devices import load_device
+    base = load_device("h200")
+    sec, kept, measured = {"latency": {}}, [], {}
+    _kept_latency(base, sec, kept, measured)
+    assert sec["latency"]["fill_slowdown_scale"] == base.fill_slowdown_scale
+    assert "latency.fill_slowdown_scale" in kept
+    assert measured["latency.fill_slowdown_scale"] == \
+        base.measured["latency.fill_slowdown_scale"]

@@ -102,23 +102,27 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     else:
         sec["latency"]["kernel_gap_us"] = base.kernel_gap_us
         kept.append("latency.kernel_gap_us")
-    _kept_latency(base, sec, kept)
+    _kept_latency(base, sec, kept, measured)
     kept.append("allreduce")
     default = _default_mode(modes, base)
     return {"sections": sec, "fill": modes, "fill_default": default,
             "ops": _op_table(ops), "measured": measured, "kept": kept}
 
 
-def _kept_latency(base, sec: dict, kept: list) -> None:
+def _kept_latency(base, sec: dict, kept: list, measured: dict) -> None:
     """Latency terms no probe measures, copied from the base profile: the
     stand-in kernel times and, where the base has one, the fill-slowdown
-    scale fitted on a decode-step run (``bench calibrate``)."""
+    scale fitted on a decode-step run (``bench calibrate``), with the base's
+    ``[measured]`` record of where that fit came from."""
     for k in ("small_kernel_us", "attention_core_us"):
         sec["latency"][k] = getattr(base, k)
         kept.append(f"latency.{k}")
     if base.fill_slowdown_scale != 1.0:
         sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
         kept.append("latency.fill_slowdown_scale")
+        if "latency.fill_slowdown_scale" in base.measured:
+            measured["latency.fill_slowdown_scale"] = dict(
+                base.measured["latency.fill_slowdown_scale"])
 
 
 def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None:
