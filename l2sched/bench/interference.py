@@ -34,7 +34,7 @@ def _graph_of(torch, body):
 def bench_interference(b: TimingBench, kern, fill_bytes: int = 50 * MB) -> dict:
     """Extra time (us) of three chains when a fill runs on a side stream at
     the same time, each interleaved with the chain alone: a latency-bound
-    chain (200 tiny kernels) and a memory-bound chain (a 256 MB read) under
+    chain (200 tiny kernels) and a memory-bound chain (a 256 MiB read) under
     a fill of ``fill_bytes``, and a GEMM chain (``GEMM_CHAIN``: M=8 GEMMs
     over a weight that stays in L2) under a fill of its own size: what a
     fill costs kernels that do not wait on device memory (SMs, L2)."""

@@ -47,8 +47,8 @@ import statistics
 import sys
 import time
 
-from l2sched.bench.timing import dependent_read
-from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, row_table, stats
+from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
+                                 row_table, stats)
 from l2sched.runtime import kernel as K
 
 MB = 10**6
