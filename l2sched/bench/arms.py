@@ -22,6 +22,14 @@ from l2sched.runtime.kernel import H200_LOAD_SHAPE
 #: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
 #: instead of once per forward.
 JOIN_EVERY_LAYER = "join=every-layer"
+#: A ``--variant`` item that installs the arm's plan on a runtime that, in
+#: the capture, launches each fill at the next hook instead of right after
+#: its fork (``CudaRuntime(defer_launch=True)``).
+LAUNCH_DEFERRED = "launch=deferred"
+#: ``--variant`` items that choose how the plan is installed or run, not a
+#: schedule setting: item -> (where, keyword).
+RUNTIME_ITEMS = {JOIN_EVERY_LAYER: ("install", "join_every_layer"),
+                 LAUNCH_DEFERRED: ("runtime", "defer_launch")}
 
 
 #: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
@@ -37,7 +45,8 @@ def split_variant(text: str) -> tuple[str, list[str]]:
 def check_variants(variants: list[str], schedule_path: str) -> None:
     """Check ``--variant`` values before anything runs: a name that is not
     empty, not one of ``FIXED_ARMS`` or ``bench/...`` and not given twice;
-    ``join=`` only as ``join=every-layer``; every other item a setting the
+    ``join=`` only as ``join=every-layer``, ``launch=`` only as
+    ``launch=deferred``; every other item a setting the
     schedule at ``schedule_path`` accepts. Raises ``ValueError`` naming the
     variant."""
     seen = set()
@@ -51,12 +60,14 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
         if name in seen:
             raise ValueError(f"--variant {name}: given twice")
         seen.add(name)
-        joins = [i for i in items if i.split("=", 1)[0].strip() == "join"]
-        if any(i != JOIN_EVERY_LAYER for i in joins):
-            raise ValueError(f"--variant {name}: join takes only {JOIN_EVERY_LAYER!r}, "
-                             f"got {joins[0]!r}")
+        for key, want in (("join", JOIN_EVERY_LAYER), ("launch", LAUNCH_DEFERRED)):
+            got = [i for i in items if i.split("=", 1)[0].strip() == key]
+            if any(i != want for i in got):
+                raise ValueError(f"--variant {name}: {key} takes only {want!r}, "
+                                 f"got {got[0]!r}")
         try:
-            load_schedule(shipped_path(schedule_path), [i for i in items if i not in joins])
+            load_schedule(shipped_path(schedule_path),
+                          [i for i in items if i not in RUNTIME_ITEMS])
         except L2sError as e:
             raise ValueError(f"--variant {name}: {e}") from None
 
@@ -88,9 +99,11 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     for v in variants:
         name, overrides = split_variant(v)
         arm = {"name": name, "path": schedule_path,
-               "overrides": [o for o in overrides if o != JOIN_EVERY_LAYER]}
-        if JOIN_EVERY_LAYER in overrides:  # an installation choice, not a setting
-            arm["install"] = {"join_every_layer": True}
+               "overrides": [o for o in overrides if o not in RUNTIME_ITEMS]}
+        for item in overrides:  # installation and runtime choices, not settings
+            if item in RUNTIME_ITEMS:
+                where, key = RUNTIME_ITEMS[item]
+                arm.setdefault(where, {})[key] = True
         arms.append(arm)
     if bench_dir and os.path.isdir(bench_dir):
         for f in sorted(os.listdir(bench_dir)):

@@ -62,6 +62,12 @@ class CudaRuntime(RuntimeBase):
     ``fill``/``fill_default``: the device profile's fill kernels (mode ->
     ``FillMode``; ``DeviceProfile.fill_modes``) and default mode, which give
     each issue its kernel and launch shape (``issue_specs``).
+    ``defer_launch``: during a capture, a fill forked at a hook is launched
+    at the next ``issue`` or ``join`` instead of at once. It still depends
+    only on the op it was forked after (the side stream's capture
+    dependencies do not change in between), but the graph records the main
+    stream's next kernel as that op's first child (docs/runtime.md,
+    "Hardware queues"). Eager forwards launch at once either way.
     ``mode``/``grid``/``threads``/``chunk``/``stages``: override every
     issue's kernel and shape (benchmarks). ``sync``: how fork and join are
     enqueued (``runtime.streams.ForkJoin``). ``specs`` is the
@@ -77,7 +83,7 @@ class CudaRuntime(RuntimeBase):
                  mode: str | None = None, grid: int | None = None,
                  threads: int | None = None, chunk: int | None = None,
                  stages: int | None = None, sync: str = "auto",
-                 set_aside_owner: str | None = None, **kw):
+                 set_aside_owner: str | None = None, defer_launch: bool = False, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
@@ -95,6 +101,8 @@ class CudaRuntime(RuntimeBase):
         self.fork_join = None
         self._ready = False
         self._pending = False
+        self.defer_launch = defer_launch
+        self._deferred: list[tuple[int, int, int]] = []  # (issue, row begin, row end)
         self._warned_dirty = False
         # gate_pair of the last StepInfo object seen (identity-cached), and
         # the decision when the capture state cannot change it (else None).
@@ -254,11 +262,28 @@ class CudaRuntime(RuntimeBase):
         span = self.table.spans[i]
         if span is None:
             return False
+        # a deferred fill goes first, while the side stream still waits on
+        # its own fork only
+        if self._deferred and not self._launch_deferred():
+            return False
         self.fork_join.fork()
         # From here the side stream waited on the fork: the join must run
         # even when the launch fails.
         self._pending = True
         b, e = span
+        if self.defer_launch and self.fork_join.is_capturing():
+            self._deferred.append((i, b, e))
+        elif not self._launch(i, b, e):
+            return False
+        stats = self.stats
+        stats.issued += 1
+        stats.bytes_issued += self.table.nbytes[i]
+        return True
+
+    def _launch(self, i: int, b: int, e: int) -> bool:
+        """Launch issue ``i`` over table rows ``[b, e)`` on the side stream
+        (after a fork); on failure, the fallback kernel, else disable.
+        Returns whether it was launched."""
         try:
             self._launch_of[i](b, e)
         except Exception as ex:
@@ -266,9 +291,15 @@ class CudaRuntime(RuntimeBase):
                 self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
                 return False
             self._launch_of[i](b, e)
-        stats = self.stats
-        stats.issued += 1
-        stats.bytes_issued += self.table.nbytes[i]
+        return True
+
+    def _launch_deferred(self) -> bool:
+        """Launch the fills ``defer_launch`` held back, in issue order;
+        whether all were launched."""
+        held, self._deferred = self._deferred, []
+        for i, b, e in held:
+            if not self._launch(i, b, e):
+                return False
         return True
 
     def adopt(self, plan: Plan) -> bool:
@@ -332,6 +363,8 @@ class CudaRuntime(RuntimeBase):
         for the last fill (no-op when nothing was issued since the last join).
         """
         if self._pending and self._thread == get_ident():
+            if self._deferred:
+                self._launch_deferred()
             self.fork_join.join()
             self._pending = False
             self.stats.joined += 1

@@ -452,3 +452,59 @@ def test_kernel_times_measures_the_body_kernels_alone():
     assert 0.85 * events <= cupti <= events + 1.0, (cupti, events)
     with pytest.raises(RuntimeError, match="no kernel of its own"):
         b.kernel_times(b.flush, b.flush)
+
+
+def _kernel_nodes(g) -> int:
+    """Kernel nodes of a torch CUDA graph captured with ``keep_graph=True``."""
+    from cuda.bindings import runtime as cudart
+    graph = cudart.cudaGraph_t(init_value=g.raw_cuda_graph())
+    err, _, n = cudart.cudaGraphGetNodes(graph, 0)
+    assert err == cudart.cudaError_t.cudaSuccess, err
+    err, nodes, n = cudart.cudaGraphGetNodes(graph, n)
+    assert err == cudart.cudaError_t.cudaSuccess, err
+    kernel = cudart.cudaGraphNodeType.cudaGraphNodeTypeKernel
+    return sum(1 for nd in nodes[:n] if cudart.cudaGraphNodeGetType(nd)[1] == kernel)
+
+
+@pytest.mark.parametrize("mode", ["copy", "bulk"])
+def test_deferred_launch_captures_every_fill_and_replays_bitwise(mode):
+    """``CudaRuntime(defer_launch=True)``: in a FULL capture each fill is
+    launched at the next hook or at the join, none is lost (the graph holds
+    as many kernel nodes as with immediate launches), replays are bitwise
+    those of the model without a plan; eager forwards launch at once."""
+    shape = COPY if mode == "copy" else {"mode": mode}
+    layers = _model()
+    plan = _plan(len(layers))
+    x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
+    xs = [torch.randn(8, D, dtype=torch.bfloat16, device="cuda") for _ in range(3)]
+    refs = [_fwd(layers, x) for x in xs]
+    graphs, nodes = {}, {}
+    for defer in (False, True):
+        rt = CudaRuntime(plan, defer_launch=defer, **shape)
+        with install(layers, plan, SITES, rt):
+            rt.set_step(StepInfo(num_tokens=8))
+            for _ in range(2):  # eager: binds rows (the lazy one at the 2nd), launches at once
+                _fwd(layers, x_static)
+                assert rt._deferred == []
+            torch.cuda.synchronize()
+            before = rt.stats.issued
+            rt.set_step(StepInfo(num_tokens=8, graph_mode="full"))
+            try:
+                g = torch.cuda.CUDAGraph(keep_graph=True)
+            except TypeError:
+                pytest.skip("torch.cuda.CUDAGraph has no keep_graph")
+            with torch.cuda.graph(g):
+                y_static = _fwd(layers, x_static)
+            assert rt._deferred == []  # the join launched the last one
+            assert rt.stats.issued - before == len(plan.issues)
+        graphs[defer] = (g, y_static)
+        nodes[defer] = _kernel_nodes(g)
+    assert nodes[True] == nodes[False]
+    g, y_static = graphs[True]
+    if hasattr(g, "instantiate"):
+        g.instantiate()
+    for x, ref in zip(xs, refs):
+        x_static.copy_(x)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y_static, ref)
