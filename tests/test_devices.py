@@ -350,3 +350,28 @@ def test_item16_profile_table_errors_do_not_cascade(tmp_path):
     (d,) = e.value.diagnostics
     assert d.message.startswith("latency: missing table [latency] (keys: ")
     assert str(d.span) == str(p)  # the whole file: no line to point at
+
+
+def test_a_bad_key_in_the_default_fill_table_is_reported_once(tmp_path):
+    """A bad value in ``[fill.copy]`` (the default kernel's table) is one
+    problem at its key, not also a "no [fill.copy] table"."""
+    from l2sched.model.devices import profile_path
+    text = profile_path("h200").read_text(encoding="utf-8")
+    p = tmp_path / "neg.toml"
+    p.write_text(text.replace("gemm_slowdown = 0.239", "gemm_slowdown = -0.5", 1),
+                 encoding="utf-8")
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    msg = str(e.value)
+    assert "fill.copy.gemm_slowdown: must be >= 0, got -0.5" in msg
+    assert "has no [fill.copy] table" not in msg
+
+
+def test_an_unknown_fill_table_is_located_at_its_header(tmp_path):
+    from l2sched.model.devices import profile_path
+    text = profile_path("h200").read_text(encoding="utf-8")
+    p = tmp_path / "weird.toml"
+    p.write_text(text + "\n[fill.weird]\ngbps = 1\n", encoding="utf-8")
+    n = len(text.splitlines()) + 2
+    with pytest.raises(L2sInputError, match=rf"weird\.toml:{n}:1: fill\.weird: unknown key"):
+        load_device(str(p))

@@ -359,14 +359,15 @@ _HEADER_RE = re.compile(r"\s*\[\s*([^\]\s]+)\s*\]")
 
 def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
     """Span of ``key`` inside ``[section]`` of the TOML text (of the
-    ``[section]`` header itself when ``key`` is empty), if found."""
+    ``[section]`` header itself when ``key`` is empty, of a ``[section.key]``
+    header when ``key`` names a table), if found."""
     current = ""
     for i, line in enumerate(source_lines(text), 1):
         s = line.strip()
         if s.startswith("["):
             m = _HEADER_RE.match(line)
             current = m.group(1) if m else s.strip("[]").strip()
-            if not key and current == section:
+            if current == (f"{section}.{key}" if key else section):
                 col = line.index("[") + 1
                 return Span(path, i, col, i, col + len(s.split("#")[0].rstrip()))
             continue
@@ -473,6 +474,7 @@ def _parse_fill(sec: Any, present: bool, problems: _Problems, values: dict) -> N
     no table. Sets ``values["fill_modes"]`` and ``values["fill_default"]``."""
     bad = problems.bad
     modes: dict[str, FillMode] = {}
+    tables_with_problems: set[str] = set()
     default = "bulk"
     if present and not isinstance(sec, dict):
         bad("fill", "", "expected a table [fill]")
@@ -493,13 +495,16 @@ def _parse_fill(sec: Any, present: bool, problems: _Problems, values: dict) -> N
         got = _parse_fill_table(key, v, problems)
         if got is not None:
             modes[key] = got
+        else:
+            tables_with_problems.add(key)
     if "bulk" not in modes and all(k in values for k in
                                    ("fill_gbps", "fill_effect", "fill_launch_us")):
         modes["bulk"] = FillMode("bulk", **DEFAULT_BULK_SHAPE, gbps=values["fill_gbps"],
                                  effect=values["fill_effect"],
                                  launch_us=values["fill_launch_us"],
                                  source="bandwidth.fill_gbps, l2.fill_effect")
-    if default not in modes and "bulk" in modes:
+    # a table whose keys were reported exists: do not report it missing too
+    if default not in modes and default not in tables_with_problems and "bulk" in modes:
         bad("fill", "default", f"default fill kernel {default!r} has no "
             f"[fill.{default}] table")
     values["fill_modes"] = modes
