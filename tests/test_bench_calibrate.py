@@ -84,3 +84,19 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert main(["bench", "calibrate", str(tmp_path / "nope.json"), "--out", str(out)]) == 1
     assert "nope.json" in capsys.readouterr().err
     assert main(["bench", "calibrate", str(RUN_2A), "--out", str(tmp_path)]) == 1
+
+
+def test_the_calibrated_profile_says_where_its_scale_comes_from():
+    """The old value's comment and ``[measured]`` record go; the record names
+    the calibration run and the grid."""
+    import tomllib
+
+    from l2sched.model.devices import profile_path
+    text = profile_path("h200").read_text(encoding="utf-8")
+    assert "4.5 = the value on the grid" in text
+    out = cm.calibrated_profile_text(text, "h200", {"scale": 1.0, "set_aside": None},
+                                     "run4.json")
+    assert "4.5 = the value on the grid" not in out
+    rec = tomllib.loads(out)["measured"]["latency.fill_slowdown_scale"]
+    assert rec["median"] == 1.0 and rec["probe"].startswith("calibration: run4.json, grid 0..8")
+    assert tomllib.loads(out)["latency"]["fill_slowdown_scale"] == 1.0

@@ -576,3 +576,14 @@ def test_bad_bench_run_variants_are_usage_errors(variant, msg, capsys, tmp_path)
 def test_bad_bench_kernel_options_are_usage_errors(args, msg, capsys, tmp_path):
     assert main(["bench", "kernel", "--out", str(tmp_path / "k.json"), *args]) == 2
     assert msg in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="has a GPU")
+def test_bench_run_without_a_gpu_is_a_usage_error(capsys, tmp_path):
+    """Without a CUDA device ``bench run`` is one line and exit 2 (``--dry``
+    is the CPU way), before anything is written."""
+    out = tmp_path / "r.json"
+    assert main(["bench", "run", "--tokens", "1", "--bench-dir", "", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "--dry" in err and "Traceback" not in err
+    assert not out.exists()

@@ -23,6 +23,7 @@ another run (``bench report`` of a later result, or
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import statistics
 import tempfile
@@ -44,15 +45,21 @@ from l2sched.model.inventory import analytical_inventory
 SCALE_GRID = tuple(0.5 * i for i in range(17))
 
 
-def recorded_profile(d: dict, fallback: str = "h200"):
+def recorded_profile(d: dict, fallback: str = "h200", where: str = "the result"):
     """The device profile recorded in result ``d`` (``device_profile_toml``),
-    else the profile ``fallback`` names."""
+    else the profile ``fallback`` names. Raises ``L2sInputError`` for an
+    unusable recorded profile, located at ``where`` (the result file):
+    ``WHERE: device_profile_toml:LINE:COL: ...``."""
     if not d.get("device_profile_toml"):
         return load_device(fallback)
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "recorded.toml"
         p.write_text(d["device_profile_toml"], encoding="utf-8")
-        return load_device(str(p))
+        try:
+            return load_device(str(p))
+        except L2sInputError as e:
+            raise L2sInputError(str(e).replace(str(p), f"{where}: device_profile_toml")
+                                ) from None
 
 
 def lint_setup(d: dict) -> tuple:
@@ -109,16 +116,17 @@ def set_aside_slowdown(d: dict, prof) -> tuple[float, str] | None:
     return None
 
 
-def calibrate(d: dict, profile: str = "", progress=None) -> dict:
+def calibrate(d: dict, profile: str = "", progress=None, where: str = "the result") -> dict:
     """Fit the two terms from ``d``, a ``bench run`` result (``read_json_file``).
     ``profile``: the profile to start from (name or TOML path; default: the
     one the result recorded). Returns ``{"scale", "scan": [(scale, median
     |error| us)], "set_aside": (slowdown, arm) or None, "set_aside_probed"
     (the profile's probe measured it: kept), "before", "after"}``
     (``before``/``after``: ``validate`` of the result with the starting and
-    the calibrated terms). ``progress``: called with a line per grid value.
+    the calibrated terms). ``progress``: called with a line per grid value;
+    ``where``: the result's file, for errors in the profile it recorded.
     Raises ``L2sInputError`` for a result without an A/A arm."""
-    base = load_device(profile) if profile else recorded_profile(d)
+    base = load_device(profile) if profile else recorded_profile(d, where=where)
     probed = str(base.measured.get("l2.set_aside_stream_slowdown", {}).get("probe", "")) \
         .startswith("set_aside")
     aside = None if probed else set_aside_slowdown(d, base)
@@ -138,29 +146,48 @@ def calibrate(d: dict, profile: str = "", progress=None) -> dict:
 
 def _set_number(text: str, table: str, key: str, value: float, path: str) -> str:
     """``text`` with ``key = NUMBER`` inside ``[table]`` set to ``value``
-    (added at the table's end when missing); raises ``L2sInputError`` when
-    the profile has no ``[table]``."""
+    (added at the table's end when missing), without the comment lines right
+    above the old one (they described the old value); raises
+    ``L2sInputError`` when the profile has no ``[table]``."""
     m = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
     if m is None:
         raise L2sInputError(f"{path}: no [{table}] table (docs/devices.md)")
     line = f"{key} = {value:.4g}"
-    body, n = re.subn(rf"^{key}\s*=.*$", line, m.group(1), count=1, flags=re.M)
+    # the comment lines right above the key described the old value
+    body, n = re.subn(rf"^(?:#.*\n)*{key}\s*=.*$", line, m.group(1), count=1, flags=re.M)
     if not n:
         body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
     return text[:m.start(1)] + body + text[m.end(1):]
 
 
-def profile_text(d: dict, profile: str = "") -> tuple[str, str]:
+def _set_measured(text: str, key: str, probe: str, median: float) -> str:
+    """``text`` with the ``[measured]`` record of ``key`` (``"table.key"``)
+    replaced by ``{ probe = PROBE, median = MEDIAN }`` (added at the end of
+    ``[measured]``; nothing when the profile has no ``[measured]``)."""
+    m = re.search(r"^\[measured\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    if m is None:
+        return text
+    line = f'"{key}" = {{ probe = {json.dumps(probe)}, median = {median!r} }}'
+    body, n = re.subn(rf'^"{re.escape(key)}"\s*=.*$', line.replace("\\", "\\\\"),
+                      m.group(1), count=1, flags=re.M)
+    if not n:
+        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
+    return text[:m.start(1)] + body + text[m.end(1):]
+
+
+def profile_text(d: dict, profile: str = "", where: str = "the result") -> tuple[str, str]:
     """``(TOML text, where it came from)`` of the starting profile:
-    ``profile`` (name or path), else the copy result ``d`` recorded."""
+    ``profile`` (name or path), else the copy result ``d`` (read from
+    ``where``) recorded. Raises ``L2sInputError`` when neither exists."""
     if profile:
         path = profile_path(profile)
         try:
             return path.read_text(encoding="utf-8"), str(path)
         except OSError as e:
             raise L2sInputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not d.get("device_profile_toml"):
-        raise L2sInputError("the result records no device profile: give --profile")
+    if not isinstance(d, dict) or not d.get("device_profile_toml"):
+        raise L2sInputError(f"{where}: records no device profile (device_profile_toml): "
+                            "give --profile")
     return d["device_profile_toml"], "the profile recorded in the result"
 
 
@@ -169,9 +196,17 @@ def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> s
     calibrated terms and a first comment line naming ``result``. Raises
     ``L2sInputError`` when the profile lacks one of the fields."""
     text = _set_number(text, "latency", "fill_slowdown_scale", cal["scale"], source)
+    grid = (f"grid {SCALE_GRID[0]:g}..{SCALE_GRID[-1]:g} step {SCALE_GRID[1] - SCALE_GRID[0]:g}"
+            if len(SCALE_GRID) > 2 else "grid " + ", ".join(f"{g:g}" for g in SCALE_GRID))
+    text = _set_measured(text, "latency.fill_slowdown_scale",
+                         f"calibration: {result}, {grid}, least median |gain error|",
+                         cal["scale"])
     if cal["set_aside"] is not None:
         text = _set_number(text, "l2", "set_aside_stream_slowdown", cal["set_aside"][0],
                            source)
+        text = _set_measured(text, "l2.set_aside_stream_slowdown",
+                             f"calibration: {result}, arm {cal['set_aside'][1]} (expert "
+                             "stream per maximum set-aside)", cal["set_aside"][0])
     which = "fill_slowdown_scale" + (" and set_aside_stream_slowdown"
                                      if cal["set_aside"] else "")
     return f"# {which} calibrated by `l2sched bench calibrate {result}`\n" + text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
+from l2sched import progress
 from l2sched.bench import read_json_file, read_text_file
 from l2sched.bench.options import (
     kernel_arguments,
@@ -19,16 +20,20 @@ from l2sched.errors import L2sError, L2sUsageError
 from l2sched.files import check_output_path
 
 
-def _require_torch() -> None:
-    """Raise ``L2sUsageError`` when torch cannot be imported: ``bench run``
-    and ``bench tp`` need it."""
+def _require_torch(gpu: bool = False, dry_hint: bool = False) -> None:
+    """Raise ``L2sUsageError`` when torch cannot be imported (``bench run``,
+    ``bench kernel`` and ``bench tp`` need it) or, with ``gpu``, when torch
+    sees no CUDA device (``dry_hint``: say that ``--dry`` runs without)."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise
         raise L2sUsageError("needs torch (pip install -e '.[vllm]' or a torch "
                             "wheel)") from None
+    if gpu and not torch.cuda.is_available():
+        raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)"
+                            + ("; --dry runs the shapes on the CPU" if dry_hint else ""))
 
 
 def _check_outputs(*paths) -> None:
@@ -65,7 +70,7 @@ def cmd_run(args) -> int:
         except OSError as e:
             raise L2sUsageError(f"--trace-dir {args.trace_dir}: cannot make it: "
                                 f"{e.strerror or e}") from None
-    _require_torch()
+    _require_torch(gpu=not args.dry, dry_hint=True)
     from l2sched.bench.run import run  # imports torch
 
     run(args)
@@ -90,11 +95,7 @@ def cmd_kernel(args) -> int:
         parse_shapes(args.shapes)
     except ValueError as e:
         raise L2sUsageError(str(e)) from None
-    _require_torch()
-    import torch
-
-    if not torch.cuda.is_available():
-        raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)")
+    _require_torch(gpu=True)
     from l2sched.bench.kernel import run_kernel_bench
 
     run_kernel_bench(args)
@@ -175,10 +176,8 @@ def cmd_calibrate(args) -> int:
 
     try:
         d = read_json_file(args.result)
-        text, source = cm.profile_text(d, args.profile)
-        cal = cm.calibrate(d, args.profile,
-                           progress=lambda line: print(f"l2sched bench calibrate: {line}",
-                                                       file=sys.stderr, flush=True))
+        text, source = cm.profile_text(d, args.profile, where=args.result)
+        cal = cm.calibrate(d, args.profile, progress=progress.stage, where=args.result)
         out = cm.calibrated_profile_text(text, source, cal, args.result)
     except L2sError as e:
         print(f"l2sched bench calibrate: {e}", file=sys.stderr)
@@ -191,6 +190,7 @@ def cmd_calibrate(args) -> int:
     aside = cal["set_aside"]
     print(f"fill_slowdown_scale = {cal['scale']:g} (least median |error| on the grid "
           f"{cal['scan'][0][0]:g}..{cal['scan'][-1][0]:g})")
+    print("median |error| per scale: " + ", ".join(f"{x:g}: {e:.1f} us" for x, e in cal["scan"]))
     print("set_aside_stream_slowdown = " + (
         f"{aside[0]:.4g} (arm {aside[1]})" if aside
         else "unchanged (measured by the profile's set_aside probe)" if cal["set_aside_probed"]
