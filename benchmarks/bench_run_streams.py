@@ -58,7 +58,9 @@ def _shared_experts_on_main() -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Every other argument goes to `l2sched bench run` (see its --help).")
     ap.add_argument("--shared-experts-on-main", action="store_true")
     ap.add_argument("--side-priority", type=int, default=None)
     ap.add_argument("--fills-on-aux", action="store_true")
@@ -67,6 +69,6 @@ if __name__ == "__main__":
         _shared_experts_on_main()
     if opts.fills_on_aux:
         _fills_on_aux()
-    if opts.side_priority is not None:
+    if opts.side_priority is not None and torch.cuda.is_available():  # not with --dry
         streams._side_streams[0] = torch.cuda.Stream(device=0, priority=opts.side_priority)
     sys.exit(main(["bench", "run", *rest]))

@@ -3,6 +3,7 @@ with the device profile each result recorded (optionally a replacement
 profile), scored by the validation rules (docs/lint.md#validation).
 
     python benchmarks/model_recal.py RESULT.json.gz [...] [--profile TOML]
+        (from the repository root, with l2sched importable: pip install -e .)
         [--terms-from NAME] [--json OUT]
 
 ``--terms-from NAME``: the recorded profile with the recalibration's two
@@ -19,11 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
+import sys
 
 from l2sched.bench import read_json_file
 from l2sched.bench.calibrate_model import gain_rows, recorded_profile
 from l2sched.bench.validation import validate
+from l2sched.errors import L2sError
+from l2sched.files import check_output_path, write_text_atomically
 from l2sched.model.devices import load_device
 
 
@@ -35,24 +38,41 @@ def score(result: str, prof=None, terms_from=None) -> dict:
     recorded profile), with the ``TERMS`` of profile ``terms_from`` if
     given."""
     d = read_json_file(result)
-    prof = prof or recorded_profile(d)
+    prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     rows = gain_rows(d, prof)
     return validate(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--profile", default="")
     ap.add_argument("--terms-from", default="")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    prof = load_device(a.profile) if a.profile else None
-    out = {}
+    try:
+        if a.json:
+            check_output_path(a.json)
+        prof = load_device(a.profile) if a.profile else None
+        terms = load_device(a.terms_from) if a.terms_from else None
+    except L2sError as e:
+        print(f"model_recal: {e}", file=sys.stderr)
+        return 1
+    scores = {}
     for r in a.results:
-        v = score(r, prof, load_device(a.terms_from) if a.terms_from else None)
+        try:
+            scores[r] = score(r, prof, terms)
+        except L2sError as e:
+            print(f"model_recal: {e}", file=sys.stderr)
+            return 1
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            print(f"model_recal: {r}: not a usable `l2sched bench run` result "
+                  f"({type(e).__name__}: {e})", file=sys.stderr)
+            return 1
+    out = {}
+    for r, v in scores.items():
         out[r] = v
         print(f"{r}: agreement {v['verdict_agreement']:.0%}, median |err| "
               f"{v['median_abs_gain_err_us']:.1f} us, Spearman {v['spearman']:.2f}")
@@ -60,8 +80,9 @@ def main() -> None:
             print(f"  {row['arm']:32s} M={row['M']:3d} pred {row['pred_gain_us']:+8.1f} "
                   f"meas {row['meas_gain_us']:+8.1f} {'ok' if row['agree'] else 'NO'}")
     if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
+        write_text_atomically(a.json, json.dumps(out, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -77,13 +77,15 @@ def parse_sizes(text: str) -> list[int]:
                          f"got {text!r}") from None
     if not sizes or min(sizes) < 1:
         raise ValueError(f"--sizes must be positive MB values, got {text}")
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"--sizes names a size twice: {text}")
     return sizes
 
 
 def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     """``--shapes``: comma-separated ``NxK`` consumer weights -> ``((N, K),
-    ...)`` (empty for an empty text). Raises ``ValueError`` naming the bad
-    item."""
+    ...)`` (empty for an empty text: the default shapes; a trailing comma is
+    allowed). Raises ``ValueError`` naming the bad item."""
     out = []
     for s in filter(None, (s.strip() for s in text.split(","))):
         nk = s.split("x")
@@ -100,15 +102,20 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
     out = []
     keys = ("grid", "threads", "chunk", "stages")
     for part in filter(None, (p.strip() for p in text.split(";"))):
-        label, _, spec = part.partition("=")
+        label, eq, spec = part.partition("=")
+        label = label.strip()
+        if not eq or not label or any(c.isspace() for c in label):
+            raise ValueError(f"--variants {part!r}: expected LABEL=MODE[:key=value,...] "
+                             "with a label without spaces (e.g. copy-66=copy:grid=66)")
         mode, _, kv = spec.partition(":")
         shape: dict = {"mode": mode.strip()}
-        label = label.strip() or shape["mode"]
         for item in filter(None, (i.strip() for i in kv.split(","))):
             k, _, v = item.partition("=")
             if k.strip() not in keys:
                 raise ValueError(f"--variants {label}: unknown key {k.strip()!r} "
                                  f"(keys: {', '.join(keys)})")
+            if k.strip() in shape:
+                raise ValueError(f"--variants {label}: {k.strip()} given twice")
             try:
                 shape[k.strip()] = int(v)
             except ValueError:

@@ -173,13 +173,18 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
 
 def _read_result(result: str) -> dict:
     """The ``bench run`` result at path ``result``; ``L2sInputError`` when it
-    is not one or is a ``--dry`` result."""
+    is not one, is a ``--dry`` result or has no per-op records."""
     d = read_json_file(result)
     if not isinstance(d, dict) or d.get("kind") != "l2sched bench":
         raise L2sInputError(f"{result}: not a `l2sched bench run` result")
     if d.get("dry"):
         raise L2sInputError(f"{result}: a --dry result has no CUDA-graph step times to "
                             f"report")
+    if any("ops" not in a for m in d.get("per_m", {}).values()
+           for a in m.get("arms", {}).values()):
+        raise L2sInputError(f"{result}: has no per-op records (the arms' 'ops'; committed "
+                            "results drop them to stay small); benchmarks/model_recal.py "
+                            "scores its predicted vs measured gains without them")
     return d
 
 
