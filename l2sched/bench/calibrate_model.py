@@ -121,7 +121,8 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     ``profile``: the profile to start from (name or TOML path; default: the
     one the result recorded). Returns ``{"scale", "scan": [(scale, median
     |error| us)], "set_aside": (slowdown, arm) or None, "set_aside_probed"
-    (the profile's probe measured it: kept), "before", "after"}``
+    (the profile's probe measured it: kept), "gemm_slowdown_measured" (the
+    starting profile has ``fill.MODE.gemm_slowdown``), "before", "after"}``
     (``before``/``after``: ``validate`` of the result with the starting and
     the calibrated terms). ``progress``: called with a line per grid value;
     ``where``: the result's file, for errors in the profile it recorded.
@@ -141,6 +142,8 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
             progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
     best = min(scan, key=lambda x: (x[1], x[0]))[0]
     return {"scale": best, "scan": scan, "set_aside": aside, "set_aside_probed": probed,
+            "gemm_slowdown_measured": any(fm.gemm_slowdown is not None
+                                          for fm in base.fill_modes.values()),
             "before": validate(gain_rows(d, base, setup)), "after": figures[best]}
 
 

@@ -195,6 +195,9 @@ def cmd_calibrate(args) -> int:
         f"{aside[0]:.4g} (arm {aside[1]})" if aside
         else "unchanged (measured by the profile's set_aside probe)" if cal["set_aside_probed"]
         else "unchanged (no arm with a set-aside)"))
+    if not cal["gemm_slowdown_measured"]:
+        print("note: the starting profile has no fill.MODE.gemm_slowdown (it predates that "
+              "probe); --profile h200 starts from the shipped profile instead")
     for label in ("before", "after"):
         v = cal[label]
         print(f"{label}: agreement {v['verdict_agreement']:.0%}, median |error| "
