@@ -375,3 +375,17 @@ def test_an_unknown_fill_table_is_located_at_its_header(tmp_path):
     n = len(text.splitlines()) + 2
     with pytest.raises(L2sInputError, match=rf"weird\.toml:{n}:1: fill\.weird: unknown key"):
         load_device(str(p))
+
+
+def test_profile_problems_come_in_file_order(tmp_path):
+    from l2sched.model.devices import profile_path
+    text = profile_path("h200").read_text(encoding="utf-8")
+    text = (text.replace("gemm_slowdown = 0.239", "gemm_slowdown = -0.5", 1)
+            .replace("kernel_gap_us = 1.13", "kernel_gap_us = -2", 1)
+            .replace("gemm_slowdown = 0.075", 'gemm_slowdown = "x"', 1))
+    p = tmp_path / "multi.toml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    lines = [d.span.line for d in e.value.diagnostics]
+    assert len(lines) == 3 and lines == sorted(lines)

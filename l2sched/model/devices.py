@@ -464,7 +464,9 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     _parse_fill(raw.get("fill"), "fill" in raw, problems, values)
     _parse_measured_tables(raw, problems, values)
     if problems.found:
-        raise L2sInputError(problems.found)
+        # in file order; problems without a line (a missing key) last
+        raise L2sInputError(sorted(problems.found, key=lambda d: (
+            d.span.line == 0, d.span.line, d.span.column)))
     return DeviceProfile(path=path, allreduce=ar, **values)
 
 
