@@ -147,35 +147,38 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
             "before": validate(gain_rows(d, base, setup)), "after": figures[best]}
 
 
+def _set_line(text: str, table: str, old: str, line: str) -> str | None:
+    """``text`` with the first line of ``[table]`` that regex ``old``
+    matches replaced by ``line`` (``line`` added at the table's end when
+    none does); None when the profile has no ``[table]``."""
+    m = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    if m is None:
+        return None
+    body, n = re.subn(old, lambda _: line, m.group(1), count=1, flags=re.M)
+    if not n:
+        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
+    return text[:m.start(1)] + body + text[m.end(1):]
+
+
 def _set_number(text: str, table: str, key: str, value: float, path: str) -> str:
     """``text`` with ``key = NUMBER`` inside ``[table]`` set to ``value``
     (added at the table's end when missing), without the comment lines right
     above the old one (they described the old value); raises
     ``L2sInputError`` when the profile has no ``[table]``."""
-    m = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
-    if m is None:
+    out = _set_line(text, table, rf"^(?:#.*\n)*{re.escape(key)}\s*=.*$",
+                    f"{key} = {value:.4g}")
+    if out is None:
         raise L2sInputError(f"{path}: no [{table}] table (docs/devices.md)")
-    line = f"{key} = {value:.4g}"
-    # the comment lines right above the key described the old value
-    body, n = re.subn(rf"^(?:#.*\n)*{key}\s*=.*$", line, m.group(1), count=1, flags=re.M)
-    if not n:
-        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
-    return text[:m.start(1)] + body + text[m.end(1):]
+    return out
 
 
 def _set_measured(text: str, key: str, probe: str, median: float) -> str:
     """``text`` with the ``[measured]`` record of ``key`` (``"table.key"``)
     replaced by ``{ probe = PROBE, median = MEDIAN }`` (added at the end of
     ``[measured]``; nothing when the profile has no ``[measured]``)."""
-    m = re.search(r"^\[measured\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
-    if m is None:
-        return text
     line = f'"{key}" = {{ probe = {json.dumps(probe)}, median = {median!r} }}'
-    body, n = re.subn(rf'^"{re.escape(key)}"\s*=.*$', line.replace("\\", "\\\\"),
-                      m.group(1), count=1, flags=re.M)
-    if not n:
-        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
-    return text[:m.start(1)] + body + text[m.end(1):]
+    out = _set_line(text, "measured", rf'^"{re.escape(key)}"\s*=.*$', line)
+    return text if out is None else out
 
 
 def profile_text(d: dict, profile: str = "", where: str = "the result") -> tuple[str, str]:

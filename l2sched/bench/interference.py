@@ -80,3 +80,10 @@ def bench_interference(b: TimingBench, kern, fill_bytes: int = 50 * MB) -> dict:
                      "extra_us": w_ - a, "fill_bytes": nbytes}
         del w
     return out
+
+
+def gemm_chain_record(interference: dict) -> dict | None:
+    """The GEMM chain's record (``alone_us``, ``with_fill_us``, ``extra_us``,
+    ``fill_bytes``) in a ``bench_interference`` result, or None in results
+    made before it had one."""
+    return next((v for k, v in interference.items() if k.startswith("gemm_chain_")), None)

@@ -41,7 +41,7 @@ import json
 import sys
 import time
 
-from l2sched.bench.interference import bench_interference
+from l2sched.bench.interference import bench_interference, gemm_chain_record
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.files import write_texts_atomically
@@ -336,7 +336,7 @@ def _interference_lines(out: dict) -> list[str]:
             c = inter[key]
             cells.append(f"{c['alone_us']['median']:.1f} | {c['with_fill_us']['median']:.1f}"
                          f" | {c['extra_us']:.1f}")
-        g = next((v for k, v in inter.items() if k.startswith("gemm_chain_")), None)
+        g = gemm_chain_record(inter)
         cells.append("- | - | -" if g is None else
                      f"{g['alone_us']['median']:.1f} | {g['with_fill_us']['median']:.1f} | "
                      f"{g['extra_us']:.1f}")

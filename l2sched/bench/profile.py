@@ -316,7 +316,7 @@ def probe_interference(ctx) -> dict:
     an L2-resident weight under a 24 MB fill (``bench.interference``;
     interleaved with the chain alone): extra us per us of the fill's
     launch-to-exit time (``slowdown``, ``gemm_slowdown``)."""
-    from l2sched.bench.interference import bench_interference
+    from l2sched.bench.interference import bench_interference, gemm_chain_record
     out = {}
     for mode, shape in ctx.fill_shapes.items():
         kern = K.get_kernel(0, policy="evict_last", **shape)
@@ -329,7 +329,7 @@ def probe_interference(ctx) -> dict:
         # the chain overlaps the fill for about the fill's duration
         ov = r["fill_exit_us"] or 15.0
         r["slowdown"] = max(0.0, lat["extra_us"]) / ov
-        gemm = next((v for k, v in r.items() if k.startswith("gemm_chain_")), None)
+        gemm = gemm_chain_record(r)
         gemm_fill_us = _exit_us(fill_us, gemm["fill_bytes"] / MB) if gemm else None
         if gemm and gemm_fill_us:
             r["gemm_fill_exit_us"] = gemm_fill_us

@@ -15,6 +15,8 @@ import json
 import statistics
 from typing import Any
 
+from l2sched.bench.interference import gemm_chain_record
+
 MB = 10**6
 
 
@@ -401,7 +403,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
                "chain extra us | memory chain extra us | slowdown (extra / fill us) | GEMM "
                "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
         for mode, r in inter.items():
-            gemm = next((v for k, v in r.items() if k.startswith("gemm_chain_")), None)
+            gemm = gemm_chain_record(r)
             md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
                       f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
                       f"{r['slowdown']:.3f} | "
