@@ -6,9 +6,10 @@ tp --validation`` result, as ``bench report`` applies them to ``bench run
 - Prediction: the uncalibrated lint (``run_lint``) of each schedule arm with
   the device profile the run used (the copy recorded in the result,
   ``device_profile_toml``; else the profile named by ``device_profile``), at
-  the run's modelled TP degree (``tp``: inventory, plan and the profile's
-  collective model ``[allreduce.tpN]``) and ``tokens = M``. Nothing the run
-  measured feeds it.
+  the run's modelled TP degree (``tp``: inventory and plan) and ``tokens =
+  M``. The all-reduces are modelled as the ones that ran: the profile's
+  ``[allreduce.tpW]`` of the run's world size W (``collectives_as_run``),
+  when the profile has that table. Nothing the run measured feeds it.
 - Measured step time of an arm at M: per round, the **maximum over ranks**
   of that round's replay time (every rank replayed the arm in the same
   round, behind a barrier; the tensor-parallel step is done when its
@@ -25,6 +26,7 @@ Units: us. torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
@@ -90,9 +92,26 @@ def lint_profile(d: dict):
             f"ran with)")
 
 
+def collectives_as_run(prof, tp: int, world_size: int):
+    """``(profile, note)``: ``prof`` whose collective model at TP degree
+    ``tp`` is its ``[allreduce.tpW]`` table for the run's world size W (the
+    all-reduces a ``bench tp`` run makes are W-way whatever TP it models);
+    ``prof`` unchanged when W == tp or the profile has no such table. The
+    note says which table the prediction uses."""
+    if world_size == tp or world_size not in prof.allreduce:
+        pick = next((k for k in sorted(prof.allreduce) if k >= tp), None)
+        return prof, f"[allreduce.tp{pick}] (the modelled TP {tp})"
+    models = dict(prof.allreduce)
+    models[tp] = prof.allreduce[world_size]
+    return (dataclasses.replace(prof, allreduce=models),
+            f"[allreduce.tp{world_size}] (the run's {world_size}-way all-reduces; "
+            f"inventory and plans at TP {tp})")
+
+
 def lint_predictor(d: dict, prof):
     """``predict(arm spec, M) -> (gain us, lint error codes)``: the
-    uncalibrated lint of the arm's schedule at the result's TP, ``prof``."""
+    uncalibrated lint of the arm's schedule at the result's TP, ``prof``
+    (pass it through ``collectives_as_run`` first for the run's all-reduces)."""
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=d["tp"], ep=False, tp_rank=0)
     scheds: dict = {}
@@ -114,6 +133,7 @@ def validation(d: dict, predict=None) -> dict:
     ``status``."""
     specs = [a for a in d.get("arms", []) if is_schedule_arm(a)]
     prof, source = lint_profile(d)
+    prof, collectives = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
     predict = predict or lint_predictor(d, prof)
     rows, floors = [], {}
     for M in map(str, d["tokens"]):
@@ -139,6 +159,7 @@ def validation(d: dict, predict=None) -> dict:
     out = validate(rows)
     out.update(floors=floors, profile_measured=prof.is_measured,
                profile_provenance=dict(prof.provenance), profile_source=source,
+               collectives=collectives,
                measured_rule=MEASURED_RULE)
     out["status"] = (f"profile measured by `l2sched profile` "
                      f"({prof.provenance.get('date', '?')}), a separate run"
@@ -162,8 +183,9 @@ def validation_lines(v: dict, tp: int, world_size: int) -> list[str]:
         return ("-" if x is None else fmt.format(x)) + (
             " (met)" if v["met"][key] and v["profile_measured"] else " (missed)")
     out += [f"Rules: docs/lint.md#validation. Predicted gain: the uncalibrated lint with "
-            f"{v['profile_source']}, TP{tp} (its all-reduces: the profile's TP{tp} "
-            f"collective model; the run's were {world_size}-way real all-reduces). "
+            f"{v['profile_source']}, TP{tp}; its all-reduces: "
+            f"{v.get('collectives', f'the TP{tp} collective model')} (the run's were "
+            f"{world_size}-way real all-reduces). "
             f"Measured: {v['measured_rule']}.", "",
             f"- three-way verdict agreement: {fig('verdict_agreement', '{:.0%}')}, "
             f"pass mark >= {th['verdict_agreement']:.0%}",
