@@ -1,4 +1,5 @@
-"""Predicted vs measured gain per arm and M of committed `bench run` results,
+"""Predicted vs measured gain per arm and M of committed `bench run` or
+`bench tp --validation` results,
 with the device profile each result recorded (optionally a replacement
 profile), scored by the validation rules (docs/lint.md#validation).
 
@@ -38,11 +39,25 @@ def score(result: str, prof=None, terms_from=None) -> dict:
     recorded profile), with the ``TERMS`` of profile ``terms_from`` if
     given."""
     d = read_json_file(result)
+    if isinstance(d, dict) and d.get("kind") == "l2sched bench tp":
+        return _score_tp(d, prof, terms_from)
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     rows = gain_rows(d, prof)
     return validate(rows)
+
+
+def _score_tp(d: dict, prof, terms_from) -> dict:
+    """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
+    per-round maximum over ranks, the run's world-size all-reduce table)."""
+    from l2sched.bench.tp_validation import (collectives_as_run, lint_predictor, lint_profile,
+                                             validation)
+    prof = prof or lint_profile(d)[0]
+    if terms_from is not None:
+        prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
+    prof, _ = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
+    return validation(d, lint_predictor(d, prof))
 
 
 def main() -> int:
