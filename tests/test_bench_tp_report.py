@@ -2,7 +2,7 @@
 ranks): the out-of-sample validation section with exact numbers (measured
 step = per-round maximum over ranks, A/A floor, three-way verdicts,
 figures), the collective-interference table and its write into a device
-profile as ``allreduce_extra_us`` (a small text edit: every other byte of
+profile as ``allreduce_slowdown`` (a small text edit: every other byte of
 the profile kept)."""
 
 import copy
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from l2sched.bench.options import SCHEDULE
-from l2sched.bench.tp_interference import allreduce_extras, fill_rows, write_allreduce_extra
+from l2sched.bench.tp_interference import (allreduce_slowdowns, fill_rows,
+                                          write_allreduce_slowdown)
 from l2sched.bench.tp_report import markdown, update_profile_extras
-from l2sched.bench.tp_validation import arm_rounds, lint_predictor, validation, validation_lines
+from l2sched.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
+                                        validation, validation_lines)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor
 from l2sched.cli import main
 from l2sched.model.devices import DEVICES_DIR, load_device
@@ -166,8 +168,17 @@ def test_prediction_is_the_uncalibrated_lint_with_the_recorded_profile():
     gain, errs = lint_predictor(d, prof)(ARMS[3], 1)
     assert gain == lr.step_period("base") - lr.step_period("sim")
     assert errs == []
+    # the validation models the run's 2-way all-reduces: [allreduce.tp2] at TP 4
+    as_run, note = collectives_as_run(prof, 4, 2)
+    assert as_run.allreduce[4] == prof.allreduce[2] != prof.allreduce[4]
+    assert note.startswith("[allreduce.tp2]")
     v = validation(d)
-    assert {r["arm"]: r["pred_gain_us"] for r in v["rows"]}["kernel-bulk"] == gain
+    assert v["collectives"] == note
+    assert {r["arm"]: r["pred_gain_us"] for r in v["rows"]}["kernel-bulk"] == \
+        lint_predictor(d, as_run)(ARMS[3], 1)[0]
+    # a run at its own TP, or a profile without the world size's table: unchanged
+    assert collectives_as_run(prof, 2, 2)[0] is prof
+    assert collectives_as_run(prof, 4, 3)[0] is prof
 
 
 def test_report_puts_the_validation_first_and_says_what_ran():
@@ -187,58 +198,74 @@ def test_report_puts_the_validation_first_and_says_what_ran():
     assert "## Validation" not in markdown(old, lint=False)
 
 
-def test_interference_medians_and_extras():
+def _copy_read_us(prof, mode):
+    """The 30 MB probe fill's read time (us) in the lint's picture."""
+    return 30e6 / (prof.fill_modes[mode].gbps * 1e3)
+
+
+def test_interference_medians_and_slowdowns():
     rows = fill_rows(_result())
     assert rows[8192]["modes"]["copy"] == {"with": 18.5, "extra": 3.5, "p10": 2.5,
                                            "p90": 4.5}
-    ex = allreduce_extras(_result(), 2 * 1024 * 1024)
-    # median over ranks per message, median over messages <= max, at least 0
-    assert ex == {"bulk": {"extra_us": 0.0, "messages": 2},
-                  "copy": {"extra_us": 4.5, "messages": 2},
-                  "load": {"extra_us": 9.0, "messages": 2}}
-    assert allreduce_extras(_result(), None)["copy"]["extra_us"] == 5.5
+    prof = load_device(H200)
+    sl = allreduce_slowdowns(_result(), 2 * 1024 * 1024, prof.fill_modes)
+    # median over ranks per message (copy 3.5 and 5.5 us beside a 15 us
+    # all-reduce); each inverted with the fill's 9.56 us read (it ends first:
+    # extra = read x s / (1 + s)); median over messages <= max
+    read = _copy_read_us(prof, "copy")
+    assert read == pytest.approx(9.56, abs=0.01)
+    want = statistics.median([3.5 / (read - 3.5), 5.5 / (read - 5.5)])
+    assert sl["copy"] == {"slowdown": pytest.approx(want), "messages": 2, "unexplained": 0}
+    assert sl["bulk"] == {"slowdown": 0.0, "messages": 2, "unexplained": 0}  # extras <= 0
+    # load: 7 us is explained, 11 us cannot come from a 9.5 us read
+    lr = _copy_read_us(prof, "load")
+    assert sl["load"] == {"slowdown": pytest.approx(7.0 / (lr - 7.0)), "messages": 1,
+                          "unexplained": 1}
+    # without the size limit the 100 us extras are unexplained too
+    assert allreduce_slowdowns(_result(), None, prof.fill_modes)["copy"]["unexplained"] == 1
 
 
-def test_allreduce_extra_written_with_a_small_text_edit(tmp_path):
+def test_allreduce_slowdown_written_with_a_small_text_edit(tmp_path):
     p = tmp_path / "h200.toml"
-    orig = H200.read_text(encoding="utf-8")
+    orig = "".join(ln for ln in H200.read_text(encoding="utf-8").splitlines(keepends=True)
+                   if not ln.startswith("allreduce_slowdown"))
     p.write_text(orig, encoding="utf-8")
-    path, written, skipped = write_allreduce_extra(p, {"copy": 4.5, "bulk": -1.0,
-                                                       "load": 9.004}, "run X")
+    path, written, skipped = write_allreduce_slowdown(p, {"copy": 1.25, "bulk": -1.0,
+                                                          "load": 2.0004}, "run X")
     assert path == p and skipped == {}
-    assert written == {"bulk": 0.0, "copy": 4.5, "load": 9.0}
+    assert written == {"bulk": 0.0, "copy": 1.25, "load": 2.0}
     new = p.read_text(encoding="utf-8")
-    added = [ln for ln in new.splitlines(keepends=True) if ln.startswith("allreduce_extra_us")]
-    assert added == ["allreduce_extra_us = 4.50  # run X\n",     # [fill.copy] first
-                     "allreduce_extra_us = 0.00  # run X\n",     # bulk, at least 0
-                     "allreduce_extra_us = 9.00  # run X\n"]
+    added = [ln for ln in new.splitlines(keepends=True) if ln.startswith("allreduce_slowdown")]
+    assert added == ["allreduce_slowdown = 1.250  # run X\n",     # [fill.copy] first
+                     "allreduce_slowdown = 0.000  # run X\n",     # bulk, at least 0
+                     "allreduce_slowdown = 2.000  # run X\n"]
     assert "".join(ln for ln in new.splitlines(keepends=True) if ln not in added) == orig
     prof = load_device(p)
-    assert {m: fm.allreduce_extra_us for m, fm in prof.fill_modes.items()} == \
-        {"copy": 4.5, "bulk": 0.0, "load": 9.0}
+    assert {m: fm.allreduce_slowdown for m, fm in prof.fill_modes.items()} == \
+        {"copy": 1.25, "bulk": 0.0, "load": 2.0}
     # each key right after its table's last key line, inside its table
     lines = new.splitlines()
     i, j = lines.index("[fill.copy]"), lines.index("[fill.bulk]")
-    assert lines[j - 1] == "allreduce_extra_us = 4.50  # run X"
+    assert lines[j - 1] == "allreduce_slowdown = 1.250  # run X"
     assert all(ln and not ln.startswith("[") for ln in lines[i + 1:j - 1])
     # a second write replaces the lines, nothing else
-    write_allreduce_extra(p, {"copy": 5.25}, "")
+    write_allreduce_slowdown(p, {"copy": 0.5}, "")
     again = p.read_text(encoding="utf-8")
-    assert again == new.replace("allreduce_extra_us = 4.50  # run X",
-                                "allreduce_extra_us = 5.25")
-    assert load_device(p).fill_mode("copy").allreduce_extra_us == 5.25
+    assert again == new.replace("allreduce_slowdown = 1.250  # run X",
+                                "allreduce_slowdown = 0.500")
+    assert load_device(p).fill_mode("copy").allreduce_slowdown == 0.5
 
 
 def test_profile_without_fill_tables_is_left_alone(tmp_path):
     p = tmp_path / "est.toml"
     p.write_text(ESTIMATE.read_text(encoding="utf-8"), encoding="utf-8")
     before = p.read_bytes()
-    _, written, skipped = write_allreduce_extra(p, {"bulk": 3.0}, "")
+    _, written, skipped = write_allreduce_slowdown(p, {"bulk": 0.3}, "")
     assert written == {} and skipped == {"bulk": "no [fill.bulk] table"}
     assert p.read_bytes() == before
 
 
-def test_update_profile_writes_the_fit_and_the_extras(tmp_path, capsys):
+def test_update_profile_writes_the_fit_and_the_slowdowns(tmp_path, capsys):
     p = tmp_path / "h200.toml"
     p.write_text(H200.read_text(encoding="utf-8"), encoding="utf-8")
     res = tmp_path / "tp.json"
@@ -246,10 +273,12 @@ def test_update_profile_writes_the_fit_and_the_extras(tmp_path, capsys):
     assert main(["bench", "tp-report", str(res), "--no-lint", "--md-out",
                  str(tmp_path / "tp.md"), "--update-profile", str(p)]) == 0
     out = capsys.readouterr().out
-    assert f"{p}: [fill.copy] allreduce_extra_us = 4.50" in out
-    assert f"{p}: [fill.bulk] allreduce_extra_us = 0.00" in out
     prof = load_device(p)
-    assert prof.fill_mode("load").allreduce_extra_us == 9.0
+    s = prof.fill_mode("copy").allreduce_slowdown
+    assert f"{p}: [fill.copy] allreduce_slowdown = {s:.3f}" in out and s > 0.9
+    assert f"{p}: [fill.bulk] allreduce_slowdown = 0.000" in out
+    assert (f"{p}: [fill.load] allreduce_slowdown = {prof.fill_mode('load').allreduce_slowdown:.3f}"
+            " (1 of 2 messages left out (no slowdown explains their extra))") in out
     assert prof.allreduce[2].measured == "2026-12-02"
     assert "p2p off" in p.read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="CPU"):

@@ -1,7 +1,8 @@
 """The recalibrated model terms (docs/lint.md#validation): a fill slows every
-main-stream op by ``fill_slowdown_scale x slowdown``; a set-aside slows the
-expert stream by ``set_aside_stream_slowdown``. Tiny hand-built step graphs
-with exact numbers."""
+main-stream op by ``fill_slowdown_scale x slowdown``, an all-reduce by
+``allreduce_slowdown``; a set-aside slows the expert stream by
+``set_aside_stream_slowdown``. Tiny hand-built step graphs with exact
+numbers."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _device(**kw):
     dev = load_device("h200")
     copy = dataclasses.replace(dev.fill_modes["copy"], gbps=1000.0, launch_us=0.0,
                                slowdown=0.5, landed=(), effect=1.0,
-                               allreduce_extra_us=0.0)
+                               allreduce_slowdown=0.0)
     base = dict(kernel_gap_us=0.0, small_kernel_us=10.0, gemm_fixed_us=0.0,
                 gemm_dram_gbps=1000.0, ops={}, fill_modes={"copy": copy},
                 fill_default="copy")
@@ -183,3 +184,79 @@ def test_gemm_slowdown_is_optional_and_checked():
         raw["fill"]["copy"]["gemm_slowdown"] = bad
         with pytest.raises(L2sInputError, match=r"fill\.copy.*gemm_slowdown"):
             parse_device(raw)
+
+
+def _allreduce_beside_fill(nbytes: int) -> StepGraph:
+    """An all-reduce on the main stream and a fill of ``nbytes`` forked beside
+    it at the same instant (the shape of ``bench tp``'s interference probe)."""
+    sg = StepGraph(nodes={}, adj={}, main=["c"], fills=["f"])
+    sg.add_node("c", _node("collective"))
+    sg.add_node("f", _node("fill", fill=SimpleNamespace(nbytes=nbytes, kernel="copy")))
+    sg.add_node("join", _node("join"))
+    sg.add_edge("c", "join", STREAM)
+    sg.add_edge("f", "join", {"delay": 0.0, "kind": "join"})
+    return sg
+
+
+def _ar_device(slowdown: float, launch_us: float = 0.0):
+    """``_device`` with a 15 us all-reduce at TP 2 (any message) and a copy
+    fill of ``allreduce_slowdown = slowdown``."""
+    from l2sched.model.devices import AllReduceModel
+    dev = _device(allreduce={2: AllReduceModel(15.0, 1e12)})
+    copy = dataclasses.replace(dev.fill_modes["copy"], allreduce_slowdown=slowdown,
+                               launch_us=launch_us)
+    return dataclasses.replace(dev, fill_modes={"copy": copy})
+
+
+@pytest.mark.parametrize("nbytes, slowdown, finish", [
+    (4_000_000, 0.0, 15.0),                 # not measured: the all-reduce is not slowed
+    (4_000_000, 1.0, 4 + 15 - 4 / 2),       # 4 us read at 1/2: 2 us of work lost
+    (40_000_000, 1.0, 30.0),                # the read outlasts it: all 15 us at 1/2
+])
+def test_a_fill_slows_a_concurrent_all_reduce_in_proportion_to_the_overlap(
+        nbytes, slowdown, finish):
+    sim = simulate(_allreduce_beside_fill(nbytes), _ar_device(slowdown), tp=2, tokens=1,
+                   hidden=16)
+    assert sim.timing["c"].finish == pytest.approx(finish)
+    # fill_slowdown_scale does not apply: the term is measured on the all-reduce
+    scaled = dataclasses.replace(_ar_device(slowdown), fill_slowdown_scale=4.0)
+    assert simulate(_allreduce_beside_fill(nbytes), scaled, tp=2, tokens=1,
+                    hidden=16).timing["c"].finish == pytest.approx(finish)
+
+
+@pytest.mark.parametrize("extra", [0.5, 3.0, 6.0, 12.0])
+def test_the_derived_slowdown_reproduces_the_measured_extra(extra):
+    from l2sched.bench.tp_interference import collective_slowdown
+    # a 16 MB fill: 2 us launch, then 16 us of reads beside a 15 us all-reduce
+    s = collective_slowdown(extra, 15.0, 2.0, 16.0)
+    sim = simulate(_allreduce_beside_fill(16_000_000), _ar_device(s, launch_us=2.0), tp=2,
+                   tokens=1, hidden=16)
+    assert sim.timing["c"].finish == pytest.approx(15.0 + extra)
+
+
+def test_collective_slowdown_says_when_nothing_explains_the_extra():
+    from l2sched.bench.tp_interference import collective_slowdown
+    assert collective_slowdown(-1.0, 15.0, 2.0, 16.0) == 0.0
+    assert collective_slowdown(3.0, 1.5, 2.0, 16.0) is None   # reads start after it ended
+    assert collective_slowdown(5.0, 15.0, 2.0, 4.0) is None   # a 4 us read cannot add 5 us
+    # the two regimes meet where the read just covers the slowed all-reduce
+    assert collective_slowdown(3.0, 15.0, 2.0, 16.0) == pytest.approx(3.0 / 13.0)
+    assert collective_slowdown(3.0, 15.0, 2.0, 16.0 - 1e-9) == pytest.approx(3.0 / 13.0)
+
+
+def test_allreduce_slowdown_is_optional_checked_and_replaces_the_extra():
+    raw = _raw_profile()
+    for fm in raw["fill"].values():
+        if isinstance(fm, dict):
+            fm.pop("allreduce_slowdown", None)
+    assert parse_device(raw).fill_modes["copy"].allreduce_slowdown == 0.0
+    raw["fill"]["copy"]["allreduce_slowdown"] = 1.5
+    assert parse_device(raw).fill_modes["copy"].allreduce_slowdown == 1.5
+    for bad in (-0.1, "x", 101):
+        raw["fill"]["copy"]["allreduce_slowdown"] = bad
+        with pytest.raises(L2sInputError, match=r"fill\.copy.*allreduce_slowdown"):
+            parse_device(raw)
+    raw["fill"]["copy"]["allreduce_slowdown"] = 1.5
+    raw["fill"]["copy"]["allreduce_extra_us"] = 5.0
+    with pytest.raises(L2sInputError, match=r"allreduce_extra_us: replaced by allreduce_slowdown"):
+        parse_device(raw)

@@ -198,8 +198,8 @@ def test_effective_capacity_caps_resident_fill_bytes():
 
 def test_a_fill_beside_an_all_reduce_costs_step_time():
     dev = _h200()
-    g0 = _gain(_with_mode(dev, allreduce_extra_us=0.0))
-    g1 = _gain(_with_mode(dev, allreduce_extra_us=3.0))
+    g0 = _gain(_with_mode(dev, allreduce_slowdown=0.0))
+    g1 = _gain(_with_mode(dev, allreduce_slowdown=1.0))
     assert g1 < g0
 
 
@@ -210,7 +210,7 @@ def test_slowdown_of_latency_bound_kernels_costs_step_time():
 
 def test_fill_mode_record_is_complete():
     fm = FillMode("copy", 66, 32, 32768, 4, 3000.0, 0.9, 3.0)
-    assert fm.effect_at(10**9) == 0.9 and fm.allreduce_extra_us == 0.0
+    assert fm.effect_at(10**9) == 0.9 and fm.allreduce_slowdown == 0.0
 
 
 def test_l2_hits_subtract_the_fixed_cost():

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
+from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
 from l2sched.lint import run_lint
@@ -75,9 +75,11 @@ def lint_setup(d: dict) -> tuple:
 def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
     """Predicted (uncalibrated lint with ``prof``) and measured step-time
     gain (us, + = faster) of every schedule arm of result ``d`` per M, with
-    the A/A noise floor (us): the rows ``validation.validate`` takes.
+    the A/A noise floor (us): the rows ``validation.validate`` takes. The
+    lint's all-reduces are the run's spin kernels (``spin_collectives``).
     ``setup``: ``lint_setup(d)`` when the caller lints ``d`` more than once."""
     cfg, inv, scheds = setup or lint_setup(d)
+    prof = spin_collectives(prof)  # the run's all-reduces are idle intervals
     rows = []
     for M, m in d["per_m"].items():
         arms = m["arms"]

@@ -22,7 +22,7 @@ from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
-from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
+from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import (
     KERNEL_MODE_WHY,
     VERDICT_RULE,
@@ -190,7 +190,8 @@ def _read_result(result: str) -> dict:
 
 def _lint_profile(d: dict, device_profile: str):
     """``(DeviceProfile, where it came from)`` for the lint of result ``d``
-    (see ``report``)."""
+    (see ``report``), its all-reduces the run's spin kernels
+    (``validation.spin_collectives``)."""
     if d.get("device_profile_toml"):
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / "h200.toml"
@@ -204,7 +205,7 @@ def _lint_profile(d: dict, device_profile: str):
         prof = load_device("h200")
         profile_source = ("the shipped h200 profile as of now (the result does not "
                           "record the one it ran with)")
-    return prof, profile_source
+    return spin_collectives(prof), profile_source
 
 
 @dataclasses.dataclass

@@ -1,16 +1,21 @@
 """Collective interference in ``l2sched bench tp-report``: the table of the
 all-reduce timed alone and with a concurrent fill of each fill kernel
-(``tp_allreduce.measure_allreduce_fill``), the per-mode extra the lint
-reads (``allreduce_extras``) and its write into a device profile
-(``write_allreduce_extra``: ``allreduce_extra_us`` in each ``[fill.MODE]``
-table, a small text edit; every other byte of the file is kept).
+(``tp_allreduce.measure_allreduce_fill``), the per-mode slowdown the lint
+reads (``allreduce_slowdowns``) and its write into a device profile
+(``write_allreduce_slowdown``: ``allreduce_slowdown`` in each
+``[fill.MODE]`` table, a small text edit; every other byte of the file is
+kept).
 
-``allreduce_extra_us`` of a mode: for each message of at most
-``max_bytes`` (the decode sizes, ``--tokens``), the median over ranks of
-the rank's median per-round extra (with fill - alone, same round); then the
-median over those messages, at least 0 (the profile's bound). The lint
-(``lint.simulate``) adds it once to a collective that starts while a fill
-of that kernel runs, whatever the message size. Units: us, bytes. torch-free.
+``allreduce_slowdown`` of a mode: the lint (``lint.simulate``) runs a
+collective at ``1 / (1 + s)`` of its rate while a fill of that kernel reads
+device memory, so a fill costs a collective in proportion to their overlap
+(a 5 MB fill beside an all-reduce costs it less than a 30 MB one). ``s`` is
+the value for which the lint's own picture of the measurement (the fill's
+launch, then its ``bytes / gbps`` read, beside the all-reduce of the
+measured alone time) reproduces the measured extra
+(``collective_slowdown``), per message of at most ``max_bytes`` (the
+decode sizes, ``--tokens``; each figure the median over ranks of the rank's
+median), then the median over those messages. Units: us, bytes. torch-free.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from l2sched.model.devices import parse_device, profile_path, read_profile_text
 
 #: A table header line (``[name]``; not an array value such as ``[[8, 0.5]]``).
 _HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(#.*)?$')
-_KEY = re.compile(r"^\s*allreduce_extra_us\s*=")
+_KEY = re.compile(r"^\s*allreduce_slowdown\s*=")
 
 
 def _med(xs):
@@ -62,18 +67,55 @@ def fill_rows(d: dict) -> dict:
             for b, p in sorted(per.items())}
 
 
-def allreduce_extras(d: dict, max_bytes: int | None) -> dict:
-    """``mode -> {extra_us, messages}`` (see the module docstring) over the
-    messages of at most ``max_bytes`` bytes (``None``: all)."""
+def collective_slowdown(extra_us: float, alone_us: float, launch_us: float,
+                        read_us: float) -> float | None:
+    """The slowdown ``s`` (fraction) that makes a collective of ``alone_us``
+    take ``extra_us`` longer when a fill is forked right before it and reads
+    device memory for ``read_us`` after ``launch_us`` (the lint's picture:
+    the collective runs at ``1 / (1 + s)`` of its rate during the read).
+    Either the read outlasts the collective's remaining ``alone_us -
+    launch_us`` (then ``s = extra / remaining``) or it ends first (then
+    ``extra = read_us x s / (1 + s)``). 0 for an extra <= 0; None when no
+    ``s`` explains it (the read starts after the collective ended, or is
+    shorter than the extra itself). Units: us."""
+    if extra_us <= 0:
+        return 0.0
+    remaining = alone_us - launch_us
+    if remaining <= 0:
+        return None
+    if remaining + extra_us <= read_us:
+        return extra_us / remaining
+    if read_us > extra_us:
+        return extra_us / (read_us - extra_us)
+    return None
+
+
+def allreduce_slowdowns(d: dict, max_bytes: int | None, fill_modes: dict) -> dict:
+    """``mode -> {slowdown, messages, unexplained}`` (see the module
+    docstring) over the messages of at most ``max_bytes`` bytes (``None``:
+    all), for the modes of ``fill_modes`` (mode -> ``FillMode``: its
+    ``launch_us`` and ``gbps`` give the fill's launch and read time).
+    ``unexplained``: messages ``collective_slowdown`` could not explain (left
+    out; a mode with none explained is left out)."""
+    fill_bytes = next((r["allreduce_fill"]["fill_bytes"] for r in d["ranks"]
+                       if r.get("allreduce_fill")), 0)
     per: dict[str, list] = {}
+    lost: dict[str, int] = {}
     for b, row in fill_rows(d).items():
         if max_bytes is not None and b > max_bytes:
             continue
         for m, x in row["modes"].items():
-            if x["extra"] is not None:
-                per.setdefault(m, []).append(x["extra"])
-    return {m: {"extra_us": max(0.0, statistics.median(xs)), "messages": len(xs)}
-            for m, xs in sorted(per.items())}
+            fm = fill_modes.get(m)
+            if fm is None or x["extra"] is None or row["alone"] is None:
+                continue
+            s = collective_slowdown(x["extra"], row["alone"], fm.launch_us,
+                                    fill_bytes / (fm.gbps * 1e3))
+            if s is None:
+                lost[m] = lost.get(m, 0) + 1
+            else:
+                per.setdefault(m, []).append(s)
+    return {m: {"slowdown": statistics.median(xs), "messages": len(xs),
+                "unexplained": lost.get(m, 0)} for m, xs in sorted(per.items())}
 
 
 def fill_lines(d: dict) -> list[str]:
@@ -119,24 +161,25 @@ def _n(x, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def write_allreduce_extra(name_or_path: str | os.PathLike, extras: dict,
-                          comment: str = "") -> tuple[Path, dict, dict]:
-    """Set ``allreduce_extra_us`` (us, rounded to 0.01, at least 0) in the
-    ``[fill.MODE]`` table of each mode of ``extras`` (mode -> us): an
-    existing ``allreduce_extra_us`` line is replaced, else a line is added
+def write_allreduce_slowdown(name_or_path: str | os.PathLike, slowdowns: dict,
+                             comment: str = "") -> tuple[Path, dict, dict]:
+    """Set ``allreduce_slowdown`` (fraction, rounded to 0.001, clamped to the
+    profile's 0..100) in the ``[fill.MODE]`` table of each mode of
+    ``slowdowns`` (mode -> fraction): an existing ``allreduce_slowdown``
+    line is replaced, else a line is added
     after the table's last key line; ``comment`` goes after it as ``#``
     text. Every other byte of the file is kept. A mode without a
     ``[fill.MODE]`` table is skipped. The new text is validated as a profile
     (and every written value read back) before it is written. Returns
-    ``(path, written {mode: us}, skipped {mode: why})``. Raises
+    ``(path, written {mode: fraction}, skipped {mode: why})``. Raises
     ``L2sInputError`` when the file cannot be read or the result does not
     load."""
     path = profile_path(name_or_path)
     text = read_profile_text(path)
     note = " ".join(comment.split())
     written, skipped = {}, {}
-    for mode, us in sorted(extras.items()):
-        value = round(max(0.0, float(us)), 2)
+    for mode, frac in sorted(slowdowns.items()):
+        value = round(min(100.0, max(0.0, float(frac))), 3)
         lines = source_lines(text, keepends=True)
         heads = [(i, m.group(1)) for i, ln in enumerate(lines) if (m := _HEADER.match(ln))]
         h = next((i for i, name in heads if name.replace(" ", "") == f"fill.{mode}"), None)
@@ -155,7 +198,7 @@ def write_allreduce_extra(name_or_path: str | os.PathLike, extras: dict,
             at = last + 1
             lines.insert(at, eol)
         eol = lines[at][len(lines[at].rstrip("\r\n")):] or "\n"
-        lines[at] = (f"allreduce_extra_us = {value:.2f}" + (f"  # {note}" if note else "")
+        lines[at] = (f"allreduce_slowdown = {value:.3f}" + (f"  # {note}" if note else "")
                      + eol)
         text = "".join(lines)
         written[mode] = value
@@ -163,9 +206,9 @@ def write_allreduce_extra(name_or_path: str | os.PathLike, extras: dict,
         prof = parse_device(toml.loads(text), str(path), text)
     except toml.TOMLDecodeError as e:  # pragma: no cover - we wrote valid TOML
         raise L2sInputError(f"{path}: the updated profile is not valid TOML: {e}") from None
-    bad = [m for m, v in written.items() if prof.fill_modes[m].allreduce_extra_us != v]
+    bad = [m for m, v in written.items() if prof.fill_modes[m].allreduce_slowdown != v]
     if bad:  # pragma: no cover - the key landed outside its table
-        raise L2sInputError(f"{path}: allreduce_extra_us of {', '.join(bad)} did not read "
+        raise L2sInputError(f"{path}: allreduce_slowdown of {', '.join(bad)} did not read "
                             f"back")
     if written:
         write_text_atomically(path, text)

@@ -21,8 +21,9 @@ fill of each fill kernel (``tp_interference``).
 (median over ranks of each message's per-call median; graph-captured when
 present, else eager; messages up to ``--fit-max-bytes``) and writes it as
 ``[allreduce.tpW]`` (W = the result's world size) with the result's date and
-path, and the measured collective interference as ``allreduce_extra_us``
-in each ``[fill.MODE]`` table (``tp_interference.write_allreduce_extra``).
+path, and the measured collective interference as ``allreduce_slowdown``
+in each ``[fill.MODE]`` table (``tp_interference.allreduce_slowdowns``,
+``write_allreduce_slowdown``).
 Units: us, bytes.
 """
 
@@ -33,7 +34,8 @@ import statistics
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
-from l2sched.bench.tp_interference import allreduce_extras, fill_lines, write_allreduce_extra
+from l2sched.bench.tp_interference import (allreduce_slowdowns, fill_lines,
+                                          write_allreduce_slowdown)
 from l2sched.bench.tp_validation import lint_profile, validation, validation_lines
 from l2sched.errors import L2sInputError
 from l2sched.files import write_text_atomically
@@ -41,7 +43,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import profile_path
+from l2sched.model.devices import load_device, profile_path
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import format_signed
 
@@ -82,12 +84,13 @@ def cmd(args) -> int:
         print(f"{path}: [allreduce.tp{d['world_size']}] latency_us = "
               f"{m.latency_us:.2f}, busbw_gbps = {m.busbw_gbps:.1f} "
               f"(measured {m.measured})")
-        _, written, skipped = update_profile_extras(d, source_path, args.update_profile,
-                                                    max_bytes=args.fit_max_bytes)
-        for mode, us in written.items():
-            print(f"{path}: [fill.{mode}] allreduce_extra_us = {us:.2f}")
+        _, written, skipped, notes = update_profile_extras(
+            d, source_path, args.update_profile, max_bytes=args.fit_max_bytes)
+        for mode, frac in written.items():
+            print(f"{path}: [fill.{mode}] allreduce_slowdown = {frac:.3f}"
+                  + (f" ({notes[mode]})" if mode in notes else ""))
         for mode, why in skipped.items():
-            print(f"{path}: [fill.{mode}] allreduce_extra_us not written: {why}")
+            print(f"{path}: [fill.{mode}] allreduce_slowdown not written: {why}")
     return 0
 
 
@@ -205,23 +208,35 @@ def update_profile(d: dict, result_path: str, profile: str, *,
 
 def update_profile_extras(d: dict, result_path: str, profile: str, *,
                           max_bytes: int | None = FIT_MAX_BYTES):
-    """Write the measured collective interference of result ``d``
-    (``tp_interference.allreduce_extras``) as ``allreduce_extra_us`` into
-    the ``[fill.MODE]`` tables of ``profile``. Returns ``(path, written,
-    skipped)`` (``tp_interference.write_allreduce_extra``; nothing written
-    when the result has no interference measurement). Raises
-    ``ValueError`` for a dry (CPU) result."""
+    """Write the measured collective interference of result ``d`` as
+    ``allreduce_slowdown`` into the ``[fill.MODE]`` tables of ``profile``
+    (``tp_interference.allreduce_slowdowns`` with that profile's fill
+    kernels). Returns ``(path, written, skipped, notes)``
+    (``tp_interference.write_allreduce_slowdown``; nothing written when the
+    result has no interference measurement; a mode whose messages no
+    slowdown explains is skipped with the reason; ``notes``: written modes
+    with some messages left out). Raises ``ValueError``
+    for a dry (CPU) result, ``L2sInputError`` for an unreadable profile."""
     if d.get("dry") or d.get("backend") != "nccl":
         raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
                          "device profile")
-    ex = allreduce_extras(d, max_bytes)
+    prof = load_device(str(profile_path(profile)))
+    sl = allreduce_slowdowns(d, max_bytes, prof.fill_modes)
     g = d["ranks"][0]["machine"]
     note = (f"l2sched bench tp {d['date']}, {result_path}: {d['world_size']} x "
             f"{g.get('gpu', '?')}, NCCL {g.get('nccl', '?')}, p2p {d.get('p2p', 'on')}; "
-            f"extra of a (M, hidden) all-reduce with a concurrent "
-            f"{d.get('ar_fill_bytes', 0) / 1e6:g} MB fill, median over messages")
-    return write_allreduce_extra(profile, {m: x["extra_us"] for m, x in ex.items()},
-                                 note)
+            f"all-reduce with a concurrent {d.get('ar_fill_bytes', 0) / 1e6:g} MB fill, "
+            f"median over messages")
+    path, written, skipped = write_allreduce_slowdown(
+        profile, {m: x["slowdown"] for m, x in sl.items()}, note)
+    notes = {m: f"{x['unexplained']} of {x['unexplained'] + x['messages']} messages left "
+                f"out (no slowdown explains their extra)"
+             for m, x in sl.items() if x["unexplained"] and m in written}
+    measured = {m for r in d["ranks"] for row in (r.get("allreduce_fill") or {}).get("rows", [])
+                for m in row.get("modes", {})}
+    for m in sorted(measured - set(sl) - set(skipped)):
+        skipped[m] = "no message's extra is explained by a slowdown"
+    return path, written, skipped, notes
 
 
 def step_stats(a: dict) -> dict | None:

@@ -27,6 +27,7 @@ Units: us.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 
@@ -41,6 +42,19 @@ AA_QUANTILE = 0.9
 AA_MIN_FLOOR_US = 1.0
 #: The A/A arm's name: a second capture of the no-prefetch step.
 AA_ARM = "none-aa"
+
+
+def spin_collectives(prof):
+    """``prof`` (a ``DeviceProfile``) with every fill kernel's
+    ``allreduce_slowdown`` at 0: the lint's picture of a single-GPU ``bench
+    run``, whose all-reduces are spin kernels of the collective model's
+    length (idle intervals), which a fill does not slow as it slows NCCL's
+    all-reduce (the ``/spin`` arms of ``bench tp``:
+    benchmarks/results/h200x2-2026-12-01-T1-shipped-profile.md gains +13..+55
+    us where the same schedule with real all-reduces lost 170-225 us)."""
+    modes = {m: dataclasses.replace(fm, allreduce_slowdown=0.0)
+             for m, fm in prof.fill_modes.items()}
+    return dataclasses.replace(prof, fill_modes=modes)
 
 
 def aa_noise_floor(none_us: list[float], aa_us: list[float], seed: int = 0) -> float:

@@ -56,7 +56,7 @@ DIRECTIONAL: dict[str, tuple[str, float, str]] = {
     "fill.MODE.launch_us": ("high", 1.25, "fill launch cost"),
     "fill.MODE.slowdown": ("high", 1.5, "fill slowdown of latency-bound kernels"),
     "fill.MODE.gemm_slowdown": ("high", 1.5, "fill slowdown of L2-resident GEMMs"),
-    "fill.MODE.allreduce_extra_us": ("high", 1.5, "fill cost to a running all-reduce"),
+    "fill.MODE.allreduce_slowdown": ("high", 1.5, "fill slowdown of a running all-reduce"),
     "ops.hot_us": ("high", 0.25, "op hot (L2-resident) times"),
     "bandwidth.gemm_l2_gbps": ("low", 0.9, "GEMM rate from L2"),
     "l2.evict_last_protected_bytes": ("low", 0.8, "evict_last bytes surviving a stream"),
@@ -146,8 +146,8 @@ def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
         gemm_slowdown=None if fm.gemm_slowdown is None else max(
             fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info),
             MIN_PESSIMISTIC_SLOWDOWN),
-        allreduce_extra_us=fm.allreduce_extra_us * _factor(
-            device, f"fill.{mode}.allreduce_extra_us", info))
+        allreduce_slowdown=fm.allreduce_slowdown * _factor(
+            device, f"fill.{mode}.allreduce_slowdown", info))
 
 
 def _pessimistic_ops(device, info: BoundInfo) -> dict:

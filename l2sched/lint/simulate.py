@@ -15,13 +15,14 @@ Each node runs in phases, in order:
   kernel's ``gbps`` for fills).
 
 A fill kernel with a ``slowdown`` slows the main-stream kernels that run
-while it reads device memory (every one but collectives, which pay the
-kernel's ``allreduce_extra_us``, and the routed-expert stream, which shares
-``dram_read_gbps`` with it): each of their phases advances at ``1 / (1 +
-fill_slowdown_scale x slowdown)`` of its rate (``DeviceProfile``; the scale
-was calibrated on one H200 decode-step run, docs/lint.md#validation); GEMMs
-use the kernel's ``gemm_slowdown`` instead where the profile measured one
-(``FillMode``).
+while it reads device memory (every one but collectives and the
+routed-expert stream, which shares ``dram_read_gbps`` with it): each of
+their phases advances at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its
+rate (``DeviceProfile``; the scale was calibrated on one H200 decode-step
+run, docs/lint.md#validation); GEMMs use the kernel's ``gemm_slowdown``
+instead where the profile measured one (``FillMode``). A collective
+advances at ``1 / (1 + allreduce_slowdown)`` of its rate while such a fill
+reads device memory (measured on the all-reduce itself, so not scaled).
 
 A persisting-L2 set-aside slows the routed-expert stream's device-memory
 reads by ``DeviceProfile.set_aside_stream_factor``.
@@ -99,10 +100,10 @@ class SimResult:
 
 class _FillState:
     __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete",
-                 "effect", "slowdown", "allreduce_extra_us", "gemm_slowdown")
+                 "effect", "slowdown", "allreduce_slowdown", "gemm_slowdown")
 
     def __init__(self, total: int, policy: str, effect: float, slowdown: float,
-                 allreduce_extra_us: float = 0.0, gemm_slowdown: float | None = None):
+                 allreduce_slowdown: float = 0.0, gemm_slowdown: float | None = None):
         self.total = total
         self.landed = 0.0
         self.consumed = 0.0
@@ -111,7 +112,7 @@ class _FillState:
         self.complete = False  # all bytes landed
         self.effect = effect
         self.slowdown = slowdown
-        self.allreduce_extra_us = allreduce_extra_us
+        self.allreduce_slowdown = allreduce_slowdown
         self.gemm_slowdown = slowdown if gemm_slowdown is None else gemm_slowdown
 
     def pending(self) -> float:
@@ -187,6 +188,7 @@ class _Simulation:
         self.is_fill = [d["cls"] == "fill" for d in self.attrs]
         self.slowed_by_fill = [d["cls"] not in NOT_SLOWED for d in self.attrs]
         self.is_gemm = [d["cls"] in GEMM_CLASSES for d in self.attrs]
+        self.is_collective = [d["cls"] == "collective" for d in self.attrs]
         self.slow_scale = device.fill_slowdown_scale
         self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
@@ -218,7 +220,6 @@ class _Simulation:
         # node index -> [phases [(kind, amount, cap)], phase idx, work left,
         # the phase's kind, amount and cap, its rate, the fill state or None]
         self.active: dict[int, list] = {}
-        self.slowed: set[int] = set()  # collectives a fill already slowed
         self.now = 0.0
 
     def _fill_mode(self, kernel: str):
@@ -239,10 +240,9 @@ class _Simulation:
             nbytes = issue.nbytes
             fm = self._fill_mode(issue.kernel)
             fs = _FillState(nbytes, self.policy, fm.effect_at(nbytes), fm.slowdown,
-                            fm.allreduce_extra_us, fm.gemm_slowdown)
+                            fm.allreduce_slowdown, fm.gemm_slowdown)
             self.fills[self.ids[i]] = self.fill_of[i] = fs
             self.live.append(fs)
-            self._slow_running_collectives(fs)
             self.fill_bytes[self.ids[i]] = nbytes
             return [("fixed", fm.launch_us, 0.0), ("dram", nbytes, fm.gbps * 1e3)]
         if cls == "join" or not d["active"]:
@@ -250,10 +250,7 @@ class _Simulation:
         cold = None  # modeled time (us) of a weight-streaming op without hits
         times = self.op_times.get((d["kind"], d["op"])) if self.op_times else None
         if cls == "collective":
-            extra = self._collective_extra()
-            if extra > 0:
-                self.slowed.add(i)
-            out = [("fixed", self.ar_us + extra, 0.0)]
+            out = [("fixed", self.ar_us, 0.0)]
         elif times is not None and d["reads"]:
             out, cold = self._measured_phases(t, d, times)
         elif cls == "attention_core":
@@ -303,28 +300,6 @@ class _Simulation:
             return [("fixed", cold, 0.0)], cold
         miss = (total - fast) / total
         return [("fixed", (1 - miss) * hot, 0.0), ("dram", total - fast, total / cold)], cold
-
-    def _collective_extra(self) -> float:
-        """Extra time (us) of a collective that starts while fills run: the
-        largest ``allreduce_extra_us`` of their kernels."""
-        extra = 0.0
-        for st in self.active.values():
-            fs = st[7]
-            if fs is not None:
-                extra = max(extra, fs.allreduce_extra_us)
-        return extra
-
-    def _slow_running_collectives(self, fs: _FillState) -> None:
-        """A fill that starts while a collective runs adds its kernel's
-        ``allreduce_extra_us`` to that collective (once per collective)."""
-        if fs.allreduce_extra_us <= 0:
-            return
-        for j, st in self.active.items():
-            if self.attrs[j]["cls"] == "collective" and st[3] == "fixed" \
-                    and j not in self.slowed:
-                st[2] += fs.allreduce_extra_us
-                st[4] += fs.allreduce_extra_us
-                self.slowed.add(j)
 
     def _cap(self) -> None:
         """Landed, unconsumed fill bytes above the measured effective L2
@@ -470,7 +445,8 @@ class _Simulation:
         """The rate of every active phase: device-memory phases share the
         bandwidth (water-filling); a main-stream phase (``slowed_by_fill``)
         runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of that rate
-        under a concurrent fill with a ``slowdown``."""
+        under a concurrent fill with a ``slowdown``, a collective at ``1 / (1
+        + allreduce_slowdown)``."""
         active, bw_dram = self.active, self.bw_dram
         dram = [st for st in active.values() if st[3] == "dram"]
         if len(dram) == 1:
@@ -481,9 +457,11 @@ class _Simulation:
         fills = [st[7] for st in dram if st[7] is not None]
         slow = max((f.slowdown for f in fills), default=0.0)
         gemm_slow = max((f.gemm_slowdown for f in fills), default=0.0)
+        ar_slow = max((f.allreduce_slowdown for f in fills), default=0.0)
         factor = 1.0 / (1.0 + self.slow_scale * slow)
         gemm_factor = 1.0 / (1.0 + self.slow_scale * gemm_slow)
-        slowed, is_gemm = self.slowed_by_fill, self.is_gemm
+        ar_factor = 1.0 / (1.0 + ar_slow)
+        slowed, is_gemm, is_collective = self.slowed_by_fill, self.is_gemm, self.is_collective
         for i, st in active.items():
             if st[3] == "fixed":
                 st[6] = 1.0
@@ -491,6 +469,8 @@ class _Simulation:
                 st[6] = st[5]
             if fills and slowed[i]:
                 st[6] *= gemm_factor if is_gemm[i] else factor
+            elif fills and is_collective[i]:
+                st[6] *= ar_factor
 
     def run(self) -> SimResult:
         """The event loop: start ready nodes, advance all active phases to the

@@ -82,8 +82,12 @@ class FillMode:
     runs while the fill reads device memory is slowed: 0.1 = 10% longer)
     and ``gemm_slowdown`` (the same for a GEMM whose weight is L2-resident:
     what the fill costs it besides device-memory bandwidth, i.e. SMs and L2;
-    None = not measured, ``slowdown`` applies). ``source``: the measurement
-    the numbers come from."""
+    None = not measured, ``slowdown`` applies), ``allreduce_slowdown`` (the
+    same for an all-reduce: it advances at ``1 / (1 + allreduce_slowdown)``
+    of its rate while the fill reads device memory; derived from ``l2sched
+    bench tp``'s all-reduce-with-fill measurement by
+    ``bench.tp_interference.collective_slowdown``; 0 = not measured).
+    ``source``: the measurement the numbers come from."""
 
     mode: str
     grid: int
@@ -96,7 +100,7 @@ class FillMode:
     slowdown: float = 0.0
     source: str = ""
     landed: tuple[tuple[float, float], ...] = ()
-    allreduce_extra_us: float = 0.0
+    allreduce_slowdown: float = 0.0
     gemm_slowdown: float | None = None
 
     def effect_at(self, nbytes: int) -> float:
@@ -331,7 +335,7 @@ _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
     "chunk": (int, 16, 1 << 24, "B"), "stages": (int, 1, 64, ""),
     "gbps": (float, MIN_GBPS, MAX_GBPS, "GB/s"), "effect": (float, 0, 1, ""),
     "launch_us": (float, 0, MAX_US, "us"), "slowdown": (float, 0, 100, ""),
-    "gemm_slowdown": (float, 0, 100, ""), "allreduce_extra_us": (float, 0, MAX_US, "us"),
+    "gemm_slowdown": (float, 0, 100, ""), "allreduce_slowdown": (float, 0, 100, ""),
 }
 
 
@@ -535,6 +539,11 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
                 ok = False
             got[key] = pts
             continue
+        if key == "allreduce_extra_us":  # the additive term of profiles before 2026-12-01
+            problems.bad(table, key, "replaced by allreduce_slowdown (a fraction per us of "
+                         "overlap); re-run `l2sched bench tp-report RESULT --update-profile`")
+            ok = False
+            continue
         if key not in _FILL_KEYS:
             problems.bad(table, key, f"unknown key{suggest(key, list(_FILL_KEYS))} "
                          f"(keys: {', '.join(_FILL_KEYS)}, source)")
@@ -563,7 +572,7 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
     return FillMode(mode, **shape, gbps=got["gbps"], effect=got["effect"],
                     launch_us=got["launch_us"], slowdown=got.get("slowdown", 0.0),
                     source=got.get("source", ""), landed=got.get("landed") or (),
-                    allreduce_extra_us=got.get("allreduce_extra_us", 0.0),
+                    allreduce_slowdown=got.get("allreduce_slowdown", 0.0),
                     gemm_slowdown=got.get("gemm_slowdown"))
 
 
