@@ -57,7 +57,7 @@ if has fitproof; then
   # schedule with set_aside max, and the shipped hand-tuned H200 schedule, interleaved
   prev=$(mktemp -d); cp schedules/glm53-flash-h200-tp4.l2s "$prev/previous-shipped-h200.l2s"
   timeout ${RUN_TIMEOUT:-400} python3 -m l2sched bench run --perturbations \
-    --schedule schedules/glm53-flash-h200-tp4-fit.l2s --bench-dir "$prev" \
+    --schedule schedules/glm53-flash-h200-tp4-fit-idle.l2s --bench-dir "$prev" \
     --variant aside-max:set_aside=max --tokens ${RUN_TOKENS:-1,4,16,64} \
     --replays ${RUN_REPLAYS:-30} --lead-us ${LEAD_US:-3000} \
     --out "$OUT/${FITPROOF_NAME:-fitproof}.json" ${RUN_ARGS:-} 2>&1 | tail -20

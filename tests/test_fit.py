@@ -57,14 +57,29 @@ def lint_clean(text: str, device, tokens=TOKENS) -> None:
         assert max_pending_bytes(lr) <= device.capacity_bytes
 
 
+def idle_h200(where: Path) -> Path:
+    """The h200 profile without its measured all-reduce slowdowns (the
+    picture of a single-GPU ``bench run``, whose all-reduces are idle
+    intervals): a profile on which prefetch pays, so fit has windows to
+    choose. With the slowdowns (real NCCL all-reduces) fit says no prefetch
+    (``test_the_measured_collective_slowdown_makes_h200_say_no_prefetch``)."""
+    text = (DEVICES_DIR / "h200.toml").read_text(encoding="utf-8")
+    p = where / "h200-idle.toml"
+    p.write_text("".join(ln for ln in text.splitlines(keepends=True)
+                         if not ln.startswith("allreduce_slowdown")), encoding="utf-8")
+    return p
+
+
 @pytest.fixture(scope="module")
 def quick_h200(tmp_path_factory):
-    """Two quick fits of h200 (one with two worker processes): paths."""
+    """Two quick fits of the idle-interval h200 profile (one with two worker
+    processes): paths."""
     d = tmp_path_factory.mktemp("fit")
+    device = str(idle_h200(d))
     outs = []
     for i, jobs in enumerate(("1", "2")):
         out = d / f"quick{i}.l2s"
-        assert main(["fit", "--device", "h200", "--quick", "--jobs", jobs, "-q",
+        assert main(["fit", "--device", device, "--quick", "--jobs", jobs, "-q",
                      "-o", str(out)]) == 0
         outs.append(out)
     return outs
@@ -86,7 +101,7 @@ def test_output_is_canonical_checks_and_lints(quick_h200, capsys):
     text = quick_h200[0].read_text(encoding="utf-8")
     assert "measured by `l2sched profile` on 2026-12-01" in text
     assert "From measured p10/p90 ([measured]): bandwidth.dram_read_gbps" in text
-    assert re.search(r"^# Command: l2sched fit --device h200 --tp 4 --tokens "
+    assert re.search(r"^# Command: l2sched fit --device \S+h200-idle.toml --tp 4 --tokens "
                      r"1,4,16,64 --quick -o \S+quick0.l2s$", text, flags=re.M)
     rows = re.findall(r"^#   (\d+) +1 +([+-]\d+\.\d) +([+-]\d+\.\d) +(\d+\.\d)$",
                       text, flags=re.M)
@@ -319,6 +334,19 @@ def test_committed_fitted_schedules(device, capsys):
         assert "measured by `l2sched profile` on 2026-12-01" in text
 
 
+def test_the_measured_collective_slowdown_makes_h200_say_no_prefetch(tmp_path, capsys):
+    """With fill.MODE.allreduce_slowdown measured on 2 H200s with NCCL
+    (benchmarks/results/h200x2-2026-12-01-T1.json.gz) every candidate loses
+    more at the all-reduces than its hits gain: no prefetch, as measured
+    there (every schedule arm slower or the same)."""
+    out = tmp_path / "h200.l2s"
+    code, _, _ = run("fit", "--device", "h200", "--quick", "-q", "-o", str(out),
+                     capsys=capsys)
+    text = out.read_text(encoding="utf-8")
+    assert code == 0 and "# NO PREFETCH" in text and windows(text) == 0
+    assert "fill.MODE.allreduce_slowdown x1.5" in text
+
+
 def test_set_aside_is_zero_unless_asked(quick_h200, tmp_path, capsys):
     """The model charges a set-aside only its expert-stream slowdown
     (docs/fit.md#caveats), so
@@ -382,8 +410,9 @@ def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path):
     import sys
     import time
     out = tmp_path / "f.l2s"
+    device = str(idle_h200(tmp_path.parent))  # a search that runs for a while
     p = subprocess.Popen(
-        [sys.executable, "-m", "l2sched", "fit", "--device", "h200", "--jobs", "2",
+        [sys.executable, "-m", "l2sched", "fit", "--device", device, "--jobs", "2",
          "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
         preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL), os.setsid()))
