@@ -15,6 +15,7 @@ from l2sched.bench.options import run_arguments as add_arguments
 from l2sched.bench.report import report
 from l2sched.bench.run import TimedGraph, _collect, _summarize, run
 from l2sched.bench.step import FakeEvent
+from l2sched.bench.validation import spin_collectives
 from l2sched.bench.verdicts import (
     correct_fills,
     correct_ops,
@@ -169,7 +170,7 @@ def _run_report(tmp_path, arms, specs, header=""):
 
 def test_report_synthetic(tmp_path, inv):
     cfg = load_model_config(None)
-    prof = load_device("h200")
+    prof = spin_collectives(load_device("h200"))  # as bench report lints a bench run
     sched = {"compiled": load_schedule(SCHED, []), "bench/fill-over-experts": load_schedule(BAD, [])}
     lint = {k: run_lint(s, inv, device=prof, tokens=1, model_config=cfg) for k, s in sched.items()}
     base = lint["compiled"]
@@ -385,7 +386,7 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     over all arms (the load arm: same schedule as compiled, so the same lint
     verdict, measured bad)."""
     cfg = load_model_config(None)
-    prof = load_device("h200")
+    prof = spin_collectives(load_device("h200"))  # as bench report lints a bench run
     s_c, s_b = load_schedule(SCHED, []), load_schedule(BAD, [])
     lc = run_lint(s_c, inv, device=prof, tokens=1, model_config=cfg)
     lb = run_lint(s_b, inv, device=prof, tokens=1, model_config=cfg)

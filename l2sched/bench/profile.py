@@ -32,11 +32,9 @@ stopped):
   the maximum, interleaved -> ``l2.set_aside_stream_slowdown``, the cost of
   a set-aside to normal-priority traffic.
 
-Collectives across a TP group (all-reduce curve, with a concurrent fill) run
-with ``l2sched bench tp`` on a multi-GPU box and are merged with
-``bench tp-report --update-profile``. Every number in the written profile
-carries the probe and median/p10/p90 it came from (``[measured]``). Units:
-bytes, us, GB/s = 10^9 B/s. torch is imported inside functions only.
+Collectives across N GPUs (``--collectives N``): ``profile_collectives``. Every
+number in the written profile carries the probe and median/p10/p90 it came
+from (``[measured]``). Units: bytes, us, GB/s. torch is imported inside functions.
 """
 
 from __future__ import annotations
@@ -49,6 +47,7 @@ import time
 
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
+from l2sched.files import write_text_atomically
 from l2sched.runtime import kernel as K
 
 MB = 10**6
@@ -458,15 +457,19 @@ def run_profile(args) -> dict:
     todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
+    got = {"provenance": prov, "results": results}
     for name, probe in todo:
         results[name] = probe(ctx)
         ctx.progress.step(f"{name} done")
-        if args.state:
-            from l2sched.files import write_text_atomically
-            write_text_atomically(args.state, json.dumps(
-                {"provenance": prov, "results": results}, indent=1) + "\n")
+        save_state(args.state, got)
     ctx.progress.close()
-    return {"provenance": prov, "results": results}
+    return got
+
+
+def save_state(path: str, got: dict) -> None:
+    """Keep ``{provenance, results}`` in the state JSON ``path`` (atomic; none for "")."""
+    if path:
+        write_text_atomically(path, json.dumps(got, indent=1) + "\n")
 
 
 def _driver_version() -> str:

@@ -109,6 +109,8 @@ def options(args) -> dict:
         "timed_reps", "ar_iters", "ar_extra_tokens", "tp", "schedule",
         "overrides", "device_profile", "expert_pools", "no_spin_arms",
         "validation", "bench_dir", "seed", "p2p", "ar_fill_mb")}
+    # l2sched profile --collectives: the all-reduce measurements only, no decode steps
+    o["collectives_only"] = bool(getattr(args, "collectives_only", False))
     import torch
     cuda = torch.cuda.is_available()
     if o["backend"] is None:
@@ -252,7 +254,7 @@ def _result(o: dict, ranks: list, total_s: float) -> dict:
             "device_profile_toml": o["device_profile_toml"], "tokens": o["tokens"],
             "replays": o["replays"], "warmup": o["warmup"], "seed": o["seed"],
             "validation": o["validation"], "arms": o["arms"],
-            "ar_fill_bytes": o["ar_fill_bytes"],
+            "ar_fill_bytes": o["ar_fill_bytes"], "collectives_only": o["collectives_only"],
             "timed_reps": o["timed_reps"], "hidden": ranks[0]["hidden"],
             "ranks": ranks, "total_s": total_s}
 

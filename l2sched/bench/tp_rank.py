@@ -87,7 +87,7 @@ def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
     sizes = sorted({t * runner.hidden * 2 for t in o["tokens"] + o["ar_extra_tokens"]})
     rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, prof, o["tp"])
     rec["per_m"] = {}
-    for i, M in enumerate(o["tokens"]):
+    for i, M in enumerate([] if o.get("collectives_only") else o["tokens"]):
         rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, prof, M, o, ctl)
         _log(rank, f"M={M} done, {time.time() - t0:.0f}s")
         rec["total_s"] = time.time() - t0

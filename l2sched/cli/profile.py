@@ -1,5 +1,7 @@
 """``l2sched profile --out PROFILE.toml``: measure this box once and write
-its device profile (``bench.profile`` probes, ``bench.profile_write``)."""
+its device profile (``bench.profile`` probes, ``bench.profile_write``; with
+``--collectives N`` the all-reduce part across N GPUs,
+``bench.profile_collectives``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ def cmd_profile(args) -> int:
         raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
     if args.reps < 3:
         raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
+    if args.collectives and not 2 <= args.collectives <= args.tp:
+        raise L2sUsageError(f"--collectives takes 2..--tp ({args.tp}) GPUs, got "
+                            f"{args.collectives}")
     from l2sched.model.devices import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
     try:
@@ -32,24 +37,54 @@ def cmd_profile(args) -> int:
         raise L2sUsageError("needs torch") from None
     if not torch.cuda.is_available():
         raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)")
+    if args.collectives > torch.cuda.device_count():
+        raise L2sUsageError(f"--collectives {args.collectives} but "
+                            f"{torch.cuda.device_count()} GPU(s) visible")
     from l2sched.bench.profile import run_profile
     from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
     from l2sched.model.config import default_config
     from l2sched.model.inventory import analytical_inventory
 
     got = run_profile(args)
+    coll = _collectives(args, got, torch)
     inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
     derived = derive(got["results"], base, inv, got["provenance"])
     name = args.name or base.name
     desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
-    files = [(args.out, profile_toml(name, desc, got["provenance"], derived, base))]
-    if args.md_out:
-        files.append((args.md_out, profile_markdown(got["provenance"], got["results"],
-                                                    derived)))
+    text = profile_toml(name, desc, got["provenance"], derived, base)
+    report = profile_markdown(got["provenance"], got["results"], derived)
+    if coll is not None:
+        from l2sched.bench.profile_collectives import (apply_collectives,
+                                                       collectives_markdown, state_source)
+        text, lines = apply_collectives(coll, text, state_source(args.state))
+        for line in lines:
+            print(f"{args.out}: {line}", file=sys.stderr)
+        report += "\n" + "\n".join(collectives_markdown(coll)) + "\n"
+    files = [(args.out, text)] + ([(args.md_out, report)] if args.md_out else [])
     write_texts_atomically(files)
     for path, _ in files:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _collectives(args, got: dict, torch):
+    """The ``bench tp`` result of the collective part (``--collectives``):
+    from the state when an earlier run measured it, else measured now (the
+    single-GPU probes' memory released first) and kept in the state; None
+    without ``--collectives``."""
+    from l2sched.bench.profile import save_state
+    from l2sched.bench.profile_collectives import STATE_KEY, run_collectives
+    if not args.collectives:
+        return None
+    res = got["results"]
+    if STATE_KEY not in res:
+        torch.cuda.empty_cache()
+        print(f"l2sched profile: collectives across {args.collectives} GPUs",
+              file=sys.stderr)
+        res[STATE_KEY] = run_collectives(args.collectives, tp=args.tp, tokens=args.tokens,
+                                         base=args.base, iters=args.reps)
+        save_state(args.state, got)
+    return res[STATE_KEY]
 
 
 def add_cli(sub) -> None:
@@ -71,3 +106,7 @@ def add_cli(sub) -> None:
     p.add_argument("--reps", type=int, default=40, help="repetitions per timing")
     p.add_argument("--quick", action="store_true",
                    help="fewer sizes and repetitions (about 2 minutes)")
+    p.add_argument("--collectives", type=int, default=0, metavar="N",
+                   help="also measure the all-reduce across N GPUs of this box (one "
+                        "process per GPU, NCCL, multicast off): [allreduce.tpN] and "
+                        "fill.MODE.allreduce_slowdown (default: not measured)")
