@@ -22,7 +22,9 @@ from l2sched.units import format_size, format_table, plural
 def window_table(schedule) -> list[str]:
     """The indented rows ``check`` prints under a clean schedule: window,
     hook point, budget, layers per kind, carry, fill kernel (``default`` =
-    the device profile's)."""
+    the device profile's); none for a schedule without windows."""
+    if not schedule.windows:
+        return []
     rows = [("window", "hook point", "budget", "layers", "carry", "kernel")]
     for w in schedule.windows:
         kinds = Counter(str(schedule.layer_kinds[i]) for i in w.layers)
