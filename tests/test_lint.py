@@ -504,7 +504,9 @@ def test_item20_lint_prints_the_measured_result_beside_the_prediction(tmp_path, 
     doc = json.loads(capsys.readouterr().out)
     real = next(m for m in doc["measured"] if "h200x2" in m["source"])
     assert real["tokens"] == 16 and real["gain_pct"] == -0.73
-    assert real["same_direction"] is False
+    # with fill.MODE.allreduce_slowdown (measured on 2 H200s, session 7) the
+    # lint predicts this 2-GPU loss at M=16 too (before, a gain)
+    assert real["same_direction"] is True
     # no result at this M: the ones there are are listed
     assert main(["lint", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
                  "--tokens", "3", "--set", "window.B.budget=20MB"]) == 0

@@ -130,7 +130,8 @@ def test_report_validation_section(tmp_path):
     src.write_text(json.dumps(res))
     s = report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd")
     v = s["validation"]
-    prof = load_device("h200")
+    from l2sched.bench.validation import spin_collectives
+    prof = spin_collectives(load_device("h200"))  # a bench run's all-reduces are idle intervals
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
     pred = {}
     for name, path in (("compiled", SCHED),
