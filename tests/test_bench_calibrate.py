@@ -5,6 +5,7 @@ profile loads, and bad input is one line, exit 1. CPU only."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -93,10 +94,28 @@ def test_the_calibrated_profile_says_where_its_scale_comes_from():
 
     from l2sched.model.devices import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
-    assert "4.5 = the value on the grid" in text
-    out = cm.calibrated_profile_text(text, "h200", {"scale": 1.0, "set_aside": None},
+    assert "1 = the value on the grid" in text
+    out = cm.calibrated_profile_text(text, "h200", {"scale": 2.0, "set_aside": None},
                                      "run4.json")
-    assert "4.5 = the value on the grid" not in out
+    assert "1 = the value on the grid" not in out
     rec = tomllib.loads(out)["measured"]["latency.fill_slowdown_scale"]
-    assert rec["median"] == 1.0 and rec["probe"].startswith("calibration: run4.json, grid 0..8")
-    assert tomllib.loads(out)["latency"]["fill_slowdown_scale"] == 1.0
+    assert rec["median"] == 2.0 and rec["probe"].startswith("calibration: run4.json, grid 0..8")
+    assert tomllib.loads(out)["latency"]["fill_slowdown_scale"] == 2.0
+
+
+def test_calibrate_on_a_two_gpu_result(monkeypatch):
+    """A ``bench tp --validation`` result calibrates the scale on its rows as
+    ``bench tp-report`` validates them (real all-reduces, the run's
+    world-size collective table); it has no set-aside arm."""
+    from l2sched.bench.tp_validation import collectives_as_run, lint_predictor, validation
+    t1 = read_json_file(str(ROOT / "benchmarks" / "results" / "h200x2-2026-12-01-T1.json.gz"))
+    monkeypatch.setattr(cm, "SCALE_GRID", (0.5, 1.0, 1.5))
+    cal = cm.calibrate(t1, "h200")
+    assert [s for s, _ in cal["scan"]] == [0.5, 1.0, 1.5]
+    assert cal["scale"] == min(cal["scan"], key=lambda x: (x[1], x[0]))[0]
+    assert cal["set_aside"] is None
+    prof = dataclasses.replace(load_device("h200"), fill_slowdown_scale=cal["scale"])
+    as_run, _ = collectives_as_run(prof, 4, 2)
+    want = validation(t1, lint_predictor(t1, as_run))
+    for key in ("median_abs_gain_err_us", "verdict_agreement", "spearman"):
+        assert cal["after"][key] == pytest.approx(want[key])

@@ -75,14 +75,17 @@ def test_a_fill_slows_the_concurrent_main_stream_kernel_by_scale_x_slowdown(scal
     assert sim.timing["a"].finish == pytest.approx(finish)
 
 
-def test_the_h200_scale_makes_a_fill_cost_more_than_before():
+def test_the_h200_scale_is_fitted_on_the_two_gpu_calibration_run():
     dev = load_device("h200")
-    assert dev.fill_slowdown_scale == 4.5
-    slow = _run(_small_beside_fill(), _device(fill_slowdown_scale=dev.fill_slowdown_scale))
-    old = _run(_small_beside_fill(), _device(fill_slowdown_scale=1.0))
-    # 4 us at 1 / (1 + 4.5 x 0.5) = 4 / 3.25 us of work
+    # session 7: 1 on the grid, fitted on 2-GPU run T1 with the probe-consistent
+    # slowdowns (before: 4.5 on fit-proof-2a with extra / fill us)
+    assert dev.fill_slowdown_scale == 1.0
+    assert "h200x2-2026-12-01-T1" in dev.measured["latency.fill_slowdown_scale"]["probe"]
+    slow = _run(_small_beside_fill(), _device(fill_slowdown_scale=4.5))
+    now = _run(_small_beside_fill(), _device(fill_slowdown_scale=dev.fill_slowdown_scale))
+    # 4 us at 1 / (1 + 4.5 x 0.5) = 4 / 3.25 us of work; at 1 / 1.5 = 4 / 1.5
     assert slow.end == pytest.approx(4 + 10 - 4 / 3.25)
-    assert slow.end > old.end
+    assert now.end == pytest.approx(4 + 10 - 4 / 1.5) and now.end < slow.end
 
 
 @pytest.mark.parametrize("set_aside, finish", [
@@ -226,22 +229,22 @@ def test_a_fill_slows_a_concurrent_all_reduce_in_proportion_to_the_overlap(
 
 @pytest.mark.parametrize("extra", [0.5, 3.0, 6.0, 12.0])
 def test_the_derived_slowdown_reproduces_the_measured_extra(extra):
-    from l2sched.bench.tp_interference import collective_slowdown
+    from l2sched.model.overlap_fit import slowdown_for_extra
     # a 16 MB fill: 2 us launch, then 16 us of reads beside a 15 us all-reduce
-    s = collective_slowdown(extra, 15.0, 2.0, 16.0)
+    s = slowdown_for_extra(extra, 15.0, 2.0, 16.0)
     sim = simulate(_allreduce_beside_fill(16_000_000), _ar_device(s, launch_us=2.0), tp=2,
                    tokens=1, hidden=16)
     assert sim.timing["c"].finish == pytest.approx(15.0 + extra)
 
 
-def test_collective_slowdown_says_when_nothing_explains_the_extra():
-    from l2sched.bench.tp_interference import collective_slowdown
-    assert collective_slowdown(-1.0, 15.0, 2.0, 16.0) == 0.0
-    assert collective_slowdown(3.0, 1.5, 2.0, 16.0) is None   # reads start after it ended
-    assert collective_slowdown(5.0, 15.0, 2.0, 4.0) is None   # a 4 us read cannot add 5 us
+def test_slowdown_for_extra_says_when_nothing_explains_the_extra():
+    from l2sched.model.overlap_fit import slowdown_for_extra
+    assert slowdown_for_extra(-1.0, 15.0, 2.0, 16.0) == 0.0
+    assert slowdown_for_extra(3.0, 1.5, 2.0, 16.0) is None   # reads start after it ended
+    assert slowdown_for_extra(5.0, 15.0, 2.0, 4.0) is None   # a 4 us read cannot add 5 us
     # the two regimes meet where the read just covers the slowed all-reduce
-    assert collective_slowdown(3.0, 15.0, 2.0, 16.0) == pytest.approx(3.0 / 13.0)
-    assert collective_slowdown(3.0, 15.0, 2.0, 16.0 - 1e-9) == pytest.approx(3.0 / 13.0)
+    assert slowdown_for_extra(3.0, 15.0, 2.0, 16.0) == pytest.approx(3.0 / 13.0)
+    assert slowdown_for_extra(3.0, 15.0, 2.0, 16.0 - 1e-9) == pytest.approx(3.0 / 13.0)
 
 
 def test_allreduce_slowdown_is_optional_checked_and_replaces_the_extra():

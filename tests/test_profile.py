@@ -66,12 +66,16 @@ def synthetic_results():
                                                     "hot_fraction": 0.9},
                                                    {"stream_mb": 200, "us": _stat(9.6),
                                                     "hot_fraction": 0.18}]}},
-        "interference": {"copy": {"latency_chain_200_kernels": {"extra_us": 6.0},
+        "interference": {"copy": {"fill_bytes": 50_000_000,
+                                  "latency_chain_200_kernels": {"extra_us": 6.0,
+                                                                "alone_us": _stat(260.0)},
                                   "memory_chain_256MiB_read": {"extra_us": 12.0},
-                                  "slowdown": 0.4},
-                         "bulk": {"latency_chain_200_kernels": {"extra_us": 3.0},
-                                  "memory_chain_256MiB_read": {"extra_us": 14.0},
-                                  "slowdown": 0.2}},
+                                  "gemm_chain_24_hot": {"extra_us": 2.0, "fill_bytes": 24_000_000,
+                                                        "alone_us": _stat(92.0)}},
+                         "bulk": {"fill_bytes": 50_000_000,
+                                  "latency_chain_200_kernels": {"extra_us": 3.0,
+                                                                "alone_us": _stat(260.0)},
+                                  "memory_chain_256MiB_read": {"extra_us": 14.0}}},
         "graph": {"chain_200_us": _stat(270.0), "chain_200_with_fork_us": _stat(275.0),
                   "kernel_gap_us": 1.35, "fork_join_us": 5.0},
         "set_aside": {"layer": 3, "fill_mode": "copy", "fill_bytes": 48_000_000,
@@ -104,7 +108,17 @@ def test_synthetic_profile_round_trip(tmp_path):
     assert dev.capacity_bytes == 40_000_000
     assert dev.dram_read_gbps == 4000.0
     assert dev.kernel_gap_us == pytest.approx(1.35)
-    assert dev.fill_default == "copy"  # effect 0.85 - slowdown 0.4 > 0.25 - 0.2
+    # each chain's extra read through the lint's picture of the probe: a 5 us
+    # launch, then 50 MB at 3200 GB/s (copy; bulk keeps the base's 2300 GB/s)
+    # = 15.625 us of reads beside the 260 us chain: extra = read x s / (1 + s)
+    assert dev.fill_mode("copy").slowdown == pytest.approx(6.0 / (15.625 - 6.0), abs=5e-4)
+    assert dev.fill_mode("bulk").slowdown == pytest.approx(3.0 / (50e6 / 2300e3 - 3.0),
+                                                           abs=5e-4)
+    # 24 MB at 3200 GB/s = 7.5 us beside the GEMM chain; bulk measured none
+    assert dev.fill_mode("copy").gemm_slowdown == pytest.approx(2.0 / 5.5, abs=5e-4)
+    assert dev.fill_mode("bulk").gemm_slowdown is None
+    assert "model.overlap_fit" in dev.measured["fill.copy.slowdown"]["probe"]
+    assert dev.fill_default == "copy"  # effect 0.85 - slowdown 0.62 > 0.25 - 0.16
     copy = dev.fill_mode("copy")
     assert (copy.grid, copy.stages, copy.chunk) == (66, 4, 32768)
     assert copy.landed == ((16.0, 0.9), (32.0, 0.8))

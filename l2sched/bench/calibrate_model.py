@@ -1,6 +1,8 @@
 """``l2sched bench calibrate``: the two decode-step terms of a device
 profile that no single-kernel probe of ``l2sched profile`` measures, fitted
-from ONE ``bench run --perturbations`` result (docs/lint.md#validation):
+from ONE ``bench run --perturbations`` result, or one ``bench tp
+--validation`` result (real all-reduces; its rows as ``bench tp-report``
+validates them, ``tp_validation.gain_rows``) (docs/lint.md#validation):
 
 * ``latency.fill_slowdown_scale``: a main-stream op runs at ``1 / (1 +
   scale x fill.MODE.slowdown)`` of its rate while a fill reads device
@@ -30,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from l2sched.bench.arms import arm_schedule
+from l2sched.bench import tp_validation
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -119,7 +122,8 @@ def set_aside_slowdown(d: dict, prof) -> tuple[float, str] | None:
 
 
 def calibrate(d: dict, profile: str = "", progress=None, where: str = "the result") -> dict:
-    """Fit the two terms from ``d``, a ``bench run`` result (``read_json_file``).
+    """Fit the two terms from ``d``, a ``bench run`` or ``bench tp
+    --validation`` result (``read_json_file``).
     ``profile``: the profile to start from (name or TOML path; default: the
     one the result recorded). Returns ``{"scale", "scan": [(scale, median
     |error| us)], "set_aside": (slowdown, arm) or None, "set_aside_probed"
@@ -132,13 +136,14 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     base = load_device(profile) if profile else recorded_profile(d, where=where)
     probed = str(base.measured.get("l2.set_aside_stream_slowdown", {}).get("probe", "")) \
         .startswith("set_aside")
-    aside = None if probed else set_aside_slowdown(d, base)
+    tp = d.get("kind") == "l2sched bench tp"
+    # a bench tp result has no set-aside arm (and no per-M expert-stream table)
+    aside = None if probed or tp else set_aside_slowdown(d, base)
     start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base
-    setup = lint_setup(d)
+    rows = _tp_rows(d) if tp else (lambda prof, setup=lint_setup(d): gain_rows(d, prof, setup))
     scan, figures = [], {}
     for s in SCALE_GRID:
-        figures[s] = validate(gain_rows(d, dataclasses.replace(start, fill_slowdown_scale=s),
-                                        setup))
+        figures[s] = validate(rows(dataclasses.replace(start, fill_slowdown_scale=s)))
         scan.append((s, figures[s]["median_abs_gain_err_us"]))
         if progress is not None:
             progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
@@ -146,7 +151,21 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     return {"scale": best, "scan": scan, "set_aside": aside, "set_aside_probed": probed,
             "gemm_slowdown_measured": any(fm.gemm_slowdown is not None
                                           for fm in base.fill_modes.values()),
-            "before": validate(gain_rows(d, base, setup)), "after": figures[best]}
+            "before": validate(rows(base)), "after": figures[best]}
+
+
+def _tp_rows(d: dict):
+    """``prof -> rows`` of a ``bench tp --validation`` result: the lint at
+    its TP with the run's all-reduce table (``tp_validation``)."""
+    def rows(prof):
+        prof, _ = tp_validation.collectives_as_run(prof, d["tp"],
+                                                   d.get("world_size", d["tp"]))
+        out = tp_validation.gain_rows(d, tp_validation.lint_predictor(d, prof))[0]
+        if not out:
+            raise L2sInputError(f"the result has no {AA_ARM!r} arm (run bench tp with "
+                                "--validation)")
+        return out
+    return rows
 
 
 def _set_line(text: str, table: str, old: str, line: str) -> str | None:

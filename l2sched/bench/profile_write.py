@@ -16,6 +16,7 @@ import statistics
 from typing import Any
 
 from l2sched.bench.interference import gemm_chain_record
+from l2sched.model.overlap_fit import slowdown_for_extra
 
 MB = 10**6
 
@@ -119,7 +120,8 @@ def _kept_latency(base, sec: dict, kept: list, measured: dict) -> None:
     for k in ("small_kernel_us", "attention_core_us"):
         sec["latency"][k] = getattr(base, k)
         kept.append(f"latency.{k}")
-    if base.fill_slowdown_scale != 1.0:
+    # a fitted scale can be 1 (the default) too: its [measured] record says it was fitted
+    if base.fill_slowdown_scale != 1.0 or "latency.fill_slowdown_scale" in base.measured:
         sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
         kept.append("latency.fill_slowdown_scale")
         if "latency.fill_slowdown_scale" in base.measured:
@@ -239,16 +241,18 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
             old = base.fill_modes.get("bulk")
             gbps = min(gbps, old.gbps if old else gbps)
         effs = [f for _, f in landed]
+        launch = launch_us if launch_us is not None else (
+            base.fill_modes[mode].launch_us if mode in base.fill_modes
+            else base.fill_launch_us)
+        slow = probe_slowdowns(inter.get(mode, {}), gbps, launch)
         entry = {"grid": shape.get("grid"), "threads": shape.get("threads", 32),
                  "chunk": shape.get("chunk"), "stages": shape.get("stages", 1),
                  "gbps": round(gbps, 1),
                  "effect": round(statistics.median(effs), 3) if effs else 0.0,
-                 "launch_us": launch_us if launch_us is not None else (
-                     base.fill_modes[mode].launch_us if mode in base.fill_modes
-                     else base.fill_launch_us),
-                 "slowdown": round(inter.get(mode, {}).get("slowdown", 0.0), 3),
-                 "gemm_slowdown": (round(inter[mode]["gemm_slowdown"], 3)
-                                   if "gemm_slowdown" in inter.get(mode, {}) else None),
+                 "launch_us": launch,
+                 "slowdown": round(slow.get("slowdown", 0.0), 3),
+                 "gemm_slowdown": (round(slow["gemm_slowdown"], 3)
+                                   if "gemm_slowdown" in slow else None),
                  "landed": landed, "source": "l2sched profile: fill, interference"}
         entry = {k: v for k, v in entry.items() if v is not None}
         out[mode] = entry
@@ -257,14 +261,38 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
         measured[f"fill.{mode}.effect"] = {"probe": "fill (median over sizes of the "
                                            "landed fraction at the longest wait)",
                                            "median": entry["effect"]}
-        if mode in inter:
+        if "slowdown" in slow:
             measured[f"fill.{mode}.slowdown"] = {
-                "probe": "interference (latency chain extra us / fill us)",
-                "median": inter[mode].get("slowdown", 0.0)}
-        if "gemm_slowdown" in inter.get(mode, {}):
+                "probe": "interference (latency chain's extra us beside a 50 MB fill, "
+                         "read as the lint's slowdown: model.overlap_fit)",
+                "median": slow["slowdown"]}
+        if "gemm_slowdown" in slow:
             measured[f"fill.{mode}.gemm_slowdown"] = {
-                "probe": "interference (L2-resident GEMM chain extra us / 24 MB fill us)",
-                "median": inter[mode]["gemm_slowdown"]}
+                "probe": "interference (L2-resident GEMM chain's extra us beside a 24 MB "
+                         "fill, read as the lint's slowdown: model.overlap_fit)",
+                "median": slow["gemm_slowdown"]}
+    return out
+
+
+def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
+    """``{slowdown, gemm_slowdown}`` (those measured) from one fill kernel's
+    interference record (``bench.interference``): each chain's median extra
+    us beside the fill, read through the lint's picture of the probe (the
+    fill's ``launch_us``, then ``fill bytes / gbps`` of reads, beside the
+    chain's alone time; ``model.overlap_fit.slowdown_for_extra``). A chain
+    whose extra no slowdown explains gives the value for a read as long as
+    the extra (the largest the picture allows: 100, the profile's bound).
+    Units: us, GB/s."""
+    out = {}
+    chains = (("slowdown", rec.get("latency_chain_200_kernels")),
+              ("gemm_slowdown", gemm_chain_record(rec)))
+    for key, chain in chains:
+        if not chain or "extra_us" not in chain:
+            continue
+        nbytes = chain.get("fill_bytes", rec.get("fill_bytes", 0))
+        s = slowdown_for_extra(chain["extra_us"], chain["alone_us"]["median"], launch_us,
+                               nbytes / (gbps * 1e3))
+        out[key] = 100.0 if s is None else min(100.0, s)
     return out
 
 
@@ -399,16 +427,19 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
     if inter:
         md += ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
                "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
-               "L2-resident weight (`bench.interference`).", "", "| kernel | latency "
-               "chain extra us | memory chain extra us | slowdown (extra / fill us) | GEMM "
+               "L2-resident weight (`bench.interference`). slowdown and gemm_slowdown: "
+               "the extra read as the lint's slowdown (`model.overlap_fit`: the fill's "
+               "launch, then its bytes at its gbps, beside the chain).", "", "| kernel | "
+               "latency chain extra us | memory chain extra us | slowdown | GEMM "
                "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
         for mode, r in inter.items():
             gemm = gemm_chain_record(r)
+            fm = derived.get("fill", {}).get(mode, {})
             md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
                       f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
-                      f"{r['slowdown']:.3f} | "
+                      f"{_n(fm.get('slowdown'), '.3f')} | "
                       f"{'-' if gemm is None else format(gemm['extra_us'], '.1f')} | "
-                      f"{_n(r.get('gemm_slowdown'), '.3f')} |")
+                      f"{_n(fm.get('gemm_slowdown'), '.3f')} |")
         md.append("")
     g = res.get("graph")
     if g:

@@ -13,7 +13,7 @@ device memory, so a fill costs a collective in proportion to their overlap
 the value for which the lint's own picture of the measurement (the fill's
 launch, then its ``bytes / gbps`` read, beside the all-reduce of the
 measured alone time) reproduces the measured extra
-(``collective_slowdown``), per message of at most ``max_bytes`` (the
+(``model.overlap_fit.slowdown_for_extra``), per message of at most ``max_bytes`` (the
 decode sizes, ``--tokens``; each figure the median over ranks of the rank's
 median), then the median over those messages. Units: us, bytes. torch-free.
 """
@@ -33,6 +33,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 from l2sched.errors import L2sInputError, source_lines
 from l2sched.files import write_text_atomically
 from l2sched.model.devices import parse_device, profile_path, read_profile_text
+from l2sched.model.overlap_fit import slowdown_for_extra
 
 #: A table header line (``[name]``; not an array value such as ``[[8, 0.5]]``).
 _HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(#.*)?$')
@@ -67,35 +68,12 @@ def fill_rows(d: dict) -> dict:
             for b, p in sorted(per.items())}
 
 
-def collective_slowdown(extra_us: float, alone_us: float, launch_us: float,
-                        read_us: float) -> float | None:
-    """The slowdown ``s`` (fraction) that makes a collective of ``alone_us``
-    take ``extra_us`` longer when a fill is forked right before it and reads
-    device memory for ``read_us`` after ``launch_us`` (the lint's picture:
-    the collective runs at ``1 / (1 + s)`` of its rate during the read).
-    Either the read outlasts the collective's remaining ``alone_us -
-    launch_us`` (then ``s = extra / remaining``) or it ends first (then
-    ``extra = read_us x s / (1 + s)``). 0 for an extra <= 0; None when no
-    ``s`` explains it (the read starts after the collective ended, or is
-    shorter than the extra itself). Units: us."""
-    if extra_us <= 0:
-        return 0.0
-    remaining = alone_us - launch_us
-    if remaining <= 0:
-        return None
-    if remaining + extra_us <= read_us:
-        return extra_us / remaining
-    if read_us > extra_us:
-        return extra_us / (read_us - extra_us)
-    return None
-
-
 def allreduce_slowdowns(d: dict, max_bytes: int | None, fill_modes: dict) -> dict:
     """``mode -> {slowdown, messages, unexplained}`` (see the module
     docstring) over the messages of at most ``max_bytes`` bytes (``None``:
     all), for the modes of ``fill_modes`` (mode -> ``FillMode``: its
     ``launch_us`` and ``gbps`` give the fill's launch and read time).
-    ``unexplained``: messages ``collective_slowdown`` could not explain (left
+    ``unexplained``: messages ``slowdown_for_extra`` could not explain (left
     out; a mode with none explained is left out)."""
     fill_bytes = next((r["allreduce_fill"]["fill_bytes"] for r in d["ranks"]
                        if r.get("allreduce_fill")), 0)
@@ -108,8 +86,8 @@ def allreduce_slowdowns(d: dict, max_bytes: int | None, fill_modes: dict) -> dic
             fm = fill_modes.get(m)
             if fm is None or x["extra"] is None or row["alone"] is None:
                 continue
-            s = collective_slowdown(x["extra"], row["alone"], fm.launch_us,
-                                    fill_bytes / (fm.gbps * 1e3))
+            s = slowdown_for_extra(x["extra"], row["alone"], fm.launch_us,
+                                   fill_bytes / (fm.gbps * 1e3))
             if s is None:
                 lost[m] = lost.get(m, 0) + 1
             else:

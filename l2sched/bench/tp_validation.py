@@ -126,15 +126,13 @@ def lint_predictor(d: dict, prof):
     return predict
 
 
-def validation(d: dict, predict=None) -> dict:
-    """The validation of result ``d`` (see the module docstring).
-    ``predict``: ``(arm spec, M) -> (gain us, error codes)``, default the
-    uncalibrated lint (``lint_predictor``). Without an A/A arm: only
-    ``status``."""
+def gain_rows(d: dict, predict) -> tuple[list[dict], dict]:
+    """``(rows, floors)``: per schedule arm and M of result ``d`` the
+    predicted gain (``predict(arm spec, M) -> (gain us, error codes)``) and
+    the measured one (module docstring), with the A/A floor; ``floors``
+    per M (``{floor_us, aa_gain_us, none_step_us, rounds}``). M without an
+    A/A arm are left out. The rows ``validation.validate`` takes."""
     specs = [a for a in d.get("arms", []) if is_schedule_arm(a)]
-    prof, source = lint_profile(d)
-    prof, collectives = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
-    predict = predict or lint_predictor(d, prof)
     rows, floors = [], {}
     for M in map(str, d["tokens"]):
         none, aa = arm_rounds(d, M, "none"), arm_rounds(d, M, AA_ARM)
@@ -153,6 +151,17 @@ def validation(d: dict, predict=None) -> dict:
                          "pred_gain_us": pred, "meas_gain_us": base - statistics.median(xs),
                          "meas_step_us": statistics.median(xs), "lint_errors": errs,
                          "runtime_problems": runtime_problems(d, M, spec["name"])})
+    return rows, floors
+
+
+def validation(d: dict, predict=None) -> dict:
+    """The validation of result ``d`` (see the module docstring).
+    ``predict``: ``(arm spec, M) -> (gain us, error codes)``, default the
+    uncalibrated lint (``lint_predictor``). Without an A/A arm: only
+    ``status``."""
+    prof, source = lint_profile(d)
+    prof, collectives = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
+    rows, floors = gain_rows(d, predict or lint_predictor(d, prof))
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench tp --validation`)"}

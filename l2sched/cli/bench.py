@@ -184,7 +184,8 @@ def cmd_calibrate(args) -> int:
         return 1
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         print(f"l2sched bench calibrate: {args.result}: not a usable `l2sched bench run "
-              f"--perturbations` result ({type(e).__name__}: {e})", file=sys.stderr)
+              f"--perturbations` or `bench tp --validation` result "
+              f"({type(e).__name__}: {e})", file=sys.stderr)
         return 1
     write_text_atomically(args.out, out)
     aside = cal["set_aside"]

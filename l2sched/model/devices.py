@@ -86,7 +86,7 @@ class FillMode:
     same for an all-reduce: it advances at ``1 / (1 + allreduce_slowdown)``
     of its rate while the fill reads device memory; derived from ``l2sched
     bench tp``'s all-reduce-with-fill measurement by
-    ``bench.tp_interference.collective_slowdown``; 0 = not measured).
+    ``model.overlap_fit.slowdown_for_extra``; 0 = not measured).
     ``source``: the measurement the numbers come from."""
 
     mode: str
