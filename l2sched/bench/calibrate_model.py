@@ -140,7 +140,13 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     # a bench tp result has no set-aside arm (and no per-M expert-stream table)
     aside = None if probed or tp else set_aside_slowdown(d, base)
     start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base
-    rows = _tp_rows(d) if tp else (lambda prof, setup=lint_setup(d): gain_rows(d, prof, setup))
+    if tp:
+        rows = _tp_rows(d)
+    else:
+        setup = lint_setup(d)
+
+        def rows(prof):
+            return gain_rows(d, prof, setup)
     scan, figures = [], {}
     for s in SCALE_GRID:
         figures[s] = validate(rows(dataclasses.replace(start, fill_slowdown_scale=s)))

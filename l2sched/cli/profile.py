@@ -56,7 +56,10 @@ def cmd_profile(args) -> int:
     if coll is not None:
         from l2sched.bench.profile_collectives import (apply_collectives,
                                                        collectives_markdown, state_source)
-        text, lines = apply_collectives(coll, text, state_source(args.state))
+        try:
+            text, lines = apply_collectives(coll, text, state_source(args.state))
+        except ValueError as e:  # e.g. no all-reduce curve can be fitted: keep the rest
+            lines = [f"the collective part is not written: {e}"]
         for line in lines:
             print(f"{args.out}: {line}", file=sys.stderr)
         report += "\n" + "\n".join(collectives_markdown(coll)) + "\n"
