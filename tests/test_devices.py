@@ -352,14 +352,21 @@ def test_item16_profile_table_errors_do_not_cascade(tmp_path):
     assert str(d.span) == str(p)  # the whole file: no line to point at
 
 
+def _nth_key(text: str, key: str, n: int, value: str) -> str:
+    """``text`` with the value of the ``n``-th line ``key = ...`` set to ``value``."""
+    lines = text.splitlines(keepends=True)
+    at = [i for i, ln in enumerate(lines) if ln.startswith(f"{key} = ")][n - 1]
+    lines[at] = f"{key} = {value}\n"
+    return "".join(lines)
+
+
 def test_a_bad_key_in_the_default_fill_table_is_reported_once(tmp_path):
     """A bad value in ``[fill.copy]`` (the default kernel's table) is one
     problem at its key, not also a "no [fill.copy] table"."""
     from l2sched.model.devices import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     p = tmp_path / "neg.toml"
-    p.write_text(text.replace("gemm_slowdown = 0.239", "gemm_slowdown = -0.5", 1),
-                 encoding="utf-8")
+    p.write_text(_nth_key(text, "gemm_slowdown", 1, "-0.5"), encoding="utf-8")
     with pytest.raises(L2sInputError) as e:
         load_device(str(p))
     msg = str(e.value)
@@ -380,9 +387,9 @@ def test_an_unknown_fill_table_is_located_at_its_header(tmp_path):
 def test_profile_problems_come_in_file_order(tmp_path):
     from l2sched.model.devices import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
-    text = (text.replace("gemm_slowdown = 0.239", "gemm_slowdown = -0.5", 1)
-            .replace("kernel_gap_us = 1.13", "kernel_gap_us = -2", 1)
-            .replace("gemm_slowdown = 0.075", 'gemm_slowdown = "x"', 1))
+    # [fill.copy] comes first and [fill.load] third in the shipped file
+    text = _nth_key(_nth_key(text, "gemm_slowdown", 1, "-0.5"), "gemm_slowdown", 3, '"x"')
+    text = text.replace("kernel_gap_us = 1.13", "kernel_gap_us = -2", 1)
     p = tmp_path / "multi.toml"
     p.write_text(text, encoding="utf-8")
     with pytest.raises(L2sInputError) as e:

@@ -313,10 +313,8 @@ def probe_interference(ctx) -> dict:
     """Slowdown of a graph-replayed latency-bound chain under a concurrent
     50 MB fill of each kernel, and of a graph-replayed chain of GEMMs over
     an L2-resident weight under a 24 MB fill (``bench.interference``;
-    interleaved with the chain alone): each chain's extra us, and per us of
-    the fill's launch-to-exit time (``extra_per_fill_us``,
-    ``gemm_extra_per_fill_us``); ``profile_write.probe_slowdowns`` reads
-    the extras as the lint's ``slowdown`` and ``gemm_slowdown``."""
+    interleaved with the chain alone): each chain's extra us (and per us of
+    fill, ``*extra_per_fill_us``), read by ``profile_write.probe_slowdowns``."""
     from l2sched.bench.interference import bench_interference, gemm_chain_record
     out = {}
     for mode, shape in ctx.fill_shapes.items():

@@ -423,24 +423,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
                 md.append(f"| {pol} | {r['stream_mb']} | {r['us']['median']:.2f} | "
                           f"{_n(r['hot_fraction'])} |")
         md.append("")
-    inter = res.get("interference")
-    if inter:
-        md += ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
-               "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
-               "L2-resident weight (`bench.interference`). slowdown and gemm_slowdown: "
-               "the extra read as the lint's slowdown (`model.overlap_fit`: the fill's "
-               "launch, then its bytes at its gbps, beside the chain).", "", "| kernel | "
-               "latency chain extra us | memory chain extra us | slowdown | GEMM "
-               "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
-        for mode, r in inter.items():
-            gemm = gemm_chain_record(r)
-            fm = derived.get("fill", {}).get(mode, {})
-            md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
-                      f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
-                      f"{_n(fm.get('slowdown'), '.3f')} | "
-                      f"{'-' if gemm is None else format(gemm['extra_us'], '.1f')} | "
-                      f"{_n(fm.get('gemm_slowdown'), '.3f')} |")
-        md.append("")
+    md += _interference_markdown(res.get("interference"), derived)
     g = res.get("graph")
     if g:
         md += ["## Graph", "", f"200 tiny kernels replayed: {g['chain_200_us']['median']:.1f}"
@@ -450,6 +433,29 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
     return "\n".join(md) + "\n"
+
+
+def _interference_markdown(inter: dict | None, derived: dict) -> list[str]:
+    """The report section of the interference probe (none without it)."""
+    if not inter:
+        return []
+    md = ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
+          "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
+          "L2-resident weight (`bench.interference`). slowdown and gemm_slowdown: "
+          "the extra read as the lint's slowdown (`model.overlap_fit`: the fill's "
+          "launch, then its bytes at its gbps, beside the chain).", "", "| kernel | "
+          "latency chain extra us | memory chain extra us | slowdown | GEMM "
+          "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
+    for mode, r in inter.items():
+        gemm = gemm_chain_record(r)
+        fm = derived.get("fill", {}).get(mode, {})
+        md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
+                  f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
+                  f"{_n(fm.get('slowdown'), '.3f')} | "
+                  f"{'-' if gemm is None else format(gemm['extra_us'], '.1f')} | "
+                  f"{_n(fm.get('gemm_slowdown'), '.3f')} |")
+    md.append("")
+    return md
 
 
 def _set_aside_markdown(sa: dict | None) -> list[str]:
