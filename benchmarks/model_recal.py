@@ -57,7 +57,10 @@ def _score_tp(d: dict, prof, terms_from) -> dict:
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     prof, _ = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
-    return validation(d, lint_predictor(d, prof))
+    v = validation(d, lint_predictor(d, prof))
+    if "rows" not in v:  # no A/A arm: not a validation run
+        raise ValueError(v["status"])
+    return v
 
 
 def main() -> int:
@@ -83,7 +86,8 @@ def main() -> int:
             print(f"model_recal: {e}", file=sys.stderr)
             return 1
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            print(f"model_recal: {r}: not a usable `l2sched bench run` result "
+            print(f"model_recal: {r}: not a usable `l2sched bench run` or `bench tp "
+                  f"--validation` result "
                   f"({type(e).__name__}: {e})", file=sys.stderr)
             return 1
     out = {}

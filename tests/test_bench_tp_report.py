@@ -314,3 +314,36 @@ def test_arms_whose_fills_did_not_run_are_named():
     text = "\n".join(validation_lines(v, 4, 2))
     assert ("**Fills did not run** (these rows measure no prefetch): compiled M=1 "
             "(rank 1: prefetch disabled), kernel-bulk M=1 (rank 0: no fill issued).") in text
+
+
+def test_update_profile_is_one_write_or_none(tmp_path, capsys):
+    """A failing update leaves the profile byte for byte as it was (the fit
+    and the slowdowns are applied to a copy first); a profile with the old
+    additive key is migrated (its lines removed, said so)."""
+    p = tmp_path / "h200.toml"
+    text = H200.read_text(encoding="utf-8")
+    old = text.replace("[fill.bulk]", "allreduce_extra_us = 5.0\n[fill.bulk]", 1)
+    p.write_text(old, encoding="utf-8")
+    res = tmp_path / "tp.json"
+    res.write_text(json.dumps(_result(dry=True, backend="gloo")))
+    argv = ["bench", "tp-report", str(res), "--no-lint", "--md-out",
+            str(tmp_path / "tp.md"), "--update-profile", str(p)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{p}: not updated: refusing to write a CPU" in err
+    assert p.read_text(encoding="utf-8") == old
+    res.write_text(json.dumps(_result()))
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{p}: removed 1 allreduce_extra_us line(s) (replaced by allreduce_slowdown)" in out
+    new = p.read_text(encoding="utf-8")
+    assert "allreduce_extra_us" not in new and load_device(p).allreduce[2].measured
+
+
+def test_calibrate_never_overwrites_its_input(tmp_path, capsys):
+    res = tmp_path / "tp.json"
+    res.write_text(json.dumps(_result()))
+    before = res.read_bytes()
+    assert main(["bench", "calibrate", str(res), "--out", str(res)]) == 1
+    assert "refusing to overwrite the input file" in capsys.readouterr().err
+    assert res.read_bytes() == before

@@ -9,8 +9,9 @@ import copy
 
 import pytest
 
-from l2sched.bench.profile_collectives import (apply_collectives, collective_args,
-                                               collectives_markdown, run_collectives)
+from l2sched.bench.profile_collectives import (collective_args, collectives_markdown,
+                                               run_collectives)
+from l2sched.bench.tp_report import collective_terms_text as apply_collectives
 from l2sched.cli import main
 from l2sched.model.devices import DEVICES_DIR, parse_device
 
@@ -66,7 +67,7 @@ def test_the_collective_terms_are_written_into_the_profile_text(dry_result):
     prof = parse_device(__import__("tomllib").loads(text), "new.toml", text)
     assert prof.allreduce[2].measured == "2026-12-03"
     assert prof.allreduce[2].source == "l2sched profile --collectives (s.json)"
-    assert lines[0] == "[allreduce.tp2] latency_us = 14.00, busbw_gbps = 100.0"
+    assert lines[0] == "[allreduce.tp2] latency_us = 14.00, busbw_gbps = 100.0 (measured 2026-12-03)"
     copy_fill = prof.fill_modes["copy"]
     read = 30e6 / (copy_fill.gbps * 1e3)  # the fill's read ends before the all-reduce
     assert copy_fill.allreduce_slowdown == pytest.approx(5.0 / (read - 5.0), abs=5e-4)
@@ -92,4 +93,12 @@ def test_bad_collectives_option_is_a_usage_error(argv, why, tmp_path, capsys):
     assert main(["profile", "--out", str(tmp_path / "p.toml")] + argv) == 2
     err = capsys.readouterr().err
     assert why in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_paths_are_checked_before_any_probe(tmp_path, capsys):
+    # a directory as --out / --state: one line, exit 1, before torch or a GPU is asked for
+    assert main(["profile", "--out", str(tmp_path)]) == 1
+    assert f"{tmp_path}:1:1: cannot write: is a directory" in capsys.readouterr().err
+    assert main(["profile", "--out", str(tmp_path / "p.toml"), "--state", str(tmp_path)]) == 1
     assert list(tmp_path.iterdir()) == []

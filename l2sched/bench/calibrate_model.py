@@ -137,6 +137,9 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     probed = str(base.measured.get("l2.set_aside_stream_slowdown", {}).get("probe", "")) \
         .startswith("set_aside")
     tp = d.get("kind") == "l2sched bench tp"
+    if tp and (d.get("dry") or d.get("backend") != "nccl"):
+        raise L2sInputError(f"{where}: a CPU (dry, gloo) bench tp result: nothing to "
+                            "calibrate on")
     # a bench tp result has no set-aside arm (and no per-M expert-stream table)
     aside = None if probed or tp else set_aside_slowdown(d, base)
     start = dataclasses.replace(base, set_aside_stream_slowdown=aside[0]) if aside else base

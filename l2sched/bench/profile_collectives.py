@@ -10,10 +10,10 @@ and beside a fill of each fill kernel (``measure_allreduce_fill``, the
 ``bench tp --ar-fill-mb`` default size). The result is kept in the profile's
 state (``results["collectives"]``), so a resumed run does not repeat it.
 
-``apply_collectives`` writes what ``bench tp-report --update-profile`` writes
-from a ``bench tp`` result: ``[allreduce.tpN]`` (``tp_report.update_profile``)
-and each ``fill.MODE.allreduce_slowdown`` (``update_profile_extras``), into
-the profile text ``l2sched profile`` is about to write. Units: us, bytes.
+``tp_report.collective_terms_text`` writes what ``bench tp-report
+--update-profile`` writes from a ``bench tp`` result (``[allreduce.tpN]`` and
+each ``fill.MODE.allreduce_slowdown``) into the profile text ``l2sched
+profile`` is about to write. Units: us, bytes.
 torch is imported inside functions only.
 """
 
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
-from pathlib import Path
 
 from l2sched.bench.options import tp_arguments
 
@@ -56,30 +54,6 @@ def run_collectives(world_size: int, *, tp: int, tokens: list[int], base: str,
     from l2sched.bench.tp import run_tp
     return run_tp(collective_args(world_size, tp=tp, tokens=tokens, base=base,
                                   iters=iters, dry=dry))
-
-
-def apply_collectives(result: dict, profile_text: str, source: str
-                      ) -> tuple[str, list[str]]:
-    """``(new profile text, lines saying what was written)``: ``profile_text``
-    with ``[allreduce.tpW]`` and each ``fill.MODE.allreduce_slowdown`` from
-    ``result`` (a ``bench tp`` result), ``source`` naming where the result
-    is kept. Every other byte of the text is kept. Raises ``ValueError`` for
-    a CPU (dry) result or an impossible fit, ``L2sInputError`` when the text
-    is not a valid profile."""
-    from l2sched.bench.tp_report import update_profile, update_profile_extras
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "profile.toml"
-        path.write_text(profile_text, encoding="utf-8")
-        m, _ = update_profile(result, source, str(path))
-        lines = [f"[allreduce.tp{result['world_size']}] latency_us = {m.latency_us:.2f}, "
-                 f"busbw_gbps = {m.busbw_gbps:.1f}"]
-        _, written, skipped, notes = update_profile_extras(result, source, str(path))
-        lines += [f"[fill.{mode}] allreduce_slowdown = {s:.3f}"
-                  + (f" ({notes[mode]})" if mode in notes else "")
-                  for mode, s in written.items()]
-        lines += [f"[fill.{mode}] allreduce_slowdown not written: {why}"
-                  for mode, why in skipped.items()]
-        return path.read_text(encoding="utf-8"), lines
 
 
 def collectives_markdown(result: dict) -> list[str]:

@@ -30,7 +30,11 @@ Units: us, bytes.
 from __future__ import annotations
 
 import json
+import re
 import statistics
+import sys
+import tempfile
+from pathlib import Path
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
@@ -43,7 +47,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path
+from l2sched.model.devices import load_device, profile_path, read_profile_text
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import format_signed
 
@@ -74,24 +78,57 @@ def cmd(args) -> int:
     else:
         print(text, end="")
     if args.update_profile:
+        path = profile_path(args.update_profile)
         try:
-            m, path = update_profile(d, source_path, args.update_profile,
-                                     max_bytes=args.fit_max_bytes,
-                                     source=args.fit_source)
-        except ValueError as e:
-            print(f"l2sched bench tp-report: {e}", flush=True)
+            new, lines = collective_terms_text(d, read_profile_text(path), source_path,
+                                               max_bytes=args.fit_max_bytes,
+                                               source=args.fit_source)
+        except (ValueError, KeyError, TypeError) as e:
+            why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            print(f"l2sched bench tp-report: {path}: not updated: {why}", file=sys.stderr)
             return 1
-        print(f"{path}: [allreduce.tp{d['world_size']}] latency_us = "
-              f"{m.latency_us:.2f}, busbw_gbps = {m.busbw_gbps:.1f} "
-              f"(measured {m.measured})")
-        _, written, skipped, notes = update_profile_extras(
-            d, source_path, args.update_profile, max_bytes=args.fit_max_bytes)
-        for mode, frac in written.items():
-            print(f"{path}: [fill.{mode}] allreduce_slowdown = {frac:.3f}"
-                  + (f" ({notes[mode]})" if mode in notes else ""))
-        for mode, why in skipped.items():
-            print(f"{path}: [fill.{mode}] allreduce_slowdown not written: {why}")
+        write_text_atomically(path, new, protect=list(args.result))
+        for line in lines:
+            print(f"{path}: {line}")
     return 0
+
+
+#: A line of the additive collective term that ``allreduce_slowdown`` replaced.
+_OLD_EXTRA = re.compile(r"^[ \t]*allreduce_extra_us[ \t]*=.*(?:\r?\n|\Z)", re.M)
+
+
+def collective_terms_text(d: dict, text: str, source_path: str, *,
+                          max_bytes: int | None = FIT_MAX_BYTES, source: str = "graph"
+                          ) -> tuple[str, list[str]]:
+    """``(new profile text, lines saying what was written)``: profile ``text``
+    with ``[allreduce.tpW]`` (``update_profile``) and each
+    ``fill.MODE.allreduce_slowdown`` (``update_profile_extras``) from result
+    ``d``, ``source_path`` naming the result. Both are applied to a copy, so
+    the caller writes the profile once or not at all. Lines of the old
+    additive key ``allreduce_extra_us`` are removed (a profile that has them
+    does not load). Every other byte is kept. Raises ``ValueError`` for a CPU
+    (dry) result or an impossible fit, ``L2sInputError`` when ``text`` is
+    not a valid profile."""
+    text, old = _OLD_EXTRA.subn("", text)
+    lines = [f"removed {old} allreduce_extra_us line(s) (replaced by allreduce_slowdown)"
+             ] if old else []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.toml"
+        path.write_text(text, encoding="utf-8")
+        m, _ = update_profile(d, source_path, str(path), max_bytes=max_bytes, source=source)
+        lines.append(f"[allreduce.tp{d['world_size']}] latency_us = {m.latency_us:.2f}, "
+                     f"busbw_gbps = {m.busbw_gbps:.1f} (measured {m.measured})")
+        _, written, skipped, notes = update_profile_extras(d, source_path, str(path),
+                                                           max_bytes=max_bytes)
+        lines += [f"[fill.{mode}] allreduce_slowdown = {s:.3f}"
+                  + (f" ({notes[mode]})" if mode in notes else "")
+                  for mode, s in written.items()]
+        lines += [f"[fill.{mode}] allreduce_slowdown not written: {why}"
+                  for mode, why in skipped.items()]
+        if not written and not skipped:
+            lines.append("allreduce_slowdown not written: the result has no all-reduce "
+                         "with a fill (bench tp --ar-fill-mb 0, or it failed)")
+        return path.read_text(encoding="utf-8"), lines
 
 
 def load(path: str) -> dict:

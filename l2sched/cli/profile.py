@@ -9,7 +9,7 @@ import sys
 
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sUsageError
-from l2sched.files import write_texts_atomically
+from l2sched.files import check_output_path, write_texts_atomically
 
 
 def cmd_profile(args) -> int:
@@ -29,6 +29,9 @@ def cmd_profile(args) -> int:
     if args.collectives and not 2 <= args.collectives <= args.tp:
         raise L2sUsageError(f"--collectives takes 2..--tp ({args.tp}) GPUs, got "
                             f"{args.collectives}")
+    for path in (args.out, args.md_out or None, args.state or None):
+        if path is not None:
+            check_output_path(path)  # before minutes of probes: one line, exit 1
     from l2sched.model.devices import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
     try:
@@ -54,10 +57,10 @@ def cmd_profile(args) -> int:
     text = profile_toml(name, desc, got["provenance"], derived, base)
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
-        from l2sched.bench.profile_collectives import (apply_collectives,
-                                                       collectives_markdown, state_source)
+        from l2sched.bench.profile_collectives import collectives_markdown, state_source
+        from l2sched.bench.tp_report import collective_terms_text
         try:
-            text, lines = apply_collectives(coll, text, state_source(args.state))
+            text, lines = collective_terms_text(coll, text, state_source(args.state))
         except ValueError as e:  # e.g. no all-reduce curve can be fitted: keep the rest
             lines = [f"the collective part is not written: {e}"]
         for line in lines:
@@ -72,15 +75,15 @@ def cmd_profile(args) -> int:
 
 def _collectives(args, got: dict, torch):
     """The ``bench tp`` result of the collective part (``--collectives``):
-    from the state when an earlier run measured it, else measured now (the
-    single-GPU probes' memory released first) and kept in the state; None
-    without ``--collectives``."""
+    from the state when an earlier run measured it across as many GPUs, else
+    measured now (the single-GPU probes' memory released first) and kept in
+    the state; None without ``--collectives``."""
     from l2sched.bench.profile import save_state
     from l2sched.bench.profile_collectives import STATE_KEY, run_collectives
     if not args.collectives:
         return None
     res = got["results"]
-    if STATE_KEY not in res:
+    if res.get(STATE_KEY, {}).get("world_size") != args.collectives:  # none, or other N
         torch.cuda.empty_cache()
         print(f"l2sched profile: collectives across {args.collectives} GPUs",
               file=sys.stderr)
