@@ -15,12 +15,12 @@ import pytest
 from l2sched.bench.options import SCHEDULE
 from l2sched.bench.tp_interference import (allreduce_slowdowns, fill_rows,
                                           write_allreduce_slowdown)
-from l2sched.bench.tp_report import markdown, update_profile_extras
+from l2sched.bench.tp_report import collective_terms_text, markdown, update_profile_extras
 from l2sched.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
                                         validation, validation_lines)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor
 from l2sched.cli import main
-from l2sched.model.devices import DEVICES_DIR, load_device
+from l2sched.model.devices import DEVICES_DIR, load_device, parse_device
 
 H200 = DEVICES_DIR / "h200.toml"
 ESTIMATE = DEVICES_DIR / "sm120-rtx-pro-6000-maxq.toml"
@@ -347,3 +347,23 @@ def test_calibrate_never_overwrites_its_input(tmp_path, capsys):
     assert main(["bench", "calibrate", str(res), "--out", str(res)]) == 1
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     assert res.read_bytes() == before
+
+
+def test_headers_with_spaces_and_comments_are_found(tmp_path):
+    """Valid TOML headers such as ``[ allreduce.tp2 ]  # note`` and
+    ``[fill.copy] # x`` are the tables they name: replaced in place, not
+    declared twice."""
+    from l2sched.bench.calibrate_model import _set_number
+    text = (H200.read_text(encoding="utf-8")
+            .replace("[allreduce.tp2]", "[ allreduce.tp2 ]  # 2 GPUs", 1)
+            .replace("[fill.copy]", "[fill.copy] # the default", 1)
+            .replace("[latency]", "[latency]  # stand-ins", 1))
+    p = tmp_path / "h200.toml"
+    p.write_text(text, encoding="utf-8")
+    new, lines = collective_terms_text(_result(), text, "run X")
+    prof = parse_device(__import__("tomllib").loads(new), str(p), new)
+    assert prof.allreduce[2].measured == "2026-12-02"
+    assert new.count("allreduce.tp2") == 1 and "[fill.copy] # the default" in new
+    assert any(ln.startswith("[fill.copy] allreduce_slowdown = ") for ln in lines)
+    out = _set_number(text, "latency", "fill_slowdown_scale", 2.0, str(p))
+    assert parse_device(__import__("tomllib").loads(out), str(p), out).fill_slowdown_scale == 2.0

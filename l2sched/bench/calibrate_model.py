@@ -181,7 +181,9 @@ def _set_line(text: str, table: str, old: str, line: str) -> str | None:
     """``text`` with the first line of ``[table]`` that regex ``old``
     matches replaced by ``line`` (``line`` added at the table's end when
     none does); None when the profile has no ``[table]``."""
-    m = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    # a header may have spaces inside its brackets and a comment after them
+    head = rf"^[ \t]*\[[ \t]*{re.escape(table)}[ \t]*\][ \t]*(?:#[^\n]*)?$"
+    m = re.search(head + r"(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
     if m is None:
         return None
     body, n = re.subn(old, lambda _: line, m.group(1), count=1, flags=re.M)

@@ -32,11 +32,10 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from l2sched.errors import L2sInputError, source_lines
 from l2sched.files import write_text_atomically
-from l2sched.model.devices import parse_device, profile_path, read_profile_text
+from l2sched.model.devices import (parse_device, profile_path, profile_table_header,
+                                   read_profile_text)
 from l2sched.model.overlap_fit import slowdown_for_extra
 
-#: A table header line (``[name]``; not an array value such as ``[[8, 0.5]]``).
-_HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(#.*)?$')
 _KEY = re.compile(r"^\s*allreduce_slowdown\s*=")
 
 
@@ -159,8 +158,9 @@ def write_allreduce_slowdown(name_or_path: str | os.PathLike, slowdowns: dict,
     for mode, frac in sorted(slowdowns.items()):
         value = round(min(100.0, max(0.0, float(frac))), 3)
         lines = source_lines(text, keepends=True)
-        heads = [(i, m.group(1)) for i, ln in enumerate(lines) if (m := _HEADER.match(ln))]
-        h = next((i for i, name in heads if name.replace(" ", "") == f"fill.{mode}"), None)
+        heads = [(i, name) for i, ln in enumerate(lines)
+                 if (name := profile_table_header(ln)) is not None]
+        h = next((i for i, name in heads if name == f"fill.{mode}"), None)
         if h is None:
             skipped[mode] = f"no [fill.{mode}] table"
             continue

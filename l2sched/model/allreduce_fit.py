@@ -18,6 +18,7 @@ from l2sched.model.devices import (
     AllReduceModel,
     parse_device,
     profile_path,
+    profile_table_header,
     read_profile_text,
 )
 
@@ -92,7 +93,7 @@ def write_allreduce_model(name_or_path: str | os.PathLike, degree: int,
     path = profile_path(name_or_path)
     text = read_profile_text(path)
     lines = source_lines(text, keepends=True)
-    headers = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("[")]
+    headers = [i for i, ln in enumerate(lines) if profile_table_header(ln) is not None]
     block = source_lines(allreduce_table(degree, model, comments), keepends=True)
 
     def table_end(h: int) -> int:
@@ -104,12 +105,12 @@ def write_allreduce_model(name_or_path: str | os.PathLike, degree: int,
             nxt -= 1
         return nxt
 
-    want = f"[allreduce.tp{degree}]"
-    here = next((i for i in headers if lines[i].strip() == want), None)
+    want = f"allreduce.tp{degree}"
+    here = next((i for i in headers if profile_table_header(lines[i]) == want), None)
     if here is not None:
         lines[here:table_end(here)] = block
     else:
-        ars = [i for i in headers if lines[i].strip().startswith("[allreduce.tp")]
+        ars = [i for i in headers if profile_table_header(lines[i]).startswith("allreduce.tp")]
         at = table_end(ars[-1]) if ars else len(lines)
         if at and not lines[at - 1].endswith("\n"):
             lines[at - 1] += "\n"

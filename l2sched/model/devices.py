@@ -381,6 +381,19 @@ def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
     return None
 
 
+#: A table header line: ``[name]``, spaces inside the brackets and a ``#``
+#: comment after them allowed (not an array value such as ``[[8, 0.5]]``).
+_TABLE_HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(?:#.*)?$')
+
+
+def profile_table_header(line: str) -> str | None:
+    """The table name of a header line of a profile (``[ allreduce.tp2 ]  #
+    x`` -> ``allreduce.tp2``; spaces around the dots dropped), else None.
+    For the tools that edit a profile as text."""
+    m = _TABLE_HEADER.match(line.rstrip("\r\n"))
+    return None if m is None else "".join(m.group(1).split())
+
+
 def read_profile_text(path: Path) -> str:
     """The profile's text without a leading byte-order mark (TOML would
     reject it as a bare "Invalid statement"); ``L2sInputError`` naming the
