@@ -99,7 +99,8 @@ def cmd_compile(args) -> int:
               f"{plural(len(plan.issues), 'issue')}, "
               f"{format_size(sum(i.nbytes for i in plan.issues))} per decode step",
               file=out)
-    print(format_table(summary_rows(plan, schedule.layer_kinds)), file=out)
+    rows = summary_rows(plan, schedule.layer_kinds)
+    print(format_table(rows) if len(rows) > 1 else "no windows: nothing to fill", file=out)
     for line in empty_notes(plan, schedule.layer_kinds):
         print(line, file=out)
     total_left = sum(lo.nbytes for lo in plan.left_over)

@@ -19,7 +19,10 @@ from l2sched.units import GRAPH_MODES, format_size
 
 def format_events(events: Sequence[DryRunEvent]) -> str:
     """A fixed-width table of ``events`` (one line each), bytes in MB (10^6)
-    and exact bytes, for ``l2sched explain``."""
+    and exact bytes, for ``l2sched explain``; one line saying so for no
+    events."""
+    if not events:
+        return "no fills: nothing is launched or joined in a step"
     lines = [f"{'#':>4}  {'op':<6}  {'layer':>5}  {'hook':<22}  {'window':<10}  "
              f"{'bytes':>12}  {'MB':>8}  {'rows':>4}  reason"]
     for e in events:

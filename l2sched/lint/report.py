@@ -172,7 +172,8 @@ def human(run, summary: bool = True) -> str:
     sources = dict(run.schedule.sources)
     out = [f.diagnostic(sources).render() for f in run.findings]
     if summary:
-        out.append("")
+        if out:  # a blank line between the findings and the summary
+            out.append("")
         rows = summary_rows(run)
         out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
         out.append(step_line(run))
