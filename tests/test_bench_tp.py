@@ -97,7 +97,8 @@ def test_join_once_per_forward(result):
 
 
 def test_report_renders(result, tmp_path):
-    from l2sched.bench.tp_report import markdown, update_profile
+    from l2sched.bench.tp_profile import update_profile
+    from l2sched.bench.tp_report import markdown
     text = markdown(result, lint=False)
     assert "passed on every rank, M and arm" in text
     assert "| 2 | 1 |" in text          # M=2, rank 1 row

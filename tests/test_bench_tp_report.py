@@ -15,7 +15,8 @@ import pytest
 from l2sched.bench.options import SCHEDULE
 from l2sched.bench.tp_interference import (allreduce_slowdowns, fill_rows,
                                           write_allreduce_slowdown)
-from l2sched.bench.tp_report import collective_terms_text, markdown, update_profile_extras
+from l2sched.bench.tp_profile import collective_terms_text, update_profile_extras
+from l2sched.bench.tp_report import markdown
 from l2sched.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
                                         validation, validation_lines)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor

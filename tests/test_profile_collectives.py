@@ -11,7 +11,7 @@ import pytest
 
 from l2sched.bench.profile_collectives import (collective_args, collectives_markdown,
                                                run_collectives)
-from l2sched.bench.tp_report import collective_terms_text as apply_collectives
+from l2sched.bench.tp_profile import collective_terms_text as apply_collectives
 from l2sched.cli import main
 from l2sched.model.devices import DEVICES_DIR, parse_device
 

@@ -10,7 +10,7 @@ and beside a fill of each fill kernel (``measure_allreduce_fill``, the
 ``bench tp --ar-fill-mb`` default size). The result is kept in the profile's
 state (``results["collectives"]``), so a resumed run does not repeat it.
 
-``tp_report.collective_terms_text`` writes what ``bench tp-report
+``tp_profile.collective_terms_text`` writes what ``bench tp-report
 --update-profile`` writes from a ``bench tp`` result (``[allreduce.tpN]`` and
 each ``fill.MODE.allreduce_slowdown``) into the profile text ``l2sched
 profile`` is about to write. Units: us, bytes.
@@ -60,7 +60,7 @@ def collectives_markdown(result: dict) -> list[str]:
     """The report section of the collective part: every all-reduce message
     (graph and eager medians over ranks) and the all-reduce with a fill."""
     from l2sched.bench.tp_interference import fill_lines
-    from l2sched.bench.tp_report import allreduce_points
+    from l2sched.bench.tp_profile import allreduce_points
     out = [f"## Collectives ({result['world_size']} GPUs, NCCL, multicast off)", "",
            "| bytes | graph us | eager us |", "|---|---|---|"]
     graph = dict(allreduce_points(result, max_bytes=None, source="graph"))

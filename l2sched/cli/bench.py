@@ -170,13 +170,13 @@ def cmd_calibrate(args) -> int:
     """``bench calibrate``: fit the two decode-step terms from one result and
     write the calibrated profile (atomically); exit 1 for an unusable result,
     profile or output path."""
+    # the input result is never the output (nor is a named starting profile)
+    check_output_path(args.out, protect=[args.result] + (
+        [args.profile] if args.profile and args.profile.endswith(".toml") else []))
     from l2sched.bench import calibrate_model as cm
     from l2sched.files import write_text_atomically
 
     try:
-        # the input result is never the output (nor is a named starting profile)
-        check_output_path(args.out, protect=[args.result] + (
-            [args.profile] if args.profile and args.profile.endswith(".toml") else []))
         d = read_json_file(args.result)
         text, source = cm.profile_text(d, args.profile, where=args.result)
         cal = cm.calibrate(d, args.profile, progress=progress.stage, where=args.result)

@@ -58,7 +58,7 @@ def cmd_profile(args) -> int:
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
         from l2sched.bench.profile_collectives import collectives_markdown, state_source
-        from l2sched.bench.tp_report import collective_terms_text
+        from l2sched.bench.tp_profile import collective_terms_text
         try:
             text, lines = collective_terms_text(coll, text, state_source(args.state))
         except ValueError as e:  # e.g. no all-reduce curve can be fitted: keep the rest
