@@ -397,3 +397,16 @@ def test_profile_problems_come_in_file_order(tmp_path):
         load_device(str(p))
     lines = [d.span.line for d in e.value.diagnostics]
     assert len(lines) == 3 and lines == sorted(lines)
+
+
+def test_a_dotted_key_is_located_at_its_line(tmp_path):
+    from l2sched.model.devices import profile_path
+    text = profile_path("h200").read_text(encoding="utf-8")
+    p = tmp_path / "dot.toml"
+    p.write_text(_nth_key(text, "allreduce_slowdown", 1, "1.0").replace(
+        "allreduce_slowdown = 1.0", "allreduce_slowdown.x = 1.0", 1), encoding="utf-8")
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    line = next(i for i, ln in enumerate(p.read_text().splitlines(), 1)
+                if ln.startswith("allreduce_slowdown.x"))
+    assert str(e.value).startswith(f"{p}:{line}:1: fill.copy.allreduce_slowdown: expected a number")

@@ -358,9 +358,6 @@ def profile_path(name_or_path: str | os.PathLike) -> Path:
     return path
 
 
-_HEADER_RE = re.compile(r"\s*\[\s*([^\]\s]+)\s*\]")
-
-
 def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
     """Span of ``key`` inside ``[section]`` of the TOML text (of the
     ``[section]`` header itself when ``key`` is empty, of a ``[section.key]``
@@ -369,13 +366,13 @@ def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
     for i, line in enumerate(source_lines(text), 1):
         s = line.strip()
         if s.startswith("["):
-            m = _HEADER_RE.match(line)
-            current = m.group(1) if m else s.strip("[]").strip()
+            current = profile_table_header(line) or s.strip("[]").strip()
             if current == (f"{section}.{key}" if key else section):
                 col = line.index("[") + 1
                 return Span(path, i, col, i, col + len(s.split("#")[0].rstrip()))
             continue
-        if key and current == section and s.split("=")[0].strip() == key:
+        # a dotted key (``key.x = 1``) is located at its first part
+        if key and current == section and s.split("=")[0].split(".")[0].strip() == key:
             col = line.index(key) + 1
             return Span(path, i, col, i, col + len(key))
     return None
