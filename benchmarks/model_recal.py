@@ -51,13 +51,11 @@ def score(result: str, prof=None, terms_from=None) -> dict:
 def _score_tp(d: dict, prof, terms_from) -> dict:
     """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
     per-round maximum over ranks, the run's world-size all-reduce table)."""
-    from l2sched.bench.tp_validation import (collectives_as_run, lint_predictor, lint_profile,
-                                             validation)
+    from l2sched.bench.tp_validation import lint_profile, run_predictor, validation
     prof = prof or lint_profile(d)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    prof, _ = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
-    v = validation(d, lint_predictor(d, prof))
+    v = validation(d, run_predictor(d, prof))
     if "rows" not in v:  # no A/A arm: not a validation run
         raise ValueError(v["status"])
     return v

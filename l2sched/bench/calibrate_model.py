@@ -167,9 +167,7 @@ def _tp_rows(d: dict):
     """``prof -> rows`` of a ``bench tp --validation`` result: the lint at
     its TP with the run's all-reduce table (``tp_validation``)."""
     def rows(prof):
-        prof, _ = tp_validation.collectives_as_run(prof, d["tp"],
-                                                   d.get("world_size", d["tp"]))
-        out = tp_validation.gain_rows(d, tp_validation.lint_predictor(d, prof))[0]
+        out = tp_validation.gain_rows(d, tp_validation.run_predictor(d, prof))[0]
         if not out:
             raise L2sInputError(f"the result has no {AA_ARM!r} arm (run bench tp with "
                                 "--validation)")

@@ -39,9 +39,12 @@ from l2sched.model.overlap_fit import slowdown_for_extra
 _KEY = re.compile(r"^\s*allreduce_slowdown\s*=")
 
 
-def _med(xs):
+def median_present(xs):
+    """The median of the entries of ``xs`` that are not None; None when
+    there are none (a rank that could not measure a figure)."""
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
 
 
 def fill_rows(d: dict) -> dict:
@@ -61,8 +64,8 @@ def fill_rows(d: dict) -> dict:
                 q["with"].append(x["with_fill_us"]["median"])
                 for k in ("extra", "p10", "p90"):
                     q[k].append(x["extra_us"]["median" if k == "extra" else k])
-    return {b: {"tokens": p["tokens"], "alone": _med(p["alone"]),
-                "modes": {m: {k: _med(v) for k, v in q.items()}
+    return {b: {"tokens": p["tokens"], "alone": median_present(p["alone"]),
+                "modes": {m: {k: median_present(v) for k, v in q.items()}
                           for m, q in sorted(p["modes"].items())}}
             for b, p in sorted(per.items())}
 

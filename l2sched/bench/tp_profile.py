@@ -10,19 +10,15 @@ once or not at all. Units: us, bytes. torch-free.
 from __future__ import annotations
 
 import re
-import statistics
 import tempfile
 from pathlib import Path
 
 from l2sched.bench.options import FIT_MAX_BYTES
-from l2sched.bench.tp_interference import allreduce_slowdowns, write_allreduce_slowdown
+from l2sched.bench.tp_interference import allreduce_slowdowns
+from l2sched.bench.tp_interference import median_present as _med
+from l2sched.bench.tp_interference import write_allreduce_slowdown
 from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
 from l2sched.model.devices import load_device, profile_path
-
-
-def _med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def allreduce_points(d: dict, *, max_bytes: int | None = FIT_MAX_BYTES,

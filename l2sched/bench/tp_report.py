@@ -35,6 +35,7 @@ import sys
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
 from l2sched.bench.tp_interference import fill_lines
+from l2sched.bench.tp_interference import median_present as _med
 from l2sched.bench.tp_profile import collective_terms_text, fit
 from l2sched.bench.tp_validation import lint_profile, validation, validation_lines
 from l2sched.errors import L2sInputError
@@ -141,11 +142,6 @@ def merge(results: list[dict]) -> dict:
     for rank in base["ranks"]:
         rank["per_m"] = dict(sorted(rank["per_m"].items(), key=lambda kv: int(kv[0])))
     return base
-
-
-def _med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def step_stats(a: dict) -> dict | None:

@@ -154,6 +154,13 @@ def gain_rows(d: dict, predict) -> tuple[list[dict], dict]:
     return rows, floors
 
 
+def run_predictor(d: dict, prof):
+    """``lint_predictor`` of result ``d`` with ``prof``'s collective model
+    set to the run's all-reduces (``collectives_as_run``)."""
+    as_run, _ = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
+    return lint_predictor(d, as_run)
+
+
 def validation(d: dict, predict=None) -> dict:
     """The validation of result ``d`` (see the module docstring).
     ``predict``: ``(arm spec, M) -> (gain us, error codes)``, default the
