@@ -38,7 +38,7 @@ from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path
+from l2sched.model.devices import load_device, profile_path, profile_table_header
 from l2sched.model.inventory import analytical_inventory
 
 #: The scale values tried (0, 0.5, ..., 8; 0 = a fill slows nothing but the
@@ -179,15 +179,22 @@ def _set_line(text: str, table: str, old: str, line: str) -> str | None:
     """``text`` with the first line of ``[table]`` that regex ``old``
     matches replaced by ``line`` (``line`` added at the table's end when
     none does); None when the profile has no ``[table]``."""
-    # a header may have spaces inside its brackets and a comment after them
-    head = rf"^[ \t]*\[[ \t]*{re.escape(table)}[ \t]*\][ \t]*(?:#[^\n]*)?$"
-    m = re.search(head + r"(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
-    if m is None:
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+    heads = [(i, name) for i, ln in enumerate(lines)
+             if (name := profile_table_header(ln)) is not None]
+    h = next((i for i, name in heads if name == table), None)
+    if h is None:
         return None
-    body, n = re.subn(old, lambda _: line, m.group(1), count=1, flags=re.M)
+    # the table's body: from the end of its header line to the next header
+    start = offsets[h] + len(lines[h].rstrip("\r\n"))
+    end = next((offsets[i] for i, _ in heads if i > h), len(text))
+    body, n = re.subn(old, lambda _: line, text[start:end], count=1, flags=re.M)
     if not n:
-        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if m.end(1) < len(text) else "")
-    return text[:m.start(1)] + body + text[m.end(1):]
+        body = body.rstrip("\n") + f"\n{line}\n" + ("\n" if end < len(text) else "")
+    return text[:start] + body + text[end:]
 
 
 def _set_number(text: str, table: str, key: str, value: float, path: str) -> str:
