@@ -5,11 +5,15 @@ profile), scored by the validation rules (docs/lint.md#validation).
 
     python benchmarks/model_recal.py RESULT.json.gz [...] [--profile TOML]
         (from the repository root, with l2sched importable: pip install -e .)
-        [--terms-from NAME] [--json OUT]
+        [--terms-from NAME] [--controls CONTROLS_RESULT] [--json OUT]
 
 ``--terms-from NAME``: the recorded profile with the recalibration's two
 numbers (``fill_slowdown_scale``, ``set_aside_stream_slowdown``) taken from
 profile NAME (e.g. the shipped ``h200``), everything else as recorded.
+
+``--controls R``: add to each arm's predicted gain the residual of its
+dispatch control in result R (another run, made with ``--controls``;
+docs/bench.md#dispatch-controls), linted with the same profile.
 
 Only the uncalibrated lint (the out-of-sample prediction) is computed; this is
 the cheap part of `l2sched bench report`. `l2sched bench calibrate` fits the
@@ -24,7 +28,8 @@ import json
 import sys
 
 from l2sched.bench import read_json_file
-from l2sched.bench.calibrate_model import gain_rows, recorded_profile
+from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
+from l2sched.bench.controls import with_controls
 from l2sched.bench.validation import validate
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically
@@ -34,28 +39,31 @@ from l2sched.model.devices import load_device
 TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
 
 
-def score(result: str, prof=None, terms_from=None) -> dict:
+def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
     """Validation figures of ``result`` linted with ``prof`` (default: the
     recorded profile), with the ``TERMS`` of profile ``terms_from`` if
-    given."""
+    given, plus the dispatch controls of result ``controls`` if given."""
     d = read_json_file(result)
     if isinstance(d, dict) and d.get("kind") == "l2sched bench tp":
-        return _score_tp(d, prof, terms_from)
+        return _score_tp(d, prof, terms_from, controls)
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     rows = gain_rows(d, prof)
+    if controls:
+        rows = with_controls(rows, control_residuals(controls, prof), controls)
     return validate(rows)
 
 
-def _score_tp(d: dict, prof, terms_from) -> dict:
+def _score_tp(d: dict, prof, terms_from, controls: str) -> dict:
     """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
     per-round maximum over ranks, the run's world-size all-reduce table)."""
     from l2sched.bench.tp_validation import lint_profile, run_predictor, validation
     prof = prof or lint_profile(d)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    v = validation(d, run_predictor(d, prof))
+    ctl = (control_residuals(controls, prof), controls) if controls else None
+    v = validation(d, run_predictor(d, prof), ctl)
     if "rows" not in v:  # no A/A arm: not a validation run
         raise ValueError(v["status"])
     return v
@@ -66,6 +74,7 @@ def main() -> int:
     ap.add_argument("results", nargs="+")
     ap.add_argument("--profile", default="")
     ap.add_argument("--terms-from", default="")
+    ap.add_argument("--controls", default="")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     try:
@@ -79,7 +88,7 @@ def main() -> int:
     scores = {}
     for r in a.results:
         try:
-            scores[r] = score(r, prof, terms)
+            scores[r] = score(r, prof, terms, a.controls)
         except L2sError as e:
             print(f"model_recal: {e}", file=sys.stderr)
             return 1

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from l2sched.bench import shipped_path
+from l2sched.bench.controls import CONTROL_PREFIX, add_controls
 from l2sched.bench.validation import AA_ARM
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
@@ -54,9 +55,10 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
         name, items = split_variant(v)
         if not name:
             raise ValueError(f"--variant {v!r}: the arm needs a name (NAME:KEY=VALUE,...)")
-        if name in FIXED_ARMS or name.startswith("bench/"):
+        if name in FIXED_ARMS or name.startswith(("bench/", CONTROL_PREFIX)):
             raise ValueError(f"--variant {name}: the bench names an arm so itself "
-                             f"(taken: {', '.join(FIXED_ARMS)}, bench/...)")
+                             f"(taken: {', '.join(FIXED_ARMS)}, bench/..., "
+                             f"{CONTROL_PREFIX}...)")
         if name in seen:
             raise ValueError(f"--variant {name}: given twice")
         seen.add(name)
@@ -74,7 +76,7 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
 
 def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
               variants: list[str], validation: bool = False,
-              perturbations: bool = False) -> list[dict]:
+              perturbations: bool = False, controls: bool = False) -> list[dict]:
     """The arms: ``none``; ``compiled`` (the schedule as written);
     ``evict_normal`` (same windows, no cache policy: the Kimi-K3 kernel's
     behaviour); ``load`` (load-mode kernel, optional); one per ``--variant``
@@ -82,7 +84,9 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     (``validation_variants``) and the A/A arm ``none-aa`` (a second capture
     of the no-prefetch step, for the noise floor); with ``perturbations``
     the A/A arm and ``perturbation_variants``; one per
-    ``schedules/bench/*.l2s``."""
+    ``schedules/bench/*.l2s``; with ``controls`` then the dispatch control
+    ``ctl-NAME`` of every schedule arm (``controls.control_arms``; an arm
+    without one is left out with a warning on stderr)."""
     arms = [{"name": "none", "path": None}]
     if validation or perturbations:
         arms.append({"name": AA_ARM, "path": None})
@@ -110,7 +114,7 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
             if f.endswith(".l2s"):
                 arms.append({"name": "bench/" + f[:-4],
                              "path": os.path.join(bench_dir, f), "overrides": []})
-    return arms
+    return add_controls(arms, "l2sched bench") if controls else arms
 
 
 def validation_variants(schedule_path: str) -> list[str]:

@@ -31,8 +31,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from l2sched.bench import read_json_file, tp_validation
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench import tp_validation
+from l2sched.bench.controls import CONTROL_PREFIX, residuals
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -161,6 +162,36 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
             "gemm_slowdown_measured": any(fm.gemm_slowdown is not None
                                           for fm in base.fill_modes.values()),
             "before": validate(rows(base)), "after": figures[best]}
+
+
+def result_rows(d: dict, prof) -> list[dict]:
+    """The gain rows (``validation.validate``'s input) of result ``d``, a
+    ``bench run`` or ``bench tp`` result, linted with ``prof``: ``gain_rows``
+    or, for ``bench tp``, ``tp_validation.gain_rows`` with the run's
+    all-reduce table."""
+    if d.get("kind") == "l2sched bench tp":
+        return tp_validation.gain_rows(d, tp_validation.run_predictor(d, prof))[0]
+    return gain_rows(d, prof)
+
+
+def control_residuals(path: str, prof) -> dict[tuple[str, int], float]:
+    """``{(arm, M): measured - predicted gain of ctl-arm, us}`` of the
+    controls run at ``path`` (``bench run --controls`` or ``bench tp
+    --controls``, .gz allowed), linted with ``prof`` (``controls.residuals``).
+    Raises ``L2sInputError`` naming ``path`` when it cannot be read, has no
+    A/A arm or no control arm."""
+    d = read_json_file(path)
+    try:
+        res = residuals(result_rows(d, prof))
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        raise L2sInputError(f"{path}: not a usable bench result ({type(e).__name__}: "
+                            f"{e})") from None
+    except L2sInputError as e:
+        raise L2sInputError(f"{path}: {e}") from None
+    if not res:
+        raise L2sInputError(f"{path}: no dispatch-control arm ({CONTROL_PREFIX}NAME) "
+                            "with an A/A arm beside it (run it with --validation --controls)")
+    return res
 
 
 def _tp_rows(d: dict):

@@ -7,6 +7,7 @@ measurement, step-level prediction). Units: us unless a name says otherwise.
 
 from __future__ import annotations
 
+from l2sched.bench.controls import control_lines
 from l2sched.units import format_signed
 
 
@@ -101,7 +102,7 @@ def _validation_table(s: dict) -> list[str]:
     per_m = ", ".join(f"M={M}: " + ("-" if x is None else f"{x:.2f}")
                       for M, x in v["spearman_per_m"].items())
     out += ["", f"Spearman per M: {per_m}.", ""]
-    return out
+    return out + control_lines(v)
 
 
 def _step_table(s: dict, Ms, arms, src: str) -> list[str]:

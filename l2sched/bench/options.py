@@ -45,6 +45,10 @@ def run_arguments(p) -> None:
                    help="the validation arms of docs/lint.md#validation: an A/A "
                         "no-prefetch arm, each fill kernel, each window alone at two "
                         "budgets")
+    p.add_argument("--controls", action="store_true",
+                   help="add the dispatch control ctl-NAME of every schedule arm: the "
+                        "same fills at the same hook points, each cut to a 4 KiB head "
+                        "(docs/bench.md#dispatch-controls)")
     p.add_argument("--trace-dir", dest="trace_dir", default="", metavar="DIR",
                    help="after the replays of each M, one more untimed replay per arm "
                         "under torch.profiler (CUDA kernels): DIR/trace-M<M>-<arm>.json "
@@ -96,6 +100,10 @@ def tp_arguments(p) -> None:
                         "of --bench-dir")
     p.add_argument("--bench-dir", default=BENCH_DIR,
                    help="deliberately bad schedules measured with --validation")
+    p.add_argument("--controls", action="store_true",
+                   help="add the dispatch control ctl-NAME of every schedule arm: the "
+                        "same fills at the same hook points, each cut to a 4 KiB head "
+                        "(docs/bench.md#dispatch-controls)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the replay order (shared by every rank)")
     p.add_argument("--p2p", choices=("on", "off"), default="on",
@@ -120,6 +128,10 @@ def tp_report_arguments(p) -> None:
     p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
     p.add_argument("--caveat", action="append", default=[],
                    help="a caveat line for the report (repeatable)")
+    p.add_argument("--controls", default="", metavar="RESULT",
+                   help="a `bench tp --validation --controls` result of another run: add "
+                        "each arm's dispatch-control residual to its predicted gain "
+                        "(docs/bench.md#dispatch-controls)")
 
 
 def kernel_arguments(p) -> None:

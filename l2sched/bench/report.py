@@ -20,6 +20,8 @@ from typing import Any
 
 from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
+from l2sched.bench.calibrate_model import control_residuals
+from l2sched.bench.controls import with_controls
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -97,13 +99,17 @@ def _targets(s: dict) -> list[dict]:
     return out
 
 
-def validation(summary: dict, d: dict, prof) -> dict:
+def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> dict:
     """The out-of-sample validation (``validation`` module,
     docs/lint.md#validation) of the uncalibrated lint rows of ``summary``
     against the measured gains of result ``d``; the noise floor per M from
     the A/A arm. ``status`` says whether it is one: the profile ``prof``
     must be measured (``[provenance]``), else the figures are shown but
-    marked as not a validation. Without an A/A arm: only ``status``."""
+    marked as not a validation. Without an A/A arm: only ``status``.
+    ``controls``: ``(residuals, path)`` of a controls run
+    (``calibrate_model.control_residuals``), added to every prediction
+    (``controls.with_controls``; raises ``L2sError`` for an arm without
+    one)."""
     rows, floors = [], {}
     for M, m in d["per_m"].items():
         arms = m["arms"]
@@ -123,7 +129,10 @@ def validation(summary: dict, d: dict, prof) -> dict:
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench run --validation`)"}
+    if controls is not None:
+        rows = with_controls(rows, *controls)
     out = validate(rows)
+    out["controls"] = controls[1] if controls is not None else None
     out["floors"] = floors
     out["profile_measured"] = prof.is_measured
     out["profile_provenance"] = dict(prof.provenance)
@@ -132,11 +141,10 @@ def validation(summary: dict, d: dict, prof) -> dict:
                      if prof.is_measured else
                      "NOT a validation: the device profile is an estimate, not measured")
     return out
-    return out
 
 
 def report(result: str, json_out: str, md_out: str, command: str = "",
-           header: str = "", device_profile: str = "") -> dict:
+           header: str = "", device_profile: str = "", controls: str = "") -> dict:
     """Read ``result`` (``bench run`` JSON), lint, write ``json_out``/``md_out``;
     returns the summary dict. ``header``: markdown put verbatim at the top of
     ``md_out`` (machine, what is measured; kept in the JSON too).
@@ -145,8 +153,11 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     copy recorded in the result (``device_profile_toml``), else
     ``device_profile`` (name or path), else the shipped ``h200`` (said so in
     the report: a profile edited since the run would lint a different
-    all-reduce than was measured). Raises ``L2sInputError`` for a bad
-    profile."""
+    all-reduce than was measured). ``controls``: a controls run (``bench
+    run --controls``, another run than ``result``) whose dispatch controls
+    are added to the validation's predictions (``report.validation``).
+    Raises ``L2sInputError`` for a bad profile or controls run, ``L2sError``
+    for an arm without a control there."""
     d = _read_result(result)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
@@ -162,9 +173,10 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     for M, m in d["per_m"].items():
         summary["per_m"][M] = _per_m(lint, totals, result, M, m)
     _add_totals(summary, totals, prof)
-    summary["validation"] = validation(summary, d, prof)
+    summary["validation"] = validation(
+        summary, d, prof, (control_residuals(controls, prof), controls) if controls else None)
     summary["targets"] = _targets(summary)
-    protect = [result] + ([device_profile] if device_profile
+    protect = [result] + ([controls] if controls else []) + ([device_profile] if device_profile
                           and Path(device_profile).exists() else [])
     write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),
                             (md_out, markdown(summary))], protect=protect)

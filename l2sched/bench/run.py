@@ -115,7 +115,8 @@ def run(args) -> dict:
     cyc = runner.calibrate_sleep()
     arms = arm_specs(args.schedule, shipped_path(args.bench_dir), args.load_mode,
                      args.variant, getattr(args, "validation", False),
-                     getattr(args, "perturbations", False))
+                     getattr(args, "perturbations", False),
+                     getattr(args, "controls", False))
     for a in arms:
         if a["path"]:
             a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])

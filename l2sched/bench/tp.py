@@ -73,6 +73,7 @@ from pathlib import Path
 
 from l2sched.bench import shipped_path
 from l2sched.bench.arms import arm_specs, schedule_text
+from l2sched.bench.controls import add_controls
 from l2sched.bench.tp_rank import rank_bench
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
@@ -109,6 +110,7 @@ def options(args) -> dict:
         "timed_reps", "ar_iters", "ar_extra_tokens", "tp", "schedule",
         "overrides", "device_profile", "expert_pools", "no_spin_arms",
         "validation", "bench_dir", "seed", "p2p", "ar_fill_mb")}
+    o["controls"] = bool(getattr(args, "controls", False))
     # l2sched profile --collectives: the all-reduce measurements only, no decode steps
     o["collectives_only"] = bool(getattr(args, "collectives_only", False))
     import torch
@@ -155,11 +157,14 @@ def arms(o: dict) -> list[dict]:
     --validation`` (``arms.arm_specs``: ``none-aa``, ``evict_normal``, each
     fill kernel, each window alone at two budgets, the schedules of
     ``--bench-dir``), ``--set`` applied to every arm of ``--schedule``.
-    Each arm: ``{name, path, overrides}`` (``path`` None: no prefetch)."""
+    With ``--controls`` then the dispatch control of every schedule arm
+    (``controls.control_arms``, after ``--set``). Each arm: ``{name, path,
+    overrides}`` (``path`` None: no prefetch)."""
     if not o["validation"]:
-        return [{"name": "none", "path": None, "overrides": []},
-                {"name": "compiled", "path": o["schedule"],
-                 "overrides": list(o["overrides"])}]
+        out = [{"name": "none", "path": None, "overrides": []},
+               {"name": "compiled", "path": o["schedule"],
+                "overrides": list(o["overrides"])}]
+        return out + (_controls(out) if o.get("controls") else [])
     out = []
     for a in arm_specs(o["schedule"], shipped_path(o["bench_dir"]) if o["bench_dir"]
                        else "", False, [], True):
@@ -168,7 +173,15 @@ def arms(o: dict) -> list[dict]:
             ov = list(o["overrides"]) + ov
         out.append({"name": a["name"], "path": a["path"], "overrides": ov,
                     "schedule_text": schedule_text(a["path"])})
-    return out
+    return out + (_controls(out) if o.get("controls") else [])
+
+
+def _controls(arms_: list[dict]) -> list[dict]:
+    """The dispatch controls of ``arms_`` (``controls.add_controls``), as
+    ``{name, path, overrides, schedule_text}``."""
+    got = add_controls(arms_, "l2sched bench tp")[len(arms_):]
+    return [{k: a[k] for k in ("name", "path", "overrides", "schedule_text") if k in a}
+            for a in got]
 
 
 def run_tp(args) -> dict:

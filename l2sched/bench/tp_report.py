@@ -34,6 +34,7 @@ import sys
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
+from l2sched.bench.calibrate_model import control_residuals
 from l2sched.bench.tp_interference import fill_lines
 from l2sched.bench.tp_interference import median_present as _med
 from l2sched.bench.tp_profile import collective_terms_text, fit
@@ -57,7 +58,7 @@ def cmd(args) -> int:
         d = merge(results)
         text = markdown(d, command=args.command, lint=not args.no_lint,
                         fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
-                        caveats=tuple(args.caveat))
+                        caveats=tuple(args.caveat), controls=args.controls)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         # a result JSON with missing or mistyped fields, or runs that do not merge
         why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
@@ -191,12 +192,20 @@ def _lint_gains(d: dict) -> dict:
 
 def markdown(d: dict, *, command: str = "", lint: bool = True,
              fit_max_bytes: int | None = FIT_MAX_BYTES,
-             fit_source: str = "graph", caveats: tuple[str, ...] = ()) -> str:
+             fit_source: str = "graph", caveats: tuple[str, ...] = (),
+             controls: str = "") -> str:
     """The report of result ``d`` (see the module docstring); ``caveats``
-    are printed as a list right after the machine lines."""
+    are printed as a list right after the machine lines; ``controls``: a
+    ``bench tp --controls`` result of another run whose dispatch controls
+    are added to the validation's predictions (``L2sInputError`` when it is
+    unusable, ``L2sError`` for an arm without a control there)."""
     out = _front(d, command, caveats)
     if d.get("validation"):
-        out += (validation_lines(validation(d), d["tp"], d["world_size"]) if lint else
+        ctl = None
+        if controls and lint:
+            ctl = (control_residuals(controls, lint_profile(d)[0]), controls)
+        out += (validation_lines(validation(d, controls=ctl), d["tp"], d["world_size"])
+                if lint else
                 ["## Validation (out of sample)", "", "Not computed (--no-lint).", ""])
     out += _step_table(d)
     out += _prediction_table(d, lint)

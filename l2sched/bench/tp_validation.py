@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from l2sched.bench.arms import arm_schedule
+from l2sched.bench.controls import control_lines, with_controls
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint
@@ -161,19 +162,24 @@ def run_predictor(d: dict, prof):
     return lint_predictor(d, as_run)
 
 
-def validation(d: dict, predict=None) -> dict:
+def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
     """The validation of result ``d`` (see the module docstring).
     ``predict``: ``(arm spec, M) -> (gain us, error codes)``, default the
-    uncalibrated lint (``lint_predictor``). Without an A/A arm: only
-    ``status``."""
+    uncalibrated lint (``lint_predictor``). ``controls``: ``(residuals,
+    path)`` of a controls run, added to every prediction
+    (``controls.with_controls``; raises ``L2sError`` for an arm without
+    one). Without an A/A arm: only ``status``."""
     prof, source = lint_profile(d)
     prof, collectives = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
     rows, floors = gain_rows(d, predict or lint_predictor(d, prof))
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench tp --validation`)"}
+    if controls is not None:
+        rows = with_controls(rows, *controls)
     out = validate(rows)
     out.update(floors=floors, profile_measured=prof.is_measured,
+               controls=controls[1] if controls is not None else None,
                profile_provenance=dict(prof.provenance), profile_source=source,
                collectives=collectives,
                measured_rule=MEASURED_RULE)
@@ -226,7 +232,7 @@ def validation_lines(v: dict, tp: int, world_size: int) -> list[str]:
                    f"{'yes' if r['agree'] else 'NO'} | {','.join(r['lint_errors']) or '-'} |")
     per_m = ", ".join(f"M={M}: " + ("-" if x is None else f"{x:.2f}")
                       for M, x in v["spearman_per_m"].items())
-    out += ["", f"Spearman per M: {per_m}.", ""]
+    out += ["", f"Spearman per M: {per_m}.", ""] + control_lines(v)
     bad = [f"{r['arm']} M={r['M']} ({'; '.join(r['runtime_problems'])})"
            for r in v["rows"] if r.get("runtime_problems")]
     if bad:

@@ -31,6 +31,8 @@ import dataclasses
 import random
 import statistics
 
+from l2sched.bench.controls import validation_rows
+
 #: Pass marks, written down in docs/lint.md#validation before the first
 #: validation run (issue 14): verdict agreement share, median |gain error|
 #: (us), Spearman rank correlation.
@@ -118,7 +120,9 @@ def validate(rows: list[dict]) -> dict:
     (predicted - measured) to each row and returns ``{rows, n,
     verdict_agreement, median_abs_gain_err_us, spearman, spearman_per_m,
     thresholds, met}``; a figure that cannot be computed is None and not
-    met."""
+    met. Rows of dispatch-control arms (``controls.is_control``) are left
+    out: a control is a reference, not a schedule."""
+    rows = validation_rows(rows)
     for r in rows:
         r["pred_verdict"] = three_way(r["pred_gain_us"], r["floor_us"])
         r["meas_verdict"] = three_way(r["meas_gain_us"], r["floor_us"])

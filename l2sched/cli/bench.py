@@ -113,7 +113,7 @@ def cmd_report(args) -> int:
     try:
         header = read_text_file(args.header, "header file") if args.header else ""
         report(args.result, args.json_out, args.md_out, args.command, header,
-               args.device_profile)
+               args.device_profile, args.controls)
     except L2sError as e:
         print(f"l2sched bench report: {e}", file=sys.stderr)
         return 1
@@ -227,6 +227,10 @@ def add_cli(subparsers) -> None:
     q.add_argument("--device-profile", default="", metavar="NAME_OR_PATH",
                    help="profile to lint with when the result does not record the one "
                         "its idle intervals came from (default: h200 as shipped now)")
+    q.add_argument("--controls", default="", metavar="RESULT",
+                   help="a `bench run --controls` result of another run: add each arm's "
+                        "dispatch-control residual to its predicted gain "
+                        "(docs/bench.md#dispatch-controls)")
     k = add_command(sub, "kernel", cmd_kernel,
                     help="the fill kernels by effect: landed bandwidth, the consumer "
                          "GEMM, cost to concurrent work (GPU)")

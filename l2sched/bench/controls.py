@@ -1,0 +1,161 @@
+"""Dispatch controls: a schedule arm with every fill cut to a 4 KiB head.
+
+Why: in a captured decode step, where a schedule's fills sit changes how
+CUDA dispatches the graph's branches onto its hardware queues, and that
+costs or saves step time that no fill's bytes explain (docs/lint.md:
+window C alone loses as much at 0.5 MB as at 5 MB; with one hardware queue
+the loss is gone). The lint cannot see that mapping, so it is measured: the
+control ``ctl-NAME`` of arm ``NAME`` has the same fills, at the same hook
+points of the same layers, with the same kernel, policy and runtime
+choices, but each fetches only the compiler's smallest unit, a 4 KiB head
+of its first target (``compiler.plan.EMPTY_REASONS``: "no 4 KiB head").
+
+A controls run (``bench run --controls`` / ``bench tp --controls``)
+measures the controls; a report of ANOTHER run takes, per (arm, M), the
+control's residual (measured - predicted gain of ``ctl-NAME`` in the
+controls run, us) and adds it to the lint's predicted gain of ``NAME``
+(``with_controls``). The validation figures never include the control arms
+themselves (``is_control``). Units: us; bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from l2sched.bench import shipped_path
+from l2sched.compiler.compile import compile_plan
+from l2sched.errors import L2sError
+from l2sched.lang.resolve import load_schedule
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
+
+#: Name prefix of a control arm: ``ctl-compiled`` is the control of ``compiled``.
+CONTROL_PREFIX = "ctl-"
+#: What every fill of a control fetches: the compiler's smallest unit, a
+#: 4 KiB head of the window's first target (a budget below it fetches nothing).
+CONTROL_BUDGET = "4KiB"
+
+
+def is_control(name: str) -> bool:
+    """True for a control arm's name (``CONTROL_PREFIX``)."""
+    return name.startswith(CONTROL_PREFIX)
+
+
+def control_of(name: str) -> str:
+    """The arm a control stands for: ``ctl-compiled`` -> ``compiled``."""
+    return name[len(CONTROL_PREFIX):] if is_control(name) else name
+
+
+def _issue_keys(plan) -> list[tuple]:
+    # an issue without ranges has no table span: the runtime forks nothing for it
+    return [(i.window, i.hook, i.layer, i.kernel) for i in plan.issues if i.ranges]
+
+
+def control_arm(arm: dict, inventory) -> dict | str:
+    """The control of ``arm`` (an ``arms.arm_specs`` schedule arm:
+    ``{name, path, overrides, ...}``): the same arm with each window that
+    issues fills at ``CONTROL_BUDGET`` and every other window at 0 B, or a
+    string saying why there is none (its compiled plan would not have the
+    arm's fills at the same hook points and layers: e.g. a carry that the
+    arm's budgets left empty). ``inventory``: the plan's model inventory
+    (what the bench compiles with). Raises ``L2sError`` for a schedule that
+    does not load."""
+    path = shipped_path(arm["path"])
+    sched = load_schedule(path, arm["overrides"])
+    plan = compile_plan(sched, inventory, 0)
+    firing = {k[0] for k in _issue_keys(plan)}
+    ov = list(arm["overrides"]) + [
+        f"window.{w.name}.budget={CONTROL_BUDGET if w.name in firing else '0MB'}"
+        for w in sched.windows]
+    ctl = compile_plan(load_schedule(path, ov), inventory, 0)
+    if _issue_keys(ctl) != _issue_keys(plan):
+        return (f"{arm['name']}: with {CONTROL_BUDGET} budgets the plan has "
+                f"{len(_issue_keys(ctl))} fills where the arm has {len(_issue_keys(plan))}")
+    out = {k: v for k, v in arm.items() if k not in ("name", "overrides")}
+    out.update(name=CONTROL_PREFIX + arm["name"], overrides=ov, control_of=arm["name"])
+    return out
+
+
+def control_arms(arms: list[dict]) -> tuple[list[dict], list[str]]:
+    """``(controls, notes)``: a control (``control_arm``) for every arm of
+    ``arms`` that has a schedule and no runtime kernel option (the arms the
+    validation scores), in order; ``notes`` says which arms have none and
+    why. The inventory is the bench's: GLM-5.3-Flash at TP 4, rank 0."""
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    controls, notes = [], []
+    for a in arms:
+        if not a.get("path") or a.get("runtime") or is_control(a["name"]):
+            continue
+        got = control_arm(a, inv)
+        if isinstance(got, str):
+            notes.append(got)
+        else:
+            controls.append(got)
+    return controls, notes
+
+
+def add_controls(arms: list[dict], who: str) -> list[dict]:
+    """``arms`` followed by their controls (``control_arms``); each arm
+    without one is named in a line on stderr, prefixed ``who``."""
+    got, notes = control_arms(arms)
+    for note in notes:
+        print(f"{who}: no dispatch control for {note}", file=sys.stderr)
+    return arms + got
+
+
+def residuals(rows: list[dict]) -> dict[tuple[str, int], float]:
+    """``{(arm, M): measured - predicted gain of its control, us}`` from the
+    gain rows (``validation.validate``'s input) of a controls run: one entry
+    per control row, keyed by the arm it stands for."""
+    return {(control_of(r["arm"]), int(r["M"])): r["meas_gain_us"] - r["pred_gain_us"]
+            for r in rows if is_control(r["arm"])}
+
+
+def with_controls(rows: list[dict], res: dict[tuple[str, int], float],
+                  source: str) -> list[dict]:
+    """The validation rows of ``rows`` (control arms left out) with each
+    predicted gain plus its arm's control residual from ``res``
+    (``residuals`` of the controls run ``source``); the row keeps the
+    uncorrected prediction as ``lint_gain_us`` and the residual as
+    ``control_us``. Raises ``L2sError`` naming ``source`` and every (arm, M)
+    without a control there: a partial correction would mix two models in
+    one figure."""
+    out, missing = [], []
+    for r in rows:
+        if is_control(r["arm"]):
+            continue
+        key = (r["arm"], int(r["M"]))
+        if key not in res:
+            missing.append(f"{r['arm']} at M={r['M']}")
+            continue
+        out.append({**r, "lint_gain_us": r["pred_gain_us"], "control_us": res[key],
+                    "pred_gain_us": r["pred_gain_us"] + res[key]})
+    if missing:
+        raise L2sError(f"{source}: no control for {', '.join(missing[:6])}"
+                       f"{' ...' if len(missing) > 6 else ''} (run the same arms with "
+                       f"--controls)")
+    return out
+
+
+def validation_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` without the control arms: the pairs the validation scores."""
+    return [r for r in rows if not is_control(r["arm"])]
+
+
+def control_lines(v: dict) -> list[str]:
+    """Markdown lines on the dispatch controls a validation ``v`` used
+    (``v["controls"]``: the controls run's path): what was added, and per
+    (arm, M) the lint's gain, the control's residual and their sum (us).
+    None when ``v`` used none."""
+    if not v.get("controls"):
+        return []
+    out = [f"Predicted gain = the lint's gain + the residual (measured - predicted gain) "
+           f"of the arm's dispatch control ({CONTROL_PREFIX}NAME, every fill cut to a "
+           f"{CONTROL_BUDGET} head) in {v['controls']}, a separate run "
+           "(docs/bench.md#dispatch-controls).", "",
+           "| arm | M | lint gain us | control residual us | predicted gain us |",
+           "|---|---|---|---|---|"]
+    for r in v["rows"]:
+        out.append(f"| {r['arm']} | {r['M']} | {r['lint_gain_us']:+.1f} | "
+                   f"{r['control_us']:+.1f} | {r['pred_gain_us']:+.1f} |")
+    return out + [""]
