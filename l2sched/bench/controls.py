@@ -137,6 +137,12 @@ def with_controls(rows: list[dict], res: dict[tuple[str, int], float],
     return out
 
 
+def status_note(path: str) -> str:
+    """What a validation's status line adds when it used the controls run
+    ``path``."""
+    return f"; predictions include the dispatch-control residuals of {path}, another run"
+
+
 def validation_rows(rows: list[dict]) -> list[dict]:
     """``rows`` without the control arms: the pairs the validation scores."""
     return [r for r in rows if not is_control(r["arm"])]
@@ -151,7 +157,8 @@ def control_lines(v: dict) -> list[str]:
         return []
     out = [f"Predicted gain = the lint's gain + the residual (measured - predicted gain) "
            f"of the arm's dispatch control ({CONTROL_PREFIX}NAME, every fill cut to a "
-           f"{CONTROL_BUDGET} head) in {v['controls']}, a separate run "
+           f"{CONTROL_BUDGET.replace('KiB', ' KiB')} head) in {v['controls']}, a "
+           "separate run "
            "(docs/bench.md#dispatch-controls).", "",
            "| arm | M | lint gain us | control residual us | predicted gain us |",
            "|---|---|---|---|---|"]

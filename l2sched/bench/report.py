@@ -21,7 +21,7 @@ from typing import Any
 from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
-from l2sched.bench.controls import with_controls
+from l2sched.bench.controls import status_note, with_controls
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -140,6 +140,8 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
                      f"({prof.provenance.get('date', '?')}), a separate run"
                      if prof.is_measured else
                      "NOT a validation: the device profile is an estimate, not measured")
+    if controls is not None:
+        out["status"] += status_note(controls[1])
     return out
 
 

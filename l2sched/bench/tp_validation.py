@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import control_lines, with_controls
+from l2sched.bench.controls import control_lines, status_note, with_controls
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint
@@ -187,6 +187,8 @@ def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
                      f"({prof.provenance.get('date', '?')}), a separate run"
                      if prof.is_measured else
                      "NOT a validation: the device profile is an estimate, not measured")
+    if controls is not None:
+        out["status"] += status_note(controls[1])
     if d.get("dry"):
         out["status"] = "NOT a validation: a --dry (CPU) result; " + out["status"]
         out["profile_measured"] = False

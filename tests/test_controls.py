@@ -1,0 +1,198 @@
+"""Dispatch controls (``bench.controls``, docs/bench.md#dispatch-controls):
+every validation arm gets a control with the same fills at the same hook
+points, each cut to a 4 KiB head; a report adds each control's residual
+from ANOTHER run to the lint's prediction, on the committed one-GPU runs D1
+and D2 (cut to two M and a few arms to stay quick)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, check_variants
+from l2sched.bench.calibrate_model import control_residuals, gain_rows
+from l2sched.bench.controls import (
+    CONTROL_PREFIX,
+    control_arms,
+    residuals,
+    with_controls,
+)
+from l2sched.bench.validation import AA_ARM, validate
+from l2sched.compiler.compile import compile_plan
+from l2sched.errors import L2sError, L2sInputError
+from l2sched.lang.resolve import load_schedule
+from l2sched.model.config import load_model_config
+from l2sched.model.devices import load_device
+from l2sched.model.inventory import analytical_inventory
+
+SCHED = "schedules/glm53-flash-h200-tp4.l2s"
+RESULTS = "benchmarks/results/h200-2026-12-01-controls-"
+KEEP_ARMS = ("none", AA_ARM, "compiled", "only-C-5MB", "kernel-bulk")
+KEEP_M = ("4", "16")
+
+
+def _plan(arm, inv):
+    return compile_plan(load_schedule(shipped_path(arm["path"]), arm["overrides"]), inv, 0)
+
+
+def _fills(plan):
+    return [(i.window, i.hook, i.layer, i.kernel) for i in plan.issues if i.ranges]
+
+
+def test_every_validation_arm_has_a_control_with_the_same_fills():
+    arms = arm_specs(SCHED, "schedules/bench", False, [], validation=True, controls=True)
+    by_name = {a["name"]: a for a in arms}
+    scheduled = [a for a in arms if a["path"] and not a["name"].startswith(CONTROL_PREFIX)]
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    assert scheduled and all(CONTROL_PREFIX + a["name"] in by_name for a in scheduled)
+    for a in scheduled:
+        ctl = by_name[CONTROL_PREFIX + a["name"]]
+        assert ctl["control_of"] == a["name"]
+        plan, cplan = _plan(a, inv), _plan(ctl, inv)
+        assert _fills(cplan) == _fills(plan), a["name"]
+        # each fill fetches a 4 KiB head at most; the arm's own fetch far more
+        assert all(i.nbytes <= 4096 for i in cplan.issues), a["name"]
+        assert sum(i.nbytes for i in plan.issues) > 100 * sum(i.nbytes for i in cplan.issues)
+
+
+def test_a_window_the_arm_leaves_empty_stays_empty_in_its_control():
+    # budget-over-l2: window B takes everything, so C (carry) issues nothing;
+    # at 4 KiB B would leave bytes that C would then fetch: C goes to 0 B
+    arm = {"name": "bench/budget-over-l2", "path": "schedules/bench/budget-over-l2.l2s",
+           "overrides": []}
+    (ctl,), notes = control_arms([arm])
+    assert notes == [] and "window.C.budget=0MB" in ctl["overrides"]
+    assert "window.B.budget=4KiB" in ctl["overrides"]
+
+
+def test_no_control_for_arms_without_a_schedule_or_with_a_runtime_kernel():
+    arms = [{"name": "none", "path": None, "overrides": []},
+            {"name": "load", "path": SCHED, "overrides": [], "runtime": {"mode": "load"}}]
+    assert control_arms(arms) == ([], [])
+
+
+def test_a_variant_may_not_take_a_control_name():
+    with pytest.raises(ValueError, match="ctl-"):
+        check_variants(["ctl-mine:kernel=copy"], SCHED)
+
+
+def test_with_controls_adds_the_residual_and_leaves_controls_out():
+    rows = [{"arm": "a", "M": 4, "pred_gain_us": 10.0, "meas_gain_us": -50.0, "floor_us": 5.0},
+            {"arm": "ctl-a", "M": 4, "pred_gain_us": 0.0, "meas_gain_us": -60.0,
+             "floor_us": 5.0}]
+    res = residuals(rows)
+    assert res == {("a", 4): -60.0}
+    got = with_controls(rows, res, "cal.json")
+    assert [(r["arm"], r["pred_gain_us"], r["lint_gain_us"], r["control_us"]) for r in got] \
+        == [("a", -50.0, 10.0, -60.0)]
+    with pytest.raises(L2sError, match=r"cal\.json: no control for a at M=4"):
+        with_controls(rows, {}, "cal.json")
+    # the validation never scores a control arm
+    assert validate([dict(r) for r in rows])["n"] == 1
+
+
+def _cut(tmp_path, which: str) -> str:
+    """The committed run ``which`` with only ``KEEP_M`` and ``KEEP_ARMS`` and
+    their controls (real measurements, fewer lints)."""
+    with gzip.open(RESULTS + which + ".json.gz", "rt") as f:
+        d = json.load(f)
+    keep = set(KEEP_ARMS) | {CONTROL_PREFIX + a for a in KEEP_ARMS}
+    d["arms"] = [a for a in d["arms"] if a["name"] in keep]
+    d["per_m"] = {M: {**m, "arms": {k: v for k, v in m["arms"].items() if k in keep}}
+                  for M, m in d["per_m"].items() if M in KEEP_M}
+    d["tokens"] = [int(M) for M in KEEP_M]
+    for m in d["per_m"].values():
+        for a in m["arms"].values():  # committed results drop the per-op records
+            a.setdefault("ops", {})
+            a.setdefault("fills", {})
+    out = tmp_path / f"{which}.json"
+    out.write_text(json.dumps(d))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def cut_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("controls")
+    return _cut(tmp, "D1"), _cut(tmp, "D2")
+
+
+def test_a_control_carries_the_lone_window_loss(cut_runs):
+    d1, d2 = cut_runs
+    prof = load_device("h200")
+    res = control_residuals(d1, prof)
+    assert set(res) == {(a, int(M)) for a in KEEP_ARMS[2:] for M in KEEP_M}
+    rows = {(r["arm"], r["M"]): r for r in gain_rows(json.load(open(d2)), prof)}
+    # window C alone at 5 MB loses ~170 us at M=16 in both runs; the lint
+    # alone predicts a gain, the control of the other run the loss
+    lone = rows[("only-C-5MB", 16)]
+    assert lone["meas_gain_us"] < -100 and lone["pred_gain_us"] > 0
+    fixed = {(r["arm"], r["M"]): r for r in with_controls(list(rows.values()), res, d1)}
+    assert abs(fixed[("only-C-5MB", 16)]["pred_gain_us"] - lone["meas_gain_us"]) < 30
+    before = validate(list(rows.values()))["median_abs_gain_err_us"]
+    after = validate(list(fixed.values()))["median_abs_gain_err_us"]
+    assert after < before
+
+
+def test_controls_of_a_run_without_them_is_an_error_naming_it(tmp_path, cut_runs):
+    d = json.load(open(cut_runs[0]))
+    d["arms"] = [a for a in d["arms"] if not a["name"].startswith(CONTROL_PREFIX)]
+    for m in d["per_m"].values():
+        m["arms"] = {k: v for k, v in m["arms"].items() if not k.startswith(CONTROL_PREFIX)}
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(d))
+    with pytest.raises(L2sInputError, match=r"bare\.json: no dispatch-control arm"):
+        control_residuals(str(bare), load_device("h200"))
+    with pytest.raises(L2sInputError, match="missing.json"):
+        control_residuals(str(tmp_path / "missing.json"), load_device("h200"))
+
+
+def test_bench_report_with_controls(tmp_path, cut_runs):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    d1, d2 = cut_runs
+    md = tmp_path / "r.md"
+    assert main(["bench", "report", d2, "--controls", d1, "--json-out",
+                 str(tmp_path / "r.json"), "--md-out", str(md)]) == 0
+    s = json.loads((tmp_path / "r.json").read_text())
+    v = s["validation"]
+    assert v["controls"] == d1 and v["n"] == 3 * len(KEEP_M)
+    res = control_residuals(d1, load_device("h200"))
+    for r in v["rows"]:
+        assert r["pred_gain_us"] == pytest.approx(r["lint_gain_us"] + res[(r["arm"], r["M"])])
+    text = md.read_text()
+    assert "| arm | M | lint gain us | control residual us | predicted gain us |" in text
+    assert "residual (measured - predicted gain) of the arm's dispatch control" in text
+
+
+def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_runs, capsys):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    d1, d2 = cut_runs
+    d = json.load(open(d1))
+    for m in d["per_m"].values():
+        del m["arms"][CONTROL_PREFIX + "kernel-bulk"]
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(d))
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    assert main(["bench", "report", d2, "--controls", str(part), "--json-out",
+                 str(out_json), "--md-out", str(out_md)]) == 1
+    err = capsys.readouterr().err
+    assert "part.json: no control for kernel-bulk at M=4" in err and len(err.splitlines()) == 1
+    assert not out_json.exists() and not out_md.exists()
+
+
+def test_bench_tp_controls_follow_its_set_overrides():
+    from l2sched.bench.tp import arms
+    o = {"validation": False, "schedule": SCHED, "controls": True,
+         "overrides": ["window.A.budget=0MB", "window.A_MLA.budget=0MB"]}
+    got = {a["name"]: a for a in arms(o)}
+    assert list(got) == ["none", "compiled", "ctl-compiled"]
+    ov = got["ctl-compiled"]["overrides"]
+    # A and A_MLA issue nothing after --set: they stay at 0 B in the control
+    assert ov[:2] == o["overrides"]
+    assert "window.A.budget=0MB" in ov[2:] and "window.B.budget=4KiB" in ov[2:]
+    o["controls"] = False
+    assert [a["name"] for a in arms(o)] == ["none", "compiled"]
