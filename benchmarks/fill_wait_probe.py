@@ -5,7 +5,9 @@ fill has 90-300 us before its consumer (the lint's expert slack), and the
 bulk-kernel arm gains there although the probe credits it 0-0.53.
 
     python benchmarks/fill_wait_probe.py [--waits 0,40,200,400]
-        [--sizes 16,32,48] [--reps 40] --out OUT.json --md-out OUT.md
+        [--sizes 16,32,48] [--reps 40] [--fill-stream same|side] [--touch-pages]
+        [--flush normal|evict_first|evict_last]
+        --out OUT.json --md-out OUT.md
 
 The probe's own ``probe_fill`` (``l2sched.bench.profile``) with other waits,
 the fill shapes of the shipped ``h200`` profile; prints a table. GPU only.
@@ -15,9 +17,51 @@ Units: MB = 10^6 B, us.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from types import SimpleNamespace
+
+
+def _hinted_flush(torch, buf, hint: str):
+    """A flush reading all of ``buf`` with Triton loads carrying the cache
+    hint ``hint`` (``evict_first`` / ``evict_last``)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def read(x_ptr, out_ptr, n, BLOCK: tl.constexpr, HINT: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0, eviction_policy=HINT)
+        tl.store(out_ptr + tl.program_id(0), tl.sum(v, axis=0))
+    block = 4096
+    n = buf.numel()
+    out = torch.empty(triton.cdiv(n, block), dtype=buf.dtype, device="cuda")
+
+    def flush():
+        read[(triton.cdiv(n, block),)](buf, out, n, BLOCK=block, HINT=hint)
+    return flush
+
+
+def _touching_pages(torch, after_fill):
+    """``after_fill`` whose flush also reads one element per 64 KiB of the
+    weight (every case: cold, hot and after a fill see the same
+    translations cached)."""
+    def run(b, kern, consume, weight, waits, **kw):
+        flat = weight.reshape(-1)
+        idx = torch.arange(0, flat.numel(), 65536 // flat.element_size(), device="cuda")
+        sink = torch.empty(idx.numel(), dtype=flat.dtype, device="cuda")
+        flush = b.flush
+
+        def flush_and_touch():
+            flush()
+            torch.index_select(flat, 0, idx, out=sink)
+        b.flush = flush_and_touch
+        try:
+            return after_fill(b, kern, consume, weight, waits, **kw)
+        finally:
+            b.flush = flush
+    return run
 
 
 def main() -> int:
@@ -25,6 +69,18 @@ def main() -> int:
     ap.add_argument("--waits", default="0,40,200,400")
     ap.add_argument("--sizes", default="16,32,48")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--touch-pages", action="store_true",
+                    help="after every flush, read one element per 64 KiB of the weight "
+                         "(32 KB of lines per 16 MB) so its address translations are "
+                         "cached: is a dropped prefetch a TLB miss?")
+    ap.add_argument("--flush", choices=("normal", "evict_first", "evict_last"),
+                    default="normal",
+                    help="cache hint of the 1 GiB flush's loads (a Triton read): what the "
+                         "L2 holds when the fill starts; normal = the profile's torch.sum")
+    ap.add_argument("--fill-stream", choices=("same", "side"), default="same",
+                    help="side: fork the fill onto a side stream while the wait spins "
+                         "on the main stream, join before the consumer (a decode step's "
+                         "arrangement); same: all in order on one stream (the profile's)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--md-out", required=True)
     a = ap.parse_args()
@@ -36,12 +92,19 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("fill_wait_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if a.fill_stream == "side":
+        P.after_fill = functools.partial(P.after_fill, fill_stream=torch.cuda.Stream())
+    if a.touch_pages:
+        P.after_fill = _touching_pages(torch, P.after_fill)
+    bench = TimingBench(torch, a.reps)
+    if a.flush != "normal":
+        bench.flush = _hinted_flush(torch, bench.flush_buf, a.flush)
     P.FILL_WAITS = tuple(int(x) for x in a.waits.split(","))
     P.FILL_SIZES = tuple(int(x) for x in a.sizes.split(","))
     prof = load_device("h200")
     shapes = {m: {"mode": m, "grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
                   "stages": fm.stages} for m, fm in sorted(prof.fill_modes.items())}
-    ctx = SimpleNamespace(torch=torch, bench=TimingBench(torch, a.reps), fill_shapes=shapes,
+    ctx = SimpleNamespace(torch=torch, bench=bench, fill_shapes=shapes,
                           quick=False, progress=SimpleNamespace(step=lambda *_: None))
     res = P.probe_fill(ctx)
     lines = ["| kernel | MB | launch-to-exit us | " + " | ".join(
@@ -54,11 +117,20 @@ def main() -> int:
                          + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
     md = ("# Landed fraction after longer waits (benchmarks/fill_wait_probe.py)\n\n"
           f"GPU: {torch.cuda.get_device_name(0)}; {a.reps} rounds; the consumer is an "
-          "M=8 GEMM over the filled weight (l2sched profile's fill probe).\n\n"
+          "M=8 GEMM over the filled weight (l2sched profile's fill probe); the fill "
+          + ("on a side stream beside the wait, joined before the consumer"
+             if a.fill_stream == "side" else "in order on the consumer's stream")
+          + ("; every flush followed by a read of one element per 64 KiB of the weight"
+             if a.touch_pages else "")
+          + (f"; the flush's loads hinted {a.flush}" if a.flush != "normal" else "")
+          + ".\n\n"
           + "\n".join(lines) + "\n")
     print(md)
     with open(a.out, "w", encoding="utf-8") as f:
-        json.dump({"waits": P.FILL_WAITS, "sizes": P.FILL_SIZES, "fill": res}, f)
+        json.dump({"waits": P.FILL_WAITS, "sizes": P.FILL_SIZES,
+                   "fill_stream": a.fill_stream, "touch_pages": a.touch_pages,
+                   "flush": a.flush,
+                   "fill": res}, f)
     with open(a.md_out, "w", encoding="utf-8") as f:
         f.write(md)
     return 0

@@ -234,7 +234,8 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
 
 
 def after_fill(b: "TimingBench", kern, consume, weight, waits,
-               rounds: int | None = None, warm=None, empty_fill=None) -> dict:
+               rounds: int | None = None, warm=None, empty_fill=None,
+               fill_stream=None) -> dict:
     """The consumer ``consume()`` of ``weight`` cold (after a flush), hot
     (right after itself) and after a flush + a fill of the weight by
     ``kern`` + a wait of each ``waits`` us, interleaved over ``rounds``
@@ -256,7 +257,10 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
     differ only in where the weight's bytes are (a fill kernel between two
     GEMMs costs the second one time of its own: ``empty_fill_cost_us``).
     ``empty_fill()`` replaces that 0-byte launch where ``kern`` is not a
-    fill kernel (benchmarks' stand-ins).
+    fill kernel (benchmarks' stand-ins). ``fill_stream`` (a torch CUDA
+    stream): the fill is forked onto it, the wait spins on the current
+    stream beside it, and the current stream joins it before the consumer
+    (a decode step's arrangement); default: all in order on one stream.
     """
     tab = row_table(b.torch, weight)
     empty = b.torch.tensor([[weight.data_ptr(), 0]], dtype=b.torch.int64, device="cuda")
@@ -271,7 +275,7 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
     def fill(table, wait):
         if table is empty and empty_fill is not None:
             return lambda: (empty_fill(), b.sleep(wait))
-        return lambda: (kern.launch(table.data_ptr(), 0, 1, h), b.sleep(wait))
+        return _fill_then_wait(b, kern, table, wait, h, fill_stream)
     cases = {"cold": (b.flush, consume), "hot": (consume, consume)}
     cases.update({f"wait{w}": (seq(b.flush, fill(tab, w)), consume) for w in waits})
     if warm is not None:
@@ -304,6 +308,22 @@ def after_fill(b: "TimingBench", kern, consume, weight, waits,
                     "hot": stats(t[f"hot{w}_warmed"])["mean"] - stats(t["hot"])["mean"]}
                 for w in waits}}
     return out
+
+
+def _fill_then_wait(b: "TimingBench", kern, table, wait: float, stream_handle, fill_stream):
+    """``after_fill``'s fill + wait of ``wait`` us: in order on the stream
+    ``stream_handle``, or forked onto ``fill_stream`` beside the wait and
+    joined after it."""
+    if fill_stream is None:
+        return lambda: (kern.launch(table.data_ptr(), 0, 1, stream_handle), b.sleep(wait))
+
+    def forked():
+        main = b.torch.cuda.current_stream()
+        fill_stream.wait_stream(main)
+        kern.launch(table.data_ptr(), 0, 1, fill_stream.cuda_stream)
+        b.sleep(wait)
+        main.wait_stream(fill_stream)
+    return forked
 
 
 _READ_KERNEL = []  # the Triton kernel, defined once (a new definition recompiles)
