@@ -45,24 +45,25 @@ def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
     given, plus the dispatch controls of result ``controls`` if given."""
     d = read_json_file(result)
     if isinstance(d, dict) and d.get("kind") == "l2sched bench tp":
-        return _score_tp(d, prof, terms_from, controls)
+        return _score_tp(d, prof, terms_from, controls, result)
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
+    res = control_residuals(controls, prof, d, result) if controls else None
     rows = gain_rows(d, prof)
-    if controls:
-        rows = with_controls(rows, control_residuals(controls, prof), controls)
+    if res is not None:
+        rows = with_controls(rows, res, controls)
     return validate(rows)
 
 
-def _score_tp(d: dict, prof, terms_from, controls: str) -> dict:
+def _score_tp(d: dict, prof, terms_from, controls: str, result: str) -> dict:
     """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
     per-round maximum over ranks, the run's world-size all-reduce table)."""
     from l2sched.bench.tp_validation import lint_profile, run_predictor, validation
     prof = prof or lint_profile(d)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    ctl = (control_residuals(controls, prof), controls) if controls else None
+    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
     v = validation(d, run_predictor(d, prof), ctl)
     if "rows" not in v:  # no A/A arm: not a validation run
         raise ValueError(v["status"])
@@ -74,12 +75,16 @@ def main() -> int:
     ap.add_argument("results", nargs="+")
     ap.add_argument("--profile", default="")
     ap.add_argument("--terms-from", default="")
-    ap.add_argument("--controls", default="")
+    ap.add_argument("--controls", default="", metavar="RESULT",
+                    help="a run made with --controls (another run than each scored one, "
+                         "of the same kind): add each arm's dispatch-control residual to its "
+                         "predicted gain (docs/bench.md#dispatch-controls)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     try:
         if a.json:
-            check_output_path(a.json)
+            check_output_path(a.json, protect=list(a.results)
+                              + ([a.controls] if a.controls else []))
         prof = load_device(a.profile) if a.profile else None
         terms = load_device(a.terms_from) if a.terms_from else None
     except L2sError as e:
@@ -106,7 +111,8 @@ def main() -> int:
             print(f"  {row['arm']:32s} M={row['M']:3d} pred {row['pred_gain_us']:+8.1f} "
                   f"meas {row['meas_gain_us']:+8.1f} {'ok' if row['agree'] else 'NO'}")
     if a.json:
-        write_text_atomically(a.json, json.dumps(out, indent=1))
+        write_text_atomically(a.json, json.dumps(out, indent=1),
+                              protect=list(a.results) + ([a.controls] if a.controls else []))
     return 0
 
 

@@ -475,7 +475,7 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     assert md.startswith("# Synthetic header\n")
     assert "## Targets" in md
     assert f"(calibrated), schedule arms: {sched_agree}/2" in md
-    assert f"all arms including kernel-mode arms: {sched_agree + ld['agree']}/3" in md
+    assert f"all arms including kernel-mode and dispatch-control arms: {sched_agree + ld['agree']}/3" in md
     assert "| load (kernel mode) | 1 |" in md
     assert f"| none | {o:.2f} / {G_US:.2f} / {C_PRE + C_POST:.2f} (" in md
 

@@ -68,10 +68,11 @@ def test_a_window_the_arm_leaves_empty_stays_empty_in_its_control():
     assert "window.B.budget=4KiB" in ctl["overrides"]
 
 
-def test_no_control_for_arms_without_a_schedule_or_with_a_runtime_kernel():
+def test_no_control_for_arms_without_a_schedule_and_a_note_for_a_runtime_kernel():
     arms = [{"name": "none", "path": None, "overrides": []},
             {"name": "load", "path": SCHED, "overrides": [], "runtime": {"mode": "load"}}]
-    assert control_arms(arms) == ([], [])
+    got, notes = control_arms(arms)
+    assert got == [] and [n.split(":")[0] for n in notes] == ["load"]
 
 
 def test_a_variant_may_not_take_a_control_name():
@@ -162,6 +163,8 @@ def test_bench_report_with_controls(tmp_path, cut_runs):
     res = control_residuals(d1, load_device("h200"))
     for r in v["rows"]:
         assert r["pred_gain_us"] == pytest.approx(r["lint_gain_us"] + res[(r["arm"], r["M"])])
+    # the report's schedule-arm totals leave the controls out as well
+    assert s["verdict_agreement"]["schedule_arms"]["total"] == 3 * len(KEEP_M)
     text = md.read_text()
     assert "| arm | M | lint gain us | control residual us | predicted gain us |" in text
     assert "residual (measured - predicted gain) of the arm's dispatch control" in text
@@ -186,13 +189,83 @@ def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_run
 
 def test_bench_tp_controls_follow_its_set_overrides():
     from l2sched.bench.tp import arms
-    o = {"validation": False, "schedule": SCHED, "controls": True,
+    o = {"validation": True, "schedule": SCHED, "controls": True, "bench_dir": "",
          "overrides": ["window.A.budget=0MB", "window.A_MLA.budget=0MB"]}
     got = {a["name"]: a for a in arms(o)}
-    assert list(got) == ["none", "compiled", "ctl-compiled"]
     ov = got["ctl-compiled"]["overrides"]
     # A and A_MLA issue nothing after --set: they stay at 0 B in the control
     assert ov[:2] == o["overrides"]
     assert "window.A.budget=0MB" in ov[2:] and "window.B.budget=4KiB" in ov[2:]
     o["controls"] = False
-    assert [a["name"] for a in arms(o)] == ["none", "compiled"]
+    assert not any(n.startswith(CONTROL_PREFIX) for n in (a["name"] for a in arms(o)))
+
+
+def _bad_copy(tmp_path, src: str, name: str, edit) -> str:
+    d = json.load(open(src))
+    edit(d)
+    out = tmp_path / name
+    out.write_text(json.dumps(d))
+    return str(out)
+
+
+def test_a_controls_run_that_cannot_serve_the_result_is_refused(tmp_path, cut_runs):
+    d1, d2 = cut_runs
+    prof = load_device("h200")
+    run = json.load(open(d2))
+
+    def refused(path, match):
+        with pytest.raises(L2sInputError, match=match):
+            control_residuals(path, prof, run, d2)
+    # the run itself, even as a copy
+    refused(_bad_copy(tmp_path, d2, "copy.json", lambda d: None), "the same run as")
+    # the other kind of benchmark
+    refused(_bad_copy(tmp_path, d1, "tp.json", lambda d: d.update(kind="l2sched bench tp")),
+            "a `bench tp` result cannot be the controls of a `bench run` result")
+    # a dry run
+    refused(_bad_copy(tmp_path, d1, "dry.json", lambda d: d.update(dry=True)),
+            "a --dry result")
+
+    def other_budget(d):
+        for a in d["arms"]:
+            if a["name"] == "ctl-only-C-5MB":
+                a["overrides"] = [o.replace("=5MB", "=6MB") for o in a["overrides"]]
+    refused(_bad_copy(tmp_path, d1, "other.json", other_budget),
+            "ctl-only-C-5MB was made from another schedule or other overrides than only-C-5MB")
+
+    def nan_step(d):
+        d["per_m"]["4"]["arms"]["ctl-compiled"]["graph_step_us"]["median"] = float("nan")
+    refused(_bad_copy(tmp_path, d1, "nan.json", nan_step),
+            "the control of compiled at M=4 has no finite residual")
+
+    def no_aa_rounds(d):
+        d["per_m"]["4"]["arms"][AA_ARM]["graph_step_us_all"] = []
+    refused(_bad_copy(tmp_path, d1, "noaa.json", no_aa_rounds),
+            r"noaa\.json: not a usable controls run")
+
+
+def test_outputs_may_not_overwrite_the_controls_run(tmp_path, cut_runs, capsys):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    d1, d2 = cut_runs
+    cal = tmp_path / "cal.json"
+    cal.write_text(open(d1).read())
+    before = cal.read_text()
+    assert main(["bench", "report", d2, "--controls", str(cal), "--json-out",
+                 str(tmp_path / "r.json"), "--md-out", str(cal)]) == 1
+    assert "refusing to overwrite the input file" in capsys.readouterr().err
+    assert cal.read_text() == before and not (tmp_path / "r.json").exists()
+    assert main(["bench", "tp-report", "benchmarks/results/h200x2-2026-12-01-T2.json.gz",
+                 "--controls", str(cal), "--md-out", str(cal)]) == 1
+    assert cal.read_text() == before
+    assert main(["bench", "tp-report", "benchmarks/results/h200x2-2026-12-01-T2.json.gz",
+                 "--controls", str(cal), "--no-lint"]) == 1
+    assert "cannot go with --no-lint" in capsys.readouterr().err
+
+
+def test_controls_need_an_aa_arm_and_name_the_arms_they_skip(tmp_path, capsys):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    assert main(["bench", "run", "--dry", "--controls", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--controls needs the A/A arm" in capsys.readouterr().err
+    arms = [{"name": "dfr", "path": SCHED, "overrides": [], "runtime": {"defer_launch": True}}]
+    assert control_arms(arms)[1][0].startswith("dfr: an arm with a runtime option")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import statistics
 import tempfile
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from l2sched.bench import read_json_file, tp_validation
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import CONTROL_PREFIX, residuals
+from l2sched.bench.controls import CONTROL_PREFIX, control_of, is_control, residuals
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -174,24 +175,75 @@ def result_rows(d: dict, prof) -> list[dict]:
     return gain_rows(d, prof)
 
 
-def control_residuals(path: str, prof) -> dict[tuple[str, int], float]:
+def control_residuals(path: str, prof, run: dict | None = None,
+                      run_path: str = "") -> dict[tuple[str, int], float]:
     """``{(arm, M): measured - predicted gain of ctl-arm, us}`` of the
     controls run at ``path`` (``bench run --controls`` or ``bench tp
     --controls``, .gz allowed), linted with ``prof`` (``controls.residuals``).
-    Raises ``L2sInputError`` naming ``path`` when it cannot be read, has no
-    A/A arm or no control arm."""
+    ``run`` (read from ``run_path``): the result the residuals are for; then
+    the controls run must be of its kind (``bench run`` / ``bench tp``), not
+    the same run, and each control must have been made from the same
+    schedule and overrides as ``run``'s arm. Raises ``L2sInputError`` naming
+    ``path`` for any of that, a file that cannot be read or used, a --dry
+    result, no A/A arm, no control arm, or a residual that is not finite."""
     d = read_json_file(path)
+    if not isinstance(d, dict) or "per_m" not in d and "ranks" not in d:
+        raise L2sInputError(f"{path}: not a `bench run` or `bench tp` result")
+    if d.get("dry"):
+        raise L2sInputError(f"{path}: a --dry result (no GPU step times) cannot be controls")
+    if run is not None:
+        check_controls_run(d, path, run, run_path)
     try:
         res = residuals(result_rows(d, prof))
-    except (KeyError, TypeError, AttributeError, IndexError) as e:
-        raise L2sInputError(f"{path}: not a usable bench result ({type(e).__name__}: "
-                            f"{e})") from None
     except L2sInputError as e:
         raise L2sInputError(f"{path}: {e}") from None
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        raise L2sInputError(f"{path}: not a usable controls run ({why})") from None
     if not res:
         raise L2sInputError(f"{path}: no dispatch-control arm ({CONTROL_PREFIX}NAME) "
                             "with an A/A arm beside it (run it with --validation --controls)")
+    bad = [f"{a} at M={M}" for (a, M), r in res.items() if not math.isfinite(r)]
+    if bad:
+        raise L2sInputError(f"{path}: the control of {bad[0]} has no finite residual "
+                            "(a step time that is not a number)")
     return res
+
+
+def _none_rounds(d: dict) -> tuple:
+    """The no-prefetch arm's rounds per M: what tells one run from another."""
+    if d.get("kind") == "l2sched bench tp":
+        return tuple(tuple(tp_validation.arm_rounds(d, str(M), "none") or ())
+                     for M in d.get("tokens", []))
+    return tuple(tuple(m.get("arms", {}).get("none", {}).get("graph_step_us_all") or ())
+                 for _, m in sorted(d.get("per_m", {}).items()))
+
+
+def check_controls_run(d: dict, path: str, run: dict, run_path: str) -> None:
+    """Raise ``L2sInputError`` naming ``path`` when the controls run ``d``
+    cannot serve result ``run`` (``control_residuals``): another kind of
+    benchmark, the same run (the same no-prefetch rounds), or a control made
+    from other schedule text or overrides than ``run``'s arm of that name."""
+    def kind(x):
+        return "bench tp" if x.get("kind") == "l2sched bench tp" else "bench run"
+    if kind(d) != kind(run):
+        raise L2sInputError(f"{path}: a `{kind(d)}` result cannot be the controls of a "
+                            f"`{kind(run)}` result ({run_path})")
+    if _none_rounds(d) == _none_rounds(run):
+        raise L2sInputError(f"{path}: the same run as {run_path} (the same no-prefetch "
+                            "rounds): controls must come from another run")
+    arms = {a.get("name"): a for a in run.get("arms", [])}
+    for c in d.get("arms", []):
+        x = arms.get(control_of(c.get("name", "")))
+        if not is_control(c.get("name", "")) or x is None:
+            continue
+        own = list(x.get("overrides", []))
+        texts = (c.get("schedule_text"), x.get("schedule_text"))
+        # the text is what ran (a bench-dir schedule's path is a temporary one)
+        same = texts[0] == texts[1] if None not in texts else c.get("path") == x.get("path")
+        if not same or c.get("overrides", [])[:len(own)] != own:
+            raise L2sInputError(f"{path}: {c['name']} was made from another schedule or "
+                                f"other overrides than {x['name']} in {run_path}")
 
 
 def _tp_rows(d: dict):

@@ -230,7 +230,8 @@ def _agreement_lines(s: dict, Ms) -> list[str]:
     out = ["", "In-sample diagnostic (the lint calibrated on this run's own no-prefetch arm; "
            "not a validation, see the validation table above):",
            f"Two-way lint verdict agreement (calibrated), schedule arms: "
-           f"{frac(va['schedule_arms'])}; all arms including kernel-mode arms: "
+           f"{frac(va['schedule_arms'])}; all arms including kernel-mode and dispatch-control "
+           f"arms: "
            f"{frac(va['all_arms'])}. Why two counts: {va['why']}.",
            f"Median per-op finish-time error (corrected finish times) over all linted arms and "
            f"M: uncalibrated {_pct(fe['uncalibrated'])}, calibrated {_pct(fe['calibrated'])}; "

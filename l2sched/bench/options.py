@@ -47,7 +47,8 @@ def run_arguments(p) -> None:
                         "budgets")
     p.add_argument("--controls", action="store_true",
                    help="add the dispatch control ctl-NAME of every schedule arm: the "
-                        "same fills at the same hook points, each cut to a 4 KiB head "
+                        "same fills at the same hook points, each cut to a 4 KiB head; needs "
+                        "the A/A arm of --validation (or --perturbations) "
                         "(docs/bench.md#dispatch-controls)")
     p.add_argument("--trace-dir", dest="trace_dir", default="", metavar="DIR",
                    help="after the replays of each M, one more untimed replay per arm "
@@ -102,7 +103,8 @@ def tp_arguments(p) -> None:
                    help="deliberately bad schedules measured with --validation")
     p.add_argument("--controls", action="store_true",
                    help="add the dispatch control ctl-NAME of every schedule arm: the "
-                        "same fills at the same hook points, each cut to a 4 KiB head "
+                        "same fills at the same hook points, each cut to a 4 KiB head; needs "
+                        "the A/A arm of --validation (or --perturbations) "
                         "(docs/bench.md#dispatch-controls)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the replay order (shared by every rank)")
@@ -129,9 +131,9 @@ def tp_report_arguments(p) -> None:
     p.add_argument("--caveat", action="append", default=[],
                    help="a caveat line for the report (repeatable)")
     p.add_argument("--controls", default="", metavar="RESULT",
-                   help="a `bench tp --validation --controls` result of another run: add "
-                        "each arm's dispatch-control residual to its predicted gain "
-                        "(docs/bench.md#dispatch-controls)")
+                   help="a `bench tp --validation --controls` result of another run with "
+                        "the same arms and M: add each arm's dispatch-control residual to "
+                        "its predicted gain (docs/bench.md#dispatch-controls)")
 
 
 def kernel_arguments(p) -> None:

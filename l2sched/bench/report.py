@@ -21,7 +21,7 @@ from typing import Any
 from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
-from l2sched.bench.controls import status_note, with_controls
+from l2sched.bench.controls import is_control, status_note, with_controls
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -39,7 +39,7 @@ from l2sched.bench.verdicts import (
     noise_us,
 )
 from l2sched.errors import L2sInputError
-from l2sched.files import write_texts_atomically
+from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -164,6 +164,12 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     prof, profile_source = _lint_profile(d, device_profile)
+    protect = [result] + ([controls] if controls else []) + ([device_profile] if device_profile
+                                                             and Path(device_profile).exists()
+                                                             else [])
+    for out in (json_out, md_out):  # before the lint: a clash is no reason to wait
+        check_output_path(out, protect=protect)
+    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
     lint = _Lint(cfg=cfg, inv=inv, prof=prof,
                  specs={a["name"]: a for a in d["arms"]},
                  scheds={a["name"]: arm_schedule(a) for a in d["arms"] if a["path"]})
@@ -175,11 +181,8 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     for M, m in d["per_m"].items():
         summary["per_m"][M] = _per_m(lint, totals, result, M, m)
     _add_totals(summary, totals, prof)
-    summary["validation"] = validation(
-        summary, d, prof, (control_residuals(controls, prof), controls) if controls else None)
+    summary["validation"] = validation(summary, d, prof, ctl)
     summary["targets"] = _targets(summary)
-    protect = [result] + ([controls] if controls else []) + ([device_profile] if device_profile
-                          and Path(device_profile).exists() else [])
     write_texts_atomically([(json_out, json.dumps(summary, indent=1, default=str)),
                             (md_out, markdown(summary))], protect=protect)
     return summary
@@ -342,6 +345,7 @@ def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
     lint's no-prefetch baseline into ``ref`` (``_baseline``)."""
     g = a["graph_step_us"]
     kernel_mode = not is_schedule_arm(lint.specs.get(name, {}))
+    scored = not kernel_mode and not is_control(name)  # what the headline counts
     row["kernel_mode"] = kernel_mode
     noise = noise_us(g, ref.ng)
     row["noise_us"] = noise
@@ -352,7 +356,7 @@ def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
         lr, errs, row[label] = _lint_row(run_lint, lint.scheds[name], lint.inv, lp, ref.M,
                                          lint.cfg, meas, noise, ac["ops"], g["median"])
         totals.pooled[label] += errs
-        if not kernel_mode:
+        if scored:
             totals.pooled_sched[label] += errs
         # uncorrected: timed-graph finish times (and durations)
         if meas_raw is None:
@@ -369,7 +373,7 @@ def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
             _baseline(ref, label, lr, lr_raw)
     row["agree"] = row["calibrated"]["verdict"] == row["measured_verdict"]
     raw["agree"] = raw["calibrated"]["verdict"] == row["measured_verdict"]
-    for key in ("all_arms",) + (() if kernel_mode else ("schedule_arms",)):
+    for key in ("all_arms",) + (("schedule_arms",) if scored else ()):
         totals.agree[key][0] += row["agree"]
         totals.agree[key][1] += 1
 

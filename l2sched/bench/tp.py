@@ -132,6 +132,9 @@ def options(args) -> dict:
         raise ValueError(f"--world-size {ws} above the modelled --tp {o['tp']}")
     if not o["tokens"]:
         raise ValueError("--tokens is empty")
+    if o["controls"] and not o["validation"]:
+        raise ValueError("--controls needs the A/A arm of --validation (a controls run "
+                         "without it cannot be scored)")
     if o["replays"] < 1 or o["warmup"] < 0:
         raise ValueError(f"--replays must be >= 1 and --warmup >= 0, got "
                          f"{o['replays']} and {o['warmup']}")
@@ -157,14 +160,13 @@ def arms(o: dict) -> list[dict]:
     --validation`` (``arms.arm_specs``: ``none-aa``, ``evict_normal``, each
     fill kernel, each window alone at two budgets, the schedules of
     ``--bench-dir``), ``--set`` applied to every arm of ``--schedule``.
-    With ``--controls`` then the dispatch control of every schedule arm
-    (``controls.control_arms``, after ``--set``). Each arm: ``{name, path,
+    With ``--validation --controls`` then the dispatch control of every
+    schedule arm (``controls.control_arms``, after ``--set``). Each arm: ``{name, path,
     overrides}`` (``path`` None: no prefetch)."""
-    if not o["validation"]:
-        out = [{"name": "none", "path": None, "overrides": []},
-               {"name": "compiled", "path": o["schedule"],
-                "overrides": list(o["overrides"])}]
-        return out + (_controls(out) if o.get("controls") else [])
+    if not o["validation"]:  # --controls needs --validation (``options``)
+        return [{"name": "none", "path": None, "overrides": []},
+                {"name": "compiled", "path": o["schedule"],
+                 "overrides": list(o["overrides"])}]
     out = []
     for a in arm_specs(o["schedule"], shipped_path(o["bench_dir"]) if o["bench_dir"]
                        else "", False, [], True):

@@ -40,7 +40,7 @@ from l2sched.bench.tp_interference import median_present as _med
 from l2sched.bench.tp_profile import collective_terms_text, fit
 from l2sched.bench.tp_validation import lint_profile, validation, validation_lines
 from l2sched.errors import L2sInputError
-from l2sched.files import write_text_atomically
+from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
@@ -52,20 +52,30 @@ from l2sched.units import format_signed
 def cmd(args) -> int:
     """``bench tp-report``: write the markdown; update the profile if asked.
     Returns the exit code (1 when the fit is impossible)."""
+    if args.controls and args.no_lint:
+        raise L2sInputError("--controls adds to the lint's predictions: it cannot go with "
+                            "--no-lint")
+    if args.md_out:  # before the lint: a clash is no reason to wait
+        check_output_path(args.md_out, protect=list(args.result)
+                          + ([args.controls] if args.controls else []))
     results = [load(p) for p in args.result]
     source_path = " + ".join(args.result)
     try:
         d = merge(results)
+        ctl = None
+        if args.controls and not args.no_lint:
+            ctl = (control_residuals(args.controls, lint_profile(d)[0], d, source_path),
+                   args.controls)
         text = markdown(d, command=args.command, lint=not args.no_lint,
                         fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
-                        caveats=tuple(args.caveat), controls=args.controls)
+                        caveats=tuple(args.caveat), controls=ctl)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         # a result JSON with missing or mistyped fields, or runs that do not merge
         why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         raise L2sInputError(f"{source_path}: not a usable `l2sched bench tp` result "
                             f"({why})") from None
     if args.md_out:
-        protect = list(args.result)
+        protect = list(args.result) + ([args.controls] if args.controls else [])
         if args.update_profile:
             try:
                 protect.append(str(profile_path(args.update_profile)))
@@ -193,18 +203,15 @@ def _lint_gains(d: dict) -> dict:
 def markdown(d: dict, *, command: str = "", lint: bool = True,
              fit_max_bytes: int | None = FIT_MAX_BYTES,
              fit_source: str = "graph", caveats: tuple[str, ...] = (),
-             controls: str = "") -> str:
+             controls: tuple | None = None) -> str:
     """The report of result ``d`` (see the module docstring); ``caveats``
-    are printed as a list right after the machine lines; ``controls``: a
-    ``bench tp --controls`` result of another run whose dispatch controls
-    are added to the validation's predictions (``L2sInputError`` when it is
-    unusable, ``L2sError`` for an arm without a control there)."""
+    are printed as a list right after the machine lines; ``controls``:
+    ``(residuals, path)`` of a ``bench tp --controls`` run of another run
+    (``calibrate_model.control_residuals``), added to the validation's
+    predictions (``L2sError`` for an arm without a control there)."""
     out = _front(d, command, caveats)
     if d.get("validation"):
-        ctl = None
-        if controls and lint:
-            ctl = (control_residuals(controls, lint_profile(d)[0]), controls)
-        out += (validation_lines(validation(d, controls=ctl), d["tp"], d["world_size"])
+        out += (validation_lines(validation(d, controls=controls), d["tp"], d["world_size"])
                 if lint else
                 ["## Validation (out of sample)", "", "Not computed (--no-lint).", ""])
     out += _step_table(d)

@@ -64,6 +64,9 @@ def cmd_run(args) -> int:
         check_variants(args.variant, args.schedule)
     except ValueError as e:
         raise L2sUsageError(str(e)) from None
+    if args.controls and not (args.validation or args.perturbations):
+        raise L2sUsageError("--controls needs the A/A arm of --validation or --perturbations "
+                            "(a controls run without it cannot be scored)")
     if args.trace_dir and not args.dry:
         try:  # made now, so a bad path fails before any measurement
             os.makedirs(args.trace_dir, exist_ok=True)
@@ -228,9 +231,9 @@ def add_cli(subparsers) -> None:
                    help="profile to lint with when the result does not record the one "
                         "its idle intervals came from (default: h200 as shipped now)")
     q.add_argument("--controls", default="", metavar="RESULT",
-                   help="a `bench run --controls` result of another run: add each arm's "
-                        "dispatch-control residual to its predicted gain "
-                        "(docs/bench.md#dispatch-controls)")
+                   help="a `bench run --controls` result of another run with the same "
+                        "arms and M: add each arm's dispatch-control residual to its "
+                        "predicted gain (docs/bench.md#dispatch-controls)")
     k = add_command(sub, "kernel", cmd_kernel,
                     help="the fill kernels by effect: landed bandwidth, the consumer "
                          "GEMM, cost to concurrent work (GPU)")
