@@ -6,9 +6,12 @@ costs or saves step time that no fill's bytes explain (docs/lint.md:
 window C alone loses as much at 0.5 MB as at 5 MB; with one hardware queue
 the loss is gone). The lint cannot see that mapping, so it is measured: the
 control ``ctl-NAME`` of arm ``NAME`` has the same fills, at the same hook
-points of the same layers, with the same kernel, policy and install
-choice (``join=every-layer``), but each fetches only the compiler's smallest unit, a 4 KiB head
-of its first target (``compiler.plan.EMPTY_REASONS``: "no 4 KiB head").
+points of the same layers, with the same kernel, policy and install choice
+(``join=every-layer``), but each fetches only the compiler's smallest
+unit, a 4 KiB head of its first target (``compiler.plan.EMPTY_REASONS``:
+"no 4 KiB head"). Measured on the H200 (docs/lint.md, "Dispatch
+controls"): right for a window alone, an over-correction for schedules
+with several windows, whose loss depends on the fills' size too.
 
 A controls run (``bench run --controls`` / ``bench tp --controls``)
 measures the controls; a report of ANOTHER run takes, per (arm, M), the
@@ -155,8 +158,8 @@ def validation_rows(rows: list[dict]) -> list[dict]:
 def control_lines(v: dict) -> list[str]:
     """Markdown lines on the dispatch controls a validation ``v`` used
     (``v["controls"]``: the controls run's path): what was added, and per
-    (arm, M) the lint's gain, the control's residual and their sum (us).
-    None when ``v`` used none."""
+    (arm, M) the lint's gain, the control's residual and their sum (us);
+    no lines when ``v`` used none."""
     if not v.get("controls"):
         return []
     out = [f"Predicted gain = the lint's gain + the residual (measured - predicted gain) "
