@@ -57,6 +57,8 @@ def test_validation_arm_set_is_bench_runs(result):
     assert [a["name"] for a in result["arms"]] == names
     assert result["validation"] is True and result["seed"] == SEED
     for r in result["ranks"]:
+        # the hardware-queue setting a controls run must share (None: CUDA's default)
+        assert "cuda_device_max_connections" in r["machine"]
         for M in TOKENS:
             arms = r["per_m"][str(M)]["arms"]
             assert set(arms) == set(names)   # no spin arms off the GPU

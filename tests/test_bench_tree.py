@@ -31,3 +31,7 @@ def test_dry_run(tmp_path):
     import json
     d = json.loads(out.read_text())
     assert d["per_m"]["1"]["arms"]["compiled"]["runtime_stats"]["issued"] > 0
+    # the hardware-queue setting a controls run must share (None: CUDA's default)
+    import os
+    assert d["machine"]["cuda_device_max_connections"] == os.environ.get(
+        "CUDA_DEVICE_MAX_CONNECTIONS")

@@ -237,6 +237,15 @@ def test_a_controls_run_that_cannot_serve_the_result_is_refused(tmp_path, cut_ru
     refused(_bad_copy(tmp_path, d1, "nan.json", nan_step),
             "the control of compiled at M=4 has no finite residual")
 
+    def one_queue(d):
+        d["machine"]["cuda_device_max_connections"] = "1"
+    run["machine"]["cuda_device_max_connections"] = None  # CUDA's default
+    refused(_bad_copy(tmp_path, d1, "queue.json", one_queue),
+            "made with CUDA_DEVICE_MAX_CONNECTIONS=1, .* with None")
+    # results made before the key was recorded are not checked
+    del run["machine"]["cuda_device_max_connections"]
+    assert control_residuals(_bad_copy(tmp_path, d1, "queue2.json", one_queue), prof, run, d2)
+
     def no_aa_rounds(d):
         d["per_m"]["4"]["arms"][AA_ARM]["graph_step_us_all"] = []
     refused(_bad_copy(tmp_path, d1, "noaa.json", no_aa_rounds),

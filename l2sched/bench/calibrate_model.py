@@ -219,16 +219,37 @@ def _none_rounds(d: dict) -> tuple:
                  for _, m in sorted(d.get("per_m", {}).items()))
 
 
+#: The machine key of a bench result that records CUDA_DEVICE_MAX_CONNECTIONS
+#: (results before session 8 of 2026-12-01 lack it: not checked).
+QUEUES_KEY = "cuda_device_max_connections"
+
+
+def _machine_of(d: dict) -> dict:
+    """The machine record of a ``bench run`` result, or of rank 0 of a
+    ``bench tp`` result."""
+    if d.get("kind") == "l2sched bench tp":
+        ranks = d.get("ranks") or [{}]
+        return ranks[0].get("machine") or {}
+    return d.get("machine") or {}
+
+
 def check_controls_run(d: dict, path: str, run: dict, run_path: str) -> None:
     """Raise ``L2sInputError`` naming ``path`` when the controls run ``d``
     cannot serve result ``run`` (``control_residuals``): another kind of
-    benchmark, the same run (the same no-prefetch rounds), or a control made
-    from other schedule text or overrides than ``run``'s arm of that name."""
+    benchmark, another hardware-queue setting where both record it
+    (``QUEUES_KEY``), the same run (the same no-prefetch rounds), or a
+    control made from other schedule text or overrides than ``run``'s arm of
+    that name."""
     def kind(x):
         return "bench tp" if x.get("kind") == "l2sched bench tp" else "bench run"
     if kind(d) != kind(run):
         raise L2sInputError(f"{path}: a `{kind(d)}` result cannot be the controls of a "
                             f"`{kind(run)}` result ({run_path})")
+    queues = [_machine_of(x).get(QUEUES_KEY, "unrecorded") for x in (d, run)]
+    if "unrecorded" not in queues and queues[0] != queues[1]:
+        raise L2sInputError(f"{path}: made with CUDA_DEVICE_MAX_CONNECTIONS={queues[0]}, "
+                            f"{run_path} with {queues[1]} (None: CUDA's default): the "
+                            "dispatch cost depends on it")
     if _none_rounds(d) == _none_rounds(run):
         raise L2sInputError(f"{path}: the same run as {run_path} (the same no-prefetch "
                             "rounds): controls must come from another run")

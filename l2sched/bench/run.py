@@ -31,6 +31,7 @@ bytes, MB = 10^6 B.
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import sys
@@ -322,6 +323,8 @@ def _sync(torch, dry):
 
 def _machine(torch, dry) -> dict:
     d = {"python": sys.version.split()[0], "torch": torch.__version__}
+    # how many hardware queues CUDA spreads a graph's branches over (None: its default)
+    d["cuda_device_max_connections"] = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
     try:
         d["cutlass_dsl"] = cutlass_version()
     except Exception:

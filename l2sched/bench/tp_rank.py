@@ -17,6 +17,7 @@ torch is imported inside functions only.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -127,6 +128,8 @@ def _log(rank: int, what: str) -> None:
 
 def _machine(torch, gpu: bool, rank: int) -> dict:
     d = {"python": sys.version.split()[0], "torch": torch.__version__}
+    # how many hardware queues CUDA spreads a graph's branches over (None: its default)
+    d["cuda_device_max_connections"] = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
     if gpu:
         p = torch.cuda.get_device_properties(rank)
         d.update(gpu=p.name, index=rank, sm=f"{p.major}.{p.minor}",
