@@ -29,7 +29,6 @@ import sys
 
 from l2sched.bench import read_json_file
 from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
-from l2sched.bench.controls import with_controls
 from l2sched.bench.validation import validate
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically
@@ -49,11 +48,8 @@ def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    res = control_residuals(controls, prof, d, result) if controls else None
-    rows = gain_rows(d, prof)
-    if res is not None:
-        rows = with_controls(rows, res, controls)
-    return validate(rows)
+    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
+    return validate(gain_rows(d, prof), ctl)
 
 
 def _score_tp(d: dict, prof, terms_from, controls: str, result: str) -> dict:
@@ -81,10 +77,10 @@ def main() -> int:
                          "predicted gain (docs/bench.md#dispatch-controls)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
+    inputs = list(a.results) + ([a.controls] if a.controls else [])  # never overwritten
     try:
         if a.json:
-            check_output_path(a.json, protect=list(a.results)
-                              + ([a.controls] if a.controls else []))
+            check_output_path(a.json, protect=inputs)
         prof = load_device(a.profile) if a.profile else None
         terms = load_device(a.terms_from) if a.terms_from else None
     except L2sError as e:
@@ -111,8 +107,7 @@ def main() -> int:
             print(f"  {row['arm']:32s} M={row['M']:3d} pred {row['pred_gain_us']:+8.1f} "
                   f"meas {row['meas_gain_us']:+8.1f} {'ok' if row['agree'] else 'NO'}")
     if a.json:
-        write_text_atomically(a.json, json.dumps(out, indent=1),
-                              protect=list(a.results) + ([a.controls] if a.controls else []))
+        write_text_atomically(a.json, json.dumps(out, indent=1), protect=inputs)
     return 0
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from l2sched.bench import read_json_file
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
-from l2sched.bench.controls import is_control, status_note, with_controls
+from l2sched.bench.controls import is_control, status_note
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -108,7 +108,7 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
     marked as not a validation. Without an A/A arm: only ``status``.
     ``controls``: ``(residuals, path)`` of a controls run
     (``calibrate_model.control_residuals``), added to every prediction
-    (``controls.with_controls``; raises ``L2sError`` for an arm without
+    (``validation.validate``; raises ``L2sError`` for an arm without
     one)."""
     rows, floors = [], {}
     for M, m in d["per_m"].items():
@@ -129,10 +129,7 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench run --validation`)"}
-    if controls is not None:
-        rows = with_controls(rows, *controls)
-    out = validate(rows)
-    out["controls"] = controls[1] if controls is not None else None
+    out = validate(rows, controls)
     out["floors"] = floors
     out["profile_measured"] = prof.is_measured
     out["profile_provenance"] = dict(prof.provenance)

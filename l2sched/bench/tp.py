@@ -175,15 +175,7 @@ def arms(o: dict) -> list[dict]:
             ov = list(o["overrides"]) + ov
         out.append({"name": a["name"], "path": a["path"], "overrides": ov,
                     "schedule_text": schedule_text(a["path"])})
-    return out + (_controls(out) if o.get("controls") else [])
-
-
-def _controls(arms_: list[dict]) -> list[dict]:
-    """The dispatch controls of ``arms_`` (``controls.add_controls``), as
-    ``{name, path, overrides, schedule_text}``."""
-    got = add_controls(arms_, "l2sched bench tp")[len(arms_):]
-    return [{k: a[k] for k in ("name", "path", "overrides", "schedule_text") if k in a}
-            for a in got]
+    return add_controls(out, "l2sched bench tp") if o.get("controls") else out
 
 
 def run_tp(args) -> dict:

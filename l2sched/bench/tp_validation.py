@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import control_lines, status_note, with_controls
+from l2sched.bench.controls import control_lines, status_note
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint
@@ -167,7 +167,7 @@ def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
     ``predict``: ``(arm spec, M) -> (gain us, error codes)``, default the
     uncalibrated lint (``lint_predictor``). ``controls``: ``(residuals,
     path)`` of a controls run, added to every prediction
-    (``controls.with_controls``; raises ``L2sError`` for an arm without
+    (``validation.validate``; raises ``L2sError`` for an arm without
     one). Without an A/A arm: only ``status``."""
     prof, source = lint_profile(d)
     prof, collectives = collectives_as_run(prof, d["tp"], d.get("world_size", d["tp"]))
@@ -175,11 +175,8 @@ def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
                           f"(run `l2sched bench tp --validation`)"}
-    if controls is not None:
-        rows = with_controls(rows, *controls)
-    out = validate(rows)
+    out = validate(rows, controls)
     out.update(floors=floors, profile_measured=prof.is_measured,
-               controls=controls[1] if controls is not None else None,
                profile_provenance=dict(prof.provenance), profile_source=source,
                collectives=collectives,
                measured_rule=MEASURED_RULE)

@@ -31,7 +31,7 @@ import dataclasses
 import random
 import statistics
 
-from l2sched.bench.controls import validation_rows
+from l2sched.bench.controls import validation_rows, with_controls
 
 #: Pass marks, written down in docs/lint.md#validation before the first
 #: validation run (issue 14): verdict agreement share, median |gain error|
@@ -113,7 +113,7 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return statistics.correlation(rx, ry)
 
 
-def validate(rows: list[dict]) -> dict:
+def validate(rows: list[dict], controls: tuple | None = None) -> dict:
     """Score predictions. ``rows``: one dict per (arm, M) with ``arm``,
     ``M``, ``pred_gain_us``, ``meas_gain_us``, ``floor_us``. Adds
     ``pred_verdict``, ``meas_verdict``, ``agree`` and ``gain_err_us``
@@ -121,8 +121,11 @@ def validate(rows: list[dict]) -> dict:
     verdict_agreement, median_abs_gain_err_us, spearman, spearman_per_m,
     thresholds, met}``; a figure that cannot be computed is None and not
     met. Rows of dispatch-control arms (``controls.is_control``) are left
-    out: a control is a reference, not a schedule."""
-    rows = validation_rows(rows)
+    out: a control is a reference, not a schedule. ``controls``:
+    ``(residuals, path)`` of a controls run, added to every prediction
+    first (``controls.with_controls``: raises ``L2sError`` for an arm
+    without one); the result's ``controls`` is that path (else None)."""
+    rows = validation_rows(rows) if controls is None else with_controls(rows, *controls)
     for r in rows:
         r["pred_verdict"] = three_way(r["pred_gain_us"], r["floor_us"])
         r["meas_verdict"] = three_way(r["meas_gain_us"], r["floor_us"])
@@ -148,6 +151,6 @@ def validate(rows: list[dict]) -> dict:
         per_m.setdefault(str(r["M"]), ([], []))
         per_m[str(r["M"])][0].append(r["pred_gain_us"])
         per_m[str(r["M"])][1].append(r["meas_gain_us"])
-    return {"rows": rows, "n": n, **fig,
+    return {"rows": rows, "n": n, **fig, "controls": controls and controls[1],
             "spearman_per_m": {M: spearman(p, m) for M, (p, m) in per_m.items()},
             "thresholds": dict(THRESHOLDS), "met": met}
