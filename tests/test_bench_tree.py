@@ -35,3 +35,21 @@ def test_dry_run(tmp_path):
     import os
     assert d["machine"]["cuda_device_max_connections"] == os.environ.get(
         "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def test_op_inputs_are_what_the_op_multiplies():
+    """The ops probe reads these back after its flush (weights cold,
+    activations hot): they must be the very tensors the op's GEMMs take."""
+    from l2sched.bench.step import StepRunner
+    from l2sched.model.devices import load_device
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    runner = StepRunner(build_tree(inv, device="meta"), load_device("h200"), tokens=16)
+    i = next(i for i, k in enumerate(inv.kinds) if k.attention == "mla")
+    ops = {op.name: op for op in runner.ops_of(i)}
+    (x,) = runner.op_inputs(i, ops["mla.q_b_proj"])
+    w = runner.model.layers[i].self_attn.q_b_proj.weight
+    assert tuple(x.shape) == (16, w.shape[1]) and x.dtype == w.dtype
+    (xb,) = runner.op_inputs(i, ops["mla.uk_bmm"])
+    assert xb.dim() == 3 and xb.shape[1] == 16
+    assert runner.op_inputs(i, ops["mla.q_b_proj"])[0] is x  # cached: the step's input
+    assert runner.op_inputs(i, ops["moe.routing"]) == []

@@ -259,3 +259,22 @@ def test_a_kept_fill_slowdown_scale_keeps_where_it_came_from():
     assert "latency.fill_slowdown_scale" in kept
     assert measured["latency.fill_slowdown_scale"] == \
         base.measured["latency.fill_slowdown_scale"]
+
+
+def test_report_shows_cold_with_and_without_the_activations(tmp_path):
+    """A run of the ops probe that timed the cold op with its inputs read
+    back also reports the cold time with them flushed, per M."""
+    dev, derived, res = _written(tmp_path)
+    for per in res["ops"]["table"].values():
+        for rec in per.values():
+            rec["cold_all_us"] = [c + 1.0 for c in rec["cold_us"]]
+    res["ops"]["layers_per_kind"] = 3
+    md = profile_markdown(PROV, res, derived)
+    assert "| kda+moe | kda.in_proj | 19.5 / 18.1 (20.5) |" in md
+    assert "median over 3 layers per kind" in md
+    # a state from before (no cold_all_us) keeps the two-column table
+    for per in res["ops"]["table"].values():
+        for rec in per.values():
+            del rec["cold_all_us"]
+    md = profile_markdown(PROV, res, derived)
+    assert "| kda+moe | kda.in_proj | 19.5 / 18.1 |" in md and "(20.5)" not in md

@@ -9,9 +9,10 @@ stopped):
   in reverse order -> the hit fraction per size and the effective L2 bytes
   (the largest size whose re-read still hits >= 90%); the 256 MB cold read
   gives the device-memory read rate.
-- ``ops``: every weight-reading op of the decode step (one representative
-  layer per layer kind, the GLM-5.3-Flash inventory at ``--tp``), at M in
-  ``--tokens``: cold (after the flush) and hot (right after itself) -> the
+- ``ops``: every weight-reading op of the decode step (``OP_LAYERS`` layers
+  per layer kind, the GLM-5.3-Flash inventory at ``--tp``), at M in
+  ``--tokens``: cold (after the flush, its inputs read back: weights cold,
+  activations hot, as in the step) and hot (right after itself) -> the
   per-op cold/hot table the lint reads instead of global GEMM rates.
 - ``fill``: each fill kernel (the device's shapes) x size (8..48 MB) x wait
   (0, 10, 40 us), consumed by an M=8 GEMM over a weight of that size
@@ -57,6 +58,12 @@ L2_SIZES = (4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 256)
 #: Fill sizes (MB) and waits (us) of the fill probe.
 FILL_SIZES = (8, 16, 32, 48)
 FILL_WAITS = (0, 10, 40)
+#: Layers per layer kind whose ops the ops probe times (the kind's first,
+#: middle and last): the first layer alone did not stand for its kind, as ops
+#: of the same shapes had cold->hot gaps up to 2 us apart between kinds, the
+#: same in two runs (benchmarks/results/h200-profile-2026-12-01-state.json.gz
+#: and -s7-state.json.gz, e.g. mhc.attn_pre at M=16).
+OP_LAYERS = 3
 #: Streaming read sizes (MB) passed between a fill and its consumer.
 SURVIVAL_BYTES = (0, 50, 100, 200)
 
@@ -137,35 +144,57 @@ def l2_hits(rows: list[dict]) -> None:
 
 
 def probe_ops(ctx) -> dict:
-    """Cold and hot time of every weight-reading op per layer kind and M."""
+    """Per layer kind and M, the time (us) of every weight-reading op of the
+    decode step: ``cold`` after the read flush with the op's inputs read back
+    into L2 (weights cold, activations hot: an op of the decode step before
+    its weights are prefetched, its inputs just written by the op before),
+    ``hot`` right after itself, and ``cold_all`` after the flush alone (the
+    activations cold too; what the table measured before, kept for the
+    report). Each is the median over ``OP_LAYERS`` layers of the kind of the
+    per-layer medians (``per_layer`` keeps those)."""
     b, runner = ctx.bench, ctx.runner
-    inv = runner.inv
-    first = {}
-    for i, k in enumerate(inv.kinds):
-        first.setdefault(str(k), i)
+    torch = ctx.torch
+    layers: dict = {}
+    for i, k in enumerate(runner.inv.kinds):
+        layers.setdefault(str(k), []).append(i)
     table: dict = {}
     for M in ctx.tokens:
         runner.set_tokens(M)
-        for kind, i in first.items():
-            for op in runner.ops_of(i):
-                if op.cls not in ("gemm", "shared_expert", "small", "expert_stream") \
-                        or not op.reads or op.cls == "expert_stream":
+        for kind, idx in layers.items():
+            picked = sorted({idx[0], idx[len(idx) // 2], idx[-1]})[:OP_LAYERS]
+            for op in runner.ops_of(idx[0]):
+                if op.cls not in ("gemm", "shared_expert", "small") or not op.reads:
                     continue
-                if not any(_is_matrix(runner, i, p) for p in op.reads):
+                if not any(_is_matrix(runner, idx[0], p) for p in op.reads):
                     continue
-                body = (lambda i=i, op=op: runner.run_op(i, op))
-                body()
-                _, cold = b.timed(b.flush, body)
-                _, hot = b.timed(body, body)
+                per = [_time_op(b, torch, runner, i, op) for i in picked]
                 rec = table.setdefault(kind, {}).setdefault(
-                    op.name, {"m": [], "cold_us": [], "hot_us": [], "cold": [], "hot": []})
+                    op.name, {"m": [], "layers": picked, "cold_us": [], "hot_us": [],
+                              "cold_all_us": [], "per_layer": []})
                 rec["m"].append(M)
-                rec["cold_us"].append(stats(cold)["median"])
-                rec["hot_us"].append(stats(hot)["median"])
-                rec["cold"].append(stats(cold))
-                rec["hot"].append(stats(hot))
+                for key in ("cold", "hot", "cold_all"):
+                    rec[f"{key}_us"].append(statistics.median(p[key]["median"] for p in per))
+                rec["per_layer"].append(per)
         ctx.progress.step(f"ops M={M}")
-    return {"tokens": list(ctx.tokens), "table": table}
+    return {"tokens": list(ctx.tokens), "layers_per_kind": OP_LAYERS, "table": table}
+
+
+def _time_op(b, torch, runner, i: int, op) -> dict:
+    """``{cold, hot, cold_all}``: timing stats (us) of op ``op`` of layer
+    ``i`` (``probe_ops``)."""
+    inputs = runner.op_inputs(i, op)
+
+    def flush_keep_inputs():
+        b.flush()
+        for x in inputs:
+            torch.sum(x)
+
+    body = (lambda: runner.run_op(i, op))
+    body()
+    _, cold = b.timed(flush_keep_inputs, body)
+    _, cold_all = b.timed(b.flush, body)
+    _, hot = b.timed(body, body)
+    return {"cold": stats(cold), "hot": stats(hot), "cold_all": stats(cold_all)}
 
 
 def _is_matrix(runner, layer_idx: int, path: str) -> bool:

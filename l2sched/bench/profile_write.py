@@ -314,6 +314,28 @@ def _op_table(ops: dict) -> dict:
     return out
 
 
+def _ops_markdown(ops: dict) -> list[str]:
+    """The report's op table: cold / hot us per M, and, from runs that
+    measured it, the cold time with the activations cold too (in brackets)."""
+    both = all("cold_all_us" in rec for per in ops["table"].values() for rec in per.values())
+    head = ("## Ops: cold / hot us per M" + (" (cold with the activations cold too)"
+                                             if both else ""))
+    md = [head, ""]
+    if both:
+        md += [f"Cold: after the read flush, the op's inputs read back into L2 (weights "
+               f"cold, activations hot); median over {ops.get('layers_per_kind', 1)} layers "
+               "per kind.", ""]
+    md += ["| kind | op | " + " | ".join(f"M={m}" for m in ops["tokens"]) + " |",
+           "|---|---|" + "---|" * len(ops["tokens"])]
+    for kind, per in ops["table"].items():
+        for name, rec in per.items():
+            cells = [f"{c:.1f} / {h:.1f}" for c, h in zip(rec["cold_us"], rec["hot_us"])]
+            if both:
+                cells = [f"{x} ({a:.1f})" for x, a in zip(cells, rec["cold_all_us"])]
+            md.append(f"| {kind} | {name} | " + " | ".join(cells) + " |")
+    return md + [""]
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -392,14 +414,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md.append("")
     ops = res.get("ops")
     if ops:
-        md += ["## Ops: cold / hot us per M", "", "| kind | op | " + " | ".join(
-            f"M={m}" for m in ops["tokens"]) + " |",
-            "|---|---|" + "---|" * len(ops["tokens"])]
-        for kind, per in ops["table"].items():
-            for name, rec in per.items():
-                cells = [f"{c:.1f} / {h:.1f}" for c, h in zip(rec["cold_us"], rec["hot_us"])]
-                md.append(f"| {kind} | {name} | " + " | ".join(cells) + " |")
-        md.append("")
+        md += _ops_markdown(ops)
     fill = res.get("fill")
     if fill:
         md += ["## Fill kernels: landed fraction of an M=8 GEMM's cold->hot gap", "",

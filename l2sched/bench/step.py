@@ -397,6 +397,29 @@ class StepRunner(StepTiming):
         ``layer_idx`` once, untimed (the profile's op table times it)."""
         self._body(self.model.layers[layer_idx], op)
 
+    def op_inputs(self, layer_idx: int, op) -> list:
+        """The activation inputs ``run_op(layer_idx, op)`` reads besides its
+        weights (the cached random inputs, ``[M, in]`` or ``[heads, M, k]``);
+        empty for ops without a matrix weight. The profile's ops probe reads
+        them back into L2 after its flush: in the decode step an op's inputs
+        were just written by the op before it."""
+        return [x for _, _, x in self._matrix_reads(self.model.layers[layer_idx], op)]
+
+    def _matrix_reads(self, lay, op):
+        """``(path, weight, input)`` of each 2-D/3-D weight ``op`` reads in
+        layer ``lay``, with the input its GEMM multiplies."""
+        out = []
+        for path in op.reads:
+            try:
+                w = resolve_path(lay, path)
+            except AttributeError:
+                continue
+            if not hasattr(w, "dim") or w.dim() not in (2, 3):
+                continue
+            shape = (self.M, w.shape[-1]) if w.dim() == 2 else (w.shape[0], self.M, w.shape[1])
+            out.append((path, w, self.inp(shape, w.dtype)))
+        return out
+
     def _body(self, lay, op) -> None:
         torch = self.torch
         F = torch.nn.functional
@@ -418,20 +441,14 @@ class StepRunner(StepTiming):
             self.spin(prof.attention_core_us)
             return
         did = False
-        for path in op.reads:
-            try:
-                w = resolve_path(lay, path)
-            except AttributeError:
-                continue
-            if not hasattr(w, "dim") or w.dim() not in (2, 3):
-                continue
+        for path, w, x in self._matrix_reads(lay, op):
             if op.name in _APPLY_OPS and path.endswith(".weight"):
                 mod = resolve_path(lay, _APPLY_OPS[op.name])
-                mod.quant_method.apply(mod, self.inp((M, w.shape[1]), w.dtype))
+                mod.quant_method.apply(mod, x)
             elif w.dim() == 2:
-                F.linear(self.inp((M, w.shape[-1]), w.dtype), w)
+                F.linear(x, w)
             else:
-                torch.bmm(self.inp((w.shape[0], M, w.shape[1]), w.dtype), w)
+                torch.bmm(x, w)
             did = True
         if not did:
             self.spin(prof.small_kernel_us)
