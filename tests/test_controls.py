@@ -13,7 +13,7 @@ import pytest
 
 from l2sched.bench import shipped_path
 from l2sched.bench.arms import arm_specs, check_variants
-from l2sched.bench.calibrate_model import control_residuals, gain_rows
+from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
 from l2sched.bench.controls import (
     CONTROL_PREFIX,
     control_arms,
@@ -160,7 +160,8 @@ def test_bench_report_with_controls(tmp_path, cut_runs):
     s = json.loads((tmp_path / "r.json").read_text())
     v = s["validation"]
     assert v["controls"] == d1 and v["n"] == 3 * len(KEEP_M)
-    res = control_residuals(d1, load_device("h200"))
+    # the report lints both runs with the profile the scored run recorded
+    res = control_residuals(d1, recorded_profile(json.load(open(d2))))
     for r in v["rows"]:
         assert r["pred_gain_us"] == pytest.approx(r["lint_gain_us"] + res[(r["arm"], r["M"])])
     # the report's schedule-arm totals leave the controls out as well

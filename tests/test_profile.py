@@ -272,9 +272,66 @@ def test_report_shows_cold_with_and_without_the_activations(tmp_path):
     md = profile_markdown(PROV, res, derived)
     assert "| kda+moe | kda.in_proj | 19.5 / 18.1 (20.5) |" in md
     assert "median over 3 layers per kind" in md
+    # an op whose weights exceed the effective L2 is marked, with its re-read
+    rec = res["ops"]["table"]["kda+moe"]["kda.in_proj"]
+    rec["extrapolated"], rec["hot_reread_us"] = True, [19.4, 19.7, 20.3]
+    res["ops"]["effective_bytes"] = 40_000_000
+    md = profile_markdown(PROV, res, derived)
+    assert "| kda+moe | kda.in_proj * | 19.5 / 18.1 (20.5) |" in md
+    assert "effective L2 (40 MB)" in md and "kda+moe kda.in_proj 19.4 / 19.7 / 20.3 us" in md
+    del rec["extrapolated"]
     # a state from before (no cold_all_us) keeps the two-column table
     for per in res["ops"]["table"].values():
         for rec in per.values():
             del rec["cold_all_us"]
     md = profile_markdown(PROV, res, derived)
     assert "| kda+moe | kda.in_proj | 19.5 / 18.1 |" in md and "(20.5)" not in md
+
+
+def test_hot_time_of_weights_larger_than_the_l2_is_extrapolated_from_a_prefix():
+    """A 52.6 MB weight re-read right after itself mostly misses an L2 whose
+    effective size is 40 MB, so its re-read is no hot time: the probe reads a
+    prefix into L2 and scales the prefix's gap to cold to all the bytes."""
+    torch = pytest.importorskip("torch")
+    from l2sched.bench.profile import HOT_PREFIX_SHARE, _time_op
+
+    w = torch.ones((100, 100), dtype=torch.bfloat16)  # 20,000 B
+    x = torch.ones((4, 100), dtype=torch.bfloat16)
+
+    class Runner:
+        def matrix_reads(self, i, op):
+            return [("w", w, x)]
+
+        def run_op(self, i, op):
+            pass
+
+    class Bench:
+        """Times by what the setup read: the flush alone (cold_all), the
+        flush and the input's 800 bytes (cold), those and a 7,500-byte
+        weight prefix (prefix), nothing (the op right after itself)."""
+        def flush(self):
+            self.flushed = True
+
+        def timed(self, setup, body):
+            self.flushed, sums = False, []
+            before = torch.Tensor.sum
+            torch.Tensor.sum = lambda t, *a, **k: sums.append(t.numel()) or before(t, *a, **k)
+            try:
+                setup()
+            finally:
+                torch.Tensor.sum = before
+            us = {(True, ()): 10.2, (True, (800,)): 10.0, (True, (800, 7500)): 8.5,
+                  (False, ()): 9.9}[(self.flushed, tuple(sums))]
+            return [0.0] * 3, [us] * 3
+
+    fit = 10_000
+    got = _time_op(Bench(), torch, Runner(), 0, None, fit)
+    prefix = int(HOT_PREFIX_SHARE * fit)
+    assert got["prefix_bytes"] == prefix
+    assert got["cold_us"] == 10.0 and got["cold_all_us"] == 10.2
+    assert got["hot_reread_us"] == 9.9 and got["prefix_us"] == 8.5
+    assert got["hot_us"] == pytest.approx(10.0 - 1.5 * 20_000 / prefix)
+    # weights that fit: the re-read is the hot time, no prefix run
+    got = _time_op(Bench(), torch, Runner(), 0, None, 40_000)
+    assert got["prefix_bytes"] is None and got["prefix"] is None
+    assert got["hot_us"] == 9.9

@@ -327,12 +327,24 @@ def _ops_markdown(ops: dict) -> list[str]:
                "per kind.", ""]
     md += ["| kind | op | " + " | ".join(f"M={m}" for m in ops["tokens"]) + " |",
            "|---|---|" + "---|" * len(ops["tokens"])]
+    extrapolated = False
     for kind, per in ops["table"].items():
         for name, rec in per.items():
             cells = [f"{c:.1f} / {h:.1f}" for c, h in zip(rec["cold_us"], rec["hot_us"])]
             if both:
                 cells = [f"{x} ({a:.1f})" for x, a in zip(cells, rec["cold_all_us"])]
+            if rec.get("extrapolated"):
+                extrapolated = True
+                name += " *"
             md.append(f"| {kind} | {name} | " + " | ".join(cells) + " |")
+    if extrapolated:
+        md += ["", "\\* weights larger than the effective L2 "
+               f"({ops.get('effective_bytes', 0) / MB:.0f} MB): hot is the time after a "
+               "prefix of the weights was read into L2, its gap to cold scaled to all the "
+               "bytes; re-read right after itself: " + "; ".join(
+                   f"{kind} {name} " + " / ".join(f"{h:.1f}" for h in rec["hot_reread_us"])
+                   for kind, per in ops["table"].items() for name, rec in per.items()
+                   if rec.get("extrapolated")) + " us."]
     return md + [""]
 
 

@@ -403,11 +403,14 @@ class StepRunner(StepTiming):
         empty for ops without a matrix weight. The profile's ops probe reads
         them back into L2 after its flush: in the decode step an op's inputs
         were just written by the op before it."""
-        return [x for _, _, x in self._matrix_reads(self.model.layers[layer_idx], op)]
+        return [x for _, _, x in self.matrix_reads(layer_idx, op)]
+
+    def matrix_reads(self, layer_idx: int, op) -> list:
+        """``(path, weight, input)`` of each 2-D/3-D weight ``op`` reads in
+        decoder layer ``layer_idx``, with the input its GEMM multiplies."""
+        return self._matrix_reads(self.model.layers[layer_idx], op)
 
     def _matrix_reads(self, lay, op):
-        """``(path, weight, input)`` of each 2-D/3-D weight ``op`` reads in
-        layer ``lay``, with the input its GEMM multiplies."""
         out = []
         for path in op.reads:
             try:
