@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from extras import TORCH_MISSING
 
 from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
 from l2sched.errors import L2sInputError
@@ -292,8 +293,8 @@ def test_hot_time_of_weights_larger_than_the_l2_is_extrapolated_from_a_prefix():
     """A 52.6 MB weight re-read right after itself mostly misses an L2 whose
     effective size is 40 MB, so its re-read is no hot time: the probe reads a
     prefix into L2 and scales the prefix's gap to cold to all the bytes."""
-    torch = pytest.importorskip("torch")
-    from l2sched.bench.profile import HOT_PREFIX_SHARE, _time_op
+    torch = pytest.importorskip("torch", reason=TORCH_MISSING)
+    from l2sched.bench.profile_ops import HOT_PREFIX_SHARE, _time_op
 
     w = torch.ones((100, 100), dtype=torch.bfloat16)  # 20,000 B
     x = torch.ones((4, 100), dtype=torch.bfloat16)

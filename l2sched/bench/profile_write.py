@@ -16,6 +16,7 @@ import statistics
 from typing import Any
 
 from l2sched.bench.interference import gemm_chain_record
+from l2sched.bench.profile_ops import ops_markdown
 from l2sched.model.overlap_fit import slowdown_for_extra
 
 MB = 10**6
@@ -314,40 +315,6 @@ def _op_table(ops: dict) -> dict:
     return out
 
 
-def _ops_markdown(ops: dict) -> list[str]:
-    """The report's op table: cold / hot us per M, and, from runs that
-    measured it, the cold time with the activations cold too (in brackets)."""
-    both = all("cold_all_us" in rec for per in ops["table"].values() for rec in per.values())
-    head = ("## Ops: cold / hot us per M" + (" (cold with the activations cold too)"
-                                             if both else ""))
-    md = [head, ""]
-    if both:
-        md += [f"Cold: after the read flush, the op's inputs read back into L2 (weights "
-               f"cold, activations hot); median over {ops.get('layers_per_kind', 1)} layers "
-               "per kind.", ""]
-    md += ["| kind | op | " + " | ".join(f"M={m}" for m in ops["tokens"]) + " |",
-           "|---|---|" + "---|" * len(ops["tokens"])]
-    extrapolated = False
-    for kind, per in ops["table"].items():
-        for name, rec in per.items():
-            cells = [f"{c:.1f} / {h:.1f}" for c, h in zip(rec["cold_us"], rec["hot_us"])]
-            if both:
-                cells = [f"{x} ({a:.1f})" for x, a in zip(cells, rec["cold_all_us"])]
-            if rec.get("extrapolated"):
-                extrapolated = True
-                name += " *"
-            md.append(f"| {kind} | {name} | " + " | ".join(cells) + " |")
-    if extrapolated:
-        md += ["", "\\* weights larger than the effective L2 "
-               f"({ops.get('effective_bytes', 0) / MB:.0f} MB): hot is the time after a "
-               "prefix of the weights was read into L2, its gap to cold scaled to all the "
-               "bytes; re-read right after itself: " + "; ".join(
-                   f"{kind} {name} " + " / ".join(f"{h:.1f}" for h in rec["hot_reread_us"])
-                   for kind, per in ops["table"].items() for name, rec in per.items()
-                   if rec.get("extrapolated")) + " us."]
-    return md + [""]
-
-
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -426,7 +393,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md.append("")
     ops = res.get("ops")
     if ops:
-        md += _ops_markdown(ops)
+        md += ops_markdown(ops)
     fill = res.get("fill")
     if fill:
         md += ["## Fill kernels: landed fraction of an M=8 GEMM's cold->hot gap", "",
