@@ -7,6 +7,7 @@ bulk-kernel arm gains there although the probe credits it 0-0.53.
     python benchmarks/fill_wait_probe.py [--waits 0,40,200,400]
         [--sizes 16,32,48] [--reps 40] [--fill-stream same|side] [--touch-pages]
         [--flush normal|evict_first|evict_last]
+        [--shape NAME:mode=bulk,grid=16,threads=32,chunk=16384 ...]
         --out OUT.json --md-out OUT.md
 
 The probe's own ``probe_fill`` (``l2sched.bench.profile``) with other waits,
@@ -64,6 +65,24 @@ def _touching_pages(torch, after_fill):
     return run
 
 
+def _shapes(specs: list[str], base: dict) -> dict:
+    """``--shape`` values -> ``{name: shape}``, each over the base shape of its
+    mode. Exits with a message naming the bad value."""
+    out = {}
+    for spec in specs:
+        name, _, rest = spec.partition(":")
+        kv = dict(x.split("=", 1) for x in rest.split(",") if "=" in x)
+        mode = kv.pop("mode", None)
+        if not name or mode not in base or set(kv) - {"grid", "threads", "chunk", "stages"}:
+            sys.exit(f"fill_wait_probe: --shape {spec!r}: want NAME:mode=MODE[,grid=N,"
+                     f"threads=N,chunk=N,stages=N] with MODE one of {sorted(base)}")
+        try:
+            out[name] = {**base[mode], **{k: int(v) for k, v in kv.items()}}
+        except ValueError:
+            sys.exit(f"fill_wait_probe: --shape {spec!r}: the values must be integers")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--waits", default="0,40,200,400")
@@ -81,6 +100,11 @@ def main() -> int:
                     help="side: fork the fill onto a side stream while the wait spins "
                          "on the main stream, join before the consumer (a decode step's "
                          "arrangement); same: all in order on one stream (the profile's)")
+    ap.add_argument("--shape", action="append", default=[], metavar="NAME:KEY=V,...",
+                    help="probe this kernel shape instead of the h200 profile's (repeatable): "
+                         "mode and any of grid, threads, chunk, stages over the profile's "
+                         "shape of that mode; e.g. bulk-g16:mode=bulk,grid=16 (does a "
+                         "slower issue of the same requests land more?)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--md-out", required=True)
     a = ap.parse_args()
@@ -104,6 +128,8 @@ def main() -> int:
     prof = load_device("h200")
     shapes = {m: {"mode": m, "grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
                   "stages": fm.stages} for m, fm in sorted(prof.fill_modes.items())}
+    if a.shape:
+        shapes = _shapes(a.shape, shapes)
     ctx = SimpleNamespace(torch=torch, bench=bench, fill_shapes=shapes,
                           quick=False, progress=SimpleNamespace(step=lambda *_: None))
     res = P.probe_fill(ctx)
@@ -129,7 +155,7 @@ def main() -> int:
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump({"waits": P.FILL_WAITS, "sizes": P.FILL_SIZES,
                    "fill_stream": a.fill_stream, "touch_pages": a.touch_pages,
-                   "flush": a.flush,
+                   "flush": a.flush, "shapes": shapes,
                    "fill": res}, f)
     with open(a.md_out, "w", encoding="utf-8") as f:
         f.write(md)
