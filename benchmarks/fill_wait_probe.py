@@ -7,7 +7,7 @@ bulk-kernel arm gains there although the probe credits it 0-0.53.
     python benchmarks/fill_wait_probe.py [--waits 0,40,200,400]
         [--sizes 16,32,48] [--reps 40] [--fill-stream same|side] [--touch-pages]
         [--flush normal|evict_first|evict_last]
-        [--shape NAME:mode=bulk,grid=16,threads=32,chunk=16384 ...]
+        [--shape NAME:mode=bulk,grid=16,threads=32,chunk=16384,policy=evict_normal ...]
         --out OUT.json --md-out OUT.md
 
 The probe's own ``probe_fill`` (``l2sched.bench.profile``) with other waits,
@@ -73,11 +73,17 @@ def _shapes(specs: list[str], base: dict) -> dict:
         name, _, rest = spec.partition(":")
         kv = dict(x.split("=", 1) for x in rest.split(",") if "=" in x)
         mode = kv.pop("mode", None)
-        if not name or mode not in base or set(kv) - {"grid", "threads", "chunk", "stages"}:
+        policy = kv.pop("policy", None)
+        if not name or set(kv) - {"grid", "threads", "chunk", "stages"} or \
+                (mode not in base and mode != "line"):
             sys.exit(f"fill_wait_probe: --shape {spec!r}: want NAME:mode=MODE[,grid=N,"
-                     f"threads=N,chunk=N,stages=N] with MODE one of {sorted(base)}")
+                     f"threads=N,chunk=N,stages=N,policy=P] with MODE one of "
+                     f"{sorted(base) + ['line']}")
         try:
-            out[name] = {**base[mode], **{k: int(v) for k, v in kv.items()}}
+            out[name] = {**base.get(mode, {**base["bulk"], "mode": mode}),
+                         **{k: int(v) for k, v in kv.items()}}
+            if policy is not None:
+                out[name]["policy"] = policy
         except ValueError:
             sys.exit(f"fill_wait_probe: --shape {spec!r}: the values must be integers")
     return out
@@ -103,8 +109,8 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[], metavar="NAME:KEY=V,...",
                     help="probe this kernel shape instead of the h200 profile's (repeatable): "
                          "mode and any of grid, threads, chunk, stages over the profile's "
-                         "shape of that mode; e.g. bulk-g16:mode=bulk,grid=16 (does a "
-                         "slower issue of the same requests land more?)")
+                         "shape of that mode (line: bulk's), and policy (a cache policy, "
+                         "default evict_last); e.g. bulk-g16:mode=bulk,grid=16")
     ap.add_argument("--out", required=True)
     ap.add_argument("--md-out", required=True)
     a = ap.parse_args()

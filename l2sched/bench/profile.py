@@ -144,7 +144,7 @@ def probe_fill(ctx) -> dict:
     torch, b = ctx.torch, ctx.bench
     out = {}
     for mode, shape in ctx.fill_shapes.items():
-        kern = K.get_kernel(0, policy="evict_last", **shape)
+        kern = K.get_kernel(0, **{"policy": "evict_last", **shape})
         if kern is None:
             out[mode] = {"error": K.disabled_reason() or "compile failed"}
             continue
@@ -279,7 +279,7 @@ def probe_interference(ctx) -> dict:
     from l2sched.bench.interference import bench_interference, gemm_chain_record
     out = {}
     for mode, shape in ctx.fill_shapes.items():
-        kern = K.get_kernel(0, policy="evict_last", **shape)
+        kern = K.get_kernel(0, **{"policy": "evict_last", **shape})
         if kern is None:
             continue
         r = bench_interference(ctx.bench, kern)
