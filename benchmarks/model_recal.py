@@ -56,7 +56,7 @@ def _score_tp(d: dict, prof, terms_from, controls: str, result: str) -> dict:
     """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
     per-round maximum over ranks, the run's world-size all-reduce table)."""
     from l2sched.bench.tp_validation import lint_profile, run_predictor, validation
-    prof = prof or lint_profile(d)[0]
+    prof = prof or lint_profile(d, result)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
     ctl = (control_residuals(controls, prof, d, result), controls) if controls else None

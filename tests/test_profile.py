@@ -336,3 +336,24 @@ def test_hot_time_of_weights_larger_than_the_l2_is_extrapolated_from_a_prefix():
     got = _time_op(Bench(), torch, Runner(), 0, None, 40_000)
     assert got["prefix_bytes"] is None and got["prefix"] is None
     assert got["hot_us"] == 9.9
+
+
+def test_a_recorded_profile_is_read_from_the_result_and_its_errors_located_there():
+    """Every report lints a bench result with the copy of the device
+    profile the run recorded; a bad copy is an error at the result's key,
+    line and column (not at a temporary file)."""
+    from l2sched.bench import recorded_profile
+    from l2sched.bench.tp_validation import lint_profile
+    with open(load_device("h200").path, encoding="utf-8") as f:
+        text = f.read()
+    d = {"device_profile_toml": text, "device_profile": "h200"}
+    assert recorded_profile(d, "r.json").sm_count == load_device("h200").sm_count
+    assert lint_profile(d, "r.json")[1] == "the copy of h200 recorded in the result"
+    assert recorded_profile({}, "r.json") is None
+    bad = {"device_profile_toml": text.replace("sm_count = 132", "sm_count = -1"),
+           "device_profile": "h200"}
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith("sm_count"))
+    for read in (lambda: recorded_profile(bad, "r.json"), lambda: lint_profile(bad, "r.json")):
+        with pytest.raises(L2sInputError, match=rf"^r\.json: device_profile_toml:{line}:1: "
+                                                r"gpu\.sm_count: must be > 0"):
+            read()

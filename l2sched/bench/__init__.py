@@ -63,3 +63,15 @@ def read_json_file(path: str, what: str = "result file"):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise L2sInputError(f"{path}: not valid JSON: {e}") from None
+
+
+def recorded_profile(d: dict, where: str = "the result"):
+    """The device profile a bench result ``d`` recorded (its
+    ``device_profile_toml``, the profile the run's idle intervals and fill
+    shapes came from), or None when it records none. Raises
+    ``L2sInputError`` for an unusable copy, located at ``WHERE:
+    device_profile_toml:LINE:COL`` (``where``: the result file)."""
+    if not isinstance(d, dict) or not d.get("device_profile_toml"):
+        return None
+    from l2sched.model.devices import load_device_text
+    return load_device_text(d["device_profile_toml"], f"{where}: device_profile_toml")

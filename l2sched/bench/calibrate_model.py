@@ -29,10 +29,9 @@ import json
 import math
 import re
 import statistics
-import tempfile
-from pathlib import Path
 
 from l2sched.bench import read_json_file, tp_validation
+from l2sched.bench import recorded_profile as bench_recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.controls import CONTROL_PREFIX, control_of, is_control, residuals
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -55,16 +54,7 @@ def recorded_profile(d: dict, fallback: str = "h200", where: str = "the result")
     else the profile ``fallback`` names. Raises ``L2sInputError`` for an
     unusable recorded profile, located at ``where`` (the result file):
     ``WHERE: device_profile_toml:LINE:COL: ...``."""
-    if not d.get("device_profile_toml"):
-        return load_device(fallback)
-    with tempfile.TemporaryDirectory() as tmp:
-        p = Path(tmp) / "recorded.toml"
-        p.write_text(d["device_profile_toml"], encoding="utf-8")
-        try:
-            return load_device(str(p))
-        except L2sInputError as e:
-            raise L2sInputError(str(e).replace(str(p), f"{where}: device_profile_toml")
-                                ) from None
+    return bench_recorded_profile(d, where) or load_device(fallback)
 
 
 def lint_setup(d: dict) -> tuple:

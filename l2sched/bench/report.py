@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from l2sched.bench import read_json_file
+from l2sched.bench import read_json_file, recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
 from l2sched.bench.controls import is_control, status_note
@@ -160,7 +159,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     d = _read_result(result)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    prof, profile_source = _lint_profile(d, device_profile)
+    prof, profile_source = _lint_profile(d, device_profile, result)
     protect = [result] + ([controls] if controls else []) + ([device_profile] if device_profile
                                                              and Path(device_profile).exists()
                                                              else [])
@@ -202,15 +201,12 @@ def _read_result(result: str) -> dict:
     return d
 
 
-def _lint_profile(d: dict, device_profile: str):
+def _lint_profile(d: dict, device_profile: str, where: str = "the result"):
     """``(DeviceProfile, where it came from)`` for the lint of result ``d``
     (see ``report``), its all-reduces the run's spin kernels
     (``validation.spin_collectives``)."""
-    if d.get("device_profile_toml"):
-        with tempfile.TemporaryDirectory() as tmp:
-            p = Path(tmp) / "h200.toml"
-            p.write_text(d["device_profile_toml"], encoding="utf-8")
-            prof = load_device(str(p))
+    prof = recorded_profile(d, where)
+    if prof is not None:
         profile_source = "the copy recorded in the result"
     elif device_profile:
         prof = load_device(device_profile)

@@ -64,8 +64,8 @@ def cmd(args) -> int:
         d = merge(results)
         ctl = None
         if args.controls and not args.no_lint:
-            ctl = (control_residuals(args.controls, lint_profile(d)[0], d, source_path),
-                   args.controls)
+            prof = lint_profile(d, source_path)[0]
+            ctl = (control_residuals(args.controls, prof, d, source_path), args.controls)
         text = markdown(d, command=args.command, lint=not args.no_lint,
                         fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
                         caveats=tuple(args.caveat), controls=ctl)

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import tempfile
-from pathlib import Path
 
+from l2sched.bench import recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.controls import control_lines, status_note
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
@@ -79,14 +78,12 @@ def runtime_problems(d: dict, M: str, arm: str) -> list[str]:
     return out
 
 
-def lint_profile(d: dict):
+def lint_profile(d: dict, where: str = "the result"):
     """``(DeviceProfile, where it came from)`` of result ``d``: the copy of
-    the profile recorded by the run, else the named profile as shipped now."""
-    if d.get("device_profile_toml"):
-        with tempfile.TemporaryDirectory() as tmp:
-            p = Path(tmp) / "profile.toml"
-            p.write_text(d["device_profile_toml"], encoding="utf-8")
-            prof = load_device(str(p))
+    the profile recorded by the run, else the named profile as shipped now.
+    ``where`` (the result file) locates problems in the recorded copy."""
+    prof = recorded_profile(d, where)
+    if prof is not None:
         return prof, f"the copy of {d['device_profile']} recorded in the result"
     return (load_device(d["device_profile"]),
             f"{d['device_profile']} as of now (the result does not record the one it "

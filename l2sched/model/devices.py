@@ -404,8 +404,14 @@ def load_device(name_or_path: str | os.PathLike) -> DeviceProfile:
     Raises ``L2sInputError`` naming the file and the ``section.key`` of every
     missing, mistyped or out-of-range value (all of them in one error)."""
     path = profile_path(name_or_path)
-    shown = str(path)
-    text = read_profile_text(path)
+    return load_device_text(read_profile_text(path), str(path))
+
+
+def load_device_text(text: str, shown: str) -> DeviceProfile:
+    """Validate a device profile given as TOML ``text`` (e.g. the copy a
+    bench result recorded), its problems located at ``shown:LINE:COL`` (the
+    profile's ``path`` is ``shown``). Raises ``L2sInputError`` as
+    ``load_device`` does."""
     try:
         raw = _toml.loads(text)
     except _toml.TOMLDecodeError as e:
