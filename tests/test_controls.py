@@ -1,6 +1,7 @@
 """Dispatch controls (``bench.controls``, docs/bench.md#dispatch-controls):
 every validation arm gets a control with the same fills at the same hook
-points, each cut to a 4 KiB head; a report adds each control's residual
+points, each cut to a 4 KiB head (or, as a decoy, reading a scratch
+buffer); a report adds each control's residual
 from ANOTHER run to the lint's prediction, on the committed one-GPU runs D1
 and D2 (cut to two M and a few arms to stay quick)."""
 
@@ -168,7 +169,7 @@ def test_bench_report_with_controls(tmp_path, cut_runs):
     assert s["verdict_agreement"]["schedule_arms"]["total"] == 3 * len(KEEP_M)
     text = md.read_text()
     assert "| arm | M | lint gain us | control residual us | predicted gain us |" in text
-    assert "residual (measured - predicted gain) of the arm's dispatch control" in text
+    assert "residual (measured - predicted gain) of the arm's control" in text
 
 
 def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_runs, capsys):
@@ -279,3 +280,67 @@ def test_controls_need_an_aa_arm_and_name_the_arms_they_skip(tmp_path, capsys):
     assert "--controls needs the A/A arm" in capsys.readouterr().err
     arms = [{"name": "dfr", "path": SCHED, "overrides": [], "runtime": {"defer_launch": True}}]
     assert control_arms(arms)[1][0].startswith("dfr: an arm with a runtime option")
+
+
+def test_decoy_rows_move_every_fill_into_the_scratch_buffer():
+    """A decoy control reads as many bytes as its arm, each (issue, row) at
+    one span of the scratch buffer that stays put, no two spans of a step
+    overlapping, and wraps at the buffer's end."""
+    from l2sched.bench.controls import DecoyRows
+    base = 1 << 40
+    dec = DecoyRows(base, 1 << 20)
+    a = dec.rows(0, [(0x7000_0000, 4096), (0, 0), (0x7100_0000, 100_000)])
+    assert a[0] == (base, 4096) and a[1] == (0, 0)
+    assert a[2][1] == 100_000 and a[2][0] == base + 4096
+    b = dec.rows(1, [(0x7200_0000, 8192)])
+    assert b == [(base + 4096 + 100_000, 8192)]  # spans end to end, 16-byte aligned
+    # the same rows bound again (a weight's address unchanged): the same spans
+    assert dec.rows(0, [(0x7000_0000, 4096), (0, 0), (0x7100_0000, 100_000)]) == a
+    spans = sorted(a[::2] + b)
+    assert all(x + n <= y for (x, n), (y, _) in zip(spans, spans[1:]))
+    # a row that no longer fits starts again at the buffer's start
+    assert dec.rows(2, [(1, (1 << 20) - 8192)]) == [(base, (1 << 20) - 8192)]
+    with pytest.raises(ValueError):
+        DecoyRows(base, 8)
+
+
+def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs):
+    from l2sched.bench.controls import without_hits
+    from l2sched.lint import run_lint
+    arms = arm_specs(SCHED, "schedules/bench", False, [], validation=True, controls="decoy")
+    by_name = {a["name"]: a for a in arms}
+    ctl = by_name[CONTROL_PREFIX + "compiled"]
+    assert ctl["decoy"] and ctl["overrides"] == by_name["compiled"]["overrides"]
+    # a controls run whose controls are decoys: each is linted with fills
+    # that land nothing, so it is predicted no better than its arm
+    d = json.load(open(cut_runs[0]))
+    for a in d["arms"]:
+        if a["name"].startswith(CONTROL_PREFIX):
+            a["decoy"] = True
+            a["overrides"] = next(b for b in d["arms"]
+                                  if b["name"] == a["name"][len(CONTROL_PREFIX):])["overrides"]
+    prof = recorded_profile(d)
+    rows = {(r["arm"], r["M"]): r for r in gain_rows(d, prof)}
+    cfg = load_model_config(None)
+    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    from l2sched.bench.validation import spin_collectives
+    lr = run_lint(load_schedule(SCHED, []), inv, device=without_hits(spin_collectives(prof)),
+                  tokens=16, model_config=cfg)
+    got = rows[(CONTROL_PREFIX + "compiled", 16)]["pred_gain_us"]
+    assert got == pytest.approx(lr.step_period("base") - lr.step_period("sim"))
+    assert got < rows[("compiled", 16)]["pred_gain_us"] - 20
+
+
+def test_a_dry_decoy_controls_run_issues_the_arms_bytes(tmp_path):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    out = tmp_path / "decoy.json"
+    assert main(["bench", "run", "--dry", "--validation", "--controls", "decoy",
+                 "--tokens", "1", "--replays", "1", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    specs = {a["name"]: a for a in d["arms"]}
+    assert specs["ctl-compiled"]["decoy"] and "decoy" not in specs["compiled"]
+    st = {k: v["runtime_stats"] for k, v in d["per_m"]["1"]["arms"].items()
+          if "runtime_stats" in v}
+    assert st["ctl-compiled"]["bytes_issued"] == st["compiled"]["bytes_issued"] > 0
+    assert st["ctl-only-C-5MB"]["bytes_issued"] == st["only-C-5MB"]["bytes_issued"]

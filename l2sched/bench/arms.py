@@ -76,7 +76,7 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
 
 def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
               variants: list[str], validation: bool = False,
-              perturbations: bool = False, controls: bool = False) -> list[dict]:
+              perturbations: bool = False, controls: bool | str = False) -> list[dict]:
     """The arms: ``none``; ``compiled`` (the schedule as written);
     ``evict_normal`` (same windows, no cache policy: the Kimi-K3 kernel's
     behaviour); ``load`` (load-mode kernel, optional); one per ``--variant``
@@ -84,9 +84,10 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     (``validation_variants``) and the A/A arm ``none-aa`` (a second capture
     of the no-prefetch step, for the noise floor); with ``perturbations``
     the A/A arm and ``perturbation_variants``; one per
-    ``schedules/bench/*.l2s``; with ``controls`` then the dispatch control
-    ``ctl-NAME`` of every schedule arm (``controls.control_arms``; an arm
-    without one is left out with a warning on stderr)."""
+    ``schedules/bench/*.l2s``; with ``controls`` (``"head"``, ``"decoy"``;
+    True = head) then the control ``ctl-NAME`` of every schedule arm
+    (``controls.control_arms``; an arm without one is left out with a
+    warning on stderr)."""
     arms = [{"name": "none", "path": None}]
     if validation or perturbations:
         arms.append({"name": AA_ARM, "path": None})
@@ -114,7 +115,9 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
             if f.endswith(".l2s"):
                 arms.append({"name": "bench/" + f[:-4],
                              "path": os.path.join(bench_dir, f), "overrides": []})
-    return add_controls(arms, "l2sched bench") if controls else arms
+    if not controls:
+        return arms
+    return add_controls(arms, "l2sched bench", "head" if controls is True else controls)
 
 
 def validation_variants(schedule_path: str) -> list[str]:

@@ -33,7 +33,8 @@ import statistics
 from l2sched.bench import read_json_file, tp_validation
 from l2sched.bench import recorded_profile as bench_recorded_profile
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import CONTROL_PREFIX, control_of, is_control, residuals
+from l2sched.bench.controls import (CONTROL_PREFIX, control_of, is_control, residuals,
+                                     without_hits)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -71,10 +72,14 @@ def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
     """Predicted (uncalibrated lint with ``prof``) and measured step-time
     gain (us, + = faster) of every schedule arm of result ``d`` per M, with
     the A/A noise floor (us): the rows ``validation.validate`` takes. The
-    lint's all-reduces are the run's spin kernels (``spin_collectives``).
+    lint's all-reduces are the run's spin kernels (``spin_collectives``); a
+    decoy control (``controls.DecoyRows``) is linted with fills that land
+    nothing (``controls.without_hits``).
     ``setup``: ``lint_setup(d)`` when the caller lints ``d`` more than once."""
     cfg, inv, scheds = setup or lint_setup(d)
     prof = spin_collectives(prof)  # the run's all-reduces are idle intervals
+    decoys = {a["name"] for a in d["arms"] if a.get("decoy")}
+    no_hits = without_hits(prof) if decoys else prof  # their fills read a scratch buffer
     rows = []
     for M, m in d["per_m"].items():
         arms = m["arms"]
@@ -86,7 +91,8 @@ def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
         none = arms["none"]["graph_step_us"]["median"]
         for name, sched in scheds.items():
             if name in arms:
-                lr = run_lint(sched, inv, device=prof, tokens=int(M), model_config=cfg)
+                lr = run_lint(sched, inv, device=no_hits if name in decoys else prof,
+                              tokens=int(M), model_config=cfg)
                 rows.append({"arm": name, "M": int(M), "floor_us": floor,
                              "pred_gain_us": lr.step_period("base") - lr.step_period("sim"),
                              "meas_gain_us": none - arms[name]["graph_step_us"]["median"]})

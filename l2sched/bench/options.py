@@ -45,11 +45,14 @@ def run_arguments(p) -> None:
                    help="the validation arms of docs/lint.md#validation: an A/A "
                         "no-prefetch arm, each fill kernel, each window alone at two "
                         "budgets")
-    p.add_argument("--controls", action="store_true",
-                   help="add the dispatch control ctl-NAME of every schedule arm: the "
-                        "same fills at the same hook points, each cut to a 4 KiB head; needs "
-                        "the A/A arm of --validation (or --perturbations) "
-                        "(docs/bench.md#dispatch-controls)")
+    p.add_argument("--controls", nargs="?", const="head", default="",
+                   choices=("head", "decoy"),
+                   help="add the control ctl-NAME of every schedule arm: head (the "
+                        "default) the same fills at the same hook points, each cut to a "
+                        "4 KiB head; decoy the same fills, same bytes and kernel, reading a "
+                        "scratch buffer instead of the weights (the fills' cost without "
+                        "their hits); needs the A/A arm of --validation (or "
+                        "--perturbations) (docs/bench.md#dispatch-controls)")
     p.add_argument("--trace-dir", dest="trace_dir", default="", metavar="DIR",
                    help="after the replays of each M, one more untimed replay per arm "
                         "under torch.profiler (CUDA kernels): DIR/trace-M<M>-<arm>.json "

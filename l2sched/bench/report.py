@@ -20,7 +20,7 @@ from typing import Any
 from l2sched.bench import read_json_file, recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
-from l2sched.bench.controls import is_control, status_note
+from l2sched.bench.controls import is_control, status_note, without_hits
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -346,6 +346,9 @@ def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
     for label, meas, meas_raw in (("uncalibrated", None, None),
                                   ("calibrated", ref.measured, ref.measured_raw)):
         lp = lint.prof if meas is None else ref.prof_cal
+        lp_raw = lint.prof
+        if lint.specs.get(name, {}).get("decoy"):  # its fills read a scratch buffer
+            lp, lp_raw = without_hits(lp), without_hits(lp_raw)
         lr, errs, row[label] = _lint_row(run_lint, lint.scheds[name], lint.inv, lp, ref.M,
                                          lint.cfg, meas, noise, ac["ops"], g["median"])
         totals.pooled[label] += errs
@@ -357,7 +360,7 @@ def _lint_arm(lint: _Lint, totals: _Totals, ref: _Reference, name: str, a: dict,
             errs_raw = finish_errors(lr.sg, lr.sim, a["ops"])
             rr["finish_err"] = err_stats(errs_raw)
         else:
-            lr_raw, errs_raw, rr = _lint_row(run_lint, lint.scheds[name], lint.inv, lint.prof,
+            lr_raw, errs_raw, rr = _lint_row(run_lint, lint.scheds[name], lint.inv, lp_raw,
                                              ref.M, lint.cfg, meas_raw, noise, a["ops"],
                                              g["median"])
         totals.pooled_raw[label] += errs_raw

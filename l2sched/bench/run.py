@@ -48,6 +48,7 @@ from l2sched.bench.trace import trace_replays
 from l2sched.bench.options import BENCH_DIR, SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.bench.step import StepRunner
 from l2sched.bench.tree import build_tree, distinct_experts
+from l2sched.bench.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
@@ -122,6 +123,7 @@ def run(args) -> dict:
         if a["path"]:
             a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])
             a["plan"] = compile_plan(a["schedule"], inv, 0)
+    _decoy_buffers(arms, torch, dry)
     out: dict[str, Any] = {
         "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
@@ -138,6 +140,7 @@ def run(args) -> dict:
                   "overrides": a.get("overrides", []),
                   "runtime": a.get("runtime", {}),
                   "install": a.get("install", {}),
+                  **({"decoy": True} if a.get("decoy") else {}),
                   "plan_bytes": sum(w.nbytes for w in a["plan"].issues) if a.get("plan") else 0,
                   "plan_issues": len(a["plan"].issues) if a.get("plan") else 0}
                  for a in arms],
@@ -222,6 +225,28 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
         _write(args.out, out)
 
 
+def _decoy_buffers(arms: list[dict], torch, dry: bool) -> None:
+    """Give every decoy control (``controls.DecoyRows``) ``decoy_buffer``:
+    ``(device address, bytes)`` of one scratch buffer as long as the
+    largest decoy plan's fill bytes per step, shared by them (they are
+    captured and replayed one at a time); a fake address in dry mode."""
+    need = max((sum(w.nbytes for w in a["plan"].issues) for a in arms
+                if a.get("decoy") and a.get("plan")), default=0)
+    if not need:
+        return
+    need += 1 << 20
+    if dry:
+        where = (1 << 40, need)
+    else:
+        buf = torch.empty(need, dtype=torch.uint8, device="cuda")
+        where = (buf.data_ptr(), need)
+    for a in arms:
+        if a.get("decoy"):
+            a["decoy_buffer"] = where
+            if not dry:
+                a["decoy_tensor"] = buf  # keeps the buffer alive with the arm
+
+
 def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
                  rec, graphs, timed, acc):
     """Arm ``a`` at ``M`` tokens (see ``_one_m``): install its plan on a new
@@ -235,6 +260,8 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
         rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
                           **({} if dry else {"device_profile": runner.profile,
                                              **a.get("runtime", {})}))
+        if a.get("decoy"):
+            DecoyRows(*a["decoy_buffer"]).attach(rt)
         rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
         inst = install_plan(model.layers, inv, a["plan"], rt, **a.get("install", {}))
         if not dry:
