@@ -357,3 +357,39 @@ def test_a_recorded_profile_is_read_from_the_result_and_its_errors_located_there
         with pytest.raises(L2sInputError, match=rf"^r\.json: device_profile_toml:{line}:1: "
                                                 r"gpu\.sm_count: must be > 0"):
             read()
+
+
+def test_cold_op_runs_after_the_same_op_on_another_layer():
+    """The flush evicts an op's code and workspace too, which no weight fill
+    brings back but which are hot in a decode step: cold is timed after the
+    same op ran on another layer of the kind (its weights stay cold)."""
+    torch = pytest.importorskip("torch", reason=TORCH_MISSING)
+    from l2sched.bench.profile_ops import _other, _time_op
+
+    w, x = torch.ones((10, 10), dtype=torch.bfloat16), torch.ones((4, 10), dtype=torch.bfloat16)
+    ran = []
+
+    class Runner:
+        def matrix_reads(self, i, op):
+            return [("w", w, x)]
+
+        def run_op(self, i, op):
+            ran.append(i)
+
+    class Bench:
+        def flush(self):
+            self.flushed = True
+
+        def timed(self, setup, body):
+            self.flushed = False
+            del ran[:]
+            setup()
+            us = {(True, (7,)): 10.0, (True, ()): 11.0, (False, (3,)): 9.0}[
+                (self.flushed, tuple(ran))]
+            return [0.0] * 3, [us] * 3
+
+    got = _time_op(Bench(), torch, Runner(), 3, None, 1e9, warm_on=7)
+    assert (got["cold_us"], got["cold_all_us"], got["hot_us"]) == (10.0, 11.0, 9.0)
+    assert got["warm_on"] == 7
+    assert _other([3, 7, 11], 7) == 11 and _other([3, 7, 11], 11) == 3
+    assert _other([5], 5) is None

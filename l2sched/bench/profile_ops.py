@@ -4,8 +4,9 @@ report (``ops_markdown``).
 
 Every weight-reading op of the decode step, ``OP_LAYERS`` layers per layer
 kind (the GLM-5.3-Flash inventory at ``--tp``), at each M: cold after the
-read flush with the op's inputs read back (weights cold, activations hot, as
-in the decode step), hot with all its weight bytes in L2. Units: us, bytes.
+read flush and the same op on another layer (weights cold; code, workspace
+and activations hot, as in the decode step), hot with all its weight bytes
+in L2. Units: us, bytes.
 torch comes in through the probe context.
 """
 
@@ -32,9 +33,10 @@ HOT_PREFIX_SHARE = 0.75
 
 def probe_ops(ctx) -> dict:
     """Per layer kind and M, the time (us) of every weight-reading op of the
-    decode step: ``cold`` after the read flush with the op's inputs read back
-    into L2 (weights cold, activations hot: an op of the decode step before
-    its weights are prefetched, its inputs just written by the op before),
+    decode step: ``cold`` after the read flush and the same op on another
+    layer of the kind (weights cold; code, workspace and activations hot: an
+    op of the decode step before its weights are prefetched, which ran on the
+    layer before and whose inputs the op before just wrote),
     ``hot`` with all its weight bytes in L2, and ``cold_all`` after the flush
     alone (the activations cold too; what the table measured before, kept for
     the report). Hot is the op right after itself when its weights fit in
@@ -62,7 +64,8 @@ def probe_ops(ctx) -> dict:
                     continue
                 if not any(_is_matrix(runner, idx[0], p) for p in op.reads):
                     continue
-                per = [_time_op(b, torch, runner, i, op, fit) for i in picked]
+                per = [_time_op(b, torch, runner, i, op, fit, _other(idx, i))
+                       for i in picked]
                 rec = table.setdefault(kind, {}).setdefault(
                     op.name, {"m": [], "layers": picked, "cold_us": [], "hot_us": [],
                               "cold_all_us": [], "hot_reread_us": [], "per_layer": [],
@@ -76,12 +79,16 @@ def probe_ops(ctx) -> dict:
             "effective_bytes": fit, "table": table}
 
 
-def _time_op(b, torch, runner, i: int, op, fit_bytes: float) -> dict:
+def _time_op(b, torch, runner, i: int, op, fit_bytes: float, warm_on: int | None = None
+             ) -> dict:
     """Timing stats (us) of op ``op`` of layer ``i`` (``probe_ops``):
     ``cold``, ``cold_all``, ``hot_reread`` (right after itself), ``prefix``
     (after a prefix of its weights was read into L2; None when they fit) and
     their medians ``*_us``, ``hot_us`` (the re-read, or the prefix's gap to
-    cold scaled to all weight bytes), ``prefix_bytes`` (None when they fit)."""
+    cold scaled to all weight bytes), ``prefix_bytes`` (None when they fit).
+    ``cold`` follows the flush with the same op on layer ``warm_on`` (another
+    layer of the kind: the op's code, workspace and inputs come back into L2,
+    not its weights), or, without one, with its inputs read back."""
     reads = runner.matrix_reads(i, op)
     inputs = [x for _, _, x in reads]
     weights = [w for _, w, _ in reads]
@@ -89,8 +96,11 @@ def _time_op(b, torch, runner, i: int, op, fit_bytes: float) -> dict:
 
     def flush_keep_inputs(prefix: int = 0):
         b.flush()
-        for x in inputs:  # as bytes: any dtype sums
-            x.reshape(-1).view(torch.uint8).sum()
+        if warm_on is not None:
+            runner.run_op(warm_on, op)
+        else:
+            for x in inputs:  # as bytes: any dtype sums
+                x.reshape(-1).view(torch.uint8).sum()
         for w in weights:  # the first ``prefix`` bytes of the weights, in order
             n = min(prefix, w.numel() * w.element_size())
             if n > 0:
@@ -110,11 +120,19 @@ def _time_op(b, torch, runner, i: int, op, fit_bytes: float) -> dict:
     for k, v in list(out.items()):
         out[f"{k}_us"] = v["median"] if v is not None else None
     out["prefix_bytes"] = prefix
+    out["warm_on"] = warm_on
     out["hot_us"] = out["hot_reread_us"]
     if prefix is not None:
         gap = max(0.0, out["cold_us"] - out["prefix_us"])
         out["hot_us"] = out["cold_us"] - gap * total / prefix
     return out
+
+
+def _other(idx: list[int], i: int) -> int | None:
+    """Another layer of the kind whose layers are ``idx`` than ``i`` (the
+    next one, cyclically), or None for a kind of one layer."""
+    rest = [j for j in idx if j != i]
+    return next((j for j in rest if j > i), rest[0]) if rest else None
 
 
 def _is_matrix(runner, layer_idx: int, path: str) -> bool:
@@ -134,8 +152,9 @@ def ops_markdown(ops: dict) -> list[str]:
                                              if both else ""))
     md = [head, ""]
     if both:
-        md += [f"Cold: after the read flush, the op's inputs read back into L2 (weights "
-               f"cold, activations hot); median over {ops.get('layers_per_kind', 1)} layers "
+        md += [f"Cold: after the read flush, the op's inputs (or, where the state says "
+               f"`warm_on`, the same op on another layer of the kind) back in L2: weights "
+               f"cold, the rest hot; median over {ops.get('layers_per_kind', 1)} layers "
                "per kind.", ""]
     md += ["| kind | op | " + " | ".join(f"M={m}" for m in ops["tokens"]) + " |",
            "|---|---|" + "---|" * len(ops["tokens"])]
