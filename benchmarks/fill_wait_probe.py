@@ -23,6 +23,8 @@ import json
 import sys
 from types import SimpleNamespace
 
+from l2sched.units import CACHE_POLICIES
+
 
 def _hinted_flush(torch, buf, hint: str):
     """A flush reading all of ``buf`` with Triton loads carrying the cache
@@ -67,25 +69,27 @@ def _touching_pages(torch, after_fill):
 
 def _shapes(specs: list[str], base: dict) -> dict:
     """``--shape`` values -> ``{name: shape}``, each over the base shape of its
-    mode. Exits with a message naming the bad value."""
+    mode (``line``: bulk's). Exits with a message naming the bad value."""
+    usage = (f"want NAME:mode=MODE[,grid=N,threads=N,chunk=N,stages=N,policy=P] with MODE "
+             f"one of {sorted(base) + ['line']}, P one of {['none', *CACHE_POLICIES]} and "
+             "each N an integer >= 1")
     out = {}
     for spec in specs:
         name, _, rest = spec.partition(":")
-        kv = dict(x.split("=", 1) for x in rest.split(",") if "=" in x)
-        mode = kv.pop("mode", None)
-        policy = kv.pop("policy", None)
-        if not name or set(kv) - {"grid", "threads", "chunk", "stages"} or \
-                (mode not in base and mode != "line"):
-            sys.exit(f"fill_wait_probe: --shape {spec!r}: want NAME:mode=MODE[,grid=N,"
-                     f"threads=N,chunk=N,stages=N,policy=P] with MODE one of "
-                     f"{sorted(base) + ['line']}")
-        try:
-            out[name] = {**base.get(mode, {**base["bulk"], "mode": mode}),
-                         **{k: int(v) for k, v in kv.items()}}
-            if policy is not None:
-                out[name]["policy"] = policy
-        except ValueError:
-            sys.exit(f"fill_wait_probe: --shape {spec!r}: the values must be integers")
+        items = [x.partition("=") for x in rest.split(",") if x]
+        kv = {k: v for k, eq, v in items if eq}
+        mode, policy = kv.pop("mode", None), kv.pop("policy", None)
+        ok = (name and len(kv) + 1 + (policy is not None) == len(items)
+              and set(kv) <= {"grid", "threads", "chunk", "stages"}
+              and (mode in base or mode == "line")
+              and policy in (None, "none", *CACHE_POLICIES)
+              and all(v.isdigit() and int(v) >= 1 for v in kv.values()))
+        if not ok:
+            sys.exit(f"fill_wait_probe: --shape {spec!r}: {usage}")
+        out[name] = {**base.get(mode, {**base["bulk"], "mode": mode}),
+                     **{k: int(v) for k, v in kv.items()}}
+        if policy is not None:
+            out[name]["policy"] = policy
     return out
 
 
@@ -114,11 +118,16 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--md-out", required=True)
     a = ap.parse_args()
+    from l2sched.model.devices import load_device
+    prof = load_device("h200")  # bad --shape values are reported before the GPU is asked for
+    shapes = {m: {"mode": m, "grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
+                  "stages": fm.stages} for m, fm in sorted(prof.fill_modes.items())}
+    if a.shape:
+        shapes = _shapes(a.shape, shapes)
     import torch
 
     import l2sched.bench.profile as P
     from l2sched.bench.timing import TimingBench
-    from l2sched.model.devices import load_device
     if not torch.cuda.is_available():
         print("fill_wait_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -131,11 +140,6 @@ def main() -> int:
         bench.flush = _hinted_flush(torch, bench.flush_buf, a.flush)
     P.FILL_WAITS = tuple(int(x) for x in a.waits.split(","))
     P.FILL_SIZES = tuple(int(x) for x in a.sizes.split(","))
-    prof = load_device("h200")
-    shapes = {m: {"mode": m, "grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
-                  "stages": fm.stages} for m, fm in sorted(prof.fill_modes.items())}
-    if a.shape:
-        shapes = _shapes(a.shape, shapes)
     ctx = SimpleNamespace(torch=torch, bench=bench, fill_shapes=shapes,
                           quick=False, progress=SimpleNamespace(step=lambda *_: None))
     res = P.probe_fill(ctx)
