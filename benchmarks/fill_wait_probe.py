@@ -86,6 +86,8 @@ def _shapes(specs: list[str], base: dict) -> dict:
               and all(v.isdigit() and int(v) >= 1 for v in kv.values()))
         if not ok:
             sys.exit(f"fill_wait_probe: --shape {spec!r}: {usage}")
+        if name in out or len({k for k, _, _ in items}) != len(items):
+            sys.exit(f"fill_wait_probe: --shape {spec!r}: a name or key given twice")
         out[name] = {**base.get(mode, {**base["bulk"], "mode": mode}),
                      **{k: int(v) for k, v in kv.items()}}
         if policy is not None:

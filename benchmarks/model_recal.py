@@ -30,10 +30,9 @@ import sys
 from l2sched.bench import read_json_file
 from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
 from l2sched.bench.validation import validate
-from l2sched.errors import L2sError
+from l2sched.errors import L2sError, L2sInputError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.model.devices import load_device
-
 
 TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
 
@@ -43,6 +42,8 @@ def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
     recorded profile), with the ``TERMS`` of profile ``terms_from`` if
     given, plus the dispatch controls of result ``controls`` if given."""
     d = read_json_file(result)
+    if isinstance(d, dict) and d.get("dry"):
+        raise L2sInputError(f"{result}: a --dry result has no CUDA-graph step times to score")
     if isinstance(d, dict) and d.get("kind") == "l2sched bench tp":
         return _score_tp(d, prof, terms_from, controls, result)
     prof = prof or recorded_profile(d, where=result)

@@ -331,3 +331,25 @@ def test_item22_timeline_svg_shows_what_to_conclude(tmp_path, capsys):
     assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(result),
                  "--tokens", "4"]) == 1
     assert "has no M=4 (it measured M=1); pass --tokens" in capsys.readouterr().err
+
+
+def test_timeline_measured_reads_gzip_and_refuses_a_dry_result(tmp_path, capsys):
+    """``--measured`` takes a gzipped result as every other reader does, and
+    a --dry result (a fake clock) is not a measurement."""
+    import gzip
+    import json
+
+    from l2sched.cli import main
+    d = {"kind": "l2sched bench", "dry": False,
+         "per_m": {"1": {"arms": {"compiled": {"ops": {}}}}}}
+    gz = tmp_path / "r.json.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        json.dump(d, f)
+    out = str(tmp_path / "t.json")
+    sched = "schedules/glm53-flash-h200-tp4.l2s"
+    assert main(["timeline", sched, "-o", out, "--measured", str(gz)]) == 1
+    assert "has no per-op times" in capsys.readouterr().err  # read, then judged
+    dry = tmp_path / "dry.json"
+    dry.write_text(json.dumps({**d, "dry": True}))
+    assert main(["timeline", sched, "-o", out, "--measured", str(dry)]) == 1
+    assert "a --dry result" in capsys.readouterr().err

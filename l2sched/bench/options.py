@@ -106,9 +106,9 @@ def tp_arguments(p) -> None:
                    help="deliberately bad schedules measured with --validation")
     p.add_argument("--controls", action="store_true",
                    help="add the dispatch control ctl-NAME of every schedule arm: the "
-                        "same fills at the same hook points, each cut to a 4 KiB head; needs "
-                        "the A/A arm of --validation (or --perturbations) "
-                        "(docs/bench.md#dispatch-controls)")
+                        "same fills at the same hook points, each cut to a 4 KiB head (decoy "
+                        "controls are a bench run option); needs the A/A arm of "
+                        "--validation (docs/bench.md#dispatch-controls)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the replay order (shared by every rank)")
     p.add_argument("--p2p", choices=("on", "off"), default="on",

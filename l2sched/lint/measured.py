@@ -118,10 +118,20 @@ def _guess_class(op: str) -> str:
 
 def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTimeline:
     """The ``arm`` at M = ``tokens`` of the ``bench run`` result at ``path``.
-    Raises ``L2sInputError`` (one line at the file) when it cannot be read,
-    is not JSON, is not a ``bench run`` result, lacks that M or arm (naming
+    A ``.gz`` path is gunzipped first. Raises ``L2sInputError`` (one line at
+    the file) when it cannot be read, is not JSON, is not a ``bench run``
+    result or is a ``--dry`` one, lacks that M or arm (naming
     those it has), or has no per-op times (a ``bench report`` summary)."""
-    text = read_input_text(path, "bench result")
+    if str(path).endswith(".gz"):  # results are committed gzipped
+        import gzip
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise L2sInputError(Diagnostic(f"cannot read bench result: {e}",
+                                           Span.file(path))) from None
+    else:
+        text = read_input_text(path, "bench result")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -133,6 +143,8 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
 
     if not isinstance(doc, dict) or not isinstance(doc.get("per_m"), dict):
         raise bad("not an `l2sched bench run` result (no 'per_m')")
+    if doc.get("dry"):
+        raise bad("a --dry result: its times are a fake clock, not measurements")
     per_m = doc["per_m"].get(str(tokens))
     if not isinstance(per_m, dict):
         have = ", ".join(sorted(doc["per_m"], key=lambda m: int(m) if m.isdigit() else 0))
@@ -143,7 +155,8 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
     rec = arms[arm]
     if not isinstance(rec.get("ops"), dict) or not rec["ops"]:
         raise bad(f"arm '{arm}' has no per-op times ('ops'): a `bench report` "
-                  f"summary has none; give the `bench run --out` result")
+                  f"summary and the results committed under benchmarks/results (which "
+                  f"drop them) have none; give the full `bench run --out` result")
     for key, v in rec["ops"].items():
         if not isinstance(v, dict) or not all(
                 isinstance(v.get(f), (int, float)) for f in ("start_us", "finish_us")):
