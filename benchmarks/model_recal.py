@@ -103,7 +103,9 @@ def main() -> int:
     for r, v in scores.items():
         out[r] = v
         print(f"{r}: agreement {v['verdict_agreement']:.0%}, median |err| "
-              f"{v['median_abs_gain_err_us']:.1f} us, Spearman {v['spearman']:.2f}")
+              f"{v['median_abs_gain_err_us']:.1f} us, Spearman {v['spearman']:.2f}"
+              + (f" (with the {v['control_kind']} controls of {v['controls']})"
+                 if v.get("controls") else ""))
         for row in v["rows"]:
             print(f"  {row['arm']:32s} M={row['M']:3d} pred {row['pred_gain_us']:+8.1f} "
                   f"meas {row['meas_gain_us']:+8.1f} {'ok' if row['agree'] else 'NO'}")

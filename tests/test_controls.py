@@ -344,3 +344,27 @@ def test_a_dry_decoy_controls_run_issues_the_arms_bytes(tmp_path):
           if "runtime_stats" in v}
     assert st["ctl-compiled"]["bytes_issued"] == st["compiled"]["bytes_issued"] > 0
     assert st["ctl-only-C-5MB"]["bytes_issued"] == st["only-C-5MB"]["bytes_issued"]
+
+
+def test_reports_say_which_kind_of_controls_they_added(tmp_path, cut_runs):
+    from l2sched.bench.controls import control_lines, status_note
+    d1, d2 = cut_runs
+    prof = recorded_profile(json.load(open(d2)))
+    head = control_residuals(d1, prof)
+    assert head.kind == "head"
+    dec = json.load(open(d1))
+    for a in dec["arms"]:
+        if a["name"].startswith(CONTROL_PREFIX):
+            a["decoy"] = True
+    p = tmp_path / "decoys.json"
+    p.write_text(json.dumps(dec))
+    res = control_residuals(str(p), prof)
+    assert res.kind == "decoy"
+    rows = gain_rows(json.load(open(d2)), prof)
+    v = validate([dict(r) for r in rows], (res, str(p)))
+    assert v["control_kind"] == "decoy" and v["controls"] == str(p)
+    assert "scratch buffer" in control_lines(v)[0] and "4 KiB" not in control_lines(v)[0]
+    assert "decoy-control residuals" in status_note(str(p), "decoy")
+    v = validate([dict(r) for r in rows], (head, d1))
+    assert v["control_kind"] == "head" and "4 KiB head" in control_lines(v)[0]
+    assert validate([dict(r) for r in rows])["control_kind"] is None

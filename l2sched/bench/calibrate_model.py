@@ -34,7 +34,7 @@ from l2sched.bench import read_json_file, tp_validation
 from l2sched.bench import recorded_profile as bench_recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.controls import (CONTROL_PREFIX, control_of, is_control, residuals,
-                                     without_hits)
+                                     run_control_kind, without_hits)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -190,7 +190,7 @@ def control_residuals(path: str, prof, run: dict | None = None,
     if run is not None:
         check_controls_run(d, path, run, run_path)
     try:
-        res = residuals(result_rows(d, prof))
+        res = residuals(result_rows(d, prof), run_control_kind(d))
     except L2sInputError as e:
         raise L2sInputError(f"{path}: {e}") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:

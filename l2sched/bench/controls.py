@@ -180,12 +180,34 @@ def without_hits(prof):
     return dataclasses.replace(prof, fill_modes=modes, fill_effect=0.0)
 
 
-def residuals(rows: list[dict]) -> dict[tuple[str, int], float]:
+class Residuals(dict):
+    """``{(arm, M): residual, us}`` of a controls run (``residuals``), with
+    ``kind``, the kind of its controls (``CONTROL_KINDS``)."""
+
+    def __init__(self, items=(), kind: str = "head"):
+        super().__init__(items)
+        self.kind = kind
+
+
+def residuals(rows: list[dict], kind: str = "head") -> Residuals:
     """``{(arm, M): measured - predicted gain of its control, us}`` from the
-    gain rows (``validation.validate``'s input) of a controls run: one entry
-    per control row, keyed by the arm it stands for."""
-    return {(control_of(r["arm"]), int(r["M"])): r["meas_gain_us"] - r["pred_gain_us"]
-            for r in rows if is_control(r["arm"])}
+    gain rows (``validation.validate``'s input) of a controls run whose
+    controls are of ``kind``: one entry per control row, keyed by the arm it
+    stands for."""
+    return Residuals({(control_of(r["arm"]), int(r["M"])): r["meas_gain_us"]
+                      - r["pred_gain_us"] for r in rows if is_control(r["arm"])}, kind)
+
+
+def kind_of(res) -> str:
+    """The kind of controls of residuals ``res`` (head for a plain dict)."""
+    return getattr(res, "kind", "head")
+
+
+def run_control_kind(d: dict) -> str:
+    """The kind of the controls of a bench result ``d``: decoy when its arms
+    record decoys (``bench run --controls decoy``), else head."""
+    return "decoy" if any(isinstance(a, dict) and a.get("decoy")
+                          for a in d.get("arms", [])) else "head"
 
 
 def with_controls(rows: list[dict], res: dict[tuple[str, int], float],
@@ -214,10 +236,11 @@ def with_controls(rows: list[dict], res: dict[tuple[str, int], float],
     return out
 
 
-def status_note(path: str) -> str:
+def status_note(path: str, kind: str = "head") -> str:
     """What a validation's status line adds when it used the controls run
-    ``path``."""
-    return f"; predictions include the dispatch-control residuals of {path}, another run"
+    ``path`` whose controls are of ``kind``."""
+    what = "decoy-control" if kind == "decoy" else "dispatch-control (4 KiB head)"
+    return f"; predictions include the {what} residuals of {path}, another run"
 
 
 def validation_rows(rows: list[dict]) -> list[dict]:
@@ -232,11 +255,12 @@ def control_lines(v: dict) -> list[str]:
     no lines when ``v`` used none."""
     if not v.get("controls"):
         return []
+    what = ("the same fills reading a scratch buffer: their cost without their hits"
+            if v.get("control_kind") == "decoy" else
+            f"every fill cut to a {CONTROL_BUDGET.replace('KiB', ' KiB')} head")
     out = [f"Predicted gain = the lint's gain + the residual (measured - predicted gain) "
-           f"of the arm's control ({CONTROL_PREFIX}NAME: every fill cut to a "
-           f"{CONTROL_BUDGET.replace('KiB', ' KiB')} head, or with `--controls decoy` the "
-           f"same fills reading a scratch buffer) in {v['controls']}, a separate run "
-           "(docs/bench.md#dispatch-controls).", "",
+           f"of the arm's control ({CONTROL_PREFIX}NAME, {what}) in {v['controls']}, a "
+           "separate run (docs/bench.md#dispatch-controls).", "",
            "| arm | M | lint gain us | control residual us | predicted gain us |",
            "|---|---|---|---|---|"]
     for r in v["rows"]:

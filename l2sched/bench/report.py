@@ -20,7 +20,7 @@ from typing import Any
 from l2sched.bench import read_json_file, recorded_profile
 from l2sched.bench.arms import arm_schedule
 from l2sched.bench.calibrate_model import control_residuals
-from l2sched.bench.controls import is_control, status_note, without_hits
+from l2sched.bench.controls import is_control, kind_of, status_note, without_hits
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
@@ -137,7 +137,7 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
                      if prof.is_measured else
                      "NOT a validation: the device profile is an estimate, not measured")
     if controls is not None:
-        out["status"] += status_note(controls[1])
+        out["status"] += status_note(controls[1], kind_of(controls[0]))
     return out
 
 

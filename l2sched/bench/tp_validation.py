@@ -31,7 +31,7 @@ import statistics
 
 from l2sched.bench import recorded_profile
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import control_lines, status_note
+from l2sched.bench.controls import control_lines, kind_of, status_note
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint
@@ -182,7 +182,7 @@ def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
                      if prof.is_measured else
                      "NOT a validation: the device profile is an estimate, not measured")
     if controls is not None:
-        out["status"] += status_note(controls[1])
+        out["status"] += status_note(controls[1], kind_of(controls[0]))
     if d.get("dry"):
         out["status"] = "NOT a validation: a --dry (CPU) result; " + out["status"]
         out["profile_measured"] = False

@@ -31,7 +31,7 @@ import dataclasses
 import random
 import statistics
 
-from l2sched.bench.controls import validation_rows, with_controls
+from l2sched.bench.controls import kind_of, validation_rows, with_controls
 
 #: Pass marks, written down in docs/lint.md#validation before the first
 #: validation run (issue 14): verdict agreement share, median |gain error|
@@ -124,7 +124,8 @@ def validate(rows: list[dict], controls: tuple | None = None) -> dict:
     out: a control is a reference, not a schedule. ``controls``:
     ``(residuals, path)`` of a controls run, added to every prediction
     first (``controls.with_controls``: raises ``L2sError`` for an arm
-    without one); the result's ``controls`` is that path (else None)."""
+    without one); the result's ``controls`` is that path and
+    ``control_kind`` the kind of its controls (else None)."""
     rows = validation_rows(rows) if controls is None else with_controls(rows, *controls)
     for r in rows:
         r["pred_verdict"] = three_way(r["pred_gain_us"], r["floor_us"])
@@ -152,5 +153,6 @@ def validate(rows: list[dict], controls: tuple | None = None) -> dict:
         per_m[str(r["M"])][0].append(r["pred_gain_us"])
         per_m[str(r["M"])][1].append(r["meas_gain_us"])
     return {"rows": rows, "n": n, **fig, "controls": controls and controls[1],
+            "control_kind": controls and kind_of(controls[0]),
             "spearman_per_m": {M: spearman(p, m) for M, (p, m) in per_m.items()},
             "thresholds": dict(THRESHOLDS), "met": met}
