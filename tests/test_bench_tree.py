@@ -37,7 +37,7 @@ def test_dry_run(tmp_path):
         "CUDA_DEVICE_MAX_CONNECTIONS")
 
 
-def test_op_inputs_are_what_the_op_multiplies():
+def test_matrix_reads_are_what_the_op_multiplies():
     """The ops probe reads these back after its flush (weights cold,
     activations hot): they must be the very tensors the op's GEMMs take."""
     from l2sched.bench.step import StepRunner
@@ -46,10 +46,11 @@ def test_op_inputs_are_what_the_op_multiplies():
     runner = StepRunner(build_tree(inv, device="meta"), load_device("h200"), tokens=16)
     i = next(i for i, k in enumerate(inv.kinds) if k.attention == "mla")
     ops = {op.name: op for op in runner.ops_of(i)}
-    (x,) = runner.op_inputs(i, ops["mla.q_b_proj"])
+    ((_, wq, x),) = runner.matrix_reads(i, ops["mla.q_b_proj"])
     w = runner.model.layers[i].self_attn.q_b_proj.weight
+    assert wq is w
     assert tuple(x.shape) == (16, w.shape[1]) and x.dtype == w.dtype
-    (xb,) = runner.op_inputs(i, ops["mla.uk_bmm"])
+    ((_, _, xb),) = runner.matrix_reads(i, ops["mla.uk_bmm"])
     assert xb.dim() == 3 and xb.shape[1] == 16
-    assert runner.op_inputs(i, ops["mla.q_b_proj"])[0] is x  # cached: the step's input
-    assert runner.op_inputs(i, ops["moe.routing"]) == []
+    assert runner.matrix_reads(i, ops["mla.q_b_proj"])[0][2] is x  # cached: the step's input
+    assert runner.matrix_reads(i, ops["moe.routing"]) == []

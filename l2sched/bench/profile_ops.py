@@ -62,7 +62,7 @@ def probe_ops(ctx) -> dict:
             for op in runner.ops_of(idx[0]):
                 if op.cls not in ("gemm", "shared_expert", "small") or not op.reads:
                     continue
-                if not any(_is_matrix(runner, idx[0], p) for p in op.reads):
+                if not runner.matrix_reads(idx[0], op):
                     continue
                 per = [_time_op(b, torch, runner, i, op, fit, _other(idx, i))
                        for i in picked]
@@ -133,15 +133,6 @@ def _other(idx: list[int], i: int) -> int | None:
     next one, cyclically), or None for a kind of one layer."""
     rest = [j for j in idx if j != i]
     return next((j for j in rest if j > i), rest[0]) if rest else None
-
-
-def _is_matrix(runner, layer_idx: int, path: str) -> bool:
-    from l2sched.attrs import resolve_path
-    try:
-        w = resolve_path(runner.model.layers[layer_idx], path)
-    except AttributeError:
-        return False
-    return hasattr(w, "dim") and w.dim() in (2, 3)
 
 
 def ops_markdown(ops: dict) -> list[str]:

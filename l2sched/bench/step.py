@@ -397,17 +397,11 @@ class StepRunner(StepTiming):
         ``layer_idx`` once, untimed (the profile's op table times it)."""
         self._body(self.model.layers[layer_idx], op)
 
-    def op_inputs(self, layer_idx: int, op) -> list:
-        """The activation inputs ``run_op(layer_idx, op)`` reads besides its
-        weights (the cached random inputs, ``[M, in]`` or ``[heads, M, k]``);
-        empty for ops without a matrix weight. The profile's ops probe reads
-        them back into L2 after its flush: in the decode step an op's inputs
-        were just written by the op before it."""
-        return [x for _, _, x in self.matrix_reads(layer_idx, op)]
-
     def matrix_reads(self, layer_idx: int, op) -> list:
         """``(path, weight, input)`` of each 2-D/3-D weight ``op`` reads in
-        decoder layer ``layer_idx``, with the input its GEMM multiplies."""
+        decoder layer ``layer_idx``, with the input its GEMM multiplies (the
+        cached random input, ``[M, in]`` or ``[heads, M, k]``); empty for an
+        op without a matrix weight. The profile's ops probe times these."""
         return self._matrix_reads(self.model.layers[layer_idx], op)
 
     def _matrix_reads(self, lay, op):
