@@ -11,7 +11,8 @@
 # (bench tp --validation on 2 GPUs, real NCCL all-reduces: TP_TOKENS,
 # TP_REPLAYS, TP_ARGS; TP_P2P_OFF=1 adds a second run with --p2p off;
 # about 2 min per run after a ~20 s pre-flight test, docs/bench.md; needs the
-# nvidia-h200-x2 kind).
+# nvidia-h200-x2 kind), touch (translation probe + bench run with touch arms
+# and traces, benchmarks/bench_run_touch.py).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
@@ -81,6 +82,32 @@ if has drun; then
   # a diagnostic bench run: only the arms given in DIAG_ARGS (--variant ...)
   timeout ${DIAG_TIMEOUT:-200} python3 -m l2sched bench run --out "$OUT/diag.json" \
     --bench-dir "" ${DIAG_ARGS:-} 2>&1 | tail -4
+fi
+if has touch; then
+  # translations or lines? (docs/lint.md, "Translations or lines"): the
+  # translation probe, then bench run with touch arms, window B's target
+  # groups, decoys and one traced replay per arm and M
+  timeout 120 python3 benchmarks/translation_probe.py --out "$OUT/translation.json" \
+    --md-out "$OUT/translation.md" 2>&1 | tail -8
+  timeout ${TOUCH_TIMEOUT:-330} python3 benchmarks/bench_run_touch.py \
+    --touch schedules/glm53-flash-h200-tp4.l2s --touch /tmp/wb/B-next-attn.l2s \
+    --window-b-groups /tmp/wb --out /tmp/touch.json --bench-dir /tmp/wb --controls decoy \
+    --perturbations --variant kernel-bulk:kernel=bulk --tokens ${TOUCH_TOKENS:-4,16,64} \
+    --replays ${TOUCH_REPLAYS:-20} --trace-dir /tmp/traces 2>&1 | tail -3
+  python3 - "$OUT" <<'PY'
+import gzip, json, os, sys, tarfile
+out = sys.argv[1]
+d = json.load(open("/tmp/touch.json"))
+for rec in d.get("per_m", {}).values():
+    for arm in rec.get("arms", {}).values():
+        for key in ("ops", "fills"):
+            arm.pop(key, None)
+with gzip.open(os.path.join(out, "touch.json.gz"), "wt") as f:
+    json.dump(d, f)
+with tarfile.open(os.path.join(out, "traces.tar.gz"), "w:gz") as t:
+    t.add("/tmp/traces", arcname="traces")
+PY
+  ls -la "$OUT"
 fi
 if has tpv; then
   # bench tp --validation (docs/bench.md): every validation arm with real

@@ -219,6 +219,7 @@ def test_ffi_kernel_calls_the_bare_tvm_ffi_function():
     ("copy", {"grid": 8, "threads": 32, "chunk": 16384, "stages": 2}),
     ("load", {"grid": 1056, "threads": 128, "chunk": 128}),
     ("bulk", {}),
+    ("touch", {"grid": 264, "threads": 32, "chunk": 65536}),
 ])
 def test_every_fill_mode_compiles_without_a_gpu(mode, shape):
     """Compile-only (no GPU; nvidia-cutlass-dsl 4.8 here, 4.3.5 on the lent

@@ -14,6 +14,9 @@ a row is touched. A row of 0 bytes issues nothing.
   kernel exits when its requests are issued (launch-to-exit is not the fill
   time).
 - ``line`` (benchmarks only): one ``prefetch.global.L2`` per 128-byte line.
+- ``touch`` (benchmarks only): one 4-byte ordinary load (one 32-byte sector)
+  per ``chunk`` bytes, no prefetch-size hint: with a chunk of 64 KiB it caches
+  the rows' address translations and lands 0.05% of their bytes.
 - ``load``: one 4-byte ``ld.global.L1::no_allocate.L2::cache_hint`` with the
   L2 prefetch-size hint per ``min(chunk, 256)`` bytes; ordinary loads, which
   land lines where later reads find them, but the CTAs stay resident until
@@ -83,7 +86,7 @@ def _policy(llvm, Int64, ptx_policy):
 
 
 def _issue_fill(spec, ptx_policy):
-    """The ``bulk``/``line``/``load`` kernel: every thread a worker, one
+    """The ``bulk``/``line``/``touch``/``load`` kernel: every thread a worker, one
     instruction per chunk."""
     import cutlass
     import cutlass.cute as cute
@@ -100,6 +103,10 @@ def _issue_fill(spec, ptx_policy):
         # (the PTX ISA allows only L2::evict_last / evict_normal here)
         issue_asm = ("prefetch.global.L2::evict_last [$0];"
                      if ptx_policy == "L2::evict_last" else "prefetch.global.L2 [$0];")
+    elif spec.mode == "touch":  # benchmarks only: translations, not lines
+        issue_res = "i32"
+        issue_cons = "=r,l,r,l,~{memory}"
+        issue_asm = "ld.global.L1::no_allocate.L2::cache_hint.u32 $0, [$1], $3;"
     elif spec.mode == "load":
         # one 4-byte load per min(chunk, 256) bytes, with the PTX L2
         # prefetch-size hint for the rest of that span (none for 32 B: a

@@ -2,7 +2,7 @@
 compiled, and how it is launched. The CuTe DSL bodies live in
 ``runtime.fill_kernels``.
 
-Fill modes (``units.FILL_MODES``; ``line`` only for benchmarks), measured on
+Fill modes (``units.FILL_MODES``; ``line`` and ``touch`` only for benchmarks), measured on
 the lent H200:
 
 - ``bulk``: ``cp.async.bulk.prefetch.L2`` per 16 KiB chunk. The instruction of
@@ -14,6 +14,8 @@ the lent H200:
 - ``copy``: TMA bulk copies into shared memory from one thread per CTA,
   ``stages`` buffers deep, data discarded; lands lines from few CTAs.
 - ``line`` (benchmarks only): per-128-B ``prefetch.global.L2``.
+- ``touch`` (benchmarks only): one 4-byte load per ``chunk`` bytes, which
+  caches address translations and lands almost no lines.
 
 A variant is a ``KernelSpec`` (mode, grid, threads, chunk, stages, policy):
 every parameter that defines the compiled code is in it, and it is the cache
@@ -57,6 +59,8 @@ PTX_POLICY = {
     "none": None,
 }
 
+#: Fill modes only benchmarks build (never a schedule's or a profile's kernel).
+BENCH_MODES = ("line", "touch")
 #: Bytes per bulk-prefetch request when no profile says otherwise: the chunk
 #: of vLLM 0.33.0's Kimi-K3 prefetch kernel (docs/sources.md#kimi-k3-prefetch)
 #: and the best chunk of the earlier H200 probe
@@ -85,7 +89,7 @@ MAX_SMEM_BYTES = 227 * 1024
 class KernelSpec:
     """Everything that defines one compiled fill kernel.
 
-    ``mode`` in ``FILL_MODES`` (or ``line``); ``grid`` CTAs; ``threads`` per
+    ``mode`` in ``FILL_MODES`` (or ``line``/``touch``, benchmarks); ``grid`` CTAs; ``threads`` per
     CTA; ``chunk`` bytes per request (a positive multiple of 16); ``stages``
     shared-memory buffers of ``chunk`` bytes (``copy`` mode; 1 otherwise);
     ``policy`` a cache policy (``PTX_POLICY``). ``check()`` raises
@@ -100,7 +104,7 @@ class KernelSpec:
 
     def check(self) -> "KernelSpec":
         """This spec, after checking every field. Raises ``ValueError``."""
-        if self.mode not in FILL_MODES + ("line",):
+        if self.mode not in FILL_MODES + BENCH_MODES:
             raise ValueError(f"unknown fill mode {self.mode!r} (known: "
                              f"{', '.join(FILL_MODES)})")
         if self.policy not in PTX_POLICY:
