@@ -42,7 +42,7 @@ def sparse_reader(t):
     out = torch.empty((), dtype=torch.float32, device="cuda")
 
     def read():
-        torch.sum(view.float(), out=out)
+        torch.sum(view.float(), dim=0, out=out)
     return read
 
 
