@@ -6,7 +6,7 @@ bulk-kernel arm gains there although the probe credits it 0-0.53.
 
     python benchmarks/fill_wait_probe.py [--waits 0,40,200,400]
         [--sizes 16,32,48] [--reps 40] [--fill-stream same|side] [--touch-pages]
-        [--flush normal|evict_first|evict_last]
+        [--flush normal|evict_first|evict_last] [--graph]
         [--shape NAME:mode=bulk,grid=16,threads=32,chunk=16384,policy=evict_normal ...]
         --out OUT.json --md-out OUT.md
 
@@ -67,6 +67,24 @@ def _touching_pages(torch, after_fill):
     return run
 
 
+def _graphed(torch, fill_then_wait):
+    """``timing._fill_then_wait`` whose fill + wait (and, with a side stream,
+    the fork and join) is captured once per (kernel, table, wait) into a CUDA
+    graph and replayed, as the decode step launches its fills."""
+    graphs = {}
+
+    def make(b, kern, table, wait, stream_handle, fill_stream):
+        key = (id(kern), table.data_ptr(), wait, fill_stream is not None)
+        if key not in graphs:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fill_then_wait(b, kern, table, wait,
+                               torch.cuda.current_stream().cuda_stream, fill_stream)()
+            graphs[key] = g
+        return graphs[key].replay
+    return make
+
+
 def _shapes(specs: list[str], base: dict) -> dict:
     """``--shape`` values -> ``{name: shape}``, each over the base shape of its
     mode (``line``: bulk's). Exits with a message naming the bad value."""
@@ -112,6 +130,9 @@ def main() -> int:
                     help="side: fork the fill onto a side stream while the wait spins "
                          "on the main stream, join before the consumer (a decode step's "
                          "arrangement); same: all in order on one stream (the profile's)")
+    ap.add_argument("--graph", action="store_true",
+                    help="launch each fill + wait (with --fill-stream side: and its fork and "
+                         "join) as a captured CUDA graph, as the decode step does")
     ap.add_argument("--shape", action="append", default=[], metavar="NAME:KEY=V,...",
                     help="probe this kernel shape instead of the h200 profile's (repeatable): "
                          "mode and any of grid, threads, chunk, stages over the profile's "
@@ -135,6 +156,9 @@ def main() -> int:
         return 2
     if a.fill_stream == "side":
         P.after_fill = functools.partial(P.after_fill, fill_stream=torch.cuda.Stream())
+    if a.graph:
+        import l2sched.bench.timing as T
+        T._fill_then_wait = _graphed(torch, T._fill_then_wait)
     if a.touch_pages:
         P.after_fill = _touching_pages(torch, P.after_fill)
     bench = TimingBench(torch, a.reps)
@@ -161,13 +185,14 @@ def main() -> int:
           + ("; every flush followed by a read of one element per 64 KiB of the weight"
              if a.touch_pages else "")
           + (f"; the flush's loads hinted {a.flush}" if a.flush != "normal" else "")
+          + ("; each fill + wait replayed as a captured CUDA graph" if a.graph else "")
           + ".\n\n"
           + "\n".join(lines) + "\n")
     print(md)
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump({"waits": P.FILL_WAITS, "sizes": P.FILL_SIZES,
                    "fill_stream": a.fill_stream, "touch_pages": a.touch_pages,
-                   "flush": a.flush, "shapes": shapes,
+                   "flush": a.flush, "graph": a.graph, "shapes": shapes,
                    "fill": res}, f)
     with open(a.md_out, "w", encoding="utf-8") as f:
         f.write(md)
