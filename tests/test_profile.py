@@ -393,3 +393,78 @@ def test_cold_op_runs_after_the_same_op_on_another_layer():
     assert got["warm_on"] == 7
     assert _other([3, 7, 11], 7) == 11 and _other([3, 7, 11], 11) == 3
     assert _other([5], 5) is None
+
+
+def _step_result(steps: dict) -> dict:
+    """A one-M ``bench run`` result whose arms take ``steps`` (arm -> us)."""
+    return {"per_m": {"16": {"arms": {name: {"graph_step_us_all": [us - 1, us, us + 1]}
+                                      for name, us in steps.items()}}}}
+
+
+def test_step_fill_ratio_is_each_kernels_hits_over_copys():
+    from l2sched.bench.profile_step import step_fill_summary
+    got = step_fill_summary(_step_result({
+        "compiled": 1000.0, "ctl-compiled": 1100.0,            # copy buys 100 us
+        "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1070.0}),    # bulk 60 us
+        ["bulk"])
+    assert got["tokens"] == 16 and got["reference"] == "copy"
+    assert got["hits_us"] == {"copy": 100.0, "bulk": 60.0}
+    assert got["ratio"] == {"copy": 1.0, "bulk": pytest.approx(0.6)}
+    # reference hits inside the noise: no ratio is formed
+    small = step_fill_summary(_step_result({
+        "compiled": 1000.0, "ctl-compiled": 1010.0,
+        "kernel-bulk": 1000.0, "ctl-kernel-bulk": 1020.0}), ["bulk"])
+    assert small["ratio"]["bulk"] is None
+    with pytest.raises(ValueError, match="ctl-kernel-load"):
+        step_fill_summary(_step_result({"compiled": 1.0, "ctl-compiled": 2.0,
+                                        "kernel-load": 1.0}), ["load"])
+
+
+def test_step_fill_scales_a_kernels_landed_fractions_and_says_so(tmp_path):
+    base = load_device("h200")
+    res = synthetic_results()
+    res["step_fill"] = {"tokens": 16, "reference": "copy",
+                        "hits_us": {"copy": 100.0, "bulk": 90.0},
+                        "step_us": {"compiled": 1000.0, "ctl-compiled": 1100.0,
+                                    "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1100.0},
+                        "ratio": {"copy": 1.0, "bulk": 0.9}}
+    derived = derive(res, base, None, PROV)
+    path = tmp_path / "p.toml"
+    path.write_text(profile_toml("h200-measured", "test", PROV, derived, base),
+                    encoding="utf-8")
+    dev = load_device(str(path))
+    # copy's own table stays; bulk's is copy's x 0.9 (the fill probe said 0.3 / 0.2)
+    assert dev.fill_mode("copy").landed == ((16.0, 0.9), (32.0, 0.8))
+    assert dev.fill_mode("bulk").landed == ((16.0, 0.81), (32.0, 0.72))
+    assert dev.fill_mode("bulk").effect == pytest.approx(0.765)
+    assert dev.measured["fill.bulk.step_ratio"]["median"] == pytest.approx(0.9)
+    assert "step_fill" in dev.measured["fill.bulk.effect"]["probe"]
+    md = profile_markdown(PROV, res, derived)
+    assert "| bulk | 1010.0 | 1100.0 | +90.0 | 0.90 |" in md
+    # the lint credits the bulk kernel's fills more with it
+    before = _written(tmp_path)[0]
+    assert (dev.fill_mode("bulk").effect_at(24_000_000)
+            > before.fill_mode("bulk").effect_at(24_000_000))
+
+
+def test_step_fill_schedule_is_a_valid_schedule(tmp_path):
+    from l2sched.bench.profile_step import step_fill_schedule
+    from l2sched.lang.resolve import load_schedule
+    path = tmp_path / "s.l2s"
+    path.write_text(step_fill_schedule("h200", 4, "bulk"), encoding="utf-8")
+    sched = load_schedule(str(path), [])
+    assert sched.kernel == "bulk" and [w.name for w in sched.windows] == ["A"]
+
+
+def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    from types import SimpleNamespace
+
+    from l2sched.bench.profile_step import probe_step_fill
+    ctx = SimpleNamespace(quick=False, dry=True, device_name="h200", tp=4,
+                          fill_shapes={"copy": {}, "bulk": {}, "load": {}})
+    got = probe_step_fill(ctx)
+    assert {"none", "compiled", "ctl-compiled", "kernel-bulk", "ctl-kernel-bulk",
+            "kernel-load", "ctl-kernel-load"} <= set(got["arms"])
+    assert "kernel copy" in got["schedule"]
+    assert probe_step_fill(SimpleNamespace(quick=True)) == {"skipped": "--quick"}

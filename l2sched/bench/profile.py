@@ -32,6 +32,11 @@ stopped):
   48 MB evict_last fill elsewhere, with no persisting-L2 set-aside and with
   the maximum, interleaved -> ``l2.set_aside_stream_slowdown``, the cost of
   a set-aside to normal-priority traffic.
+- ``step_fill`` (``profile_step``): ``bench run``'s decode step with one window
+  installed with each fill kernel, each beside its decoy control -> what
+  each kernel's hits buy in the step relative to copy's, which scales that
+  kernel's landed fractions (the ``fill`` probe's stand-in consumer credits
+  the bulk kernel far less than the step does). Not with ``--quick``.
 
 Collectives across N GPUs (``--collectives N``): ``profile_collectives``. Every
 number in the written profile carries the probe and median/p10/p90 it came
@@ -47,6 +52,7 @@ import sys
 import time
 
 from l2sched.bench.profile_ops import probe_ops
+from l2sched.bench.profile_step import probe_step_fill
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.files import write_text_atomically
@@ -354,7 +360,8 @@ def probe_graph(ctx) -> dict:
 
 PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
           ("survival", probe_survival), ("interference", probe_interference),
-          ("graph", probe_graph), ("set_aside", probe_set_aside))
+          ("graph", probe_graph), ("set_aside", probe_set_aside),
+          ("step_fill", probe_step_fill))
 
 
 class _Context:
@@ -386,6 +393,8 @@ class _Context:
                                        key=lambda kv: kv[0] != "copy"))
         self.results = results
         self.capacity_bytes = base_profile.capacity_bytes
+        self.device_name = base_profile.name
+        self.tp = args.tp
         self.progress = None
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from l2sched.bench.interference import gemm_chain_record
 from l2sched.bench.profile_ops import ops_markdown
+from l2sched.bench.profile_step import scale_landed, step_fill_markdown
 from l2sched.model.overlap_fit import slowdown_for_extra
 
 MB = 10**6
@@ -89,6 +90,7 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
             kept.append(f"bandwidth.{k}")
     launch = max(0.0, graph["fork_join_us"]) if graph else None
     modes = _fill_modes(fill, inter, base, measured, launch)
+    _apply_step_fill(modes, res.get("step_fill", {}), measured)
     if graph:
         measured["fill.launch_us"] = {"probe": "graph (fork + empty fill + join in a "
                                       "200-kernel chain)", "median": launch}
@@ -275,6 +277,31 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
     return out
 
 
+def _apply_step_fill(modes: dict, step: dict, measured: dict) -> None:
+    """Each fill kernel with a ``step_fill`` ratio gets the reference
+    kernel's landed fractions times that ratio (``profile_step.scale_landed``)
+    in ``modes``; the ratio goes into ``measured``. Nothing without the
+    probe, its reference kernel's fill table or a ratio."""
+    ref = modes.get(step.get("reference", ""))
+    if not ref or not step.get("ratio"):
+        return
+    for mode, ratio in step["ratio"].items():
+        if mode == step["reference"] or mode not in modes or ratio is None:
+            continue
+        modes[mode].update(scale_landed(ref, ratio))
+        modes[mode]["source"] = (f"l2sched profile: {step['reference']}'s landed fractions "
+                                 "x step_fill, interference")
+        measured[f"fill.{mode}.step_ratio"] = {
+            "probe": (f"step_fill (bench run's decode step at M={step['tokens']}: decoy "
+                      f"minus arm, {mode} over {step['reference']}; hits "
+                      f"{step['hits_us'][mode]:.1f} / "
+                      f"{step['hits_us'][step['reference']]:.1f} us)"),
+            "median": ratio}
+        measured[f"fill.{mode}.effect"] = {
+            "probe": f"step_fill ratio x {step['reference']}'s fill effect",
+            "median": modes[mode]["effect"]}
+
+
 def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
     """``{slowdown, gemm_slowdown}`` (those measured) from one fill kernel's
     interference record (``bench.interference``): each chain's median extra
@@ -423,7 +450,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
         md += ["## Graph", "", f"200 tiny kernels replayed: {g['chain_200_us']['median']:.1f}"
                f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
                f"{g['fork_join_us']:+.1f} us.", ""]
-    md += _set_aside_markdown(res.get("set_aside"))
+    md += _set_aside_markdown(res.get("set_aside")) + step_fill_markdown(res.get("step_fill"))
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
     return "\n".join(md) + "\n"

@@ -103,18 +103,15 @@ def _issue_fill(spec, ptx_policy):
         # (the PTX ISA allows only L2::evict_last / evict_normal here)
         issue_asm = ("prefetch.global.L2::evict_last [$0];"
                      if ptx_policy == "L2::evict_last" else "prefetch.global.L2 [$0];")
-    elif spec.mode == "touch":  # benchmarks only: translations, not lines
-        issue_res = "i32"
-        issue_cons = "=r,l,r,l,~{memory}"
-        issue_asm = "ld.global.L1::no_allocate.L2::cache_hint.u32 $0, [$1], $3;"
-    elif spec.mode == "load":
-        # one 4-byte load per min(chunk, 256) bytes, with the PTX L2
+    elif spec.mode in ("load", "touch"):
+        # load: one 4-byte load per min(chunk, 256) bytes, with the PTX L2
         # prefetch-size hint for the rest of that span (none for 32 B: a
-        # load fetches its whole 32-byte sector)
-        chunk = min(chunk, 256)
-        if chunk not in (32, 64, 128, 256):
-            raise ValueError(f"load mode needs chunk 32/64/128/256 (or more), got {chunk}")
-        size_hint = "" if chunk == 32 else f".L2::{chunk}B"
+        # load fetches its whole 32-byte sector); touch: one per chunk, no hint
+        if spec.mode == "load":
+            chunk = min(chunk, 256)
+            if chunk not in (32, 64, 128, 256):
+                raise ValueError(f"load mode needs chunk 32/64/128/256 (or more), got {chunk}")
+        size_hint = "" if spec.mode == "touch" or chunk == 32 else f".L2::{chunk}B"
         issue_res = "i32"
         issue_cons = "=r,l,r,l,~{memory}"  # output first
         issue_asm = (f"ld.global.L1::no_allocate.L2::cache_hint{size_hint}.u32"

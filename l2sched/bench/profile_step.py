@@ -1,0 +1,143 @@
+"""The profile's ``step_fill`` probe: what each fill kernel's landed bytes buy
+inside the decode step, relative to the reference kernel's.
+
+Why: the ``fill`` probe (flush, fill, wait, an M=8 GEMM) credits the bulk
+kernel 0.1-0.3 of a copy fill, while in the bench's decode step its fills
+make the consumer kernels as much faster as copy's (arm minus decoy,
+benchmarks/results/h200-2026-12-01-decoy.md and -touch.md); neither the
+consumer, the launch path (eager or CUDA graph), the stream arrangement nor
+address translations explain the difference (-touch.md). So the profile
+measures the ratio where the lint applies it: ``bench run`` (this package's
+decode step, the GLM-5.3-Flash tree at TP4, all-reduces as idle intervals)
+of ``STEP_FILL_WINDOW`` installed with each fill kernel, each beside its
+decoy control (the same fills reading a scratch buffer:
+``bench.controls.DecoyRows``), at ``STEP_FILL_TOKENS`` tokens.
+
+hits(mode) = median step of the decoy - median step of the arm (us);
+ratio(mode) = hits(mode) / hits(reference). ``profile_write`` turns a ratio
+into the mode's landed fraction per size: the reference kernel's (from the
+``fill`` probe, whose figures for copy agree with the step) times the ratio.
+torch comes in through ``bench.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+
+#: The fill kernel the other kernels are measured against: the one whose
+#: ``fill`` probe figures agree with the decode step (copy: window A, A_MLA
+#: and C hits +89 / +95 us measured against +91 / +99 from the lint,
+#: benchmarks/results/h200-2026-12-01-decoy-b.md).
+REFERENCE_MODE = "copy"
+#: Decode tokens of the probe's steps (a middle M of the validation set).
+STEP_FILL_TOKENS = 16
+#: Timed replays per arm (as the validation runs).
+STEP_FILL_REPLAYS = 25
+#: The probe's one window: the KDA and MoE layers' o_proj (16.8 MB at TP4)
+#: while the attention core runs, window A of the shipped h200 schedule.
+STEP_FILL_WINDOW = ("window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+                    "    this self_attn.o_proj\n}\n")
+#: Reference hits (us) below which a ratio is not formed: about 3x the
+#: A/A noise floor of one arm's gain at M=16 in the validation runs
+#: (14.9 us, benchmarks/results/h200-2026-12-01-decoy.md, E3).
+MIN_REFERENCE_HITS_US = 45.0
+
+
+def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
+    """The ``.l2s`` text of the probe's schedule for ``device`` (a device
+    profile name) at TP ``tp``, fill kernel ``mode``."""
+    return (f"schedule profile_step_fill\n\nmodel glm5next\ndevice {device}\ntp {tp}\n"
+            f"ep off\nmax_tokens 256\npolicy evict_last\nset_aside 0\nkernel {mode}\n\n"
+            + STEP_FILL_WINDOW)
+
+
+def probe_step_fill(ctx) -> dict:
+    """``bench run`` of the probe's schedule with every fill kernel of
+    ``ctx.fill_shapes`` and its decoy; returns ``step_fill_summary``'s dict
+    plus the schedule text (``ctx.dry``: ``bench run --dry``, meta tensors,
+    for tests). Skipped (``{"skipped": reason}``) with
+    ``--quick`` and where the reference kernel is not among the shapes."""
+    if ctx.quick:
+        return {"skipped": "--quick"}
+    if REFERENCE_MODE not in ctx.fill_shapes:
+        return {"skipped": f"no {REFERENCE_MODE} kernel in the profile"}
+    from l2sched.bench.options import run_arguments
+    from l2sched.bench.run import run as bench_run
+    text = step_fill_schedule(ctx.device_name, ctx.tp)
+    others = [m for m in ctx.fill_shapes if m != REFERENCE_MODE]
+    with tempfile.TemporaryDirectory(prefix="l2sched-step-fill-") as tmp:
+        path = os.path.join(tmp, "step-fill.l2s")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        p = argparse.ArgumentParser()
+        run_arguments(p)
+        args = p.parse_args(
+            ["--out", os.path.join(tmp, "step-fill.json"), "--schedule", path,
+             "--bench-dir", "", "--tokens", str(STEP_FILL_TOKENS),
+             "--replays", str(STEP_FILL_REPLAYS), "--controls", "decoy"]
+            + [f"--variant=kernel-{m}:kernel={m}" for m in others]
+            + (["--dry"] if getattr(ctx, "dry", False) else []))
+        result = bench_run(args)
+    if args.dry:  # meta tensors: arms captured, nothing timed
+        (rec,) = result["per_m"].values()
+        return {"skipped": "--dry (no GPU timings)", "arms": sorted(rec["arms"]),
+                "schedule": text}
+    out = step_fill_summary(result, others)
+    out["schedule"] = text
+    return out
+
+
+def step_fill_summary(result: dict, others: list[str]) -> dict:
+    """From a ``bench run`` result with the arms ``compiled`` (the reference
+    kernel), ``kernel-MODE`` per mode in ``others`` and their decoys
+    ``ctl-*``: ``{"tokens", "reference", "hits_us": {mode: us},
+    "step_us": {arm: median us}, "ratio": {mode: hits / reference hits}}``;
+    a ratio is None where the reference hits are below
+    ``MIN_REFERENCE_HITS_US``. Raises ``ValueError`` when an arm is missing."""
+    (m_key, rec), = result["per_m"].items()
+    arms = rec["arms"]
+    names = {REFERENCE_MODE: "compiled", **{m: f"kernel-{m}" for m in others}}
+    step, hits = {}, {}
+    for mode, name in names.items():
+        for arm in (name, f"ctl-{name}"):
+            if arm not in arms:
+                raise ValueError(f"step_fill: the bench result has no arm {arm!r}")
+            step[arm] = statistics.median(arms[arm]["graph_step_us_all"])
+        hits[mode] = step[f"ctl-{name}"] - step[name]
+    ref = hits[REFERENCE_MODE]
+    ratio = {m: (hits[m] / ref if ref >= MIN_REFERENCE_HITS_US else None) for m in hits}
+    return {"tokens": int(m_key), "reference": REFERENCE_MODE, "hits_us": hits,
+            "step_us": step, "ratio": ratio}
+
+
+def scale_landed(reference: dict, ratio: float) -> dict:
+    """A fill kernel's ``landed``/``effect`` from the reference kernel's fill
+    table entry ``reference`` (``landed``: [[MB, fraction], ...]) scaled by
+    the step ratio, each fraction capped at 1: ``{"landed", "effect"}``."""
+    landed = [[mb, round(max(0.0, min(1.0, f * ratio)), 3)] for mb, f in reference["landed"]]
+    effs = [f for _, f in landed]
+    return {"landed": landed,
+            "effect": round(statistics.median(effs), 3) if effs else 0.0}
+
+
+def step_fill_markdown(step: dict | None) -> list[str]:
+    """The report section of the ``step_fill`` probe (none without it)."""
+    if not step:
+        return []
+    if "skipped" in step:
+        return ["## Fill kernels in the decode step", "", f"Skipped: {step['skipped']}.", ""]
+    md = ["## Fill kernels in the decode step", "",
+          f"`bench run` at M={step['tokens']}, {STEP_FILL_REPLAYS} replays, one window "
+          "(`" + STEP_FILL_WINDOW.splitlines()[0].removesuffix(" {") + "`, its o_proj), "
+          "each kernel beside its decoy; hits = decoy's median step - arm's (us).", "",
+          "| kernel | arm us | decoy us | hits us | ratio to " + step["reference"] + " |",
+          "|---|---|---|---|---|"]
+    for mode, hits in step["hits_us"].items():
+        arm = "compiled" if mode == step["reference"] else f"kernel-{mode}"
+        ratio = step["ratio"].get(mode)
+        md.append(f"| {mode} | {step['step_us'][arm]:.1f} | {step['step_us']['ctl-' + arm]:.1f}"
+                  f" | {hits:+.1f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+    return md + [""]
