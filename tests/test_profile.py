@@ -395,38 +395,44 @@ def test_cold_op_runs_after_the_same_op_on_another_layer():
     assert _other([5], 5) is None
 
 
-def _step_result(steps: dict) -> dict:
-    """A one-M ``bench run`` result whose arms take ``steps`` (arm -> us)."""
-    return {"per_m": {"16": {"arms": {name: {"graph_step_us_all": [us - 1, us, us + 1]}
-                                      for name, us in steps.items()}}}}
+def _step_result(per_m: dict) -> dict:
+    """A ``bench run`` result whose arms take ``per_m[M][arm]`` us."""
+    return {"per_m": {str(m): {"arms": {name: {"graph_step_us_all": [us - 1, us, us + 1]}
+                                        for name, us in steps.items()}}
+                      for m, steps in per_m.items()}}
 
 
 def test_step_fill_ratio_is_each_kernels_hits_over_copys():
     from l2sched.bench.profile_step import step_fill_summary
     got = step_fill_summary(_step_result({
-        "compiled": 1000.0, "ctl-compiled": 1100.0,            # copy buys 100 us
-        "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1070.0}),    # bulk 60 us
+        16: {"compiled": 1000.0, "ctl-compiled": 1080.0,         # copy buys 80 us
+             "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1050.0},  # bulk 40 us
+        64: {"compiled": 2000.0, "ctl-compiled": 2120.0,         # 120 us
+             "kernel-bulk": 2000.0, "ctl-kernel-bulk": 2080.0}}),  # 80 us
         ["bulk"])
-    assert got["tokens"] == 16 and got["reference"] == "copy"
-    assert got["hits_us"] == {"copy": 100.0, "bulk": 60.0}
+    assert got["tokens"] == [16, 64] and got["reference"] == "copy"
+    assert got["hits_us"] == {"copy": 100.0, "bulk": 60.0}  # means over M
+    assert got["per_m"][64]["hits_us"]["bulk"] == 80.0
     assert got["ratio"] == {"copy": 1.0, "bulk": pytest.approx(0.6)}
     # reference hits inside the noise: no ratio is formed
-    small = step_fill_summary(_step_result({
-        "compiled": 1000.0, "ctl-compiled": 1010.0,
-        "kernel-bulk": 1000.0, "ctl-kernel-bulk": 1020.0}), ["bulk"])
-    assert small["ratio"]["bulk"] is None
+    small = step_fill_summary(_step_result({16: {
+        "compiled": 1000.0, "ctl-compiled": 1040.0,
+        "kernel-bulk": 1000.0, "ctl-kernel-bulk": 1020.0}}), ["bulk"])
+    assert small["hits_us"]["copy"] == 40.0 and small["ratio"]["bulk"] is None
     with pytest.raises(ValueError, match="ctl-kernel-load"):
-        step_fill_summary(_step_result({"compiled": 1.0, "ctl-compiled": 2.0,
-                                        "kernel-load": 1.0}), ["load"])
+        step_fill_summary(_step_result({16: {"compiled": 1.0, "ctl-compiled": 2.0,
+                                             "kernel-load": 1.0}}), ["load"])
 
 
 def test_step_fill_scales_a_kernels_landed_fractions_and_says_so(tmp_path):
     base = load_device("h200")
     res = synthetic_results()
-    res["step_fill"] = {"tokens": 16, "reference": "copy",
+    steps = {"compiled": 1000.0, "ctl-compiled": 1100.0,
+             "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1100.0}
+    res["step_fill"] = {"tokens": [16], "reference": "copy",
                         "hits_us": {"copy": 100.0, "bulk": 90.0},
-                        "step_us": {"compiled": 1000.0, "ctl-compiled": 1100.0,
-                                    "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1100.0},
+                        "per_m": {16: {"hits_us": {"copy": 100.0, "bulk": 90.0},
+                                       "step_us": steps}},
                         "ratio": {"copy": 1.0, "bulk": 0.9}}
     derived = derive(res, base, None, PROV)
     path = tmp_path / "p.toml"
@@ -440,7 +446,7 @@ def test_step_fill_scales_a_kernels_landed_fractions_and_says_so(tmp_path):
     assert dev.measured["fill.bulk.step_ratio"]["median"] == pytest.approx(0.9)
     assert "step_fill" in dev.measured["fill.bulk.effect"]["probe"]
     md = profile_markdown(PROV, res, derived)
-    assert "| bulk | 1010.0 | 1100.0 | +90.0 | 0.90 |" in md
+    assert "| bulk | 1010.0 / 1100.0, +90.0 | +90.0 | 0.90 |" in md
     # the lint credits the bulk kernel's fills more with it
     before = _written(tmp_path)[0]
     assert (dev.fill_mode("bulk").effect_at(24_000_000)
@@ -453,7 +459,7 @@ def test_step_fill_schedule_is_a_valid_schedule(tmp_path):
     path = tmp_path / "s.l2s"
     path.write_text(step_fill_schedule("h200", 4, "bulk"), encoding="utf-8")
     sched = load_schedule(str(path), [])
-    assert sched.kernel == "bulk" and [w.name for w in sched.windows] == ["A"]
+    assert sched.kernel == "bulk" and [w.name for w in sched.windows] == ["A", "A_MLA"]
 
 
 def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():

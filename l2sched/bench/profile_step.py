@@ -9,12 +9,12 @@ consumer, the launch path (eager or CUDA graph), the stream arrangement nor
 address translations explain the difference (-touch.md). So the profile
 measures the ratio where the lint applies it: ``bench run`` (this package's
 decode step, the GLM-5.3-Flash tree at TP4, all-reduces as idle intervals)
-of ``STEP_FILL_WINDOW`` installed with each fill kernel, each beside its
+of ``STEP_FILL_WINDOWS`` installed with each fill kernel, each beside its
 decoy control (the same fills reading a scratch buffer:
-``bench.controls.DecoyRows``), at ``STEP_FILL_TOKENS`` tokens.
+``bench.controls.DecoyRows``), at each of ``STEP_FILL_TOKENS`` tokens.
 
-hits(mode) = median step of the decoy - median step of the arm (us);
-ratio(mode) = hits(mode) / hits(reference). ``profile_write`` turns a ratio
+hits(mode) = median step of the decoy - median step of the arm (us), the
+mean over the M; ratio(mode) = hits(mode) / hits(reference). ``profile_write`` turns a ratio
 into the mode's landed fraction per size: the reference kernel's (from the
 ``fill`` probe, whose figures for copy agree with the step) times the ratio.
 torch comes in through ``bench.run``.
@@ -32,16 +32,24 @@ import tempfile
 #: and C hits +89 / +95 us measured against +91 / +99 from the lint,
 #: benchmarks/results/h200-2026-12-01-decoy-b.md).
 REFERENCE_MODE = "copy"
-#: Decode tokens of the probe's steps (a middle M of the validation set).
-STEP_FILL_TOKENS = 16
-#: Timed replays per arm (as the validation runs).
-STEP_FILL_REPLAYS = 25
-#: The probe's one window: the KDA and MoE layers' o_proj (16.8 MB at TP4)
-#: while the attention core runs, window A of the shipped h200 schedule.
-STEP_FILL_WINDOW = ("window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
-                    "    this self_attn.o_proj\n}\n")
-#: Reference hits (us) below which a ratio is not formed: about 3x the
-#: A/A noise floor of one arm's gain at M=16 in the validation runs
+#: Decode tokens of the probe's steps (two M of the validation set).
+STEP_FILL_TOKENS = (16, 64)
+#: Timed replays per arm (twice the validation runs': the hits are a
+#: difference of two medians).
+STEP_FILL_REPLAYS = 50
+#: The probe's windows, windows A and A_MLA of the shipped h200 schedule:
+#: every layer's attention output weights (o_proj, 16.8 / 33.6 MB at TP4;
+#: the MLA layers' W_UK_T and W_UV) while the attention core runs. Window A
+#: alone bought copy 38 us at M=16, too little to form a ratio
+#: (benchmarks/results/h200-2026-12-01-step-fill.md, run S1).
+STEP_FILL_WINDOWS = (
+    "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
+    "    this self_attn.o_proj\n}\n\n"
+    "window A_MLA at attn.after_first_proj budget 24MB layers mla {\n"
+    "    this lazy self_attn.mla_attn.mla_attn.W_UK_T, self_attn.mla_attn.mla_attn.W_UV\n"
+    "    this self_attn.o_proj\n}\n")
+#: Mean reference hits per M (us) below which a ratio is not formed: about
+#: 3x the A/A noise floor of one arm's gain at M=16 in the validation runs
 #: (14.9 us, benchmarks/results/h200-2026-12-01-decoy.md, E3).
 MIN_REFERENCE_HITS_US = 45.0
 
@@ -51,7 +59,7 @@ def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
     profile name) at TP ``tp``, fill kernel ``mode``."""
     return (f"schedule profile_step_fill\n\nmodel glm5next\ndevice {device}\ntp {tp}\n"
             f"ep off\nmax_tokens 256\npolicy evict_last\nset_aside 0\nkernel {mode}\n\n"
-            + STEP_FILL_WINDOW)
+            + STEP_FILL_WINDOWS)
 
 
 def probe_step_fill(ctx) -> dict:
@@ -76,13 +84,13 @@ def probe_step_fill(ctx) -> dict:
         run_arguments(p)
         args = p.parse_args(
             ["--out", os.path.join(tmp, "step-fill.json"), "--schedule", path,
-             "--bench-dir", "", "--tokens", str(STEP_FILL_TOKENS),
+             "--bench-dir", "", "--tokens", ",".join(map(str, STEP_FILL_TOKENS)),
              "--replays", str(STEP_FILL_REPLAYS), "--controls", "decoy"]
             + [f"--variant=kernel-{m}:kernel={m}" for m in others]
             + (["--dry"] if getattr(ctx, "dry", False) else []))
         result = bench_run(args)
     if args.dry:  # meta tensors: arms captured, nothing timed
-        (rec,) = result["per_m"].values()
+        rec = next(iter(result["per_m"].values()))
         return {"skipped": "--dry (no GPU timings)", "arms": sorted(rec["arms"]),
                 "schedule": text}
     out = step_fill_summary(result, others)
@@ -93,24 +101,29 @@ def probe_step_fill(ctx) -> dict:
 def step_fill_summary(result: dict, others: list[str]) -> dict:
     """From a ``bench run`` result with the arms ``compiled`` (the reference
     kernel), ``kernel-MODE`` per mode in ``others`` and their decoys
-    ``ctl-*``: ``{"tokens", "reference", "hits_us": {mode: us},
-    "step_us": {arm: median us}, "ratio": {mode: hits / reference hits}}``;
-    a ratio is None where the reference hits are below
-    ``MIN_REFERENCE_HITS_US``. Raises ``ValueError`` when an arm is missing."""
-    (m_key, rec), = result["per_m"].items()
-    arms = rec["arms"]
+    ``ctl-*``: ``{"tokens": [M, ...], "reference", "hits_us": {mode: us,
+    mean over M}, "per_m": {M: {"hits_us", "step_us": {arm: median us}}},
+    "ratio": {mode: hits / reference hits}}``; ratios are None where the
+    reference hits are below ``MIN_REFERENCE_HITS_US``. Raises
+    ``ValueError`` when an arm is missing."""
     names = {REFERENCE_MODE: "compiled", **{m: f"kernel-{m}" for m in others}}
-    step, hits = {}, {}
-    for mode, name in names.items():
-        for arm in (name, f"ctl-{name}"):
-            if arm not in arms:
-                raise ValueError(f"step_fill: the bench result has no arm {arm!r}")
-            step[arm] = statistics.median(arms[arm]["graph_step_us_all"])
-        hits[mode] = step[f"ctl-{name}"] - step[name]
+    per_m = {}
+    for m_key, rec in result["per_m"].items():
+        arms = rec["arms"]
+        step, hits = {}, {}
+        for mode, name in names.items():
+            for arm in (name, f"ctl-{name}"):
+                if arm not in arms:
+                    raise ValueError(f"step_fill: the bench result has no arm {arm!r}")
+                step[arm] = statistics.median(arms[arm]["graph_step_us_all"])
+            hits[mode] = step[f"ctl-{name}"] - step[name]
+        per_m[int(m_key)] = {"hits_us": hits, "step_us": step}
+    hits = {mode: statistics.fmean(r["hits_us"][mode] for r in per_m.values())
+            for mode in names}
     ref = hits[REFERENCE_MODE]
     ratio = {m: (hits[m] / ref if ref >= MIN_REFERENCE_HITS_US else None) for m in hits}
-    return {"tokens": int(m_key), "reference": REFERENCE_MODE, "hits_us": hits,
-            "step_us": step, "ratio": ratio}
+    return {"tokens": sorted(per_m), "reference": REFERENCE_MODE, "hits_us": hits,
+            "per_m": per_m, "ratio": ratio}
 
 
 def scale_landed(reference: dict, ratio: float) -> dict:
@@ -129,15 +142,22 @@ def step_fill_markdown(step: dict | None) -> list[str]:
         return []
     if "skipped" in step:
         return ["## Fill kernels in the decode step", "", f"Skipped: {step['skipped']}.", ""]
+    ms = sorted(step["per_m"], key=int)
     md = ["## Fill kernels in the decode step", "",
-          f"`bench run` at M={step['tokens']}, {STEP_FILL_REPLAYS} replays, one window "
-          "(`" + STEP_FILL_WINDOW.splitlines()[0].removesuffix(" {") + "`, its o_proj), "
-          "each kernel beside its decoy; hits = decoy's median step - arm's (us).", "",
-          "| kernel | arm us | decoy us | hits us | ratio to " + step["reference"] + " |",
-          "|---|---|---|---|---|"]
+          f"`bench run`, {STEP_FILL_REPLAYS} replays, windows A and A_MLA of the shipped h200 "
+          "schedule (the attention output weights), each kernel beside its decoy; hits = "
+          "decoy's median step - arm's (us).", "",
+          "| kernel | " + " | ".join(f"M={m}: arm / decoy us, hits" for m in ms)
+          + " | mean hits | ratio to " + step["reference"] + " |",
+          "|---|" + "---|" * (len(ms) + 2)]
     for mode, hits in step["hits_us"].items():
         arm = "compiled" if mode == step["reference"] else f"kernel-{mode}"
+        cells = []
+        for m in ms:
+            r = step["per_m"][m]
+            cells.append(f"{r['step_us'][arm]:.1f} / {r['step_us']['ctl-' + arm]:.1f}, "
+                         f"{r['hits_us'][mode]:+.1f}")
         ratio = step["ratio"].get(mode)
-        md.append(f"| {mode} | {step['step_us'][arm]:.1f} | {step['step_us']['ctl-' + arm]:.1f}"
-                  f" | {hits:+.1f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+        md.append(f"| {mode} | " + " | ".join(cells)
+                  + f" | {hits:+.1f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
     return md + [""]

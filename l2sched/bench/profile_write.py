@@ -293,7 +293,7 @@ def _apply_step_fill(modes: dict, step: dict, measured: dict) -> None:
                                  "x step_fill, interference")
         measured[f"fill.{mode}.step_ratio"] = {
             "probe": (f"step_fill (bench run's decode step at M={step['tokens']}: decoy "
-                      f"minus arm, {mode} over {step['reference']}; hits "
+                      f"minus arm, {mode} over {step['reference']}; mean hits "
                       f"{step['hits_us'][mode]:.1f} / "
                       f"{step['hits_us'][step['reference']]:.1f} us)"),
             "median": ratio}
