@@ -15,7 +15,7 @@ its reads leave cached?
   (``B-mhc-norms``, ``B-router``, ``B-next-attn``), to pass as
   ``--bench-dir DIR`` (results/h200-2026-12-01-decoy-b.md names them).
 
-Diagnostic only; results in benchmarks/results/h200-2026-12-01-touch.md.
+Diagnostic only; results in benchmarks/results/h200-2026-12-01-step-fill.md.
 """
 
 import argparse

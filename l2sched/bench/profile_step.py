@@ -4,9 +4,9 @@ inside the decode step, relative to the reference kernel's.
 Why: the ``fill`` probe (flush, fill, wait, an M=8 GEMM) credits the bulk
 kernel 0.1-0.3 of a copy fill, while in the bench's decode step its fills
 make the consumer kernels as much faster as copy's (arm minus decoy,
-benchmarks/results/h200-2026-12-01-decoy.md and -touch.md); neither the
+benchmarks/results/h200-2026-12-01-decoy.md and -step-fill.md); neither the
 consumer, the launch path (eager or CUDA graph), the stream arrangement nor
-address translations explain the difference (-touch.md). So the profile
+address translations explain the difference (-step-fill.md). So the profile
 measures the ratio where the lint applies it: ``bench run`` (this package's
 decode step, the GLM-5.3-Flash tree at TP4, all-reduces as idle intervals)
 of ``STEP_FILL_WINDOWS`` installed with each fill kernel, each beside its

@@ -7,7 +7,9 @@ the lent H200:
 
 - ``bulk``: ``cp.async.bulk.prefetch.L2`` per 16 KiB chunk. The instruction of
   the hand-written prefetchers; on the H200 it recovers only about 10-30% of
-  the cold->hot gap of the consumer (benchmarks/results/h200-kernel-2026-11-29.md).
+  the cold->hot gap of a consumer timed alone (benchmarks/results/h200-kernel-2026-11-29.md)
+  but as much as copy inside the decode step
+  (benchmarks/results/h200-2026-12-01-step-fill.md).
 - ``load``: ordinary 4-byte loads with the L2 prefetch-size hint; the lines
   land, but the CTAs stay resident until they do (1,056 CTAs in the shape
   that filled best), which costs concurrent kernels.
