@@ -17,7 +17,10 @@ hits(mode) = median step of the decoy - median step of the arm (us), the
 mean over the M; ratio(mode) = hits(mode) / hits(reference). ``profile_write`` turns a ratio
 into the mode's landed fraction per size: the reference kernel's (from the
 ``fill`` probe, whose figures for copy agree with the step) times the ratio.
-torch comes in through ``bench.run``.
+Limits: ``bench run``'s step takes its idle intervals and the fill kernels'
+launch shapes from the shipped ``h200`` profile whatever ``--base`` is, so
+on another GPU the ratio is measured with the H200's shapes. torch comes in
+through ``bench.run``.
 """
 
 from __future__ import annotations
