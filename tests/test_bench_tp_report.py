@@ -323,7 +323,7 @@ def test_update_profile_is_one_write_or_none(tmp_path, capsys):
     additive key is migrated (its lines removed, said so)."""
     p = tmp_path / "h200.toml"
     text = H200.read_text(encoding="utf-8")
-    old = text.replace("[fill.bulk]", "allreduce_extra_us = 5.0\n[fill.bulk]", 1)
+    old = text.replace("\n[fill.bulk]\n", "\nallreduce_extra_us = 5.0\n[fill.bulk]\n", 1)
     p.write_text(old, encoding="utf-8")
     res = tmp_path / "tp.json"
     res.write_text(json.dumps(_result(dry=True, backend="gloo")))
