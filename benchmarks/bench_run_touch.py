@@ -22,11 +22,12 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, ".")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 from l2sched.bench import run as bench_run  # noqa: E402
 from l2sched.cli.main import main  # noqa: E402
 
-SHIPPED = "schedules/glm53-flash-h200-tp4.l2s"
+SHIPPED = os.path.join(ROOT, "schedules", "glm53-flash-h200-tp4.l2s")
 
 #: Window B's target groups (lines of the shipped schedule's window B).
 WINDOW_B_GROUPS = {
@@ -77,7 +78,14 @@ if __name__ == "__main__":
     ap.add_argument("--touch-chunk", type=int, default=65536)
     ap.add_argument("--window-b-groups", default="")
     opts, rest = ap.parse_known_args()
+    if opts.touch_chunk < 32 or opts.touch_chunk % 16:
+        ap.error(f"--touch-chunk must be a multiple of 16 and >= 32, got {opts.touch_chunk}")
+    for path in opts.touch:
+        if not os.path.isfile(path) and not opts.window_b_groups:
+            ap.error(f"--touch {path}: no such schedule file")
     if opts.window_b_groups:
+        if os.path.exists(opts.window_b_groups) and not os.path.isdir(opts.window_b_groups):
+            ap.error(f"--window-b-groups {opts.window_b_groups}: exists and is not a directory")
         write_window_b_groups(opts.window_b_groups)
     if opts.touch:
         add_touch_arms(opts.touch, opts.touch_chunk)

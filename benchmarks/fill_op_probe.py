@@ -44,6 +44,13 @@ def main() -> int:
     ap.add_argument("--waits", default="0,40")
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
+    try:
+        waits = tuple(int(w) for w in a.waits.split(","))
+        tokens = [int(m) for m in a.tokens.split(",")]
+    except ValueError:
+        ap.error("--waits and --tokens take comma-separated integers")
+    if min(waits) < 0 or min(tokens) < 1 or a.reps < 3:
+        ap.error("--waits must be >= 0, --tokens >= 1, --reps >= 3")
     import torch
 
     from l2sched.bench.profile import _Context
@@ -55,8 +62,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("fill_op_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
-    waits = tuple(int(w) for w in a.waits.split(","))
-    tokens = [int(m) for m in a.tokens.split(",")]
     base = load_device("h200")
     ctx = _Context(torch, SimpleNamespace(quick=False, reps=a.reps, tokens=tokens, tp=4),
                    base, {})

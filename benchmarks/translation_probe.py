@@ -47,12 +47,18 @@ def sparse_reader(t):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--md-out", default="")
-    ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--far-gib", type=int, default=32)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="result JSON path")
+    ap.add_argument("--md-out", default="", help="markdown table path (optional)")
+    ap.add_argument("--reps", type=int, default=40, help="interleaved rounds (>= 3)")
+    ap.add_argument("--far-gib", type=int, default=32,
+                    help="GiB of the buffer whose pages evict cached translations (>= 1)")
     a = ap.parse_args()
+    if a.reps < 3 or a.far_gib < 1:
+        ap.error("--reps must be >= 3 and --far-gib >= 1")
+    if not torch.cuda.is_available():
+        print("translation_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
     b = TimingBench(torch, a.reps)
     far = torch.ones(a.far_gib << 28, dtype=torch.int32, device="cuda")
     far_read = sparse_reader(far)
@@ -84,7 +90,8 @@ def main():
         lines.append(f"| {r['weight_bytes'] / 1e6:.1f} | "
                      + " | ".join(f"{r['median_us'][c]:.2f}" for c in cases) + " |")
     write_probe(out, lines, a.out, a.md_out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,6 +5,7 @@ prediction in the right direction; bad values are errors at their key."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from extras import TORCH_MISSING
@@ -474,3 +475,41 @@ def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():
             "kernel-load", "ctl-kernel-load"} <= set(got["arms"])
     assert "kernel copy" in got["schedule"]
     assert probe_step_fill(SimpleNamespace(quick=True)) == {"skipped": "--quick"}
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"resul', "state.json:1:2: the state is not JSON"),
+    ("[1, 2]", "not an l2sched profile state"),
+    ('{"results": {"foo": {}}}', "results.foo: not a probe of this version"),
+    ('{"results": {"l2": 3}}', "results.l2: want an object, got int"),
+    ('{"results": {"step_fill": {"ratio": 5}}}', "results.step_fill.reference:"),
+    ('{"results": {"step_fill": {"reference": "copy", "ratio": {"bulk": "x"}, '
+     '"hits_us": {"copy": 1, "bulk": 1}, "tokens": [16]}}}',
+     "results.step_fill.ratio.bulk: want a number, got 'x'"),
+    ('{"results": {"step_fill": {"reference": "copy", "ratio": {"bulk": 0.9}, '
+     '"hits_us": {"copy": 1}, "tokens": [16]}}}', "results.step_fill.hits_us: no 'bulk'"),
+    ('{"results": {"step_fill": {"reference": "copy", "ratio": {"copy": 1.0}, '
+     '"hits_us": {"copy": 60}, "tokens": 16}}}', "results.step_fill.tokens: want a list"),
+])
+def test_a_bad_state_is_an_error_naming_its_key_before_any_probe(tmp_path, capsys, text, want):
+    from l2sched.cli.main import main
+    state = tmp_path / "state.json"
+    state.write_text(text, encoding="utf-8")
+    out = tmp_path / "p.toml"
+    assert main(["profile", "--out", str(out), "--state", str(state)]) == 1
+    err = capsys.readouterr().err
+    assert f"{state}" in err and want in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_good_state_with_a_step_fill_record_reads_back(tmp_path):
+    from l2sched.bench.profile import STATE_KEYS
+    from l2sched.bench.profile_state import load_state
+    res = synthetic_results()
+    res["step_fill"] = {"tokens": [16, 64], "reference": "copy",
+                        "hits_us": {"copy": 50.0, "bulk": 49.0},
+                        "ratio": {"copy": 1.0, "bulk": 0.98}, "per_m": {}}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"provenance": PROV, "results": res}), encoding="utf-8")
+    assert load_state(str(path), STATE_KEYS)["results"]["step_fill"]["ratio"]["bulk"] == 0.98
+    assert load_state(str(tmp_path / "none.json"), STATE_KEYS) == {}

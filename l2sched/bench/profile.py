@@ -45,17 +45,15 @@ from (``[measured]``). Units: bytes, us, GB/s. torch is imported inside function
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 import time
 
 from l2sched.bench.profile_ops import probe_ops
+from l2sched.bench.profile_state import load_state, save_state
 from l2sched.bench.profile_step import probe_step_fill
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
-from l2sched.files import write_text_atomically
 from l2sched.runtime import kernel as K
 
 MB = 10**6
@@ -362,6 +360,9 @@ PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
           ("survival", probe_survival), ("interference", probe_interference),
           ("graph", probe_graph), ("set_aside", probe_set_aside),
           ("step_fill", probe_step_fill))
+#: The keys a state file's ``results`` may have: the probes, and the
+#: collective part (``--collectives``).
+STATE_KEYS = frozenset([name for name, _ in PROBES] + ["collectives"])
 
 
 class _Context:
@@ -407,10 +408,7 @@ def run_profile(args) -> dict:
 
     from l2sched.model.devices import load_device
     base = load_device(args.base)
-    state = {}
-    if args.state and os.path.exists(args.state):
-        with open(args.state, encoding="utf-8") as f:
-            state = json.load(f)
+    state = load_state(args.state, STATE_KEYS) if args.state else {}
     results = state.get("results", {})
     props = torch.cuda.get_device_properties(0)
     prov = {"gpu": props.name, "compute_capability": [props.major, props.minor],
@@ -435,12 +433,6 @@ def run_profile(args) -> dict:
         save_state(args.state, got)
     ctx.progress.close()
     return got
-
-
-def save_state(path: str, got: dict) -> None:
-    """Keep ``{provenance, results}`` in the state JSON ``path`` (atomic; none for "")."""
-    if path:
-        write_text_atomically(path, json.dumps(got, indent=1) + "\n")
 
 
 def _driver_version() -> str:

@@ -129,6 +129,34 @@ def step_fill_summary(result: dict, others: list[str]) -> dict:
             "per_m": per_m, "ratio": ratio}
 
 
+def check_step_fill(rec: dict | None) -> None:
+    """Check a ``step_fill`` record read back from a state file (None, a
+    skipped one or ``step_fill_summary``'s shape). Raises ``ValueError``
+    whose text starts with the bad key's path (``.ratio.bulk: ...``)."""
+    if rec is None or "skipped" in rec:
+        return
+    if not isinstance(rec.get("reference"), str):
+        raise ValueError(".reference: want a fill kernel name")
+    ratio, hits = rec.get("ratio"), rec.get("hits_us")
+    if not isinstance(ratio, dict) or not isinstance(hits, dict):
+        raise ValueError(": want objects 'ratio' and 'hits_us' (kernel -> number)")
+    for key, table, none_ok in (("ratio", ratio, True), ("hits_us", hits, False)):
+        for mode, v in table.items():
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                    or (none_ok and v is None)):
+                raise ValueError(f".{key}.{mode}: want a number, got {v!r:.40}")
+            if key == "ratio" and v is not None and not 0 <= v <= 10:
+                raise ValueError(f".ratio.{mode}: {v} is outside 0..10")
+            if key == "ratio" and mode not in hits:
+                raise ValueError(f".hits_us: no {mode!r}, which has a ratio")
+    if rec["reference"] not in hits:
+        raise ValueError(f".hits_us: no entry for the reference {rec['reference']!r}")
+    toks = rec.get("tokens")
+    if not (isinstance(toks, list) and toks
+            and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in toks)):
+        raise ValueError(f".tokens: want a list of token counts >= 1, got {toks!r:.40}")
+
+
 def scale_landed(reference: dict, ratio: float) -> dict:
     """A fill kernel's ``landed``/``effect`` from the reference kernel's fill
     table entry ``reference`` (``landed``: [[MB, fraction], ...]) scaled by

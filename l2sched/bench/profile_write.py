@@ -259,8 +259,10 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
                  "landed": landed, "source": "l2sched profile: fill, interference"}
         entry = {k: v for k, v in entry.items() if v is not None}
         out[mode] = entry
-        measured[f"fill.{mode}.gbps"] = {"probe": f"fill ({big['mb']} MB / launch-to-"
-                                         "exit)", "median": gbps}
+        measured[f"fill.{mode}.gbps"] = {"probe": f"fill ({big['mb']} MB / launch-to-exit"
+                                         + (", capped at the base's: a bulk kernel exits "
+                                            "before its lines land)" if mode == "bulk"
+                                            else ")"), "median": gbps}
         measured[f"fill.{mode}.effect"] = {"probe": "fill (median over sizes of the "
                                            "landed fraction at the longest wait)",
                                            "median": entry["effect"]}

@@ -34,6 +34,10 @@ def cmd_profile(args) -> int:
             check_output_path(path)  # before minutes of probes: one line, exit 1
     from l2sched.model.devices import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
+    if args.state:  # a bad state is an error before the GPU is asked for
+        from l2sched.bench.profile import STATE_KEYS
+        from l2sched.bench.profile_state import load_state
+        load_state(args.state, STATE_KEYS)
     try:
         import torch
     except ModuleNotFoundError:
@@ -78,7 +82,7 @@ def _collectives(args, got: dict, torch):
     from the state when an earlier run measured it across as many GPUs, else
     measured now (the single-GPU probes' memory released first) and kept in
     the state; None without ``--collectives``."""
-    from l2sched.bench.profile import save_state
+    from l2sched.bench.profile_state import save_state
     from l2sched.bench.profile_collectives import STATE_KEY, run_collectives
     if not args.collectives:
         return None
@@ -111,7 +115,8 @@ def add_cli(sub) -> None:
                    help="decode tokens M of the op table")
     p.add_argument("--reps", type=int, default=40, help="repetitions per timing")
     p.add_argument("--quick", action="store_true",
-                   help="fewer sizes and repetitions (about 2 minutes)")
+                   help="fewer sizes, 15 repetitions, no step_fill probe (about 20 s "
+                        "on the lent H200)")
     p.add_argument("--collectives", type=int, default=0, metavar="N",
                    help="also measure the all-reduce across N GPUs of this box (one "
                         "process per GPU, NCCL, multicast off): [allreduce.tpN] and "
