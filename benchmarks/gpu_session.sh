@@ -16,7 +16,7 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 L2SCHED_PROGRESS=${L2SCHED_PROGRESS:-1}  # bench run's progress lines in the log
 # .whl/ holds the wheels, or site.tar.xz: the same wheels unpacked (xz packs
 # them small enough for the 64 MiB a device call carries)
 if [ -f .whl/site.tar.xz ]; then

@@ -133,7 +133,7 @@ def test_item21_counts_agree_with_their_nouns(tmp_path, capsys):
                  "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
                  "    this self_attn.o_proj\n}\n")
     assert main(["check", str(p)]) == 0
-    assert "prefetch at <= 256 tokens, fill kernel default, 1 window\n" in capsys.readouterr().out
+    assert "prefetch at <= 256 tokens, fill kernel default (bulk), 1 window\n" in capsys.readouterr().out
     assert main(["lint", str(p)]) == 0
     out = capsys.readouterr().out
     assert out.rstrip().endswith(f"{p}: 0 errors, 0 warnings, 0 info")

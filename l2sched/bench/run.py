@@ -55,6 +55,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from l2sched.progress import enabled as progress_enabled
 from l2sched.runtime import make_runtime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
@@ -86,14 +87,19 @@ def stats(xs) -> dict:
 
 
 class Progress:
-    """Progress lines on stderr: what runs now, elapsed and estimated left."""
+    """Progress lines on stderr: what runs now, elapsed and estimated left;
+    only where ``l2sched.progress.enabled`` says so (a terminal, or
+    ``L2SCHED_PROGRESS=1``)."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.time()
+        self.shown = progress_enabled(sys.stderr)
 
     def tick(self, what: str) -> None:
         """Count one unit done and print ``what`` with time left (s)."""
         self.done += 1
+        if not self.shown:
+            return
         el = time.time() - self.t0
         left = el / self.done * (self.total - self.done)
         print(f"[bench {self.done}/{self.total}] {what}  elapsed {el:.0f}s, "

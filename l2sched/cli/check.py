@@ -19,10 +19,22 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.units import format_size, format_table, plural
 
 
-def window_table(schedule) -> list[str]:
+def default_kernel_label(schedule) -> str:
+    """``default (MODE)``: the fill kernel of a window that names none, the
+    device profile's ``[fill] default``; plain ``default`` when the profile
+    cannot be read (its error is the lint's to report)."""
+    from l2sched.model.devices import load_device
+    try:
+        return f"default ({load_device(schedule.device).fill_default})"
+    except L2sError:
+        return "default"
+
+
+def window_table(schedule, default: str = "default") -> list[str]:
     """The indented rows ``check`` prints under a clean schedule: window,
-    hook point, budget, layers per kind, carry, fill kernel (``default`` =
-    the device profile's); none for a schedule without windows."""
+    hook point, budget, layers per kind, carry, fill kernel (``default``:
+    the label of the device profile's, ``default_kernel_label``); none for a
+    schedule without windows."""
     if not schedule.windows:
         return []
     rows = [("window", "hook point", "budget", "layers", "carry", "kernel")]
@@ -30,7 +42,7 @@ def window_table(schedule) -> list[str]:
         kinds = Counter(str(schedule.layer_kinds[i]) for i in w.layers)
         layer_text = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
         rows.append((w.name, w.hook, format_size(w.budget), layer_text,
-                     w.carry or "-", w.kernel or schedule.kernel or "default"))
+                     w.carry or "-", w.kernel or schedule.kernel or default))
     return ["  " + line for line in format_table(rows).splitlines()]
 
 
@@ -56,11 +68,12 @@ def cmd_check(args) -> int:
             failed += 1
             continue
         if not args.quiet:
+            default = default_kernel_label(s)
             print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
                   f"prefetch at <= {s.max_tokens} tokens, fill kernel "
-                  f"{s.kernel or 'default'}, {plural(len(s.windows), 'window')}")
-            for line in window_table(s):
+                  f"{s.kernel or default}, {plural(len(s.windows), 'window')}")
+            for line in window_table(s, default):
                 print(line)
     if failed:
         print(f"{failed} of {plural(len(args.files), 'file')} "
