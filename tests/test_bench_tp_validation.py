@@ -52,7 +52,7 @@ def _names():
 def test_validation_arm_set_is_bench_runs(result):
     names = _names()
     assert names[:3] == ["none", AA_ARM, "compiled"]
-    assert "evict_normal" in names and "kernel-bulk" in names
+    assert "evict_normal" in names and "kernel-copy" in names  # the h200 default is bulk
     assert any(n.startswith("bench/") for n in names)
     assert [a["name"] for a in result["arms"]] == names
     assert result["validation"] is True and result["seed"] == SEED
@@ -88,10 +88,10 @@ def test_each_arm_runs_its_own_plan_for_the_ranks_tp_rank(result):
             assert arms[name]["issue_log"] == want, name
             assert r["plans"][name]["issues"] == len(plan.issues)
         # fills get the device profile's kernels, as bench run and the lint
-        assert arms["compiled"]["fill_kernels"] == [prof.fill_default] == ["copy"]
-        assert arms["kernel-bulk"]["fill_kernels"] == ["bulk"]
+        assert arms["compiled"]["fill_kernels"] == [prof.fill_default] == ["bulk"]
+        assert arms["kernel-copy"]["fill_kernels"] == ["copy"]
         assert arms["kernel-load"]["fill_kernels"] == ["load"]
-        assert arms["evict_normal"]["fill_kernels"] == ["copy"]
+        assert arms["evict_normal"]["fill_kernels"] == ["bulk"]
 
 
 def test_replay_order_is_lockstep_and_seeded(result):

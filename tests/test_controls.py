@@ -234,6 +234,20 @@ def test_a_controls_run_that_cannot_serve_the_result_is_refused(tmp_path, cut_ru
     refused(_bad_copy(tmp_path, d1, "other.json", other_budget),
             "ctl-only-C-5MB was made from another schedule or other overrides than only-C-5MB")
 
+    def other_comments(d):  # the same schedule with other comments is the same schedule
+        for a in d["arms"]:
+            if a.get("schedule_text"):
+                a["schedule_text"] = "# a note\n" + a["schedule_text"].replace("\n", "  # x\n", 3)
+    control_residuals(_bad_copy(tmp_path, d1, "comments.json", other_comments), prof, run, d2)
+
+    def other_code(d):
+        for a in d["arms"]:
+            if a["name"] == "ctl-compiled":
+                a["schedule_text"] = a["schedule_text"].replace("policy evict_last",
+                                                                "policy evict_normal")
+    refused(_bad_copy(tmp_path, d1, "code.json", other_code),
+            "ctl-compiled was made from another schedule")
+
     def nan_step(d):
         d["per_m"]["4"]["arms"]["ctl-compiled"]["graph_step_us"]["median"] = float("nan")
     refused(_bad_copy(tmp_path, d1, "nan.json", nan_step),

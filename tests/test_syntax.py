@@ -360,3 +360,11 @@ def test_long_line_clipping_at_both_ends(column, head, tail):
     at = caret.index("^")
     assert echo[at:at + 3] == line[column - 1:column + 2]
     assert caret.count("^") == min(3, 1001 - column)
+
+
+def test_schedule_code_drops_comments_and_blank_lines_but_not_strings():
+    from l2sched.lang.syntax import schedule_code
+    a = 'schedule "a#b"  # the name\n\n# a note\ntp 4\r\nwindow A at x budget 1MB # y\n'
+    b = 'schedule "a#b"\n  tp 4\nwindow A at x budget 1MB'
+    assert schedule_code(a) == schedule_code(b) == 'schedule "a#b"\ntp 4\nwindow A at x budget 1MB'
+    assert schedule_code(a) != schedule_code(b.replace("1MB", "2MB"))

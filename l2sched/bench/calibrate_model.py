@@ -38,6 +38,7 @@ from l2sched.bench.controls import (CONTROL_PREFIX, control_of, is_control, resi
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
+from l2sched.lang.syntax import schedule_code
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device, profile_path, profile_table_header
@@ -256,8 +257,10 @@ def check_controls_run(d: dict, path: str, run: dict, run_path: str) -> None:
             continue
         own = list(x.get("overrides", []))
         texts = (c.get("schedule_text"), x.get("schedule_text"))
-        # the text is what ran (a bench-dir schedule's path is a temporary one)
-        same = texts[0] == texts[1] if None not in texts else c.get("path") == x.get("path")
+        # the text is what ran (a bench-dir schedule's path is a temporary
+        # one); comments may differ between runs of the same schedule
+        same = (schedule_code(texts[0]) == schedule_code(texts[1]) if None not in texts
+                else c.get("path") == x.get("path"))
         if not same or c.get("overrides", [])[:len(own)] != own:
             raise L2sInputError(f"{path}: {c['name']} was made from another schedule or "
                                 f"other overrides than {x['name']} in {run_path}")

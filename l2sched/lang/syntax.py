@@ -159,6 +159,20 @@ def read_source(path: str | os.PathLike) -> str:
     return text
 
 
+#: A comment or a string of the grammar (``COMMENT``, ``STRING``), matched in
+#: one scan so a ``#`` inside a string is not taken for a comment.
+_COMMENT_OR_STRING = re.compile(r'"[^"\n]*"|#[^\n]*')
+
+
+def schedule_code(text: str) -> str:
+    """``text`` without its comments and blank lines, each line stripped:
+    two schedules with the same code parse to the same schedule (what a
+    result that recorded a schedule's text can be compared by)."""
+    code = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0).startswith('"') else "",
+                                  normalize_newlines(text))
+    return "\n".join(ln.strip() for ln in code.split("\n") if ln.strip())
+
+
 def normalize_newlines(text: str) -> str:
     """``text`` without a leading UTF-8 byte-order mark and with every line
     break (``\\r\\n``, or a lone ``\\r`` as old Mac files have) written
