@@ -161,6 +161,9 @@ def test_unknown_unit_suggests():
         "unknown size unit 'Mb'; did you mean 'MB'?", 5, 32)
     assert one(HEAD + "window A at layer.entry budget 20XY\n") == (
         "unknown size unit 'XY' (units: B, KB, MB, GB, KiB, MiB, GiB)", 5, 32)
+    # never a one-letter guess: 'B' for 'TB' would be 10^12 times off
+    assert one(HEAD + "window A at layer.entry budget 20TB\n") == (
+        "unknown size unit 'TB' (units: B, KB, MB, GB, KiB, MiB, GiB)", 5, 32)
 
 
 def test_fractional_bytes():

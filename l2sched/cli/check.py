@@ -10,6 +10,7 @@ from l2sched import progress
 from l2sched.cli.options import (
     add_command,
     add_schedule_args,
+    check_device_arg,
     model_config_arg,
     with_device,
 )
@@ -56,6 +57,7 @@ def cmd_check(args) -> int:
     except L2sError as err:
         print(str(err), file=sys.stderr)
         return 1
+    check_device_arg(args.device)  # one usage error, not one per file
     failed = 0
     for path in args.files:
         try:

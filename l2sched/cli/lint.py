@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from l2sched import progress
-from l2sched.cli.options import add_command, add_schedule_args
+from l2sched.cli.options import add_command, add_schedule_args, check_device_arg
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.measured import load_measured
@@ -32,6 +32,7 @@ def cmd_lint(args) -> int:
             if not any(c.startswith(code) for c in rules.RULES):
                 raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
                                     f"(codes: {rules.code_ranges()})")
+    check_device_arg(args.device)
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
     docs: list = []  # per schedule: (LintRun, None) or (None, L2sError)
@@ -99,6 +100,7 @@ def cmd_timeline(args) -> int:
     from l2sched.lint.timeline import timeline_paths, write_timeline
 
     timeline_paths(args.output)
+    check_device_arg(args.device)
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
     measured = (load_measured(args.measured, args.tokens, args.arm)

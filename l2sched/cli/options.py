@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 from typing import Any, Callable
 
+from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
@@ -60,8 +61,22 @@ def with_device(schedule, device: str | None):
     file (or the unknown name, with a suggestion)."""
     if device is None:
         return schedule
-    load_device(device)
+    check_device_arg(device)
     return dataclasses.replace(schedule, device=device)
+
+
+def check_device_arg(device: str | None) -> None:
+    """Check ``--device`` before any schedule is read: an unknown profile
+    name raises ``L2sUsageError`` (``--device: unknown device profile ...``),
+    a bad profile file ``L2sInputError`` naming the file; None passes."""
+    if device is None:
+        return
+    try:
+        load_device(device)
+    except L2sInputError as e:
+        if "unknown device profile" in str(e):  # a name, not a file: say which option
+            raise L2sUsageError(f"--device: {e}") from None
+        raise
 
 
 def model_config_arg(path: str | None) -> dict | None:

@@ -34,7 +34,9 @@ def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
                    f"(units: {', '.join(UNITS)})", size.span)
         return None
     if size.unit not in UNITS:
-        hint = suggest(size.unit, UNITS) or f" (units: {', '.join(UNITS)})"
+        # a one-letter guess ("B" for "TB") would name a unit 10^12 times off
+        guess = suggest(size.unit, [u for u in UNITS if len(u) > 1])
+        hint = guess or f" (units: {', '.join(UNITS)})"
         sink.error(f"unknown size unit '{size.unit}'{hint}", size.span)
         return None
     value = Decimal(size.number) * UNITS[size.unit]
