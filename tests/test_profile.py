@@ -475,6 +475,7 @@ def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():
             "kernel-load", "ctl-kernel-load"} <= set(got["arms"])
     assert "kernel copy" in got["schedule"]
     assert probe_step_fill(SimpleNamespace(quick=True)) == {"skipped": "--quick"}
+    assert "TP4" in probe_step_fill(SimpleNamespace(quick=False, tp=8))["skipped"]
 
 
 @pytest.mark.parametrize("text, want", [

@@ -14,13 +14,14 @@ decoy control (the same fills reading a scratch buffer:
 ``bench.controls.DecoyRows``), at each of ``STEP_FILL_TOKENS`` tokens.
 
 hits(mode) = median step of the decoy - median step of the arm (us), the
-mean over the M; ratio(mode) = hits(mode) / hits(reference). ``profile_write`` turns a ratio
-into the mode's landed fraction per size: the reference kernel's (from the
-``fill`` probe, whose figures for copy agree with the step) times the ratio.
-Limits: ``bench run``'s step takes its idle intervals and the fill kernels'
-launch shapes from the shipped ``h200`` profile whatever ``--base`` is, so
-on another GPU the ratio is measured with the H200's shapes. torch comes in
-through ``bench.run``.
+mean over the M; ratio(mode) = hits(mode) / hits(reference).
+``profile_write`` turns a ratio into the mode's landed fraction per size:
+the reference kernel's (from the ``fill`` probe, whose figures for copy
+agree with the step) times the ratio. Limits: ``bench run``'s step is the
+TP4 tree and takes its idle intervals and the fill kernels' launch shapes
+from the shipped ``h200`` profile whatever ``--base`` is, so on another GPU
+the ratio is measured with the H200's shapes, and with ``--tp`` other than
+4 the probe is skipped. torch comes in through ``bench.run``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ STEP_FILL_WINDOWS = (
 #: 3x the A/A noise floor of one arm's gain at M=16 in the validation runs
 #: (14.9 us, benchmarks/results/h200-2026-12-01-decoy.md, E3).
 MIN_REFERENCE_HITS_US = 45.0
+#: The TP degree of ``bench run``'s decode step (its inventory's).
+BENCH_TP = 4
 
 
 def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
@@ -69,10 +72,13 @@ def probe_step_fill(ctx) -> dict:
     """``bench run`` of the probe's schedule with every fill kernel of
     ``ctx.fill_shapes`` and its decoy; returns ``step_fill_summary``'s dict
     plus the schedule text (``ctx.dry``: ``bench run --dry``, meta tensors,
-    for tests). Skipped (``{"skipped": reason}``) with
-    ``--quick`` and where the reference kernel is not among the shapes."""
+    for tests). Skipped (``{"skipped": reason}``) with ``--quick``, at a TP
+    other than 4 (``bench run``'s step) and where the reference kernel is
+    not among the shapes."""
     if ctx.quick:
         return {"skipped": "--quick"}
+    if ctx.tp != BENCH_TP:
+        return {"skipped": f"bench run's decode step is TP{BENCH_TP}, the profile --tp {ctx.tp}"}
     if REFERENCE_MODE not in ctx.fill_shapes:
         return {"skipped": f"no {REFERENCE_MODE} kernel in the profile"}
     from l2sched.bench.options import run_arguments
