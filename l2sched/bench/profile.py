@@ -49,8 +49,9 @@ import statistics
 import sys
 import time
 
+from l2sched.bench.profile_collectives import STATE_KEY as COLLECTIVES_KEY
 from l2sched.bench.profile_ops import probe_ops
-from l2sched.bench.profile_state import load_state, save_state
+from l2sched.bench.profile_state import save_state
 from l2sched.bench.profile_step import probe_step_fill
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
@@ -362,7 +363,7 @@ PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
           ("step_fill", probe_step_fill))
 #: The keys a state file's ``results`` may have: the probes, and the
 #: collective part (``--collectives``).
-STATE_KEYS = frozenset([name for name, _ in PROBES] + ["collectives"])
+STATE_KEYS = frozenset([name for name, _ in PROBES] + [COLLECTIVES_KEY])
 
 
 class _Context:
@@ -399,16 +400,16 @@ class _Context:
         self.progress = None
 
 
-def run_profile(args) -> dict:
-    """``l2sched profile``: run the probes not yet in ``args.state`` (a JSON
-    of earlier probes of this box, resumed), keep the state after each, and
-    return ``{provenance, results}`` (``profile_write.write_profile`` turns
-    it into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
+def run_profile(args, state: dict) -> dict:
+    """``l2sched profile``: run the probes not yet in ``state`` (the state
+    file ``args.state`` as ``profile_state.load_state`` read it: earlier
+    probes of this box, resumed), keep the state after each, and return
+    ``{provenance, results}`` (``profile_write.write_profile`` turns it
+    into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
     import torch
 
     from l2sched.model.devices import load_device
     base = load_device(args.base)
-    state = load_state(args.state, STATE_KEYS) if args.state else {}
     results = state.get("results", {})
     props = torch.cuda.get_device_properties(0)
     prov = {"gpu": props.name, "compute_capability": [props.major, props.minor],

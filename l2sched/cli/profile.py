@@ -34,10 +34,10 @@ def cmd_profile(args) -> int:
             check_output_path(path)  # before minutes of probes: one line, exit 1
     from l2sched.model.devices import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
-    if args.state:  # a bad state is an error before the GPU is asked for
-        from l2sched.bench.profile import STATE_KEYS
-        from l2sched.bench.profile_state import load_state
-        load_state(args.state, STATE_KEYS)
+    from l2sched.bench.profile import STATE_KEYS, run_profile
+    from l2sched.bench.profile_state import load_state
+    # a bad state is an error before the GPU is asked for
+    state = load_state(args.state, STATE_KEYS) if args.state else {}
     try:
         import torch
     except ModuleNotFoundError:
@@ -47,12 +47,11 @@ def cmd_profile(args) -> int:
     if args.collectives > torch.cuda.device_count():
         raise L2sUsageError(f"--collectives {args.collectives} but "
                             f"{torch.cuda.device_count()} GPU(s) visible")
-    from l2sched.bench.profile import run_profile
     from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
     from l2sched.model.config import default_config
     from l2sched.model.inventory import analytical_inventory
 
-    got = run_profile(args)
+    got = run_profile(args, state)
     coll = _collectives(args, got, torch)
     inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
     derived = derive(got["results"], base, inv, got["provenance"])
