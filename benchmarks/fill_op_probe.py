@@ -53,8 +53,8 @@ def main() -> int:
         ap.error("--waits must be >= 0, --tokens >= 1, --reps >= 3")
     import torch
 
-    from l2sched.bench.profile import _Context
-    from l2sched.bench.profile_ops import _other
+    from l2sched.bench.profile import ProbeContext
+    from l2sched.bench.profile_ops import other_layer
     from l2sched.bench.timing import after_fill
     from l2sched.model.devices import load_device
     from l2sched.runtime import kernel as K
@@ -63,8 +63,8 @@ def main() -> int:
         print("fill_op_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
     base = load_device("h200")
-    ctx = _Context(torch, SimpleNamespace(quick=False, reps=a.reps, tokens=tokens, tp=4),
-                   base, {})
+    args = SimpleNamespace(quick=False, reps=a.reps, tokens=tokens, tp=4)
+    ctx = ProbeContext(torch, args, base, {})
     runner, b = ctx.runner, ctx.bench
     layers: dict = {}
     for i, k in enumerate(runner.inv.kinds):
@@ -82,7 +82,7 @@ def main() -> int:
             if len(reads) != 1:
                 continue
             weight = reads[0][1]
-            other = _other(idx, i)
+            other = other_layer(idx, i)
             for mode, kern in kerns.items():
                 if kern is None:
                     continue

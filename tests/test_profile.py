@@ -365,7 +365,7 @@ def test_cold_op_runs_after_the_same_op_on_another_layer():
     brings back but which are hot in a decode step: cold is timed after the
     same op ran on another layer of the kind (its weights stay cold)."""
     torch = pytest.importorskip("torch", reason=TORCH_MISSING)
-    from l2sched.bench.profile_ops import _other, _time_op
+    from l2sched.bench.profile_ops import _time_op, other_layer
 
     w, x = torch.ones((10, 10), dtype=torch.bfloat16), torch.ones((4, 10), dtype=torch.bfloat16)
     ran = []
@@ -392,8 +392,8 @@ def test_cold_op_runs_after_the_same_op_on_another_layer():
     got = _time_op(Bench(), torch, Runner(), 3, None, 1e9, warm_on=7)
     assert (got["cold_us"], got["cold_all_us"], got["hot_us"]) == (10.0, 11.0, 9.0)
     assert got["warm_on"] == 7
-    assert _other([3, 7, 11], 7) == 11 and _other([3, 7, 11], 11) == 3
-    assert _other([5], 5) is None
+    assert other_layer([3, 7, 11], 7) == 11 and other_layer([3, 7, 11], 11) == 3
+    assert other_layer([5], 5) is None
 
 
 def _step_result(per_m: dict) -> dict:

@@ -366,9 +366,14 @@ PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
 STATE_KEYS = frozenset([name for name, _ in PROBES] + [COLLECTIVES_KEY])
 
 
-class _Context:
+class ProbeContext:
     """What every probe needs: torch, the timing bench, the step runner of
-    the GLM-5.3-Flash tree, the fill shapes, the results so far."""
+    the GLM-5.3-Flash tree, the fill shapes, the results so far.
+    ``ProbeContext(torch, args, base_profile, results)``: ``args`` has
+    ``quick``, ``reps``, ``tokens`` (decode tokens M) and ``tp``; the tree is
+    built on the CUDA device at that TP (needs a GPU; torch's error
+    otherwise); ``results`` is the state's probe results (kept by
+    reference)."""
 
     def __init__(self, torch, args, base_profile, results: dict):
         from l2sched.bench.step import StepRunner
@@ -423,7 +428,7 @@ def run_profile(args, state: dict) -> dict:
                                                      else sys.argv[1:]),
             "quick": bool(args.quick), "tp": args.tp, "base_profile": base.name,
             "set_aside_max_bytes": _set_aside_max(props)}
-    ctx = _Context(torch, args, base, results)
+    ctx = ProbeContext(torch, args, base, results)
     todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))

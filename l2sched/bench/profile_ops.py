@@ -64,7 +64,7 @@ def probe_ops(ctx) -> dict:
                     continue
                 if not runner.matrix_reads(idx[0], op):
                     continue
-                per = [_time_op(b, torch, runner, i, op, fit, _other(idx, i))
+                per = [_time_op(b, torch, runner, i, op, fit, other_layer(idx, i))
                        for i in picked]
                 rec = table.setdefault(kind, {}).setdefault(
                     op.name, {"m": [], "layers": picked, "cold_us": [], "hot_us": [],
@@ -128,7 +128,7 @@ def _time_op(b, torch, runner, i: int, op, fit_bytes: float, warm_on: int | None
     return out
 
 
-def _other(idx: list[int], i: int) -> int | None:
+def other_layer(idx: list[int], i: int) -> int | None:
     """Another layer of the kind whose layers are ``idx`` than ``i`` (the
     next one, cyclically), or None for a kind of one layer."""
     rest = [j for j in idx if j != i]
