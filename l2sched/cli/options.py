@@ -10,7 +10,7 @@ from typing import Any, Callable
 from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.model.devices import load_device, profile_path
 
 
 class SetAction(argparse.Action):
@@ -65,18 +65,20 @@ def with_device(schedule, device: str | None):
     return dataclasses.replace(schedule, device=device)
 
 
-def check_device_arg(device: str | None) -> None:
-    """Check ``--device`` before any schedule is read: an unknown profile
-    name raises ``L2sUsageError`` (``--device: unknown device profile ...``),
-    a bad profile file ``L2sInputError`` naming the file; None passes."""
+def check_device_arg(device: str | None):
+    """The device profile ``--device`` names (a shipped name or a ``.toml``
+    path), checked before any schedule is read; None for None. Raises
+    ``L2sUsageError`` for an unknown name or a missing file (``--device:
+    ...``), ``L2sInputError`` naming the file for a profile with errors."""
     if device is None:
-        return
+        return None
     try:
-        load_device(device)
-    except L2sInputError as e:
-        if "unknown device profile" in str(e):  # a name, not a file: say which option
-            raise L2sUsageError(f"--device: {e}") from None
-        raise
+        path = profile_path(device)
+    except L2sInputError as err:
+        raise L2sUsageError(f"--device: {err.diagnostics[0].message}") from None
+    if not path.is_file():
+        raise L2sUsageError(f"--device {device}: no such device profile file")
+    return load_device(device)
 
 
 def model_config_arg(path: str | None) -> dict | None:
