@@ -11,7 +11,7 @@ import shlex
 import sys
 import time
 
-from l2sched.cli.options import add_command, check_device_arg, model_config_arg
+from l2sched.cli.options import add_command, device_profile_path, model_config_arg
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.units import FILL_MODES
@@ -80,10 +80,12 @@ def load_profile(arg: str, kernel: str | None):
     ``L2sUsageError`` for an unknown profile name or a ``--kernel`` the
     profile has no numbers for; ``L2sInputError`` for a profile file with
     errors."""
-    from l2sched.model.devices import device_names, profile_path
+    from l2sched.model.devices import device_names, load_device
 
-    device = check_device_arg(arg)
-    path = profile_path(arg)
+    path = device_profile_path(arg)
+    if not path.is_file():
+        raise L2sUsageError(f"--device {arg}: no such device profile file")
+    device = load_device(arg)
     if kernel is not None and kernel not in device.fill_modes:
         raise L2sUsageError(f"--kernel {kernel}: device profile {device.name} has "
                             f"numbers for {', '.join(sorted(device.fill_modes))} only")

@@ -32,7 +32,6 @@ def cmd_lint(args) -> int:
             if not any(c.startswith(code) for c in rules.RULES):
                 raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
                                     f"(codes: {rules.code_ranges()})")
-    check_device_arg(args.device)
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
     docs: list = []  # per schedule: (LintRun, None) or (None, L2sError)

@@ -65,19 +65,27 @@ def with_device(schedule, device: str | None):
     return dataclasses.replace(schedule, device=device)
 
 
+def device_profile_path(device: str):
+    """The file ``--device`` names (a shipped name or a ``.toml`` path; it
+    may not exist). Raises ``L2sUsageError`` (``--device: unknown device
+    profile ...``) for a name that is neither."""
+    try:
+        return profile_path(device)
+    except L2sInputError as err:
+        raise L2sUsageError(f"--device: {err.diagnostics[0].message}") from None
+
+
 def check_device_arg(device: str | None):
-    """The device profile ``--device`` names (a shipped name or a ``.toml``
-    path), checked before any schedule is read; None for None. Raises
-    ``L2sUsageError`` for an unknown name or a missing file (``--device:
-    ...``), ``L2sInputError`` naming the file for a profile with errors."""
+    """The device profile ``--device`` names, read once before any schedule
+    is (``check``, ``timeline``); None for None. Raises ``L2sInputError``:
+    ``--device: unknown device profile ...`` for an unknown name, naming the
+    file for a missing file or a profile with errors."""
     if device is None:
         return None
     try:
-        path = profile_path(device)
-    except L2sInputError as err:
-        raise L2sUsageError(f"--device: {err.diagnostics[0].message}") from None
-    if not path.is_file():
-        raise L2sUsageError(f"--device {device}: no such device profile file")
+        device_profile_path(device)
+    except L2sUsageError as err:
+        raise L2sInputError(str(err)) from None
     return load_device(device)
 
 
