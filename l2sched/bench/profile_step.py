@@ -60,6 +60,13 @@ MIN_REFERENCE_HITS_US = 45.0
 BENCH_TP = 4
 
 
+def arm_of(mode: str, reference: str = REFERENCE_MODE) -> str:
+    """The ``bench run`` arm that runs the probe's schedule with fill kernel
+    ``mode``: ``compiled`` for the reference kernel (the schedule's own),
+    else the variant ``kernel-MODE``; its decoy is ``ctl-`` + that name."""
+    return "compiled" if mode == reference else f"kernel-{mode}"
+
+
 def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
     """The ``.l2s`` text of the probe's schedule for ``device`` (a device
     profile name) at TP ``tp``, fill kernel ``mode``."""
@@ -95,7 +102,7 @@ def probe_step_fill(ctx) -> dict:
             ["--out", os.path.join(tmp, "step-fill.json"), "--schedule", path,
              "--bench-dir", "", "--tokens", ",".join(map(str, STEP_FILL_TOKENS)),
              "--replays", str(STEP_FILL_REPLAYS), "--controls", "decoy"]
-            + [f"--variant=kernel-{m}:kernel={m}" for m in others]
+            + [f"--variant={arm_of(m)}:kernel={m}" for m in others]
             + (["--dry"] if getattr(ctx, "dry", False) else []))
         result = bench_run(args)
     if args.dry:  # meta tensors: arms captured, nothing timed
@@ -115,7 +122,7 @@ def step_fill_summary(result: dict, others: list[str]) -> dict:
     "ratio": {mode: hits / reference hits}}``; ratios are None where the
     reference hits are below ``MIN_REFERENCE_HITS_US``. Raises
     ``ValueError`` when an arm is missing."""
-    names = {REFERENCE_MODE: "compiled", **{m: f"kernel-{m}" for m in others}}
+    names = {m: arm_of(m) for m in [REFERENCE_MODE, *others]}
     per_m = {}
     for m_key, rec in result["per_m"].items():
         arms = rec["arms"]
@@ -188,7 +195,7 @@ def step_fill_markdown(step: dict | None) -> list[str]:
           + " | mean hits | ratio to " + step["reference"] + " |",
           "|---|" + "---|" * (len(ms) + 2)]
     for mode, hits in step["hits_us"].items():
-        arm = "compiled" if mode == step["reference"] else f"kernel-{mode}"
+        arm = arm_of(mode, step["reference"])
         cells = []
         for m in ms:
             r = step["per_m"][m]

@@ -57,7 +57,8 @@ def cmd_check(args) -> int:
     except L2sError as err:
         print(str(err), file=sys.stderr)
         return 1
-    check_device_arg(args.device)  # one usage error, not one per file
+    check_device_arg(args.device)  # one error naming --device, not one per file
+    labels: dict[str, str] = {}  # device -> its default-kernel label, read once
     failed = 0
     for path in args.files:
         try:
@@ -70,7 +71,9 @@ def cmd_check(args) -> int:
             failed += 1
             continue
         if not args.quiet:
-            default = default_kernel_label(s)
+            if s.device not in labels:
+                labels[s.device] = default_kernel_label(s)
+            default = labels[s.device]
             print(f"{path}: ok: schedule '{s.name}' for {s.model} on {s.device}, "
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
                   f"prefetch at <= {s.max_tokens} tokens, fill kernel "
