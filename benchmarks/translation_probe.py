@@ -22,13 +22,12 @@ misses that the ops probe's cold time does not contain.
 """
 
 import argparse
-import statistics
 import sys
 
 sys.path.insert(0, ".")
 import torch  # noqa: E402
 
-from l2sched.bench.timing import TimingBench, gemm_consumer  # noqa: E402
+from l2sched.bench.timing import TimingBench, gemm_consumer, stats  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 
 PAGE_STRIDE = 64 * 1024  # bytes between the touched elements
@@ -77,10 +76,10 @@ def main():
         cases = {"cold": (b.flush, mm), "cold, far pages": (far_pages, mm),
                  "cold, far pages, weight touched": (far_touched, mm), "hot": (mm, mm)}
         t = b.interleaved(cases)
-        med = {name: statistics.median(v) for name, v in t.items()}
-        rows.append({"weight_bytes": w.numel() * 2, "median_us": med,
-                     "p10_p90_us": {name: (sorted(v)[len(v) // 10], sorted(v)[-len(v) // 10 - 1])
-                                    for name, v in t.items()}})
+        st = {name: stats(v) for name, v in t.items()}
+        rows.append({"weight_bytes": w.numel() * 2,
+                     "median_us": {name: x["median"] for name, x in st.items()},
+                     "p10_p90_us": {name: (x["p10"], x["p90"]) for name, x in st.items()}})
     out = {"gpu": torch.cuda.get_device_name(0), "reps": a.reps, "far_gib": a.far_gib,
            "rows": rows}
     lines = [f"# Translation probe ({out['gpu']}, {a.reps} interleaved rounds, far buffer "
