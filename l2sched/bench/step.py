@@ -11,7 +11,7 @@ inventory's), each as:
   ``distinct_experts(M)`` experts of a random contiguous range of the layer's
   pool (``m_e = ceil(8 M / D)`` tokens each): the bytes of the real step;
 - ``attention_core``: a read+write pass over the recurrent/KV state
-  footprint (``STATE_BYTES_PER_TOKEN`` x M bytes) plus a spin kernel of the
+  footprint (the adapter's ``core_state_bytes(M, tp)``) plus a spin kernel of the
   device profile's ``attention_core_us``;
 - ``small`` ops with no matrix weight: a spin kernel of ``small_kernel_us``;
 - ``collective`` (all-reduces): an IDLE INTERVAL, a spin kernel of the device
@@ -56,12 +56,6 @@ from l2sched.attrs import resolve_path
 from l2sched.bench.tree import distinct_experts
 from l2sched.model.adapters import glm5next as ad
 from l2sched.runtime.streams import side_stream
-
-#: Attention-core state footprint per token per GPU, bytes: KDA recurrent
-#: state = 16 heads/rank x 128 x 128 x fp32 = 1 MiB (read and written);
-#: used for MLA's sparse decode too (2048 selected 512+64 entries ~ 1.2 MB in
-#: bf16; ASSUMPTION of the same order).
-STATE_BYTES_PER_TOKEN = 1 << 20
 
 #: Op groups run inside a module call or method (hook targets), per path.
 _MODULE_OPS = {
@@ -262,7 +256,7 @@ class StepRunner(StepTiming):
             d = min(distinct_experts(tokens), pool)
             s = rng.randrange(0, pool - d + 1)
             self.expert_range[i] = (s, d)
-        st = max(1, STATE_BYTES_PER_TOKEN * tokens // 4)
+        st = max(1, ad.core_state_bytes(tokens, self.tp) // 4)
         self.state = self._rand((st,), torch.float32)
         self._inputs = {}
 

@@ -5,7 +5,9 @@ decode timeline into the graph of a whole decode step, a ``StepGraph``:
 
 - one node per adapter operation on its stream: ``main`` (the model's
   stream) or ``aux`` (the shared expert, forked from the op before it and
-  joined before the MLP's all-reduce);
+  joined before the MLP's all-reduce); an attention core carries
+  ``state_bytes``, the state it streams through the L2 at this M (the
+  adapter's ``core_state_bytes``, 0 without one);
 - one fill node per ``WindowIssue`` on the ``side`` stream, in issue order
   (side-stream edges chain them), with a fork edge from the op whose hook
   fires the window;
@@ -163,6 +165,9 @@ def _skeleton(inventory, adapter, tokens: int, top_k: int,
     reads_of: dict[tuple[int, str], list] = {}  # (layer, op) -> reads
     prev_main: str | None = None
     stream = {"delay": 0.0, "kind": "stream"}
+    # attention-core state bytes through the L2 (the adapter's, if it has them)
+    core_state = getattr(adapter, "core_state_bytes", None)
+    state = core_state(tokens, inventory.tp) if core_state else 0
     for pos in range(n + 1):
         layer = pos % n
         kind = inventory.kinds[layer]
@@ -181,6 +186,7 @@ def _skeleton(inventory, adapter, tokens: int, top_k: int,
             nodes.append((nid, {"pos": pos, "layer": layer, "kind": skind,
                                 "op": op.name, "cls": op.cls, "stream": op.stream,
                                 "active": active, "reads": reads,
+                                "state_bytes": state if op.cls == "attention_core" else 0,
                                 "eager_break": op.eager_break, "fill": None}))
             if op.stream == "aux":
                 if aux_prev is None:

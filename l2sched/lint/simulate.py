@@ -35,7 +35,8 @@ progress at that instant, so a late fill turns into device-memory reads.
 Residency: fills of policy ``evict_last`` are protected up to
 ``DeviceProfile.protected_bytes`` (the set-aside, or the measured
 no-set-aside figure). Whenever a non-fill node finishes having read ``D``
-bytes from device memory, the landed-but-unconsumed fill bytes above that
+bytes from device memory (an attention core: its ``state_bytes``, the
+state it streams through the L2), the landed-but-unconsumed fill bytes above that
 protection lose ``min(1, D / (L2 - protected))`` of themselves (a stream as
 large as the unprotected L2 flushes them). Other policies are unprotected and
 lose ``min(1, D / L2) * (1 - evict_normal_survival)``.
@@ -62,6 +63,8 @@ class NodeTiming:
     """Simulated timing of one node: ``start``/``finish`` (us);
     ``dram_start``/``dram_end`` the device-memory phase (None without one);
     ``read_bytes`` weight bytes it reads, ``hit_bytes`` of them from L2,
+    ``fast_bytes`` the hit bytes times their fill kernels' effect (ops with
+    measured times),
     ``late_bytes`` of them still in flight in a fill when it started;
     ``alone_dram_us`` the memory phase's time without contention;
     ``late`` lists ``(fill id, bytes)`` in flight at start;
@@ -75,6 +78,7 @@ class NodeTiming:
     dram_bytes: float = 0.0
     read_bytes: int = 0
     hit_bytes: float = 0.0
+    fast_bytes: float = 0.0
     late_bytes: float = 0.0
     alone_dram_us: float = 0.0
     late: list = field(default_factory=list)
@@ -186,6 +190,7 @@ class _Simulation:
         index = {v: i for i, v in enumerate(self.ids)}
         n_nodes = len(self.ids)
         self.is_fill = [d["cls"] == "fill" for d in self.attrs]
+        self.state_bytes = [d.get("state_bytes", 0) for d in self.attrs]
         self.slowed_by_fill = [d["cls"] not in NOT_SLOWED for d in self.attrs]
         self.is_gemm = [d["cls"] in GEMM_CLASSES for d in self.attrs]
         self.is_collective = [d["cls"] == "collective" for d in self.attrs]
@@ -293,9 +298,11 @@ class _Simulation:
         at ``bytes / (cold - hot)`` instead asks for more than the device's
         bandwidth and charged a lone cold op many times its measured time.)
         Its L2 hits are the effective hit bytes of its reads. Returns the
-        phases and the cold time (us)."""
+        phases and the cold time (us); ``t.fast_bytes`` = the effective hit
+        bytes (``bench.profile_share`` reads them)."""
         cold, hot = times.at(self.tokens)
         total, fast = self._consume(t, d)
+        t.fast_bytes = fast
         if cold <= hot or total <= 0:
             return [("fixed", cold, 0.0)], cold
         miss = (total - fast) / total
@@ -402,7 +409,7 @@ class _Simulation:
         t.finish = now
         self.active.pop(i, None)
         if not self.is_fill[i]:
-            self.evict(t.dram_bytes)
+            self.evict(t.dram_bytes + self.state_bytes[i])
         ran = now > t.start
         ready_at, waiting, heap = self.ready_at, self.waiting, self.heap
         for j, delay, gapped in self.succ[i]:

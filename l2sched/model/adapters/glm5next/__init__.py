@@ -63,6 +63,7 @@ from l2sched.model.adapters.glm5next.timeline import (
     Op,
     condition_holds,
     consumption_order,
+    core_state_bytes,
     decode_reads,
     decode_timeline,
 )
@@ -85,7 +86,7 @@ __all__ = [
     "FLASH_KINDS", "HOOKS", "HOOKS_BY_NAME", "HookPoint", "Install",
     "LAZY_TENSORS", "LayerKind", "MLP_KINDS", "MODEL_TYPES", "NAME", "OPTIONAL_KEYS",
     "OP_CLASSES", "Op", "PARTLY_REPLICATED", "REPLICATED_PATHS", "REQUIRED_KEYS",
-    "TensorSpec", "canonical_path", "condition_holds", "consumption_order",
+    "TensorSpec", "canonical_path", "condition_holds", "consumption_order", "core_state_bytes",
     "decode_reads", "decode_timeline", "decoder_layers", "derive_lazy",
     "expert_range", "is_replicated", "layer_kinds", "layer_specs",
     "live_layer_kind", "live_spec", "model_dtype",

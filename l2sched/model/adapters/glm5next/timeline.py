@@ -20,6 +20,24 @@ from l2sched.model.adapters.glm5next.kinds import LayerKind
 OP_CLASSES = ("gemm", "small", "attention_core", "collective", "expert_stream",
               "shared_expert")
 
+#: Bytes of attention-core state one decode token moves per TP rank, read
+#: and written back in place by every ``attention_core`` op: the KDA
+#: recurrent state, ``linear_num_heads`` (64) / TP heads x ``linear_head_dim``
+#: (128)^2 x fp32 (glm53-flash-config.json; 1 MiB per token at TP4). The
+#: MLA sparse decode reads ``index_topk`` (2048) cached entries per token,
+#: taken to be of the same order (an ASSUMPTION; the bench's decode step
+#: moves exactly this many bytes in both kinds).
+CORE_STATE_HEAD_BYTES = 128 * 128 * 4
+CORE_STATE_HEADS = 64
+
+
+def core_state_bytes(tokens: int, tp: int) -> int:
+    """Attention-core state bytes (per rank) one attention core of a decode
+    step of ``tokens`` tokens streams through the L2 at TP ``tp``
+    (``CORE_STATE_HEAD_BYTES`` x heads per rank x tokens)."""
+    return tokens * max(1, CORE_STATE_HEADS // max(1, tp)) * CORE_STATE_HEAD_BYTES
+
+
 #: When an op runs. Empty = always. An op whose condition is false is
 #: skipped, but the hooks attached to it still fire at its position.
 CONDITIONS = ("", "tp>1", "tp>1 or ep", "layer==0", "layer>0", "layer==last")
