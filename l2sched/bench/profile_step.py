@@ -36,22 +36,31 @@ import tempfile
 #: and C hits +89 / +95 us measured against +91 / +99 from the lint,
 #: benchmarks/results/h200-2026-12-01-decoy-b.md).
 REFERENCE_MODE = "copy"
-#: Decode tokens of the probe's steps (two M of the validation set).
-STEP_FILL_TOKENS = (16, 64)
-#: Timed replays per arm (twice the validation runs': the hits are a
-#: difference of two medians).
-STEP_FILL_REPLAYS = 50
-#: The probe's windows, windows A and A_MLA of the shipped h200 schedule:
-#: every layer's attention output weights (o_proj, 16.8 / 33.6 MB at TP4;
-#: the MLA layers' W_UK_T and W_UV) while the attention core runs. Window A
-#: alone bought copy 38 us at M=16, too little to form a ratio
-#: (benchmarks/results/h200-2026-12-01-step-fill.md, run S1).
+#: Decode tokens of the probe's steps: the validation set's (docs/lint.md).
+STEP_FILL_TOKENS = (1, 4, 16, 64)
+#: Timed replays per arm (more than the validation runs' 25: the hits are a
+#: difference of two medians; S2 took 50 at two M, this takes four M).
+STEP_FILL_REPLAYS = 30
+#: The probe's windows: those of the shipped h200 schedule
+#: (schedules/glm53-flash-h200-tp4.l2s), so that every kind of target the
+#: schedules fill (output projections, the MLA core's weights, the mHC and
+#: norm weights, the router, the next layer's attention, the MoE layers'
+#: shared expert) is consumed inside the probe's step. Windows A and A_MLA
+#: alone bought copy 50 us (run S2), window A alone 38 us (run S1), the
+#: whole schedule 99-131 us (benchmarks/results/h200-2026-12-01-step-fill.md).
 STEP_FILL_WINDOWS = (
     "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
     "    this self_attn.o_proj\n}\n\n"
     "window A_MLA at attn.after_first_proj budget 24MB layers mla {\n"
     "    this lazy self_attn.mla_attn.mla_attn.W_UK_T, self_attn.mla_attn.mla_attn.W_UV\n"
-    "    this self_attn.o_proj\n}\n")
+    "    this self_attn.o_proj\n}\n\n"
+    "window B at attn.pre_all_reduce budget 30MB layers moe carry C {\n"
+    "    this post_attention_layernorm, hc_ffn_*\n"
+    "    this mlp.gate\n"
+    "    next hc_attn_*, input_layernorm\n"
+    "    next lazy self_attn.* except self_attn.o_proj, self_attn.kv_b_proj, "
+    "self_attn.mla_attn, self_attn.?_conv1d\n}\n\n"
+    "window C at moe.pre_all_reduce budget 10MB layers moe\n")
 #: Mean reference hits per M (us) below which a ratio is not formed: about
 #: 3x the A/A noise floor of one arm's gain at M=16 in the validation runs
 #: (14.9 us, benchmarks/results/h200-2026-12-01-decoy.md, E3).
@@ -118,9 +127,12 @@ def step_fill_summary(result: dict, others: list[str]) -> dict:
     """From a ``bench run`` result with the arms ``compiled`` (the reference
     kernel), ``kernel-MODE`` per mode in ``others`` and their decoys
     ``ctl-*``: ``{"tokens": [M, ...], "reference", "hits_us": {mode: us,
-    mean over M}, "per_m": {M: {"hits_us", "step_us": {arm: median us}}},
-    "ratio": {mode: hits / reference hits}}``; ratios are None where the
-    reference hits are below ``MIN_REFERENCE_HITS_US``. Raises
+    mean over M}, "per_m": {M: {"hits_us", "step_us": {arm: median us},
+    "ops_us"}}, "ratio": {mode: hits / reference hits}}``; ratios are None
+    where the reference hits are below ``MIN_REFERENCE_HITS_US``.
+    ``ops_us`` (where the run timed its ops in the graph): ``{"arm": {"L:op":
+    median us}, "decoy": {...}}`` of the reference kernel's arm and its decoy
+    (``bench.profile_gaps`` turns them into per-op step gaps). Raises
     ``ValueError`` when an arm is missing."""
     names = {m: arm_of(m) for m in [REFERENCE_MODE, *others]}
     per_m = {}
@@ -134,6 +146,11 @@ def step_fill_summary(result: dict, others: list[str]) -> dict:
                 step[arm] = statistics.median(arms[arm]["graph_step_us_all"])
             hits[mode] = step[f"ctl-{name}"] - step[name]
         per_m[int(m_key)] = {"hits_us": hits, "step_us": step}
+        ref = names[REFERENCE_MODE]
+        if arms[ref].get("per_op_source") == "graph":
+            per_m[int(m_key)]["ops_us"] = {
+                side: {k: round(v["dur_us"], 3) for k, v in arms[arm]["ops"].items()}
+                for side, arm in (("arm", ref), ("decoy", f"ctl-{ref}"))}
     hits = {mode: statistics.fmean(r["hits_us"][mode] for r in per_m.values())
             for mode in names}
     ref = hits[REFERENCE_MODE]
@@ -168,6 +185,19 @@ def check_step_fill(rec: dict | None) -> None:
     if not (isinstance(toks, list) and toks
             and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in toks)):
         raise ValueError(f".tokens: want a list of token counts >= 1, got {toks!r:.40}")
+    for m_key, r in (rec.get("per_m") or {}).items():
+        ops = r.get("ops_us") if isinstance(r, dict) else None
+        if ops is None:
+            continue
+        if not isinstance(ops, dict) or set(ops) != {"arm", "decoy"}:
+            raise ValueError(f".per_m.{m_key}.ops_us: want {{'arm': ..., 'decoy': ...}}")
+        for side, table in ops.items():
+            bad = next((k for k, v in table.items()
+                        if not isinstance(v, (int, float)) or isinstance(v, bool)), None) \
+                if isinstance(table, dict) else "(not an object)"
+            if bad is not None:
+                raise ValueError(f".per_m.{m_key}.ops_us.{side}: want 'layer:op' -> us, "
+                                 f"bad entry {bad!r:.40}")
 
 
 def scale_landed(reference: dict, ratio: float) -> dict:
@@ -180,6 +210,31 @@ def scale_landed(reference: dict, ratio: float) -> dict:
             "effect": round(statistics.median(effs), 3) if effs else 0.0}
 
 
+def apply_step_fill(modes: dict, step: dict, measured: dict) -> None:
+    """Each fill kernel with a ``step_fill`` ratio gets the reference
+    kernel's landed fractions times that ratio (``scale_landed``)
+    in ``modes``; the ratio goes into ``measured``. Nothing without the
+    probe, its reference kernel's fill table or a ratio."""
+    ref = modes.get(step.get("reference", ""))
+    if not ref or not step.get("ratio"):
+        return
+    for mode, ratio in step["ratio"].items():
+        if mode == step["reference"] or mode not in modes or ratio is None:
+            continue
+        modes[mode].update(scale_landed(ref, ratio))
+        modes[mode]["source"] = (f"l2sched profile: {step['reference']}'s landed fractions "
+                                 "x step_fill, interference")
+        measured[f"fill.{mode}.step_ratio"] = {
+            "probe": (f"step_fill (bench run's decode step at M={step['tokens']}: decoy "
+                      f"minus arm, {mode} over {step['reference']}; mean hits "
+                      f"{step['hits_us'][mode]:.1f} / "
+                      f"{step['hits_us'][step['reference']]:.1f} us)"),
+            "median": ratio}
+        measured[f"fill.{mode}.effect"] = {
+            "probe": f"step_fill ratio x {step['reference']}'s fill effect",
+            "median": modes[mode]["effect"]}
+
+
 def step_fill_markdown(step: dict | None) -> list[str]:
     """The report section of the ``step_fill`` probe (none without it)."""
     if not step:
@@ -188,8 +243,8 @@ def step_fill_markdown(step: dict | None) -> list[str]:
         return ["## Fill kernels in the decode step", "", f"Skipped: {step['skipped']}.", ""]
     ms = sorted(step["per_m"], key=int)
     md = ["## Fill kernels in the decode step", "",
-          f"`bench run`, {STEP_FILL_REPLAYS} replays, windows A and A_MLA of the shipped h200 "
-          "schedule (the attention output weights), each kernel beside its decoy; hits = "
+          f"`bench run`, {STEP_FILL_REPLAYS} replays, the windows of the shipped h200 "
+          "schedule, each kernel beside its decoy; hits = "
           "decoy's median step - arm's (us).", "",
           "| kernel | " + " | ".join(f"M={m}: arm / decoy us, hits" for m in ms)
           + " | mean hits | ratio to " + step["reference"] + " |",

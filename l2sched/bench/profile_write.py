@@ -17,7 +17,8 @@ from typing import Any
 
 from l2sched.bench.interference import gemm_chain_record
 from l2sched.bench.profile_ops import ops_markdown
-from l2sched.bench.profile_step import scale_landed, step_fill_markdown
+from l2sched.bench.profile_gaps import step_gap_markdown
+from l2sched.bench.profile_step import apply_step_fill, step_fill_markdown
 from l2sched.model.overlap_fit import slowdown_for_extra
 
 MB = 10**6
@@ -90,7 +91,7 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
             kept.append(f"bandwidth.{k}")
     launch = max(0.0, graph["fork_join_us"]) if graph else None
     modes = _fill_modes(fill, inter, base, measured, launch)
-    _apply_step_fill(modes, res.get("step_fill", {}), measured)
+    apply_step_fill(modes, res.get("step_fill", {}), measured)
     if graph:
         measured["fill.launch_us"] = {"probe": "graph (fork + empty fill + join in a "
                                       "200-kernel chain)", "median": launch}
@@ -279,31 +280,6 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
     return out
 
 
-def _apply_step_fill(modes: dict, step: dict, measured: dict) -> None:
-    """Each fill kernel with a ``step_fill`` ratio gets the reference
-    kernel's landed fractions times that ratio (``profile_step.scale_landed``)
-    in ``modes``; the ratio goes into ``measured``. Nothing without the
-    probe, its reference kernel's fill table or a ratio."""
-    ref = modes.get(step.get("reference", ""))
-    if not ref or not step.get("ratio"):
-        return
-    for mode, ratio in step["ratio"].items():
-        if mode == step["reference"] or mode not in modes or ratio is None:
-            continue
-        modes[mode].update(scale_landed(ref, ratio))
-        modes[mode]["source"] = (f"l2sched profile: {step['reference']}'s landed fractions "
-                                 "x step_fill, interference")
-        measured[f"fill.{mode}.step_ratio"] = {
-            "probe": (f"step_fill (bench run's decode step at M={step['tokens']}: decoy "
-                      f"minus arm, {mode} over {step['reference']}; mean hits "
-                      f"{step['hits_us'][mode]:.1f} / "
-                      f"{step['hits_us'][step['reference']]:.1f} us)"),
-            "median": ratio}
-        measured[f"fill.{mode}.effect"] = {
-            "probe": f"step_fill ratio x {step['reference']}'s fill effect",
-            "median": modes[mode]["effect"]}
-
-
 def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
     """``{slowdown, gemm_slowdown}`` (those measured) from one fill kernel's
     interference record (``bench.interference``): each chain's median extra
@@ -344,7 +320,8 @@ def _op_table(ops: dict) -> dict:
     return out
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """``v`` (bool, number, str, list, dict) as an inline TOML value."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -352,10 +329,10 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{json.dumps(k) if not k.isidentifier() else k} = "
-                                f"{_toml_value(x)}" for k, x in v.items()) + " }"
+                                f"{toml_value(x)}" for k, x in v.items()) + " }"
     return json.dumps(str(v))
 
 
@@ -371,18 +348,18 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
              "# Every measured number has its probe (and median/p10/p90) in [measured];",
              f"# provenance.kept_from_base lists the numbers kept from profile "
              f"{base.name} (not measured by the probes).", "",
-             f"name = {_toml_value(name)}", f"description = {_toml_value(description)}",
-             f"compute_capability = {_toml_value(cc)}", "",
+             f"name = {toml_value(name)}", f"description = {toml_value(description)}",
+             f"compute_capability = {toml_value(cc)}", "",
              # what the driver reported: the plugin installs only on such a GPU
-             "[gpu]", f"names = {_toml_value([prov.get('gpu', '')])}",
-             f"sm_count = {_toml_value(prov.get('sms'))}", "", "[provenance]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in prov.items() if v is not None]
+             "[gpu]", f"names = {toml_value([prov.get('gpu', '')])}",
+             f"sm_count = {toml_value(prov.get('sms'))}", "", "[provenance]"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in prov.items() if v is not None]
     for s in ("l2", "bandwidth", "latency"):
         lines += ["", f"[{s}]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in derived["sections"][s].items()]
-    lines += ["", "[fill]", f"default = {_toml_value(derived['fill_default'])}"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in derived["sections"][s].items()]
+    lines += ["", "[fill]", f"default = {toml_value(derived['fill_default'])}"]
     for mode, tab in derived["fill"].items():
-        lines += [f"[fill.{mode}]"] + [f"{k} = {_toml_value(v)}" for k, v in tab.items()]
+        lines += [f"[fill.{mode}]"] + [f"{k} = {toml_value(v)}" for k, v in tab.items()]
     lines += ["", "[allreduce]", 'model = "latency_plus_bandwidth"']
     for deg, m in sorted(base.allreduce.items()):
         lines += [f"[allreduce.tp{deg}]", f"latency_us = {m.latency_us!r}",
@@ -390,12 +367,12 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
         if m.measured:
             lines.append(f'measured = "{m.measured}"')
         if m.source:
-            lines.append(f"source = {_toml_value(m.source)}")
+            lines.append(f"source = {toml_value(m.source)}")
     for kind, per in derived["ops"].items():
         lines += ["", f'[ops."{kind}"]']
-        lines += [f'"{op}" = {_toml_value(v)}' for op, v in per.items()]
+        lines += [f'"{op}" = {toml_value(v)}' for op, v in per.items()]
     lines += ["", "[measured]"]
-    lines += [f'"{k}" = {_toml_value(v)}' for k, v in derived["measured"].items()]
+    lines += [f'"{k}" = {toml_value(v)}' for k, v in derived["measured"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -453,6 +430,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
                f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
                f"{g['fork_join_us']:+.1f} us.", ""]
     md += _set_aside_markdown(res.get("set_aside")) + step_fill_markdown(res.get("step_fill"))
+    md += step_gap_markdown(derived)
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
     return "\n".join(md) + "\n"

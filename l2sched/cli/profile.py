@@ -58,6 +58,12 @@ def cmd_profile(args) -> int:
     name = args.name or base.name
     desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
     text = profile_toml(name, desc, got["provenance"], derived, base)
+    step = got["results"].get("step_fill") or {}
+    if step.get("per_m"):  # per-op step gaps, against the op table just derived
+        from l2sched.bench.profile_gaps import apply_step_gaps, step_gaps
+        from l2sched.model.devices import load_device_text
+        apply_step_gaps(derived, step_gaps(step, load_device_text(text, args.out)))
+        text = profile_toml(name, desc, got["provenance"], derived, base)
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
         from l2sched.bench.profile_collectives import collectives_markdown, state_source

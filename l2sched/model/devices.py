@@ -124,26 +124,41 @@ class FillMode:
 class OpTimes:
     """Measured times of one op of the decode step (``l2sched profile``):
     ``cold_us``/``hot_us`` (us) at each token count of ``m``: weights read
-    from device memory after an L2 flush / L2-resident right after itself."""
+    from device memory after an L2 flush / L2-resident right after itself.
+    ``step_gap_us`` at each token count of ``step_m`` (both empty without
+    them): the cold -> hot gap the op shows inside the decode step (time a
+    fill saves it per share of its bytes made resident), measured by the
+    profile's ``step_fill`` probe (``bench.profile_gaps``); where given, it
+    replaces ``cold - hot``."""
 
     m: tuple[int, ...]
     cold_us: tuple[float, ...]
     hot_us: tuple[float, ...]
+    step_m: tuple[int, ...] = ()
+    step_gap_us: tuple[float, ...] = ()
 
     def at(self, tokens: int) -> tuple[float, float]:
         """``(cold_us, hot_us)`` at ``tokens``: linear in log(tokens)
-        between measured points, held flat outside them."""
-        import math
-        m = self.m
-        if tokens <= m[0]:
-            return self.cold_us[0], self.hot_us[0]
-        for i in range(1, len(m)):
-            if tokens <= m[i]:
-                t = (math.log(tokens) - math.log(m[i - 1])) / (
-                    math.log(m[i]) - math.log(m[i - 1]))
-                return (self.cold_us[i - 1] + t * (self.cold_us[i] - self.cold_us[i - 1]),
-                        self.hot_us[i - 1] + t * (self.hot_us[i] - self.hot_us[i - 1]))
-        return self.cold_us[-1], self.hot_us[-1]
+        between measured points, held flat outside them; hot = cold - the
+        step gap where the profile measured one."""
+        cold, hot = _log_interp(self.m, (self.cold_us, self.hot_us), tokens)
+        if self.step_m:
+            (gap,) = _log_interp(self.step_m, (self.step_gap_us,), tokens)
+            hot = max(0.0, cold - gap)
+        return cold, hot
+
+
+def _log_interp(m: tuple[int, ...], series: tuple, tokens: int) -> tuple[float, ...]:
+    """Each of ``series`` (tuples aligned with ``m``) at ``tokens``: linear
+    in log(tokens) between the points of ``m``, held flat outside them."""
+    import math
+    if tokens <= m[0]:
+        return tuple(s[0] for s in series)
+    for i in range(1, len(m)):
+        if tokens <= m[i]:
+            t = (math.log(tokens) - math.log(m[i - 1])) / (math.log(m[i]) - math.log(m[i - 1]))
+            return tuple(s[i - 1] + t * (s[i] - s[i - 1]) for s in series)
+    return tuple(s[-1] for s in series)
 
 
 @dataclass(frozen=True)
@@ -366,13 +381,18 @@ def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
     for i, line in enumerate(source_lines(text), 1):
         s = line.strip()
         if s.startswith("["):
-            current = profile_table_header(line) or s.strip("[]").strip()
+            # a quoted part (``[ops."kda+moe"]``) is named without its quotes
+            current = (profile_table_header(line) or s.strip("[]").strip()).replace('"', "")
             if current == (f"{section}.{key}" if key else section):
                 col = line.index("[") + 1
                 return Span(path, i, col, i, col + len(s.split("#")[0].rstrip()))
             continue
-        # a dotted key (``key.x = 1``) is located at its first part
-        if key and current == section and s.split("=")[0].split(".")[0].strip() == key:
+        # a quoted key is the whole string; a dotted key (``key.x = 1``) is
+        # located at its first part
+        left = s.split("=")[0].strip()
+        name = left.split('"')[1] if left.startswith('"') and left.count('"') >= 2 \
+            else left.split(".")[0].strip()
+        if key and current == section and name == key:
             col = line.index(key) + 1
             return Span(path, i, col, i, col + len(key))
     return None
@@ -642,25 +662,31 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
             got = _op_times(v)
             if got is None:
                 bad(f"ops.{kind}", op, "expected {m = [tokens...], cold_us = [...], "
-                    "hot_us = [...]} of one length, m increasing, times >= 0")
+                    "hot_us = [...]} of one length, m increasing, times >= 0 (and "
+                    "optionally step_m = [tokens...], step_gap_us = [...] likewise)")
                 continue
             table[(kind, op)] = got
     values["ops"] = table
 
 
 def _op_times(v: Any) -> "OpTimes | None":
-    if not isinstance(v, dict) or set(v) != {"m", "cold_us", "hot_us"}:
+    if not isinstance(v, dict) or not {"m", "cold_us", "hot_us"} <= set(v) \
+            or not set(v) <= {"m", "cold_us", "hot_us", "step_m", "step_gap_us"} \
+            or ("step_m" in v) != ("step_gap_us" in v):
         return None
     m, c, h = v["m"], v["cold_us"], v["hot_us"]
-    if not all(isinstance(x, list) for x in (m, c, h)) or not m or \
-            not len(m) == len(c) == len(h):
+    sm, sg = v.get("step_m", [1]), v.get("step_gap_us", [0.0])
+    if not all(isinstance(x, list) for x in (m, c, h, sm, sg)) or not m or \
+            not len(m) == len(c) == len(h) or not sm or len(sm) != len(sg):
         return None
-    if not all(isinstance(x, int) and x >= 1 for x in m) or \
-            any(b <= a for a, b in zip(m, m[1:])):
+    for ms in (m, sm):
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ms) \
+                or any(b <= a for a, b in zip(ms, ms[1:])):
+            return None
+    if not all(_number(x) and 0 <= x < MAX_US for x in c + h + sg):
         return None
-    if not all(_number(x) and 0 <= x < MAX_US for x in c + h):
-        return None
-    return OpTimes(tuple(m), tuple(float(x) for x in c), tuple(float(x) for x in h))
+    step = (tuple(sm), tuple(float(x) for x in sg)) if "step_m" in v else ((), ())
+    return OpTimes(tuple(m), tuple(float(x) for x in c), tuple(float(x) for x in h), *step)
 
 
 def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:

@@ -1,0 +1,129 @@
+"""Write a ``step_fill`` probe record into a shipped device profile.
+
+    python benchmarks/ship_step_fill.py STATE.json[.gz] [--profile TOML]
+        [--out TOML] (from the repository root, l2sched importable)
+
+The shipped ``h200`` profile merges several probe runs (its header says
+which), so no single probe state regenerates it; this takes the
+``step_fill`` record of one ``l2sched profile`` state and changes only what
+that probe derives, the way ``l2sched profile`` writes it:
+
+- each fill kernel's ``landed``/``effect`` = the reference kernel's times
+  its step ratio (``profile_step.scale_landed``), with the
+  ``fill.MODE.step_ratio`` / ``fill.MODE.effect`` records;
+- each op's ``step_m``/``step_gap_us`` (``bench.profile_gaps``), computed
+  against the profile's own op table (any step gaps in it are dropped
+  first), with an ``ops.KIND.OP.step_gap_us`` record.
+
+Everything else (comments included) stays. The result is parsed before it is
+written (``model.devices``), and written atomically; ``[fill] default`` is
+checked against the profile's rule and reported, not changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from l2sched.bench import read_json_file
+from l2sched.bench.profile_gaps import gap_probe_text, step_gaps
+from l2sched.bench.profile_step import apply_step_fill, check_step_fill
+from l2sched.bench.profile_write import toml_value as toml_value
+from l2sched.errors import L2sError
+from l2sched.files import write_text_atomically
+from l2sched.model.devices import load_device_text, profile_path
+
+_GAPS = re.compile(r", step_m = \[[^\]]*\], step_gap_us = \[[^\]]*\](?= \})")
+
+
+def _measured_line(key: str, rec: dict) -> str:
+    return f'"{key}" = {toml_value(rec)}'
+
+
+def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
+    """``(new profile text, notes)``: ``text`` with ``step``'s derived numbers."""
+    text = _GAPS.sub("", text)
+    prof = load_device_text(text, shown)
+    modes = {m: {"landed": [list(p) for p in fm.landed], "effect": fm.effect}
+             for m, fm in prof.fill_modes.items()}
+    measured: dict = {}
+    apply_step_fill(modes, step, measured)
+    gaps = step_gaps(step, prof)
+    lines = text.split("\n")
+    section = ""
+    out = []
+    for line in lines:
+        head = re.match(r"^\[(.+)\]\s*$", line)
+        if head:
+            section = head.group(1)
+        m = re.match(r'^"([^"]+)" = \{ m = ', line)
+        if section.startswith('ops."') and m:
+            kind = section[len('ops."'):-1]
+            per = gaps.get((kind, m.group(1)))
+            if per is not None:
+                ms = sorted(per)
+                line = (line[:-2] + f", step_m = {toml_value(ms)}, step_gap_us = "
+                        f"{toml_value([per[M]['gap_us'] for M in ms])} }}")
+        fm = re.match(r"^fill\.(\w+)$", section)
+        mode = fm.group(1) if fm else None
+        if mode and f"fill.{mode}.step_ratio" in measured:
+            if line.startswith("landed = "):
+                line = f"landed = {toml_value(modes[mode]['landed'])}"
+            elif line.startswith("effect = "):
+                line = f"effect = {modes[mode]['effect']}"
+        out.append(line)
+    for (kind, op), per in gaps.items():
+        ms = sorted(per)
+        measured[f"ops.{kind}.{op}.step_gap_us"] = {
+            "probe": gap_probe_text(per), "median": per[ms[len(ms) // 2]]["gap_us"]}
+    keys = {f'"{k}" = ' for k in measured}
+    out = [ln for ln in out if not any(ln.startswith(k) for k in keys)]
+    while out and out[-1] == "":
+        out.pop()
+    out += [_measured_line(k, v) for k, v in measured.items()] + [""]
+    new = "\n".join(out)
+    got = load_device_text(new, shown)  # raises on anything malformed
+    rule = max(sorted(got.fill_modes),
+               key=lambda m: got.fill_modes[m].effect - got.fill_modes[m].slowdown)
+    notes = [f"{kind} {op}: step gap " + " ".join(
+        f"M={M} {r['gap_us']:.2f} (table {prof.ops[(kind, op)].at(M)[0] - prof.ops[(kind, op)].at(M)[1]:.2f})"
+        for M, r in sorted(per.items())) for (kind, op), per in gaps.items()]
+    notes += [f"fill.{k.split('.')[1]}.step_ratio {v['median']:.3f}"
+              for k, v in measured.items() if k.endswith("step_ratio")]
+    if rule != got.fill_default:
+        notes.append(f"NOTE: the profile's rule now picks {rule!r}; [fill] default is "
+                     f"{got.fill_default!r} (not changed)")
+    return new, notes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("state")
+    ap.add_argument("--profile", default="h200")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    try:
+        state = read_json_file(a.state)
+        step = (state.get("results") or {}).get("step_fill") if isinstance(state, dict) else None
+        if not step or "skipped" in step:
+            raise L2sError(f"{a.state}: no step_fill record (or a skipped one)")
+        try:
+            check_step_fill(step)
+        except ValueError as e:
+            raise L2sError(f"{a.state}: results.step_fill{e}") from None
+        path = profile_path(a.profile)
+        text = path.read_text(encoding="utf-8")
+        new, notes = ship(text, step, str(path))
+        write_text_atomically(a.out or str(path), new)
+    except (L2sError, OSError) as e:
+        print(f"ship_step_fill: {e}", file=sys.stderr)
+        return 1
+    for n in notes:
+        print(n)
+    print(f"wrote {a.out or path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

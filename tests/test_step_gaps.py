@@ -1,0 +1,192 @@
+"""The decode step's own cold -> hot gaps (``step_fill``'s per-op records,
+``bench.profile_gaps``) and the attention core's state traffic: parsed and
+checked at their keys, measured from arm and decoy op times, written into
+the profile, and each moving the lint's prediction the right way."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from l2sched.bench.profile_gaps import (MIN_HIT_LAYERS, apply_step_gaps, predicted_hits,
+                                        step_gap_markdown, step_gaps)
+from l2sched.bench.profile_step import check_step_fill, step_fill_schedule, step_fill_summary
+from l2sched.errors import L2sInputError
+from l2sched.lint import lint_path, run_lint
+from l2sched.model.adapters import glm5next
+from l2sched.model.devices import OpTimes, load_device, load_device_text
+
+H200 = "schedules/glm53-flash-h200-tp4.l2s"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gain(device, overrides=()):
+    run = lint_path(H200, list(overrides))
+    r = run_lint(run.schedule, run.inventory, device=device, tokens=16)
+    return r.step_period("base") - r.step_period("sim")
+
+
+# -- OpTimes and the profile's keys -------------------------------------------
+
+def test_a_step_gap_replaces_the_tables_gap():
+    t = OpTimes((1, 16), (10.0, 12.0), (9.0, 11.0), (1, 16), (3.0, 5.0))
+    assert t.at(1) == (10.0, 7.0)
+    assert t.at(16) == (12.0, 7.0)
+    assert t.at(4) == pytest.approx((11.0, 11.0 - 4.0))  # both linear in log M
+    assert t.at(256) == (12.0, 7.0)  # held flat outside the points
+    assert OpTimes((1,), (10.0,), (9.0,)).at(4) == (10.0, 9.0)  # no step gap: the table's
+    assert OpTimes((1,), (2.0,), (1.0,), (1,), (5.0,)).at(1) == (2.0, 0.0)  # hot >= 0
+
+
+def _with_entry(entry: str) -> str:
+    text = (ROOT / "l2sched/data/devices/h200.toml").read_text(encoding="utf-8")
+    old = next(line for line in text.splitlines() if line.startswith('"attn.o_proj" = {'))
+    return text.replace(old, old[:-2] + entry + " }", 1)
+
+
+def test_step_gaps_read_back_and_bad_ones_are_errors_at_their_key():
+    dev = load_device_text(_with_entry(", step_m = [1, 64], step_gap_us = [0.5, 2.5]"), "p.toml")
+    got = [t for t in dev.ops.values() if t.step_m]
+    assert len(got) == 1 and got[0].step_m == (1, 64) and got[0].step_gap_us == (0.5, 2.5)
+    for bad in (", step_m = [1, 64], step_gap_us = [0.5]",      # lengths differ
+                ", step_m = [64, 1], step_gap_us = [0.5, 1.0]",  # not increasing
+                ", step_m = [1], step_gap_us = [-1.0]",          # negative
+                ", step_gap_us = [1.0]",                         # no step_m
+                ", step_share = 0.5"):                           # unknown key
+        with pytest.raises(L2sInputError, match=r"p\.toml:\d+:\d+: .*ops\.\S+\.attn\.o_proj"):
+            load_device_text(_with_entry(bad), "p.toml")
+
+
+# -- each term moves the prediction the right way -----------------------------
+
+def _with_gaps(dev, gap: float):
+    """``dev`` whose every measured op has step gap ``gap`` at every M."""
+    ops = {k: dataclasses.replace(t, step_m=(1,), step_gap_us=(gap,)) for k, t in dev.ops.items()}
+    return dataclasses.replace(dev, ops=ops)
+
+
+def test_a_larger_step_gap_buys_more_and_none_buys_nothing():
+    dev = load_device("h200")
+    none, small, large = (_gain(_with_gaps(dev, g)) for g in (0.0, 0.5, 3.0))
+    assert large > small > none
+    # with no gap anywhere the hits buy nothing: what is left are the fills' costs
+    assert none <= 0.0
+
+
+def test_the_attention_cores_state_traffic_evicts_evict_normal_fills(monkeypatch):
+    dev = load_device("h200")
+    with_state = _gain(dev, ["policy=evict_normal"])
+    monkeypatch.setattr(glm5next, "core_state_bytes", lambda tokens, tp: 0)
+    without = _gain(dev, ["policy=evict_normal"])
+    assert with_state < without  # window A's fill loses lines to the core's state pass
+
+
+def test_core_state_bytes_follow_the_configs_heads_per_rank():
+    assert glm5next.core_state_bytes(1, 4) == 16 * 128 * 128 * 4 == 1 << 20
+    assert glm5next.core_state_bytes(64, 2) == 64 * 2 * (1 << 20)
+
+
+# -- the probe's per-op records into step gaps --------------------------------
+
+def _step_record(saved_per_hit: dict, tokens=(16,)):
+    """A ``step_fill`` record whose decoy op times exceed the arm's by
+    ``saved_per_hit[op] x the lint's hit share`` of that op (10 us arm)."""
+    text = step_fill_schedule("h200", 4, "copy")
+    hits, _ = predicted_hits(load_device("h200"), text, tokens)
+    per_m = {}
+    for M in tokens:
+        arm = {k: 10.0 for k in hits[M]}
+        dec = {k: 10.0 + saved_per_hit.get(k.split(":", 1)[1], 0.0) * h
+               for k, h in hits[M].items()}
+        per_m[str(M)] = {"hits_us": {"copy": 100.0}, "step_us": {},
+                         "ops_us": {"arm": arm, "decoy": dec}}
+    return {"tokens": list(tokens), "reference": "copy", "hits_us": {"copy": 100.0},
+            "ratio": {"copy": 1.0}, "per_m": per_m, "schedule": text}
+
+
+def test_step_gaps_are_saved_time_over_the_lints_hit_share():
+    dev = load_device("h200")
+    got = step_gaps(_step_record({"attn.o_proj": 2.0, "mhc.ffn_pre": -1.0,
+                                  "kda.in_proj": 100.0}), dev)
+    o_proj = got[("kda+moe", "attn.o_proj")][16]
+    assert o_proj["gap_us"] == pytest.approx(2.0) and o_proj["hit"] >= MIN_HIT_LAYERS
+    assert got[("kda+moe", "mhc.ffn_pre")][16]["gap_us"] == 0.0  # a loss is no gap
+    cold = dev.ops[("kda+moe", "kda.in_proj")].at(16)[0]
+    assert got[("kda+moe", "kda.in_proj")][16]["gap_us"] == pytest.approx(cold, abs=1e-3)
+    # an op the schedule does not fill has no hit share: no step gap
+    assert ("kda+moe", "kda.f_b_proj") not in got
+
+
+def test_step_gaps_go_into_the_profile_and_its_report():
+    dev = load_device("h200")
+    gaps = step_gaps(_step_record({"attn.o_proj": 2.0}), dev)
+    derived = {"ops": {"kda+moe": {"attn.o_proj": {"m": [1, 16], "cold_us": [15.0, 16.0],
+                                                   "hot_us": [12.0, 13.0]}}},
+               "measured": {}}
+    apply_step_gaps(derived, gaps)
+    entry = derived["ops"]["kda+moe"]["attn.o_proj"]
+    assert entry["step_m"] == [16] and entry["step_gap_us"] == [pytest.approx(2.0)]
+    rec = derived["measured"]["ops.kda+moe.attn.o_proj.step_gap_us"]
+    assert "decoy minus arm" in rec["probe"] and "M=16" in rec["probe"]
+    md = "\n".join(step_gap_markdown(derived))
+    assert "| kda+moe | attn.o_proj | 16 | 3.00 | 2.00 |" in md
+
+
+def test_no_per_op_records_no_step_gaps():
+    rec = _step_record({})
+    for r in rec["per_m"].values():
+        del r["ops_us"]
+    assert step_gaps(rec, load_device("h200")) == {}
+
+
+def test_the_summary_keeps_the_reference_arms_op_times():
+    arms = {a: {"graph_step_us_all": [9.0, 10.0, 11.0], "per_op_source": "graph",
+                "ops": {"0:attn.o_proj": {"dur_us": 5.0 + (a.startswith("ctl-"))}}}
+            for a in ("compiled", "ctl-compiled")}
+    got = step_fill_summary({"per_m": {"16": {"arms": arms}}}, [])
+    assert got["per_m"][16]["ops_us"] == {"arm": {"0:attn.o_proj": 5.0},
+                                          "decoy": {"0:attn.o_proj": 6.0}}
+    check_step_fill(got | {"per_m": {"16": got["per_m"][16]}})
+    bad = dict(got, per_m={"16": {"ops_us": {"arm": {"0:x": "slow"}, "decoy": {}}}})
+    with pytest.raises(ValueError, match=r"^\.per_m\.16\.ops_us\.arm: .*'0:x'"):
+        check_step_fill(bad)
+
+
+# -- benchmarks/ship_step_fill.py ----------------------------------------------
+
+def _ship_module():
+    spec = importlib.util.spec_from_file_location("ship_step_fill",
+                                                  ROOT / "benchmarks/ship_step_fill.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeypatch):
+    ship = _ship_module()
+    path = ROOT / "l2sched/data/devices/h200.toml"
+    text = path.read_text(encoding="utf-8")
+    rec = _step_record({"attn.o_proj": 2.0})
+    rec["ratio"] = {"copy": 1.0, "bulk": 0.5}
+    rec["hits_us"] = {"copy": 100.0, "bulk": 50.0}
+    new, notes = ship.ship(text, rec, "h200.toml")
+    dev = load_device_text(new, "h200.toml")
+    assert dev.fill_mode("bulk").landed[-1][1] == pytest.approx(
+        0.5 * dev.fill_mode("copy").landed[-1][1], abs=1e-3)
+    assert dev.ops[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0),)
+    assert "ops.kda+moe.attn.o_proj.step_gap_us" in dev.measured
+    # the rest of the text is untouched, and shipping again gives the same text
+    changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
+    assert all(line.startswith(('"', "landed", "effect")) for line in changed)
+    assert ship.ship(new, rec, "h200.toml")[0] == new
+    # the script: a state without a step_fill record is one line, exit 1
+    state = tmp_path / "s.json"
+    state.write_text(json.dumps({"results": {}}), encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["ship_step_fill.py", str(state), "--out",
+                                      str(tmp_path / "p.toml")])
+    assert ship.main() == 1 and not (tmp_path / "p.toml").exists()
