@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -44,7 +45,10 @@ def test_a_step_gap_replaces_the_tables_gap():
 
 
 def _with_entry(entry: str) -> str:
+    """The shipped h200 profile without step gaps, but ``entry`` added to
+    its first ``attn.o_proj`` op entry."""
     text = (ROOT / "l2sched/data/devices/h200.toml").read_text(encoding="utf-8")
+    text = re.sub(r", step_m = \[[^\]]*\], step_gap_us = \[[^\]]*\]", "", text)
     old = next(line for line in text.splitlines() if line.startswith('"attn.o_proj" = {'))
     return text.replace(old, old[:-2] + entry + " }", 1)
 
@@ -93,9 +97,11 @@ def test_core_state_bytes_follow_the_configs_heads_per_rank():
 
 # -- the probe's per-op records into step gaps --------------------------------
 
-def _step_record(saved_per_hit: dict, tokens=(16,)):
+def _step_record(saved_per_hit: dict, tokens=(16,), step_hits: float = 0.0):
     """A ``step_fill`` record whose decoy op times exceed the arm's by
-    ``saved_per_hit[op] x the lint's hit share`` of that op (10 us arm)."""
+    ``saved_per_hit[op] x the lint's hit share`` of that op (10 us arm), and
+    whose step hits are ``step_hits`` us (the default, under the floor, keeps
+    the gaps unscaled)."""
     text = step_fill_schedule("h200", 4, "copy")
     hits, _ = predicted_hits(load_device("h200"), text, tokens)
     per_m = {}
@@ -103,9 +109,9 @@ def _step_record(saved_per_hit: dict, tokens=(16,)):
         arm = {k: 10.0 for k in hits[M]}
         dec = {k: 10.0 + saved_per_hit.get(k.split(":", 1)[1], 0.0) * h
                for k, h in hits[M].items()}
-        per_m[str(M)] = {"hits_us": {"copy": 100.0}, "step_us": {},
+        per_m[str(M)] = {"hits_us": {"copy": step_hits}, "step_us": {},
                          "ops_us": {"arm": arm, "decoy": dec}}
-    return {"tokens": list(tokens), "reference": "copy", "hits_us": {"copy": 100.0},
+    return {"tokens": list(tokens), "reference": "copy", "hits_us": {"copy": step_hits},
             "ratio": {"copy": 1.0}, "per_m": per_m, "schedule": text}
 
 
@@ -120,6 +126,19 @@ def test_step_gaps_are_saved_time_over_the_lints_hit_share():
     assert got[("kda+moe", "kda.in_proj")][16]["gap_us"] == pytest.approx(cold, abs=1e-3)
     # an op the schedule does not fill has no hit share: no step gap
     assert ("kda+moe", "kda.f_b_proj") not in got
+
+
+def test_step_gaps_are_scaled_to_the_probes_own_step_hits():
+    from l2sched.bench.profile_gaps import step_hits_us, with_step_gaps
+    dev = load_device("h200")
+    rec = _step_record({"attn.o_proj": 2.0, "kda.in_proj": 4.0}, step_hits=90.0)
+    gaps = step_gaps(rec, dev)
+    scale = gaps[("kda+moe", "attn.o_proj")][16]["scale"]
+    assert scale != 1.0 and gaps[("kda+moe", "kda.in_proj")][16]["scale"] == scale
+    # with the scaled gaps the lint gives the probe's schedule the step's hits
+    assert step_hits_us(with_step_gaps(dev, gaps), rec["schedule"], 16) == pytest.approx(
+        90.0, abs=1.0)
+    assert gaps[("kda+moe", "attn.o_proj")][16]["gap_us"] == pytest.approx(2.0 * scale, abs=2e-3)
 
 
 def test_step_gaps_go_into_the_profile_and_its_report():
@@ -173,12 +192,12 @@ def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeyp
     text = path.read_text(encoding="utf-8")
     rec = _step_record({"attn.o_proj": 2.0})
     rec["ratio"] = {"copy": 1.0, "bulk": 0.5}
-    rec["hits_us"] = {"copy": 100.0, "bulk": 50.0}
+    rec["hits_us"] = {"copy": 20.0, "bulk": 10.0}
     new, notes = ship.ship(text, rec, "h200.toml")
     dev = load_device_text(new, "h200.toml")
     assert dev.fill_mode("bulk").landed[-1][1] == pytest.approx(
         0.5 * dev.fill_mode("copy").landed[-1][1], abs=1e-3)
-    assert dev.ops[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0),)
+    assert dev.ops[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0, abs=0.01),)
     assert "ops.kda+moe.attn.o_proj.step_gap_us" in dev.measured
     # the rest of the text is untouched, and shipping again gives the same text
     changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]

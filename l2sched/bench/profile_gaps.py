@@ -17,10 +17,12 @@ time every op in the CUDA graph, so per layer kind, op and M:
     hit   = sum over the same layers of the lint's effective hit share of
             the op's weight bytes in the arm (``NodeTiming.fast_bytes`` /
             ``read_bytes``, with the profile's fill kernels and residency)
-    step_gap_us = saved / hit, within 0 .. the op's cold time
+    step_gap_us = saved / hit x scale(M), within 0 .. the op's cold time
 
-formed where ``hit >= MIN_HIT_LAYERS``. ``OpTimes.at`` then gives hot =
-cold - step gap. Units: us, bytes.
+formed where ``hit >= MIN_HIT_LAYERS``; scale(M) makes the lint's hits of
+the probe's schedule equal the probe's own step hits (the untimed
+replays; ``_total_scale``). ``OpTimes.at`` then gives hot = cold - step
+gap. Units: us, bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,19 @@ from __future__ import annotations
 #: magnifies the per-op noise (per-layer medians of 30 replays differ by
 #: 0.05-0.2 us) past the gaps being measured (0.5-2 us).
 MIN_HIT_LAYERS = 0.5
+#: Bounds of the factor that matches the lint's hits of the probe's schedule
+#: to the probe's step (``_total_scale``): outside them the per-op records
+#: and the step disagree by more than a scale, and the records are wrong.
+TOTAL_SCALE_RANGE = (0.5, 2.0)
+
+
+def _lint_setup(schedule_text: str):
+    from l2sched.lang.resolve import load_schedule_text
+    from l2sched.model.config import load_model_config
+    from l2sched.model.inventory import analytical_inventory
+    cfg = load_model_config(None)
+    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    return load_schedule_text(schedule_text, "<step_fill>", []), inv, cfg
 
 
 def predicted_hits(profile, schedule_text: str, tokens) -> tuple[dict, dict]:
@@ -40,13 +55,8 @@ def predicted_hits(profile, schedule_text: str, tokens) -> tuple[dict, dict]:
     run`` (TP4 inventory, all-reduces as idle intervals), at each M of
     ``tokens``; and each node's layer kind."""
     from l2sched.bench.validation import spin_collectives
-    from l2sched.lang.resolve import load_schedule_text
     from l2sched.lint import run_lint
-    from l2sched.model.config import load_model_config
-    from l2sched.model.inventory import analytical_inventory
-    cfg = load_model_config(None)
-    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    sched = load_schedule_text(schedule_text, "<step_fill>", [])
+    sched, inv, cfg = _lint_setup(schedule_text)
     prof = spin_collectives(profile)
     out: dict = {}
     kinds: dict = {}
@@ -58,12 +68,40 @@ def predicted_hits(profile, schedule_text: str, tokens) -> tuple[dict, dict]:
     return out, kinds
 
 
+def step_hits_us(profile, schedule_text: str, M: int) -> float:
+    """The lint's hits (us per step) of ``schedule_text`` at ``M`` with
+    ``profile``: its decoy's step (fills that land nothing) minus its own,
+    in ``bench run``'s decode step."""
+    from l2sched.bench.controls import without_hits
+    from l2sched.bench.validation import spin_collectives
+    from l2sched.lint import run_lint
+    sched, inv, cfg = _lint_setup(schedule_text)
+    prof = spin_collectives(profile)
+    arm = run_lint(sched, inv, device=prof, tokens=M, model_config=cfg)
+    dec = run_lint(sched, inv, device=without_hits(prof), tokens=M, model_config=cfg)
+    return dec.step_period("sim") - arm.step_period("sim")
+
+
+def with_step_gaps(profile, gaps: dict, scale: float = 1.0, at: int | None = None):
+    """``profile`` whose ops in ``gaps`` (``step_gaps``'s shape) have those
+    step gaps times ``scale`` (only M ``at`` when given)."""
+    import dataclasses
+    ops = dict(profile.ops)
+    for k, per in gaps.items():
+        ms = sorted(m for m in per if at is None or m == at)
+        if ms:
+            ops[k] = dataclasses.replace(ops[k], step_m=tuple(ms),
+                                         step_gap_us=tuple(scale * per[m]["gap_us"] for m in ms))
+    return dataclasses.replace(profile, ops=ops)
+
+
 def step_gaps(step: dict, profile) -> dict:
-    """``{(kind, op): {M: {"gap_us", "saved_us", "hit"}}}`` from a
+    """``{(kind, op): {M: {"gap_us", "saved_us", "hit", "scale"}}}`` from a
     ``step_fill`` record (``profile_step.step_fill_summary``, with
     ``ops_us``) and ``profile`` (the profile being written, its op table
     without step gaps): per op of the table and M whose summed hit share
-    reaches ``MIN_HIT_LAYERS``. Empty without per-op records."""
+    reaches ``MIN_HIT_LAYERS``, each M's gaps times that M's ``scale``
+    (``_total_scale``). Empty without per-op records."""
     per_m = {int(m): r for m, r in (step.get("per_m") or {}).items() if r.get("ops_us")}
     if not per_m or not profile.ops:
         return {}
@@ -80,12 +118,40 @@ def step_gaps(step: dict, profile) -> dict:
             saved[(kind, op)] = saved.get((kind, op), 0.0) + dec[key] - us
             hit[(kind, op)] = hit.get((kind, op), 0.0) + hits[M].get(key, 0.0)
         for k, h in hit.items():
-            if h < MIN_HIT_LAYERS:
-                continue
-            cold = profile.ops[k].at(M)[0]
-            out.setdefault(k, {})[M] = {"gap_us": round(min(cold, max(0.0, saved[k] / h)), 3),
-                                        "saved_us": round(saved[k], 2), "hit": round(h, 3)}
+            if h >= MIN_HIT_LAYERS:
+                out.setdefault(k, {})[M] = {"gap_us": max(0.0, saved[k] / h),
+                                            "saved_us": round(saved[k], 2), "hit": round(h, 3)}
+    for M in sorted(per_m):
+        scale = _total_scale(step, profile, out, M)
+        for k, per in out.items():
+            if M in per:
+                cold = profile.ops[k].at(M)[0]
+                per[M]["gap_us"] = round(min(cold, per[M]["gap_us"] * scale), 3)
+                per[M]["scale"] = round(scale, 3)
     return dict(sorted(out.items()))
+
+
+def _total_scale(step: dict, profile, gaps: dict, M: int) -> float:
+    """The factor on M's step gaps with which the lint's hits of the probe's
+    schedule equal the probe's own (the reference kernel's step medians,
+    ``hits_us``): the per-op times come from the timed graph, whose event
+    nodes add noise to every op (their sum over all ops differed from the
+    untimed step's hits by -37..+86 us in run S3), so they apportion the
+    step's hits among the ops and the untimed replays give the total.
+    1 where the reference's hits are under ``MIN_REFERENCE_HITS_US``; within
+    ``TOTAL_SCALE_RANGE``."""
+    from l2sched.bench.profile_step import MIN_REFERENCE_HITS_US
+    want = (step["per_m"].get(str(M)) or step["per_m"].get(M) or {}).get(
+        "hits_us", {}).get(step.get("reference", ""))
+    if want is None or want < MIN_REFERENCE_HITS_US:
+        return 1.0
+    text = step["schedule"]
+    other = step_hits_us(with_step_gaps(profile, gaps, 0.0, M), text, M)
+    full = step_hits_us(with_step_gaps(profile, gaps, 1.0, M), text, M)
+    if full - other <= 1e-6:
+        return 1.0
+    lo, hi = TOTAL_SCALE_RANGE
+    return min(hi, max(lo, (want - other) / (full - other)))
 
 
 def apply_step_gaps(derived: dict, gaps: dict) -> None:
@@ -107,8 +173,9 @@ def apply_step_gaps(derived: dict, gaps: dict) -> None:
 def gap_probe_text(per: dict) -> str:
     """The ``[measured]`` probe text of one op's step gaps."""
     return ("step_fill (bench run's decode step, the shipped schedule's windows, copy; "
-            "decoy minus arm over the lint's hit share, summed over the kind's layers: "
-            + ", ".join(f"M={M} {r['saved_us']:+.1f} us / {r['hit']:.2f}"
+            "decoy minus arm over the lint's hit share, summed over the kind's layers, x "
+            "the step total's scale: "
+            + ", ".join(f"M={M} {r['saved_us']:+.1f} us / {r['hit']:.2f} x {r.get('scale', 1):.2f}"
                         for M, r in sorted(per.items())) + ")")
 
 
