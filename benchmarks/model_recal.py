@@ -5,7 +5,7 @@ profile), scored by the validation rules (docs/lint.md#validation).
 
     python benchmarks/model_recal.py RESULT.json.gz [...] [--profile TOML]
         (from the repository root, with l2sched importable: pip install -e .)
-        [--terms-from NAME] [--controls CONTROLS_RESULT] [--json OUT]
+        [--terms-from NAME] [--controls CONTROLS_RESULT ...] [--json OUT]
 
 ``--terms-from NAME``: the recorded profile with the recalibration's two
 numbers (``fill_slowdown_scale``, ``set_aside_stream_slowdown``) taken from
@@ -13,7 +13,8 @@ profile NAME (e.g. the shipped ``h200``), everything else as recorded.
 
 ``--controls R``: add to each arm's predicted gain the residual of its
 dispatch control in result R (another run, made with ``--controls``;
-docs/bench.md#dispatch-controls), linted with the same profile.
+docs/bench.md#dispatch-controls), linted with the same profile. Given more
+than once: the mean residual over those runs (``pooled_control_residuals``).
 
 Only the uncalibrated lint (the out-of-sample prediction) is computed; this is
 the cheap part of `l2sched bench report`. `l2sched bench calibrate` fits the
@@ -28,7 +29,7 @@ import json
 import sys
 
 from l2sched.bench import read_json_file
-from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
+from l2sched.bench.calibrate_model import gain_rows, pooled_control_residuals, recorded_profile
 from l2sched.bench.validation import validate
 from l2sched.errors import L2sError, L2sInputError
 from l2sched.files import check_output_path, write_text_atomically
@@ -37,10 +38,11 @@ from l2sched.model.devices import load_device
 TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
 
 
-def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
+def score(result: str, prof=None, terms_from=None, controls: list[str] | None = None) -> dict:
     """Validation figures of ``result`` linted with ``prof`` (default: the
     recorded profile), with the ``TERMS`` of profile ``terms_from`` if
-    given, plus the dispatch controls of result ``controls`` if given."""
+    given, plus the mean dispatch-control residuals of the results
+    ``controls`` if given."""
     d = read_json_file(result)
     if isinstance(d, dict) and d.get("dry"):
         raise L2sInputError(f"{result}: a --dry result has no CUDA-graph step times to score")
@@ -49,18 +51,20 @@ def score(result: str, prof=None, terms_from=None, controls: str = "") -> dict:
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
+    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
+           if controls else None)
     return validate(gain_rows(d, prof), ctl)
 
 
-def _score_tp(d: dict, prof, terms_from, controls: str, result: str) -> dict:
+def _score_tp(d: dict, prof, terms_from, controls: list[str] | None, result: str) -> dict:
     """``score`` of a ``bench tp --validation`` result (``bench.tp_validation``:
     per-round maximum over ranks, the run's world-size all-reduce table)."""
     from l2sched.bench.tp_validation import lint_profile, run_predictor, validation
     prof = prof or lint_profile(d, result)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
+    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
+           if controls else None)
     v = validation(d, run_predictor(d, prof), ctl)
     if "rows" not in v:  # no A/A arm: not a validation run
         raise ValueError(v["status"])
@@ -72,13 +76,14 @@ def main() -> int:
     ap.add_argument("results", nargs="+")
     ap.add_argument("--profile", default="")
     ap.add_argument("--terms-from", default="")
-    ap.add_argument("--controls", default="", metavar="RESULT",
+    ap.add_argument("--controls", action="append", default=[], metavar="RESULT",
                     help="a run made with --controls (another run than each scored one, "
                          "of the same kind): add each arm's dispatch-control residual to its "
-                         "predicted gain (docs/bench.md#dispatch-controls)")
+                         "predicted gain (docs/bench.md#dispatch-controls); given more than "
+                         "once, the mean residual over the runs")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    inputs = list(a.results) + ([a.controls] if a.controls else [])  # never overwritten
+    inputs = list(a.results) + list(a.controls)  # never overwritten
     try:
         if a.json:
             check_output_path(a.json, protect=inputs)

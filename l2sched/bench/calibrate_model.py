@@ -33,8 +33,8 @@ import statistics
 from l2sched.bench import read_json_file, tp_validation
 from l2sched.bench import recorded_profile as bench_recorded_profile
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.controls import (CONTROL_PREFIX, control_of, is_control, residuals,
-                                     run_control_kind, without_hits)
+from l2sched.bench.controls import (CONTROL_PREFIX, Residuals, control_of, is_control,
+                                    residuals, run_control_kind, without_hits)
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, spin_collectives, validate
 from l2sched.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError
@@ -205,6 +205,33 @@ def control_residuals(path: str, prof, run: dict | None = None,
         raise L2sInputError(f"{path}: the control of {bad[0]} has no finite residual "
                             "(a step time that is not a number)")
     return res
+
+
+def pooled_control_residuals(paths: list[str], prof, run: dict | None = None,
+                             run_path: str = "") -> Residuals:
+    """The mean, per (arm, M), of ``control_residuals`` over the controls
+    runs ``paths`` (each checked against ``run`` as there): one run's
+    residual carries that run's noise, the mean of several less of it.
+    Raises ``L2sInputError`` for what ``control_residuals`` raises, a path
+    given twice, runs with different kinds of controls, or an (arm, M) one
+    of them lacks."""
+    if len(set(paths)) != len(paths):
+        raise L2sInputError(f"a controls run is given twice: {', '.join(paths)}")
+    got = [(p, control_residuals(p, prof, run, run_path)) for p in paths]
+    kinds = {r.kind for _, r in got}
+    if len(kinds) > 1:
+        shown = ", ".join(sorted(kinds))
+        raise L2sInputError(f"the controls runs have different kinds of controls ({shown}): "
+                            "pool runs of one kind")
+    keys = set(got[0][1])
+    for p, r in got[1:]:
+        missing = sorted(keys ^ set(r))
+        if missing:
+            arm, M = missing[0]
+            raise L2sInputError(f"{p}: its controls cover other (arm, M) pairs than "
+                                f"{got[0][0]}'s (first: {arm} at M={M})")
+    return Residuals({k: statistics.fmean(r[k] for _, r in got) for k in keys},
+                     kind=kinds.pop())
 
 
 def _none_rounds(d: dict) -> tuple:
