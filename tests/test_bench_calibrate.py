@@ -50,7 +50,7 @@ def test_calibrate_picks_the_least_error_scale(monkeypatch, tmp_path, capsys):
     assert main(["bench", "calibrate", str(RUN_2A), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fill_slowdown_scale = 4.5" in printed and "arm aside-max" in printed
-    assert "after: agreement 78%, median |error| 60.0 us" in printed
+    assert "after: agreement 75%, median |error| 77.0 us" in printed  # run 2a, this model
     prof = load_device(str(out))
     assert prof.fill_slowdown_scale == 4.5
     assert prof.set_aside_stream_slowdown == pytest.approx(0.1381)
