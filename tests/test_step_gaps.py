@@ -57,13 +57,26 @@ def test_step_gaps_read_back_and_bad_ones_are_errors_at_their_key():
     dev = load_device_text(_with_entry(", step_m = [1, 64], step_gap_us = [0.5, 2.5]"), "p.toml")
     got = [t for t in dev.ops.values() if t.step_m]
     assert len(got) == 1 and got[0].step_m == (1, 64) and got[0].step_gap_us == (0.5, 2.5)
-    for bad in (", step_m = [1, 64], step_gap_us = [0.5]",      # lengths differ
-                ", step_m = [64, 1], step_gap_us = [0.5, 1.0]",  # not increasing
-                ", step_m = [1], step_gap_us = [-1.0]",          # negative
-                ", step_gap_us = [1.0]",                         # no step_m
-                ", step_share = 0.5"):                           # unknown key
-        with pytest.raises(L2sInputError, match=r"p\.toml:\d+:\d+: .*ops\.\S+\.attn\.o_proj"):
+    for bad, why in ((", step_m = [1, 64], step_gap_us = [0.5]", "step_gap_us has 1 values, step_m has 2"),
+                     (", step_m = [64, 1], step_gap_us = [0.5, 1.0]", "step_m: token counts must increase"),
+                     (", step_m = [1], step_gap_us = [-1.0]", "step_gap_us: -1.0 is not a time"),
+                     (", step_m = [1], step_gap_us = [500.0]", "more than the op's cold time"),
+                     (", step_m = [1, 99999999999], step_gap_us = [1.0, 1.0]", "not a token count"),
+                     (", step_gap_us = [1.0]", "step_m and step_gap_us go together"),
+                     (", step_share = 0.5", "unknown key 'step_share'")):
+        with pytest.raises(L2sInputError) as e:
             load_device_text(_with_entry(bad), "p.toml")
+        assert re.match(r"p\.toml:\d+:\d+: ops\.\S+\.attn\.o_proj: ", str(e.value))
+        assert why in str(e.value)
+
+
+def test_an_unknown_layer_kind_or_op_in_the_op_table_is_an_error():
+    text = (ROOT / "l2sched/data/devices/h200.toml").read_text(encoding="utf-8")
+    with pytest.raises(L2sInputError, match=r"p\.toml:\d+:1: ops\.mla\+mooe: unknown layer kind"):
+        load_device_text(text.replace('[ops."mla+moe"]', '[ops."mla+mooe"]'), "p.toml")
+    with pytest.raises(L2sInputError, match=r"ops\.mla\+moe\.mhc\.attn_pree: unknown op"):
+        load_device_text(text.replace('[ops."mla+moe"]\n"mhc.attn_pre"',
+                                      '[ops."mla+moe"]\n"mhc.attn_pree"'), "p.toml")
 
 
 # -- each term moves the prediction the right way -----------------------------
@@ -203,9 +216,16 @@ def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeyp
     changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
     assert all(line.startswith(('"', "landed", "effect")) for line in changed)
     assert ship.ship(new, rec, "h200.toml")[0] == new
-    # the script: a state without a step_fill record is one line, exit 1
+    # the script: a state without a step_fill record, one without per-op records, or
+    # --out naming the state are one line, exit 1, nothing written
     state = tmp_path / "s.json"
-    state.write_text(json.dumps({"results": {}}), encoding="utf-8")
-    monkeypatch.setattr(sys, "argv", ["ship_step_fill.py", str(state), "--out",
-                                      str(tmp_path / "p.toml")])
-    assert ship.main() == 1 and not (tmp_path / "p.toml").exists()
+    out = str(tmp_path / "p.toml")
+    no_ops = json.loads(json.dumps(rec))
+    for r in no_ops["per_m"].values():
+        del r["ops_us"]
+    for results, target in (({}, out), ({"step_fill": no_ops}, out),
+                            ({"step_fill": rec}, str(state))):
+        state.write_text(json.dumps({"results": results}), encoding="utf-8")
+        monkeypatch.setattr(sys, "argv", ["ship_step_fill.py", str(state), "--out", target])
+        assert ship.main() == 1 and not (tmp_path / "p.toml").exists()
+        assert json.loads(state.read_text(encoding="utf-8"))["results"] == results

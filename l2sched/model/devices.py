@@ -653,40 +653,81 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
     if not isinstance(ops, dict):
         bad("ops", "", "expected tables [ops.\"KIND\"] of {m, cold_us, hot_us}")
         return
+    known = _known_ops()
     table: dict = {}
     for kind, per in ops.items():
         if not isinstance(per, dict):
             bad(f"ops.{kind}", "", "expected a table of ops")
             continue
+        if kind not in known:
+            bad(f"ops.{kind}", "", f"unknown layer kind {kind!r} (known: "
+                f"{', '.join(sorted(known))})")
+            continue
         for op, v in per.items():
-            got = _op_times(v)
-            if got is None:
-                bad(f"ops.{kind}", op, "expected {m = [tokens...], cold_us = [...], "
-                    "hot_us = [...]} of one length, m increasing, times >= 0 (and "
-                    "optionally step_m = [tokens...], step_gap_us = [...] likewise)")
+            got = _op_times(v) if op in known[kind] else f"unknown op of a {kind} layer"
+            if isinstance(got, str):
+                bad(f"ops.{kind}", op, got)
                 continue
             table[(kind, op)] = got
     values["ops"] = table
 
 
-def _op_times(v: Any) -> "OpTimes | None":
-    if not isinstance(v, dict) or not {"m", "cold_us", "hot_us"} <= set(v) \
-            or not set(v) <= {"m", "cold_us", "hot_us", "step_m", "step_gap_us"} \
-            or ("step_m" in v) != ("step_gap_us" in v):
-        return None
-    m, c, h = v["m"], v["cold_us"], v["hot_us"]
-    sm, sg = v.get("step_m", [1]), v.get("step_gap_us", [0.0])
-    if not all(isinstance(x, list) for x in (m, c, h, sm, sg)) or not m or \
-            not len(m) == len(c) == len(h) or not sm or len(sm) != len(sg):
-        return None
-    for ms in (m, sm):
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ms) \
-                or any(b <= a for a, b in zip(ms, ms[1:])):
-            return None
-    if not all(_number(x) and 0 <= x < MAX_US for x in c + h + sg):
-        return None
-    step = (tuple(sm), tuple(float(x) for x in sg)) if "step_m" in v else ((), ())
-    return OpTimes(tuple(m), tuple(float(x) for x in c), tuple(float(x) for x in h), *step)
+def _known_ops() -> dict[str, set[str]]:
+    """Layer kind -> the names of its decode-step ops (the GLM-5.3 adapter's
+    timeline, the only model the ``[ops]`` tables describe)."""
+    from l2sched.model.adapters.glm5next import decode_timeline
+    from l2sched.model.adapters.glm5next.kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind
+    return {str(LayerKind(a, m)): {op.name for op in decode_timeline(LayerKind(a, m))}
+            for a in ATTENTION_KINDS for m in MLP_KINDS}
+
+
+#: Largest token count of an ``[ops]`` entry's ``m`` / ``step_m`` (vLLM's
+#: decode batches are far below it; a larger one is a typo).
+MAX_OP_TOKENS = 1 << 20
+_OP_KEYS = ("m", "cold_us", "hot_us", "step_m", "step_gap_us")
+
+
+def _op_times(v: Any) -> "OpTimes | str":
+    """One ``[ops]`` entry as ``OpTimes``, or what is wrong with it (a
+    message naming the key)."""
+    if not isinstance(v, dict):
+        return "expected an inline table {m = [...], cold_us = [...], hot_us = [...]}"
+    unknown = [k for k in v if k not in _OP_KEYS]
+    if unknown:
+        return f"unknown key {unknown[0]!r} (known: {', '.join(_OP_KEYS)})"
+    missing = [k for k in _OP_KEYS[:3] if k not in v]
+    if missing:
+        return f"missing {missing[0]}"
+    if ("step_m" in v) != ("step_gap_us" in v):
+        return "step_m and step_gap_us go together (the step gap at each token count)"
+    for k in v:
+        if not isinstance(v[k], list) or not v[k]:
+            return f"{k}: expected a non-empty list, got {v[k]!r:.40}"
+    for k in ("m", "step_m"):
+        ms = v.get(k, [1])
+        bad = next((x for x in ms if not (isinstance(x, int) and not isinstance(x, bool)
+                                          and 1 <= x <= MAX_OP_TOKENS)), None)
+        if bad is not None:
+            return f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"
+        if any(b <= a for a, b in zip(ms, ms[1:])):
+            return f"{k}: token counts must increase, got {ms}"
+    for k, ref in (("cold_us", "m"), ("hot_us", "m"), ("step_gap_us", "step_m")):
+        xs = v.get(k, [])
+        bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
+        if bad is not None:
+            return f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"
+        if k in v and len(xs) != len(v[ref]):
+            return f"{k} has {len(xs)} values, {ref} has {len(v[ref])}"
+    step = (tuple(v["step_m"]), tuple(float(x) for x in v["step_gap_us"])) \
+        if "step_m" in v else ((), ())
+    got = OpTimes(tuple(v["m"]), tuple(float(x) for x in v["cold_us"]),
+                  tuple(float(x) for x in v["hot_us"]), *step)
+    for M, gap in zip(*step):
+        cold = _log_interp(got.m, (got.cold_us,), M)[0]
+        if gap > cold + 1e-9:
+            return (f"step_gap_us: {gap:g} us at M={M} is more than the op's cold time there "
+                    f"({cold:.3f} us): a fill cannot save more than the whole op")
+    return got
 
 
 def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:
