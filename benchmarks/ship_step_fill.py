@@ -31,14 +31,29 @@ from l2sched.bench.profile_gaps import gap_probe_text, step_gaps
 from l2sched.bench.profile_step import apply_step_fill, check_step_fill
 from l2sched.bench.profile_write import toml_value as toml_value
 from l2sched.errors import L2sError
-from l2sched.files import write_text_atomically
-from l2sched.model.devices import load_device_text, profile_path
+from l2sched.files import check_output_path, write_text_atomically
+from l2sched.model.devices import load_device_text, profile_path, read_profile_text
 
 _GAPS = re.compile(r", step_m = \[[^\]]*\], step_gap_us = \[[^\]]*\](?= \})")
 
 
 def _measured_line(key: str, rec: dict) -> str:
     return f'"{key}" = {toml_value(rec)}'
+
+
+def _with_measured(lines: list[str], records: list[str]) -> list[str]:
+    """``lines`` (a profile's) with ``records`` at the end of its
+    ``[measured]`` table (a new one at the end of the file without one)."""
+    heads = [i for i, ln in enumerate(lines) if re.match(r"^\s*\[[^\[]", ln)]
+    at = next((i for i in heads if lines[i].strip() == "[measured]"), None)
+    if at is None:
+        while lines and lines[-1] == "":
+            lines.pop()
+        return lines + ["", "[measured]"] + records + [""]
+    end = next((i for i in heads if i > at), len(lines))
+    while end > at + 1 and lines[end - 1] == "":
+        end -= 1
+    return lines[:end] + records + lines[end:] + ([""] if lines[-1] != "" else [])
 
 
 def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
@@ -79,10 +94,7 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
             "probe": gap_probe_text(per), "median": per[ms[len(ms) // 2]]["gap_us"]}
     keys = {f'"{k}" = ' for k in measured}
     out = [ln for ln in out if not any(ln.startswith(k) for k in keys)]
-    while out and out[-1] == "":
-        out.pop()
-    out += [_measured_line(k, v) for k, v in measured.items()] + [""]
-    new = "\n".join(out)
+    new = "\n".join(_with_measured(out, [_measured_line(k, v) for k, v in measured.items()]))
     got = load_device_text(new, shown)  # raises on anything malformed
     rule = max(sorted(got.fill_modes),
                key=lambda m: got.fill_modes[m].effect - got.fill_modes[m].slowdown)
@@ -97,31 +109,45 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
     return new, notes
 
 
+def _step_record(path: str) -> dict:
+    """The checked ``results.step_fill`` record of the state at ``path``."""
+    state = read_json_file(path, "profile state")
+    results = state.get("results") if isinstance(state, dict) else None
+    step = results.get("step_fill") if isinstance(results, dict) else None
+    if not isinstance(step, dict) or "skipped" in step:
+        raise L2sError(f"{path}: no results.step_fill record (or a skipped one)")
+    try:
+        check_step_fill(step)
+    except ValueError as e:
+        raise L2sError(f"{path}: results.step_fill{e}") from None
+    if not isinstance(step.get("per_m"), dict) or not isinstance(step.get("schedule"), str):
+        raise L2sError(f"{path}: results.step_fill has no per_m or schedule")
+    if not any(r.get("ops_us") for r in step["per_m"].values()):
+        raise L2sError(f"{path}: results.step_fill has no per-op records (per_m.M.ops_us): a "
+                       "record from before they were kept; nothing to ship")
+    return step
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("state")
     ap.add_argument("--profile", default="h200")
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default=None, help="default: the profile itself")
     a = ap.parse_args()
     try:
-        state = read_json_file(a.state)
-        step = (state.get("results") or {}).get("step_fill") if isinstance(state, dict) else None
-        if not step or "skipped" in step:
-            raise L2sError(f"{a.state}: no step_fill record (or a skipped one)")
-        try:
-            check_step_fill(step)
-        except ValueError as e:
-            raise L2sError(f"{a.state}: results.step_fill{e}") from None
         path = profile_path(a.profile)
-        text = path.read_text(encoding="utf-8")
+        out = str(path) if a.out is None else a.out
+        check_output_path(out, protect=[a.state])  # before any work
+        step = _step_record(a.state)
+        text = read_profile_text(path)
         new, notes = ship(text, step, str(path))
-        write_text_atomically(a.out or str(path), new)
-    except (L2sError, OSError) as e:
+        write_text_atomically(out, new, protect=[a.state])
+    except L2sError as e:
         print(f"ship_step_fill: {e}", file=sys.stderr)
         return 1
     for n in notes:
         print(n)
-    print(f"wrote {a.out or path}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -515,7 +515,9 @@ def test_a_good_state_with_a_step_fill_record_reads_back(tmp_path):
     res = synthetic_results()
     res["step_fill"] = {"tokens": [16, 64], "reference": "copy",
                         "hits_us": {"copy": 50.0, "bulk": 49.0},
-                        "ratio": {"copy": 1.0, "bulk": 0.98}, "per_m": {}}
+                        "ratio": {"copy": 1.0, "bulk": 0.98},
+                        "per_m": {"16": {"hits_us": {"copy": 50.0, "bulk": 49.0}},
+                                  "64": {"hits_us": {"copy": 50.0, "bulk": 49.0}}}}
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"provenance": PROV, "results": res}), encoding="utf-8")
     assert load_state(str(path), STATE_KEYS)["results"]["step_fill"]["ratio"]["bulk"] == 0.98

@@ -52,11 +52,13 @@ def read_json_file(path: str, what: str = "result file"):
     JSON or not gzip."""
     if str(path).endswith(".gz"):
         import gzip
+        import zlib
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 text = f.read()
-        except (OSError, EOFError, UnicodeDecodeError) as e:
-            raise L2sInputError(f"{path}: cannot read {what}: {e}") from None
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else e
+            raise L2sInputError(f"{path}: cannot read {what}: {why}") from None
     else:
         text = read_text_file(path, what)
     try:

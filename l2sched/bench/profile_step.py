@@ -27,6 +27,7 @@ the ratio is measured with the H200's shapes, and with ``--tp`` other than
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import tempfile
@@ -163,7 +164,11 @@ def check_step_fill(rec: dict | None) -> None:
     """Check a ``step_fill`` record read back from a state file (None, a
     skipped one or ``step_fill_summary``'s shape). Raises ``ValueError``
     whose text starts with the bad key's path (``.ratio.bulk: ...``)."""
-    if rec is None or "skipped" in rec:
+    if rec is None:
+        return
+    if not isinstance(rec, dict):
+        raise ValueError(f": want an object, got {rec!r:.40}")
+    if "skipped" in rec:
         return
     if not isinstance(rec.get("reference"), str):
         raise ValueError(".reference: want a fill kernel name")
@@ -185,19 +190,40 @@ def check_step_fill(rec: dict | None) -> None:
     if not (isinstance(toks, list) and toks
             and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in toks)):
         raise ValueError(f".tokens: want a list of token counts >= 1, got {toks!r:.40}")
-    for m_key, r in (rec.get("per_m") or {}).items():
-        ops = r.get("ops_us") if isinstance(r, dict) else None
+    for mode, v in hits.items():
+        if not math.isfinite(v):
+            raise ValueError(f".hits_us.{mode}: want a finite number, got {v}")
+    _check_per_m(rec.get("per_m"), toks)
+    sched = rec.get("schedule")
+    if sched is not None and not (isinstance(sched, str) and sched.strip()):
+        raise ValueError(f".schedule: want the probe's .l2s text, got {sched!r:.40}")
+
+
+def _check_per_m(per_m, toks: list) -> None:
+    """``check_step_fill`` of the record's ``per_m`` (absent is allowed: a
+    record from before it was kept)."""
+    if per_m is None:
+        return
+    if not isinstance(per_m, dict) or not all(
+            isinstance(r, dict) and str(k).isdigit() and int(k) >= 1 for k, r in per_m.items()):
+        raise ValueError(".per_m: want {token count >= 1: {...}}")
+    if sorted(int(k) for k in per_m) != sorted(toks):
+        raise ValueError(f".per_m: its token counts {sorted(int(k) for k in per_m)} are not "
+                         f".tokens {sorted(toks)}")
+    for m_key, r in per_m.items():
+        ops = r.get("ops_us")
         if ops is None:
             continue
         if not isinstance(ops, dict) or set(ops) != {"arm", "decoy"}:
             raise ValueError(f".per_m.{m_key}.ops_us: want {{'arm': ..., 'decoy': ...}}")
         for side, table in ops.items():
             bad = next((k for k, v in table.items()
-                        if not isinstance(v, (int, float)) or isinstance(v, bool)), None) \
+                        if not isinstance(v, (int, float)) or isinstance(v, bool)
+                        or not 0 <= v < 1e6), None) \
                 if isinstance(table, dict) else "(not an object)"
             if bad is not None:
-                raise ValueError(f".per_m.{m_key}.ops_us.{side}: want 'layer:op' -> us, "
-                                 f"bad entry {bad!r:.40}")
+                raise ValueError(f".per_m.{m_key}.ops_us.{side}: want 'layer:op' -> us "
+                                 f"in 0..1e6, bad entry {bad!r:.40}")
 
 
 def scale_landed(reference: dict, ratio: float) -> dict:
