@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from l2sched.bench import read_json_file
@@ -81,11 +82,13 @@ def main() -> int:
                          "of the same kind): add each arm's dispatch-control residual to its "
                          "predicted gain (docs/bench.md#dispatch-controls); given more than "
                          "once, the mean residual over the runs")
-    ap.add_argument("--json", default="")
+    ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    inputs = list(a.results) + list(a.controls)  # never overwritten
+    # never overwritten: the results, the controls and the profiles given as files
+    inputs = list(a.results) + list(a.controls) + [p for p in (a.profile, a.terms_from)
+                                                     if p and os.path.exists(p)]
     try:
-        if a.json:
+        if a.json is not None:
             check_output_path(a.json, protect=inputs)
         prof = load_device(a.profile) if a.profile else None
         terms = load_device(a.terms_from) if a.terms_from else None
@@ -114,7 +117,7 @@ def main() -> int:
         for row in v["rows"]:
             print(f"  {row['arm']:32s} M={row['M']:3d} pred {row['pred_gain_us']:+8.1f} "
                   f"meas {row['meas_gain_us']:+8.1f} {'ok' if row['agree'] else 'NO'}")
-    if a.json:
+    if a.json is not None:
         write_text_atomically(a.json, json.dumps(out, indent=1), protect=inputs)
     return 0
 

@@ -403,6 +403,10 @@ def test_pooled_controls_are_the_mean_of_the_runs_and_refuse_mixed_ones(tmp_path
     assert pooled_control_residuals([d1], prof) == one
     with pytest.raises(L2sInputError, match="given twice"):
         pooled_control_residuals([d1, d1], prof)
+    copy = tmp_path / "copy.json"
+    copy.write_text(open(d1).read())
+    with pytest.raises(L2sInputError, match=r"copy\.json: the same run as"):
+        pooled_control_residuals([d1, str(copy)], prof)
     with pytest.raises(L2sInputError, match="different kinds of controls"):
         pooled_control_residuals([d1, _as_decoys(tmp_path, d2)], prof)
     fewer = json.load(open(d2))

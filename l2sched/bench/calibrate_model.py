@@ -212,12 +212,19 @@ def pooled_control_residuals(paths: list[str], prof, run: dict | None = None,
     """The mean, per (arm, M), of ``control_residuals`` over the controls
     runs ``paths`` (each checked against ``run`` as there): one run's
     residual carries that run's noise, the mean of several less of it.
-    Raises ``L2sInputError`` for what ``control_residuals`` raises, a path
-    given twice, runs with different kinds of controls, or an (arm, M) one
-    of them lacks."""
+    Raises ``L2sInputError`` for what ``control_residuals`` raises, a run
+    given twice (by path or by its no-prefetch rounds), runs with different
+    kinds of controls, or an (arm, M) one of them lacks."""
     if len(set(paths)) != len(paths):
         raise L2sInputError(f"a controls run is given twice: {', '.join(paths)}")
     got = [(p, control_residuals(p, prof, run, run_path)) for p in paths]
+    seen: dict = {}
+    for p in paths:  # the same run under two names (a copy, a link, ./)
+        rounds = _none_rounds(read_json_file(p))
+        if rounds in seen:
+            raise L2sInputError(f"{p}: the same run as {seen[rounds]} (the same no-prefetch "
+                                "rounds): pool different runs")
+        seen[rounds] = p
     kinds = {r.kind for _, r in got}
     if len(kinds) > 1:
         shown = ", ".join(sorted(kinds))
