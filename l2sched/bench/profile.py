@@ -32,11 +32,13 @@ stopped):
   48 MB evict_last fill elsewhere, with no persisting-L2 set-aside and with
   the maximum, interleaved -> ``l2.set_aside_stream_slowdown``, the cost of
   a set-aside to normal-priority traffic.
-- ``step_fill`` (``profile_step``): ``bench run``'s decode step with one window
-  installed with each fill kernel, each beside its decoy control -> what
-  each kernel's hits buy in the step relative to copy's, which scales that
-  kernel's landed fractions (the ``fill`` probe's stand-in consumer credits
-  the bulk kernel far less than the step does). Not with ``--quick``.
+- ``step_fill`` (``profile_step``): ``bench run``'s decode step with the
+  shipped h200 schedule's windows installed with each fill kernel, each
+  beside its decoy control -> what each kernel's hits buy in the step
+  relative to copy's, which scales that kernel's landed fractions (the
+  ``fill`` probe's stand-in consumer credits the bulk kernel far less than
+  the step does), and copy's per-op times, from which ``profile_gaps``
+  derives the ops' step gaps. Not with ``--quick``.
 
 Collectives across N GPUs (``--collectives N``): ``profile_collectives``. Every
 number in the written profile carries the probe and median/p10/p90 it came

@@ -17,7 +17,9 @@ hits(mode) = median step of the decoy - median step of the arm (us), the
 mean over the M; ratio(mode) = hits(mode) / hits(reference).
 ``profile_write`` turns a ratio into the mode's landed fraction per size:
 the reference kernel's (from the ``fill`` probe, whose figures for copy
-agree with the step) times the ratio. Limits: ``bench run``'s step is the
+agree with the step) times the ratio. The reference arm and its decoy also
+keep their in-graph op times, which ``profile_gaps`` turns into the ops'
+step gaps. Limits: ``bench run``'s step is the
 TP4 tree and takes its idle intervals and the fill kernels' launch shapes
 from the shipped ``h200`` profile whatever ``--base`` is, so on another GPU
 the ratio is measured with the H200's shapes, and with ``--tp`` other than
