@@ -27,6 +27,8 @@ gap. Units: us, bytes.
 
 from __future__ import annotations
 
+import functools
+
 #: Least summed hit share (in layers' worth of fully resident weights) for
 #: which a step gap is formed: below it the saved time over the hit share
 #: magnifies the per-op noise (per-layer medians of 30 replays differ by
@@ -38,7 +40,10 @@ MIN_HIT_LAYERS = 0.5
 TOTAL_SCALE_RANGE = (0.5, 2.0)
 
 
+@functools.lru_cache(maxsize=4)
 def _lint_setup(schedule_text: str):
+    """``(schedule, inventory, config)`` the probe's schedule is linted
+    with: built once per schedule text, not once per lint."""
     from l2sched.lang.resolve import load_schedule_text
     from l2sched.model.config import load_model_config
     from l2sched.model.inventory import analytical_inventory

@@ -17,6 +17,7 @@ new key is added in one place.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -672,12 +673,13 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
     values["ops"] = table
 
 
-def _known_ops() -> dict[str, set[str]]:
+@functools.cache
+def _known_ops() -> dict[str, frozenset[str]]:
     """Layer kind -> the names of its decode-step ops (the GLM-5.3 adapter's
     timeline, the only model the ``[ops]`` tables describe)."""
     from l2sched.model.adapters.glm5next import decode_timeline
     from l2sched.model.adapters.glm5next.kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind
-    return {str(LayerKind(a, m)): {op.name for op in decode_timeline(LayerKind(a, m))}
+    return {str(LayerKind(a, m)): frozenset(op.name for op in decode_timeline(LayerKind(a, m)))
             for a in ATTENTION_KINDS for m in MLP_KINDS}
 
 
