@@ -29,7 +29,7 @@ import sys
 from l2sched.bench import read_json_file
 from l2sched.bench.profile_gaps import gap_probe_text, step_gaps
 from l2sched.bench.profile_step import apply_step_fill, check_step_fill
-from l2sched.bench.profile_write import toml_value as toml_value
+from l2sched.bench.profile_write import default_fill_mode, toml_value
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.model.devices import load_device_text, profile_path, read_profile_text
@@ -96,8 +96,8 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
     out = [ln for ln in out if not any(ln.startswith(k) for k in keys)]
     new = "\n".join(_with_measured(out, [_measured_line(k, v) for k, v in measured.items()]))
     got = load_device_text(new, shown)  # raises on anything malformed
-    rule = max(sorted(got.fill_modes),
-               key=lambda m: got.fill_modes[m].effect - got.fill_modes[m].slowdown)
+    rule = default_fill_mode({m: {"effect": fm.effect, "slowdown": fm.slowdown}
+                              for m, fm in got.fill_modes.items()}, got)
     notes = [f"{kind} {op}: step gap " + " ".join(
         f"M={M} {r['gap_us']:.2f} (table {prof.ops[(kind, op)].at(M)[0] - prof.ops[(kind, op)].at(M)[1]:.2f})"
         for M, r in sorted(per.items())) for (kind, op), per in gaps.items()]

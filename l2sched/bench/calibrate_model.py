@@ -183,7 +183,11 @@ def control_residuals(path: str, prof, run: dict | None = None,
     schedule and overrides as ``run``'s arm. Raises ``L2sInputError`` naming
     ``path`` for any of that, a file that cannot be read or used, a --dry
     result, no A/A arm, no control arm, or a residual that is not finite."""
-    d = read_json_file(path)
+    return _residuals_of(read_json_file(path), path, prof, run, run_path)
+
+
+def _residuals_of(d, path: str, prof, run: dict | None, run_path: str) -> Residuals:
+    """``control_residuals`` of the controls run ``d`` read from ``path``."""
     if not isinstance(d, dict) or "per_m" not in d and "ranks" not in d:
         raise L2sInputError(f"{path}: not a `bench run` or `bench tp` result")
     if d.get("dry"):
@@ -217,10 +221,12 @@ def pooled_control_residuals(paths: list[str], prof, run: dict | None = None,
     kinds of controls, or an (arm, M) one of them lacks."""
     if len(set(paths)) != len(paths):
         raise L2sInputError(f"a controls run is given twice: {', '.join(paths)}")
-    got = [(p, control_residuals(p, prof, run, run_path)) for p in paths]
+    got = []
     seen: dict = {}
-    for p in paths:  # the same run under two names (a copy, a link, ./)
-        rounds = _none_rounds(read_json_file(p))
+    for p in paths:
+        d = read_json_file(p)
+        got.append((p, _residuals_of(d, p, prof, run, run_path)))
+        rounds = _none_rounds(d)  # the same run under two names (a copy, a link, ./)
         if rounds in seen:
             raise L2sInputError(f"{p}: the same run as {seen[rounds]} (the same no-prefetch "
                                 "rounds): pool different runs")

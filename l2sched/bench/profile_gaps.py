@@ -69,7 +69,8 @@ def predicted_hits(profile, schedule_text: str, tokens) -> tuple[dict, dict]:
         run = run_lint(sched, inv, device=prof, tokens=M, model_config=cfg)
         out[M] = {v: t.fast_bytes / t.read_bytes
                   for v, t in run.sim.timing.items() if t.read_bytes > 0}
-        kinds = {v: d["kind"] for v, d in run.sg.nodes.items() if "kind" in d}
+        if not kinds:  # the same node ids at every M
+            kinds = {v: d["kind"] for v, d in run.sg.nodes.items() if "kind" in d}
     return out, kinds
 
 
@@ -127,7 +128,8 @@ def step_gaps(step: dict, profile) -> dict:
                 out.setdefault(k, {})[M] = {"gap_us": max(0.0, saved[k] / h),
                                             "saved_us": round(saved[k], 2), "hit": round(h, 3)}
     for M in sorted(per_m):
-        scale = _total_scale(step, profile, out, M)
+        want = per_m[M].get("hits_us", {}).get(step.get("reference", ""))
+        scale = _total_scale(step["schedule"], want, profile, out, M)
         for k, per in out.items():
             if M in per:
                 cold = profile.ops[k].at(M)[0]
@@ -136,21 +138,18 @@ def step_gaps(step: dict, profile) -> dict:
     return dict(sorted(out.items()))
 
 
-def _total_scale(step: dict, profile, gaps: dict, M: int) -> float:
+def _total_scale(text: str, want: float | None, profile, gaps: dict, M: int) -> float:
     """The factor on M's step gaps with which the lint's hits of the probe's
-    schedule equal the probe's own (the reference kernel's step medians,
-    ``hits_us``): the per-op times come from the timed graph, whose event
+    schedule ``text`` equal the probe's own, ``want`` (the reference
+    kernel's step medians, ``hits_us``, us): the per-op times come from the timed graph, whose event
     nodes add noise to every op (their sum over all ops differed from the
     untimed step's hits by -37..+86 us in run S3), so they apportion the
     step's hits among the ops and the untimed replays give the total.
     1 where the reference's hits are under ``MIN_REFERENCE_HITS_US``; within
     ``TOTAL_SCALE_RANGE``."""
     from l2sched.bench.profile_step import MIN_REFERENCE_HITS_US
-    want = (step["per_m"].get(str(M)) or step["per_m"].get(M) or {}).get(
-        "hits_us", {}).get(step.get("reference", ""))
     if want is None or want < MIN_REFERENCE_HITS_US:
         return 1.0
-    text = step["schedule"]
     other = step_hits_us(with_step_gaps(profile, gaps, 0.0, M), text, M)
     full = step_hits_us(with_step_gaps(profile, gaps, 1.0, M), text, M)
     if full - other <= 1e-6:

@@ -111,7 +111,7 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
         kept.append("latency.kernel_gap_us")
     _kept_latency(base, sec, kept, measured)
     kept.append("allreduce")
-    default = _default_mode(modes, base)
+    default = default_fill_mode(modes, base)
     return {"sections": sec, "fill": modes, "fill_default": default,
             "ops": _op_table(ops), "measured": measured, "kept": kept}
 
@@ -302,9 +302,11 @@ def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
     return out
 
 
-def _default_mode(modes: dict, base) -> str:
-    """The fill kernel with the highest effect, less its slowdown; bulk
-    without measurements."""
+def default_fill_mode(modes: dict, base) -> str:
+    """The profile's rule for its default fill kernel: of ``modes`` (kernel
+    -> ``{"effect", "slowdown", ...}``), the one with the highest effect
+    less its slowdown; ``base.fill_default`` (a ``DeviceProfile``'s) without
+    measurements."""
     if not modes:
         return base.fill_default
     return max(sorted(modes), key=lambda m: modes[m]["effect"] - modes[m]["slowdown"])
