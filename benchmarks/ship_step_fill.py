@@ -27,7 +27,7 @@ import re
 import sys
 
 from l2sched.bench import read_json_file
-from l2sched.bench.profile_gaps import gap_probe_text, step_gaps
+from l2sched.bench.profile_gaps import gap_probe_text, step_gaps, window_scale_records
 from l2sched.bench.profile_step import apply_step_fill, check_step_fill
 from l2sched.bench.profile_write import default_fill_mode, toml_value
 from l2sched.errors import L2sError
@@ -92,6 +92,7 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
         ms = sorted(per)
         measured[f"ops.{kind}.{op}.step_gap_us"] = {
             "probe": gap_probe_text(per), "median": per[ms[len(ms) // 2]]["gap_us"]}
+    measured.update(window_scale_records(gaps))
     keys = {f'"{k}" = ' for k in measured}
     out = [ln for ln in out if not any(ln.startswith(k) for k in keys)]
     new = "\n".join(_with_measured(out, [_measured_line(k, v) for k, v in measured.items()]))
@@ -103,6 +104,8 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
         for M, r in sorted(per.items())) for (kind, op), per in gaps.items()]
     notes += [f"fill.{k.split('.')[1]}.step_ratio {v['median']:.3f}"
               for k, v in measured.items() if k.endswith("step_ratio")]
+    notes += [f"{k}: {v['probe']}" for k, v in measured.items()
+              if k.startswith("step_fill.") and k.endswith(".scale")]
     if rule != got.fill_default:
         notes.append(f"NOTE: the profile's rule now picks {rule!r}; [fill] default is "
                      f"{got.fill_default!r} (not changed)")

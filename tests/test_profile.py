@@ -478,7 +478,8 @@ def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():
                           fill_shapes={"copy": {}, "bulk": {}, "load": {}})
     got = probe_step_fill(ctx)
     assert {"none", "compiled", "ctl-compiled", "kernel-bulk", "ctl-kernel-bulk",
-            "kernel-load", "ctl-kernel-load"} <= set(got["arms"])
+            "kernel-load", "ctl-kernel-load", "lone-A", "ctl-lone-A", "lone-A_MLA",
+            "ctl-lone-A_MLA", "lone-B", "ctl-lone-B"} <= set(got["arms"])
     assert "kernel copy" in got["schedule"]
     assert probe_step_fill(SimpleNamespace(quick=True)) == {"skipped": "--quick"}
     assert "TP4" in probe_step_fill(SimpleNamespace(quick=False, tp=8))["skipped"]

@@ -189,6 +189,95 @@ def test_the_summary_keeps_the_reference_arms_op_times():
         check_step_fill(bad)
 
 
+# -- one scale per window, fitted to each window alone -------------------------
+
+def test_bounded_least_squares_solves_exactly_and_holds_the_bounds():
+    from l2sched.bench.profile_gaps import bounded_least_squares
+    cols = [[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
+    assert bounded_least_squares(cols, [2.0, 3.0, 5.0], 0.25, 4.0) == pytest.approx([2.0, 3.0])
+    # the unconstrained answer (10, 3) is outside: x0 held at its bound, x1 refitted
+    got = bounded_least_squares(cols, [10.0, 3.0, 13.0], 0.25, 4.0)
+    assert got[0] == pytest.approx(4.0) and 3.0 < got[1] <= 4.0
+    # an unknown nothing depends on keeps 1
+    assert bounded_least_squares([[1.0, 2.0], [0.0, 0.0]], [2.0, 4.0], 0.25, 4.0) == \
+        pytest.approx([2.0, 1.0])
+
+
+def _lone_record(lone_hits: dict, step_hits: float, M: int = 16) -> dict:
+    """``_step_record`` (every op's gap 2 us) with the probe's lone windows
+    measured at ``lone_hits`` (us) and the whole schedule at ``step_hits``."""
+    from l2sched.bench.profile_step import lone_variants
+    rec = _step_record({"attn.o_proj": 2.0, "kda.in_proj": 2.0}, (M,), step_hits)
+    rec["lone_budgets"] = {w: b for w, (b, _) in lone_variants(rec["schedule"]).items()}
+    rec["per_m"][str(M)]["lone_hits_us"] = dict(lone_hits)
+    return rec
+
+
+def test_each_windows_ops_are_scaled_to_what_that_window_alone_buys():
+    from l2sched.bench.profile_gaps import step_hits_us, window_scale_records, with_step_gaps
+    dev = load_device("h200")
+    # window B alone buys much more than the per-op records say, window A much less
+    rec = _lone_record({"A": 2.0, "A_MLA": 10.0, "B": 80.0}, step_hits=90.0)
+    assert sorted(rec["lone_budgets"]) == ["A", "A_MLA", "B"]  # C has no targets of its own
+    gaps = step_gaps(rec, dev)
+    in_proj, o_proj = gaps[("kda+moe", "kda.in_proj")][16], gaps[("kda+moe", "attn.o_proj")][16]
+    assert in_proj["window"] == "B" and o_proj["window"] == "A"
+    assert in_proj["scale"] > 1.0 > o_proj["scale"]
+    fit = gaps.fits[16]
+    probe = {w: want for w, want, _ in fit["rows"]}
+    lint = {w: got for w, _, got in fit["rows"]}
+    assert abs(lint["B"] - probe["B"]) < abs(
+        step_hits_us(with_step_gaps(dev, _unscaled(gaps)), rec["schedule"], 16,
+                     ("window.A.budget=0MB", "window.A_MLA.budget=0MB", "window.C.budget=0MB",
+                      "window.B.budget=22500KB")) - probe["B"])
+    recs = window_scale_records(gaps)
+    assert set(recs) == {"step_fill.A.scale", "step_fill.A_MLA.scale", "step_fill.B.scale",
+                         "step_fill.schedule.hits_us"}
+    assert "M=16 x" in recs["step_fill.B.scale"]["probe"]
+    assert recs["step_fill.B.scale"]["median"] == pytest.approx(in_proj["scale"], abs=1e-3)
+
+
+def _unscaled(gaps: dict) -> dict:
+    return {k: {M: dict(r, gap_us=r["gap_us"] / r["scale"]) for M, r in per.items()}
+            for k, per in gaps.items()}
+
+
+def test_a_probe_that_moved_too_little_leaves_the_windows_unscaled():
+    gaps = step_gaps(_lone_record({"A": 2.0, "A_MLA": 1.0, "B": 3.0}, step_hits=10.0),
+                     load_device("h200"))
+    assert {r[16]["scale"] for r in gaps.values()} == {1.0}
+    assert set(gaps.fits[16]["scale"].values()) == {1.0}
+
+
+def test_the_summary_keeps_each_lone_windows_hits():
+    arms = {a: {"graph_step_us_all": [100.0 + 5 * a.startswith("ctl-") + 3 * ("B" in a)]}
+            for a in ("compiled", "ctl-compiled", "lone-B", "ctl-lone-B")}
+    got = step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], {"B": 22_500_000})
+    assert got["lone_budgets"] == {"B": 22_500_000}
+    assert got["per_m"][4]["lone_hits_us"] == {"B": pytest.approx(5.0)}
+    check_step_fill(got)
+    with pytest.raises(ValueError, match="no arm 'ctl-lone-A'"):
+        step_fill_summary({"per_m": {"4": {"arms": arms | {"lone-A": arms["lone-B"]}}}}, [],
+                          {"A": 1, "B": 2})
+
+
+@pytest.mark.parametrize("change, want", [
+    (lambda r: r.update(lone_budgets={"B": -1}), r"^\.lone_budgets: want"),
+    (lambda r: r.update(lone_budgets={"B": 1, "A": 2}), r"^\.per_m\.4\.lone_hits_us: want"),
+    (lambda r: r["per_m"][4]["lone_hits_us"].update(B=float("nan")),
+     r"^\.per_m\.4\.lone_hits_us\.B: want a finite number"),
+    (lambda r: r["per_m"][4]["lone_hits_us"].update(B="x"),
+     r"^\.per_m\.4\.lone_hits_us\.B: want a finite number"),
+])
+def test_bad_lone_window_records_are_errors_at_their_key(change, want):
+    arms = {a: {"graph_step_us_all": [100.0]}
+            for a in ("compiled", "ctl-compiled", "lone-B", "ctl-lone-B")}
+    rec = step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], {"B": 22_500_000})
+    change(rec)
+    with pytest.raises(ValueError, match=want):
+        check_step_fill(rec)
+
+
 # -- benchmarks/ship_step_fill.py ----------------------------------------------
 
 def _ship_module():

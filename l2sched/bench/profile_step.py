@@ -19,7 +19,9 @@ mean over the M; ratio(mode) = hits(mode) / hits(reference).
 the reference kernel's (from the ``fill`` probe, whose figures for copy
 agree with the step) times the ratio. The reference arm and its decoy also
 keep their in-graph op times, which ``profile_gaps`` turns into the ops'
-step gaps. Limits: ``bench run``'s step is the
+step gaps; each window with targets of its own also runs alone (copy, at
+``LONE_BUDGET_FRACTION`` of its budget, beside its decoy), and
+``profile_gaps`` fits one scale per window's ops to those hits. Limits: ``bench run``'s step is the
 TP4 tree and takes its idle intervals and the fill kernels' launch shapes
 from the shipped ``h200`` profile whatever ``--base`` is, so on another GPU
 the ratio is measured with the H200's shapes, and with ``--tp`` other than
@@ -64,6 +66,13 @@ STEP_FILL_WINDOWS = (
     "    next lazy self_attn.* except self_attn.o_proj, self_attn.kv_b_proj, "
     "self_attn.mla_attn, self_attn.?_conv1d\n}\n\n"
     "window C at moe.pre_all_reduce budget 10MB layers moe\n")
+#: Each window of the probe's schedule with targets of its own is also run
+#: alone at this fraction of its budget (the other windows at 0 B), beside
+#: its decoy: what that window's ops buy by themselves, to which
+#: ``profile_gaps`` fits one scale per window's ops. 3/4, so that no lone
+#: arm of the probe is a validation arm (those run each window alone at its
+#: budget and at half of it, docs/lint.md#validation).
+LONE_BUDGET_FRACTION = 0.75
 #: Mean reference hits per M (us) below which a ratio is not formed: about
 #: 3x the A/A noise floor of one arm's gain at M=16 in the validation runs
 #: (14.9 us, benchmarks/results/h200-2026-12-01-decoy.md, E3).
@@ -79,6 +88,30 @@ def arm_of(mode: str, reference: str = REFERENCE_MODE) -> str:
     return "compiled" if mode == reference else f"kernel-{mode}"
 
 
+def lone_arm(window: str) -> str:
+    """The ``bench run`` arm of the probe's ``window`` alone; its decoy is
+    ``ctl-`` + that name."""
+    return f"lone-{window}"
+
+
+def lone_variants(text: str) -> dict[str, tuple[int, str]]:
+    """``{window: (budget bytes, bench run --variant)}`` of each window of
+    the probe's schedule ``text`` that has targets of its own, alone at
+    ``LONE_BUDGET_FRACTION`` of its budget (rounded to kB), the others at
+    0 B. Raises ``L2sError`` if ``text`` is not a valid schedule."""
+    from l2sched.lang.resolve import load_schedule_text
+    sched = load_schedule_text(text, "<step_fill>", [])
+    out = {}
+    for w in sched.windows:
+        if not w.targets:  # window C: only what window B carries into it
+            continue
+        kb = round(w.budget * LONE_BUDGET_FRACTION / 1000)
+        others = [f"window.{o.name}.budget=0MB" for o in sched.windows if o is not w]
+        out[w.name] = (kb * 1000, f"{lone_arm(w.name)}:"
+                       + ",".join(others + [f"window.{w.name}.budget={kb}KB"]))
+    return out
+
+
 def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
     """The ``.l2s`` text of the probe's schedule for ``device`` (a device
     profile name) at TP ``tp``, fill kernel ``mode``."""
@@ -89,7 +122,8 @@ def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
 
 def probe_step_fill(ctx) -> dict:
     """``bench run`` of the probe's schedule with every fill kernel of
-    ``ctx.fill_shapes`` and its decoy; returns ``step_fill_summary``'s dict
+    ``ctx.fill_shapes``, and of each of its windows alone (``lone_variants``),
+    each beside its decoy; returns ``step_fill_summary``'s dict
     plus the schedule text (``ctx.dry``: ``bench run --dry``, meta tensors,
     for tests). Skipped (``{"skipped": reason}``) with ``--quick``, at a TP
     other than 4 (``bench run``'s step) and where the reference kernel is
@@ -104,6 +138,7 @@ def probe_step_fill(ctx) -> dict:
     from l2sched.bench.run import run as bench_run
     text = step_fill_schedule(ctx.device_name, ctx.tp)
     others = [m for m in ctx.fill_shapes if m != REFERENCE_MODE]
+    lone = lone_variants(text)
     with tempfile.TemporaryDirectory(prefix="l2sched-step-fill-") as tmp:
         path = os.path.join(tmp, "step-fill.l2s")
         with open(path, "w", encoding="utf-8") as f:
@@ -115,40 +150,48 @@ def probe_step_fill(ctx) -> dict:
              "--bench-dir", "", "--tokens", ",".join(map(str, STEP_FILL_TOKENS)),
              "--replays", str(STEP_FILL_REPLAYS), "--controls", "decoy"]
             + [f"--variant={arm_of(m)}:kernel={m}" for m in others]
+            + [f"--variant={v}" for _, v in lone.values()]
             + (["--dry"] if getattr(ctx, "dry", False) else []))
         result = bench_run(args)
     if args.dry:  # meta tensors: arms captured, nothing timed
         rec = next(iter(result["per_m"].values()))
         return {"skipped": "--dry (no GPU timings)", "arms": sorted(rec["arms"]),
                 "schedule": text}
-    out = step_fill_summary(result, others)
+    out = step_fill_summary(result, others, {w: b for w, (b, _) in lone.items()})
     out["schedule"] = text
     return out
 
 
-def step_fill_summary(result: dict, others: list[str]) -> dict:
+def step_fill_summary(result: dict, others: list[str], lone: dict | None = None) -> dict:
     """From a ``bench run`` result with the arms ``compiled`` (the reference
-    kernel), ``kernel-MODE`` per mode in ``others`` and their decoys
-    ``ctl-*``: ``{"tokens": [M, ...], "reference", "hits_us": {mode: us,
-    mean over M}, "per_m": {M: {"hits_us", "step_us": {arm: median us},
-    "ops_us"}}, "ratio": {mode: hits / reference hits}}``; ratios are None
-    where the reference hits are below ``MIN_REFERENCE_HITS_US``.
+    kernel), ``kernel-MODE`` per mode in ``others``, ``lone-W`` per window
+    in ``lone`` (``{window: budget bytes}``) and their decoys ``ctl-*``:
+    ``{"tokens": [M, ...], "reference", "hits_us": {mode: us, mean over M},
+    "per_m": {M: {"hits_us", "step_us": {arm: median us}, "ops_us",
+    "lone_hits_us": {window: us}}}, "ratio": {mode: hits / reference
+    hits}, "lone_budgets": lone}`` (the lone keys only with ``lone``);
+    ratios are None where the reference hits are below
+    ``MIN_REFERENCE_HITS_US``.
     ``ops_us`` (where the run timed its ops in the graph): ``{"arm": {"L:op":
     median us}, "decoy": {...}}`` of the reference kernel's arm and its decoy
     (``bench.profile_gaps`` turns them into per-op step gaps). Raises
     ``ValueError`` when an arm is missing."""
     names = {m: arm_of(m) for m in [REFERENCE_MODE, *others]}
+    lone = lone or {}
     per_m = {}
     for m_key, rec in result["per_m"].items():
         arms = rec["arms"]
-        step, hits = {}, {}
-        for mode, name in names.items():
+        step = {}
+        for name in [*names.values(), *map(lone_arm, lone)]:
             for arm in (name, f"ctl-{name}"):
                 if arm not in arms:
                     raise ValueError(f"step_fill: the bench result has no arm {arm!r}")
                 step[arm] = statistics.median(arms[arm]["graph_step_us_all"])
-            hits[mode] = step[f"ctl-{name}"] - step[name]
+        hits = {mode: step[f"ctl-{name}"] - step[name] for mode, name in names.items()}
         per_m[int(m_key)] = {"hits_us": hits, "step_us": step}
+        if lone:
+            per_m[int(m_key)]["lone_hits_us"] = {
+                w: step[f"ctl-{lone_arm(w)}"] - step[lone_arm(w)] for w in lone}
         ref = names[REFERENCE_MODE]
         if arms[ref].get("per_op_source") == "graph":
             per_m[int(m_key)]["ops_us"] = {
@@ -159,7 +202,7 @@ def step_fill_summary(result: dict, others: list[str]) -> dict:
     ref = hits[REFERENCE_MODE]
     ratio = {m: (hits[m] / ref if ref >= MIN_REFERENCE_HITS_US else None) for m in hits}
     return {"tokens": sorted(per_m), "reference": REFERENCE_MODE, "hits_us": hits,
-            "per_m": per_m, "ratio": ratio}
+            "per_m": per_m, "ratio": ratio} | ({"lone_budgets": dict(lone)} if lone else {})
 
 
 def check_step_fill(rec: dict | None) -> None:
@@ -195,15 +238,20 @@ def check_step_fill(rec: dict | None) -> None:
     for mode, v in hits.items():
         if not math.isfinite(v):
             raise ValueError(f".hits_us.{mode}: want a finite number, got {v}")
-    _check_per_m(rec.get("per_m"), toks)
+    lone = rec.get("lone_budgets")
+    if lone is not None and not (isinstance(lone, dict) and lone and all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in lone.values())):
+        raise ValueError(f".lone_budgets: want {{window: budget bytes > 0}}, got {lone!r:.40}")
+    _check_per_m(rec.get("per_m"), toks, lone)
     sched = rec.get("schedule")
     if sched is not None and not (isinstance(sched, str) and sched.strip()):
         raise ValueError(f".schedule: want the probe's .l2s text, got {sched!r:.40}")
 
 
-def _check_per_m(per_m, toks: list) -> None:
+def _check_per_m(per_m, toks: list, lone: dict | None) -> None:
     """``check_step_fill`` of the record's ``per_m`` (absent is allowed: a
-    record from before it was kept)."""
+    record from before it was kept), with the lone windows' hits where the
+    record has ``lone`` budgets."""
     if per_m is None:
         return
     if not isinstance(per_m, dict) or not all(
@@ -213,6 +261,14 @@ def _check_per_m(per_m, toks: list) -> None:
         raise ValueError(f".per_m: its token counts {sorted(int(k) for k in per_m)} are not "
                          f".tokens {sorted(toks)}")
     for m_key, r in per_m.items():
+        got = r.get("lone_hits_us")
+        if lone and not (isinstance(got, dict) and set(got) == set(lone)):
+            raise ValueError(f".per_m.{m_key}.lone_hits_us: want the hits of each lone window "
+                             f"{sorted(lone)}, got {got!r:.40}")
+        for w, v in (got or {}).items() if lone else ():
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
+                raise ValueError(f".per_m.{m_key}.lone_hits_us.{w}: want a finite number, "
+                                 f"got {v!r:.40}")
         ops = r.get("ops_us")
         if ops is None:
             continue
@@ -287,4 +343,15 @@ def step_fill_markdown(step: dict | None) -> list[str]:
         ratio = step["ratio"].get(mode)
         md.append(f"| {mode} | " + " | ".join(cells)
                   + f" | {hits:+.1f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+    for w, budget in (step.get("lone_budgets") or {}).items():
+        arm = lone_arm(w)
+        cells = []
+        for m in ms:
+            r = step["per_m"][m]
+            both = [r.get("step_us", {}).get(a) for a in (arm, "ctl-" + arm)]
+            cells.append(("" if None in both else f"{both[0]:.1f} / {both[1]:.1f}, ")
+                         + f"{r['lone_hits_us'][w]:+.1f}")
+        mean = statistics.fmean(step["per_m"][m]["lone_hits_us"][w] for m in ms)
+        md.append(f"| {step['reference']}, window {w} alone at {budget / 1e6:g} MB | "
+                  + " | ".join(cells) + f" | {mean:+.1f} | - |")
     return md + [""]
