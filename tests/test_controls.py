@@ -173,6 +173,34 @@ def test_bench_report_with_controls(tmp_path, cut_runs):
     assert "residual (measured - predicted gain) of the arm's control" in text
 
 
+def test_bench_report_pools_the_controls_of_several_runs(tmp_path, cut_runs):
+    pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
+    from l2sched.cli import main
+    d1, d2 = cut_runs
+    # another run: D1 with every control 10 us faster (its residuals +10 us)
+    d = json.load(open(d1))
+    for m in d["per_m"].values():
+        m["arms"]["none"]["graph_step_us_all"][0] += 0.001  # other no-prefetch rounds
+        for name, a in m["arms"].items():
+            if name.startswith(CONTROL_PREFIX):
+                a["graph_step_us"]["median"] -= 10.0
+    d3 = tmp_path / "D3.json"
+    d3.write_text(json.dumps(d))
+    assert main(["bench", "report", d2, "--controls", d1, "--controls", str(d3),
+                 "--json-out", str(tmp_path / "r.json"), "--md-out", str(tmp_path / "r.md")]) == 0
+    v = json.loads((tmp_path / "r.json").read_text())["validation"]
+    assert v["controls"] == f"{d1} + {d3}"
+    res = control_residuals(d1, recorded_profile(json.load(open(d2))))
+    for r in v["rows"]:  # the mean of the two runs' residuals
+        assert r["pred_gain_us"] == pytest.approx(
+            r["lint_gain_us"] + res[(r["arm"], r["M"])] + 5.0, abs=1e-6)
+    # the same run twice is refused, and nothing is written
+    out = tmp_path / "twice.json"
+    assert main(["bench", "report", d2, "--controls", d1, "--controls", d1,
+                 "--json-out", str(out), "--md-out", str(tmp_path / "twice.md")]) == 1
+    assert not out.exists()
+
+
 def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_runs, capsys):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.cli import main

@@ -133,10 +133,11 @@ def tp_report_arguments(p) -> None:
     p.add_argument("--fit-source", choices=("graph", "eager"), default="graph")
     p.add_argument("--caveat", action="append", default=[],
                    help="a caveat line for the report (repeatable)")
-    p.add_argument("--controls", default="", metavar="RESULT",
+    p.add_argument("--controls", action="append", default=[], metavar="RESULT",
                    help="a `bench tp --validation --controls` result of another run with "
                         "the same arms and M: add each arm's dispatch-control residual to "
-                        "its predicted gain (docs/bench.md#dispatch-controls)")
+                        "its predicted gain (docs/bench.md#dispatch-controls); given more "
+                        "than once, the mean residual over those runs")
 
 
 def kernel_arguments(p) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from l2sched.bench import read_json_file, recorded_profile
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.calibrate_model import control_residuals
+from l2sched.bench.calibrate_model import pooled_control_residuals
 from l2sched.bench.controls import is_control, kind_of, status_note, without_hits
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
@@ -142,7 +142,8 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
 
 
 def report(result: str, json_out: str, md_out: str, command: str = "",
-           header: str = "", device_profile: str = "", controls: str = "") -> dict:
+           header: str = "", device_profile: str = "",
+           controls: str | list[str] = "") -> dict:
     """Read ``result`` (``bench run`` JSON), lint, write ``json_out``/``md_out``;
     returns the summary dict. ``header``: markdown put verbatim at the top of
     ``md_out`` (machine, what is measured; kept in the JSON too).
@@ -152,7 +153,8 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     ``device_profile`` (name or path), else the shipped ``h200`` (said so in
     the report: a profile edited since the run would lint a different
     all-reduce than was measured). ``controls``: a controls run (``bench
-    run --controls``, another run than ``result``) whose dispatch controls
+    run --controls``, another run than ``result``), or a list of them, whose
+    dispatch controls (their mean per arm and M, ``pooled_control_residuals``)
     are added to the validation's predictions (``report.validation``).
     Raises ``L2sInputError`` for a bad profile or controls run, ``L2sError``
     for an arm without a control there."""
@@ -160,12 +162,13 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     prof, profile_source = _lint_profile(d, device_profile, result)
-    protect = [result] + ([controls] if controls else []) + ([device_profile] if device_profile
-                                                             and Path(device_profile).exists()
-                                                             else [])
+    controls = [controls] if isinstance(controls, str) and controls else list(controls or [])
+    protect = [result] + controls + ([device_profile] if device_profile
+                                     and Path(device_profile).exists() else [])
     for out in (json_out, md_out):  # before the lint: a clash is no reason to wait
         check_output_path(out, protect=protect)
-    ctl = (control_residuals(controls, prof, d, result), controls) if controls else None
+    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
+           if controls else None)
     lint = _Lint(cfg=cfg, inv=inv, prof=prof,
                  specs={a["name"]: a for a in d["arms"]},
                  scheds={a["name"]: arm_schedule(a) for a in d["arms"] if a["path"]})

@@ -34,7 +34,7 @@ import sys
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
-from l2sched.bench.calibrate_model import control_residuals
+from l2sched.bench.calibrate_model import pooled_control_residuals
 from l2sched.bench.tp_interference import fill_lines
 from l2sched.bench.tp_interference import median_present as _med
 from l2sched.bench.tp_profile import collective_terms_text, fit
@@ -56,8 +56,7 @@ def cmd(args) -> int:
         raise L2sInputError("--controls adds to the lint's predictions: it cannot go with "
                             "--no-lint")
     if args.md_out:  # before the lint: a clash is no reason to wait
-        check_output_path(args.md_out, protect=list(args.result)
-                          + ([args.controls] if args.controls else []))
+        check_output_path(args.md_out, protect=list(args.result) + list(args.controls))
     results = [load(p) for p in args.result]
     source_path = " + ".join(args.result)
     try:
@@ -65,7 +64,8 @@ def cmd(args) -> int:
         ctl = None
         if args.controls and not args.no_lint:
             prof = lint_profile(d, source_path)[0]
-            ctl = (control_residuals(args.controls, prof, d, source_path), args.controls)
+            ctl = (pooled_control_residuals(args.controls, prof, d, source_path),
+                   " + ".join(args.controls))
         text = markdown(d, command=args.command, lint=not args.no_lint,
                         fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
                         caveats=tuple(args.caveat), controls=ctl)
@@ -75,7 +75,7 @@ def cmd(args) -> int:
         raise L2sInputError(f"{source_path}: not a usable `l2sched bench tp` result "
                             f"({why})") from None
     if args.md_out:
-        protect = list(args.result) + ([args.controls] if args.controls else [])
+        protect = list(args.result) + list(args.controls)
         if args.update_profile:
             try:
                 protect.append(str(profile_path(args.update_profile)))

@@ -230,10 +230,11 @@ def add_cli(subparsers) -> None:
     q.add_argument("--device-profile", default="", metavar="NAME_OR_PATH",
                    help="profile to lint with when the result does not record the one "
                         "its idle intervals came from (default: h200 as shipped now)")
-    q.add_argument("--controls", default="", metavar="RESULT",
+    q.add_argument("--controls", action="append", default=[], metavar="RESULT",
                    help="a `bench run --controls` result of another run with the same "
                         "arms and M: add each arm's dispatch-control residual to its "
-                        "predicted gain (docs/bench.md#dispatch-controls)")
+                        "predicted gain (docs/bench.md#dispatch-controls); given more than "
+                        "once, the mean residual over those runs")
     k = add_command(sub, "kernel", cmd_kernel,
                     help="the fill kernels by effect: landed bandwidth, the consumer "
                          "GEMM, cost to concurrent work (GPU)")
