@@ -20,6 +20,7 @@ Dispatch-control arms (``ctl-``) are left out, as in the validation.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -30,28 +31,65 @@ from l2sched.bench.controls import is_control  # noqa: E402
 from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate  # noqa: E402
 from l2sched.bench.verdicts import is_schedule_arm  # noqa: E402
 from l2sched.errors import L2sError  # noqa: E402
+from l2sched.files import check_output_path  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 
 
-def measured_rows(d: dict, path: str) -> list[dict]:
+def measured_rows(d, path: str) -> list[dict]:
     """``[{arm, M, floor_us, meas_gain_us}]`` of result ``d``'s schedule arms
     (no controls): gain = median untimed step of ``none`` minus the arm's
     (us), floor = the A/A floor of the same M. Raises ``L2sError`` naming
-    ``path`` for a result without the A/A arm."""
-    names = [a["name"] for a in d.get("arms", []) if is_schedule_arm(a)
-             and not is_control(a["name"])]
-    rows = []
-    for M, m in d.get("per_m", {}).items():
-        arms = m["arms"]
-        if AA_ARM not in arms:
-            raise L2sError(f"{path}: no {AA_ARM!r} arm at M={M} (not a --validation run)")
-        floor = aa_noise_floor(arms["none"]["graph_step_us_all"],
-                               arms[AA_ARM]["graph_step_us_all"])
-        none = arms["none"]["graph_step_us"]["median"]
-        rows += [{"arm": a, "M": int(M), "floor_us": floor,
-                  "meas_gain_us": none - arms[a]["graph_step_us"]["median"]}
-                 for a in names if a in arms]
+    ``path`` for anything but a `bench run --validation` result with GPU
+    step times (a --dry one, no A/A arm, a field missing or mistyped, a
+    gain that is not a finite number)."""
+    if not isinstance(d, dict) or not isinstance(d.get("per_m"), dict):
+        raise L2sError(f"{path}: not an `l2sched bench run` result")
+    if d.get("dry"):
+        raise L2sError(f"{path}: a --dry result has no CUDA-graph step times")
+    try:
+        names = [a["name"] for a in d.get("arms", []) if is_schedule_arm(a)
+                 and not is_control(a["name"])]
+        rows = []
+        for M, m in d["per_m"].items():
+            arms = m["arms"]
+            if AA_ARM not in arms:
+                raise L2sError(f"{path}: no {AA_ARM!r} arm at M={M} (not a --validation run)")
+            floor = aa_noise_floor(arms["none"]["graph_step_us_all"],
+                                   arms[AA_ARM]["graph_step_us_all"])
+            none = arms["none"]["graph_step_us"]["median"]
+            for a in names:
+                if a in arms:
+                    gain = none - arms[a]["graph_step_us"]["median"]
+                    if not math.isfinite(gain):
+                        raise L2sError(f"{path}: {a} at M={M}: the gain is not a number")
+                    rows.append({"arm": a, "M": int(M), "floor_us": floor, "meas_gain_us": gain})
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        raise L2sError(f"{path}: not a usable `bench run --validation` result ({why})") from None
+    if not rows:
+        raise L2sError(f"{path}: no schedule arm with step times")
     return rows
+
+
+def check_same_arms(runs: dict[str, list[dict]], rounds: dict[str, tuple]) -> None:
+    """Raise ``L2sError`` unless the runs are different runs (not one file
+    under two names, not the same no-prefetch rounds) of the same (arm, M)
+    pairs: a run counted twice, or arms only some runs have, would bias the
+    ceiling."""
+    seen: dict = {}
+    for name, key in rounds.items():
+        if key in seen:
+            raise L2sError(f"{name}: the same run as {seen[key]} (the same no-prefetch rounds)")
+        seen[key] = name
+    first, want = None, None
+    for name, rows in runs.items():
+        got = {(r["arm"], r["M"]) for r in rows}
+        if want is None:
+            first, want = name, got
+        elif got != want:
+            arm, M = sorted(got ^ want)[0]
+            raise L2sError(f"{name}: other arms or M than {first} (first: {arm} at M={M}, "
+                           "which one of them lacks): compare runs of the same arms")
 
 
 def ceiling(runs: dict[str, list[dict]]) -> dict:
@@ -84,12 +122,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json-out", default="/dev/null")
     ap.add_argument("--md-out", default="")
     args = ap.parse_args(argv)
-    if len(set(args.runs)) < 3:
+    if len({os.path.realpath(p) for p in args.runs}) < 3:
         ap.error("give at least 3 different runs (each is predicted from the others)")
     try:
-        runs = {p: measured_rows(read_json_file(p), p) for p in args.runs}
+        for out in (args.json_out, args.md_out):  # before any work; never onto an input
+            if out and out != "/dev/null":
+                check_output_path(out, protect=args.runs)
+        runs, rounds = {}, {}
+        for p in args.runs:
+            d = read_json_file(p)
+            runs[p] = measured_rows(d, p)
+            rounds[p] = tuple(tuple(m["arms"]["none"]["graph_step_us_all"])
+                              for _, m in sorted(d["per_m"].items()))
+        check_same_arms(runs, rounds)
         got = ceiling(runs)
-    except (L2sError, ValueError, KeyError, TypeError) as e:
+    except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
     lines = ["# Leave-one-run-out ceiling of the three-way verdict agreement", "",
              "Each run's arms predicted by the mean of their measured gains in the other runs; "

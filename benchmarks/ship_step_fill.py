@@ -32,6 +32,7 @@ from l2sched.bench.profile_step import apply_step_fill, check_step_fill
 from l2sched.bench.profile_write import default_fill_mode, toml_value
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically
+from l2sched.lang.resolve import load_schedule_text
 from l2sched.model.devices import load_device_text, profile_path, read_profile_text
 
 _GAPS = re.compile(r", step_m = \[[^\]]*\], step_gap_us = \[[^\]]*\](?= \})")
@@ -60,6 +61,11 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
     """``(new profile text, notes)``: ``text`` with ``step``'s derived numbers."""
     text = _GAPS.sub("", text)
     prof = load_device_text(text, shown)
+    probed = load_schedule_text(step["schedule"], "<step_fill>", []).device
+    if probed != prof.name:
+        raise L2sError(f"{shown}: the step_fill record was measured with device profile "
+                       f"{probed!r} (its schedule's `device`), not {prof.name!r}: ship it into "
+                       "that profile")
     modes = {m: {"landed": [list(p) for p in fm.landed], "effect": fm.effect}
              for m, fm in prof.fill_modes.items()}
     measured: dict = {}

@@ -249,30 +249,51 @@ def test_a_probe_that_moved_too_little_leaves_the_windows_unscaled():
     assert set(gaps.fits[16]["scale"].values()) == {1.0}
 
 
-def test_the_summary_keeps_each_lone_windows_hits():
+LONE = {"A": 12_750_000, "A_MLA": 18_000_000, "B": 22_500_000}
+
+
+def _lone_summary() -> dict:
+    """``step_fill_summary`` of a result with the probe's lone windows (each
+    decoy 5 us slower than its arm, window B's arms 3 us slower than the
+    others) and the probe's schedule."""
+    names = ["compiled"] + [f"lone-{w}" for w in LONE]
     arms = {a: {"graph_step_us_all": [100.0 + 5 * a.startswith("ctl-") + 3 * ("B" in a)]}
-            for a in ("compiled", "ctl-compiled", "lone-B", "ctl-lone-B")}
-    got = step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], {"B": 22_500_000})
-    assert got["lone_budgets"] == {"B": 22_500_000}
-    assert got["per_m"][4]["lone_hits_us"] == {"B": pytest.approx(5.0)}
+            for n in names for a in (n, "ctl-" + n)}
+    rec = step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], LONE)
+    rec["schedule"] = step_fill_schedule("h200", 4, "copy")
+    return rec
+
+
+def test_the_summary_keeps_each_lone_windows_hits():
+    got = _lone_summary()
+    assert got["lone_budgets"] == LONE
+    assert got["per_m"][4]["lone_hits_us"] == {w: pytest.approx(5.0) for w in LONE}
     check_step_fill(got)
-    with pytest.raises(ValueError, match="no arm 'ctl-lone-A'"):
-        step_fill_summary({"per_m": {"4": {"arms": arms | {"lone-A": arms["lone-B"]}}}}, [],
-                          {"A": 1, "B": 2})
+    arms = {a: {"graph_step_us_all": [1.0]} for a in ("compiled", "ctl-compiled", "lone-B")}
+    with pytest.raises(ValueError, match="no arm 'ctl-lone-B'"):
+        step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], {"B": 2})
 
 
 @pytest.mark.parametrize("change, want", [
     (lambda r: r.update(lone_budgets={"B": -1}), r"^\.lone_budgets: want"),
-    (lambda r: r.update(lone_budgets={"B": 1, "A": 2}), r"^\.per_m\.4\.lone_hits_us: want"),
+    (lambda r: r["lone_budgets"].update(Z=5), r"^\.lone_budgets\.Z: the probe's schedule has no window Z"),
+    (lambda r: r["lone_budgets"].update(A=1), r"^\.lone_budgets\.A: 1 B, but .* 12750000 B"),
+    (lambda r: r["lone_budgets"].pop("A"), r"^\.lone_budgets: no A"),
+    (lambda r: r.update(schedule="schedule x\nwindow"), r"^\.schedule: "),
+    (lambda r: r.pop("lone_budgets"), r"^\.per_m\.4\.lone_hits_us: the record has no lone_budgets"),
+    (lambda r: r["per_m"][4]["lone_hits_us"].pop("B"), r"^\.per_m\.4\.lone_hits_us: want"),
     (lambda r: r["per_m"][4]["lone_hits_us"].update(B=float("nan")),
      r"^\.per_m\.4\.lone_hits_us\.B: want a finite number"),
     (lambda r: r["per_m"][4]["lone_hits_us"].update(B="x"),
      r"^\.per_m\.4\.lone_hits_us\.B: want a finite number"),
+    (lambda r: r["per_m"][4]["lone_hits_us"].update(B=1e12),
+     r"^\.per_m\.4\.lone_hits_us\.B: want a finite number of us within"),
+    (lambda r: r["per_m"][4]["hits_us"].update(copy=float("nan")), r"^\.per_m\.4\.hits_us: want"),
+    (lambda r: r["per_m"][4].update(hits_us="x"), r"^\.per_m\.4\.hits_us: want"),
+    (lambda r: r.update(per_m={"016": r["per_m"][4]}), r"^\.per_m: want"),
 ])
 def test_bad_lone_window_records_are_errors_at_their_key(change, want):
-    arms = {a: {"graph_step_us_all": [100.0]}
-            for a in ("compiled", "ctl-compiled", "lone-B", "ctl-lone-B")}
-    rec = step_fill_summary({"per_m": {"4": {"arms": arms}}}, [], {"B": 22_500_000})
+    rec = _lone_summary()
     change(rec)
     with pytest.raises(ValueError, match=want):
         check_step_fill(rec)
@@ -318,3 +339,8 @@ def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeyp
         monkeypatch.setattr(sys, "argv", ["ship_step_fill.py", str(state), "--out", target])
         assert ship.main() == 1 and not (tmp_path / "p.toml").exists()
         assert json.loads(state.read_text(encoding="utf-8"))["results"] == results
+    # a record measured with the h200 profile's schedule goes into no other profile
+    state.write_text(json.dumps({"results": {"step_fill": rec}}), encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["ship_step_fill.py", str(state), "--profile",
+                                      "sm120-rtx-pro-6000-maxq", "--out", out])
+    assert ship.main() == 1 and not (tmp_path / "p.toml").exists()

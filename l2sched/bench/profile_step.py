@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import statistics
 import tempfile
 
@@ -238,37 +239,73 @@ def check_step_fill(rec: dict | None) -> None:
     for mode, v in hits.items():
         if not math.isfinite(v):
             raise ValueError(f".hits_us.{mode}: want a finite number, got {v}")
-    lone = rec.get("lone_budgets")
-    if lone is not None and not (isinstance(lone, dict) and lone and all(
-            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in lone.values())):
-        raise ValueError(f".lone_budgets: want {{window: budget bytes > 0}}, got {lone!r:.40}")
-    _check_per_m(rec.get("per_m"), toks, lone)
     sched = rec.get("schedule")
     if sched is not None and not (isinstance(sched, str) and sched.strip()):
         raise ValueError(f".schedule: want the probe's .l2s text, got {sched!r:.40}")
+    lone = rec.get("lone_budgets")
+    if lone is not None:
+        _check_lone_budgets(lone, sched)
+    _check_per_m(rec.get("per_m"), toks, lone, rec["reference"])
 
 
-def _check_per_m(per_m, toks: list, lone: dict | None) -> None:
+def _check_lone_budgets(lone, sched: str | None) -> None:
+    """``check_step_fill`` of ``lone_budgets``: ``{window: bytes}``, exactly
+    the lone windows ``lone_variants`` makes of the record's schedule."""
+    from l2sched.errors import L2sError
+    if not (isinstance(lone, dict) and lone and all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in lone.values())):
+        raise ValueError(f".lone_budgets: want {{window: budget bytes > 0}}, got {lone!r:.40}")
+    if sched is None:
+        raise ValueError(".schedule: the record has lone windows but not the probe's schedule")
+    try:
+        want = {w: b for w, (b, _) in lone_variants(sched).items()}
+    except L2sError as e:
+        raise ValueError(f".schedule: {e}") from None
+    for w, b in lone.items():
+        if w not in want:
+            raise ValueError(f".lone_budgets.{w}: the probe's schedule has no window {w} "
+                             "with targets of its own")
+        if b != want[w]:
+            raise ValueError(f".lone_budgets.{w}: {b} B, but the schedule's window {w} alone "
+                             f"at {LONE_BUDGET_FRACTION:g} of its budget is {want[w]} B")
+    if set(lone) != set(want):
+        raise ValueError(f".lone_budgets: no {sorted(set(want) - set(lone))[0]}, a window of "
+                         "the probe's schedule")
+
+
+def _finite(v) -> bool:
+    """A JSON number (not a bool) that is finite."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_per_m(per_m, toks: list, lone: dict | None, reference: str) -> None:
     """``check_step_fill`` of the record's ``per_m`` (absent is allowed: a
     record from before it was kept), with the lone windows' hits where the
     record has ``lone`` budgets."""
     if per_m is None:
         return
     if not isinstance(per_m, dict) or not all(
-            isinstance(r, dict) and str(k).isdigit() and int(k) >= 1 for k, r in per_m.items()):
+            isinstance(r, dict) and re.fullmatch(r"[1-9][0-9]*", str(k)) for k, r in per_m.items()):
         raise ValueError(".per_m: want {token count >= 1: {...}}")
     if sorted(int(k) for k in per_m) != sorted(toks):
         raise ValueError(f".per_m: its token counts {sorted(int(k) for k in per_m)} are not "
                          f".tokens {sorted(toks)}")
     for m_key, r in per_m.items():
+        hits = r.get("hits_us")
+        if hits is not None and not (isinstance(hits, dict) and reference in hits
+                                     and all(_finite(v) for v in hits.values())):
+            raise ValueError(f".per_m.{m_key}.hits_us: want {{kernel: finite us}} with the "
+                             f"reference {reference!r}, got {hits!r:.60}")
         got = r.get("lone_hits_us")
-        if lone and not (isinstance(got, dict) and set(got) == set(lone)):
+        if got is not None and not lone:
+            raise ValueError(f".per_m.{m_key}.lone_hits_us: the record has no lone_budgets")
+        if lone and not (isinstance(got, dict) and set(got) == set(lone) and hits is not None):
             raise ValueError(f".per_m.{m_key}.lone_hits_us: want the hits of each lone window "
-                             f"{sorted(lone)}, got {got!r:.40}")
-        for w, v in (got or {}).items() if lone else ():
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
-                raise ValueError(f".per_m.{m_key}.lone_hits_us.{w}: want a finite number, "
-                                 f"got {v!r:.40}")
+                             f"{sorted(lone)} (and hits_us beside them), got {got!r:.40}")
+        for w, v in (got or {}).items():
+            if not (_finite(v) and abs(v) < 1e6):
+                raise ValueError(f".per_m.{m_key}.lone_hits_us.{w}: want a finite number of "
+                                 f"us within +-1e6, got {v!r:.40}")
         ops = r.get("ops_us")
         if ops is None:
             continue
