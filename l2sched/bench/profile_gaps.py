@@ -237,7 +237,10 @@ def bounded_least_squares(cols: list[list[float]], y: list[float], lo: float,
     """``x`` minimizing |sum_j x_j cols[j] - y|^2 with ``lo <= x_j <= hi``
     (a handful of unknowns): each way of holding every unknown free or at a
     bound (3^n) solved by the normal equations, the best feasible one. A
-    column of zeros (an unknown nothing depends on) gets 1."""
+    column of zeros (an unknown nothing depends on) gets 1. (What
+    ``scipy.optimize.lsq_linear`` does; l2sched does not depend on scipy,
+    and neither vLLM 0.33 nor torch brings it, for one fit of <= 4
+    unknowns.)"""
     import itertools
     n = len(cols)
     best, best_x = None, [1.0] * n
