@@ -28,7 +28,8 @@ import sys
 sys.path.insert(0, ".")
 from l2sched.bench import read_json_file  # noqa: E402
 from l2sched.bench.controls import is_control  # noqa: E402
-from l2sched.bench.validation import AA_ARM, aa_noise_floor, validate  # noqa: E402
+from l2sched.bench.calibrate_model import measured_gain_rows  # noqa: E402
+from l2sched.bench.validation import validate  # noqa: E402
 from l2sched.bench.verdicts import is_schedule_arm  # noqa: E402
 from l2sched.errors import L2sError  # noqa: E402
 from l2sched.files import check_output_path  # noqa: E402
@@ -49,23 +50,15 @@ def measured_rows(d, path: str) -> list[dict]:
     try:
         names = [a["name"] for a in d.get("arms", []) if is_schedule_arm(a)
                  and not is_control(a["name"])]
-        rows = []
-        for M, m in d["per_m"].items():
-            arms = m["arms"]
-            if AA_ARM not in arms:
-                raise L2sError(f"{path}: no {AA_ARM!r} arm at M={M} (not a --validation run)")
-            floor = aa_noise_floor(arms["none"]["graph_step_us_all"],
-                                   arms[AA_ARM]["graph_step_us_all"])
-            none = arms["none"]["graph_step_us"]["median"]
-            for a in names:
-                if a in arms:
-                    gain = none - arms[a]["graph_step_us"]["median"]
-                    if not math.isfinite(gain):
-                        raise L2sError(f"{path}: {a} at M={M}: the gain is not a number")
-                    rows.append({"arm": a, "M": int(M), "floor_us": floor, "meas_gain_us": gain})
+        rows = measured_gain_rows(d, names)
+    except L2sError as e:
+        raise L2sError(f"{path}: {e}") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
         why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         raise L2sError(f"{path}: not a usable `bench run --validation` result ({why})") from None
+    bad = next((r for r in rows if not math.isfinite(r["meas_gain_us"])), None)
+    if bad is not None:
+        raise L2sError(f"{path}: {bad['arm']} at M={bad['M']}: the gain is not a number")
     if not rows:
         raise L2sError(f"{path}: no schedule arm with step times")
     return rows

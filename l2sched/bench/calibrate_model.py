@@ -82,6 +82,20 @@ def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
     decoys = {a["name"] for a in d["arms"] if a.get("decoy")}
     no_hits = without_hits(prof) if decoys else prof  # their fills read a scratch buffer
     rows = []
+    for r in measured_gain_rows(d, scheds):
+        lr = run_lint(scheds[r["arm"]], inv, device=no_hits if r["arm"] in decoys else prof,
+                      tokens=r["M"], model_config=cfg)
+        rows.append({**r, "pred_gain_us": lr.step_period("base") - lr.step_period("sim")})
+    return rows
+
+
+def measured_gain_rows(d: dict, names) -> list[dict]:
+    """``[{arm, M, floor_us, meas_gain_us}]`` of the arms ``names`` of
+    result ``d`` at every M where they ran: gain = median untimed step of
+    ``none`` minus the arm's (us, + = faster), floor = the A/A noise floor
+    of that M (``validation.aa_noise_floor``). Raises ``L2sInputError``
+    for a result without the A/A arm."""
+    rows = []
     for M, m in d["per_m"].items():
         arms = m["arms"]
         if AA_ARM not in arms:
@@ -90,13 +104,9 @@ def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
         floor = aa_noise_floor(arms["none"]["graph_step_us_all"],
                                arms[AA_ARM]["graph_step_us_all"])
         none = arms["none"]["graph_step_us"]["median"]
-        for name, sched in scheds.items():
-            if name in arms:
-                lr = run_lint(sched, inv, device=no_hits if name in decoys else prof,
-                              tokens=int(M), model_config=cfg)
-                rows.append({"arm": name, "M": int(M), "floor_us": floor,
-                             "pred_gain_us": lr.step_period("base") - lr.step_period("sim"),
-                             "meas_gain_us": none - arms[name]["graph_step_us"]["median"]})
+        rows += [{"arm": name, "M": int(M), "floor_us": floor,
+                  "meas_gain_us": none - arms[name]["graph_step_us"]["median"]}
+                 for name in names if name in arms]
     return rows
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def validation(summary: dict, d: dict, prof, controls: tuple | None = None) -> d
 
 def report(result: str, json_out: str, md_out: str, command: str = "",
            header: str = "", device_profile: str = "",
-           controls: str | list[str] = "") -> dict:
+           controls: Sequence[str] = ()) -> dict:
     """Read ``result`` (``bench run`` JSON), lint, write ``json_out``/``md_out``;
     returns the summary dict. ``header``: markdown put verbatim at the top of
     ``md_out`` (machine, what is measured; kept in the JSON too).
@@ -152,17 +153,17 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     copy recorded in the result (``device_profile_toml``), else
     ``device_profile`` (name or path), else the shipped ``h200`` (said so in
     the report: a profile edited since the run would lint a different
-    all-reduce than was measured). ``controls``: a controls run (``bench
-    run --controls``, another run than ``result``), or a list of them, whose
-    dispatch controls (their mean per arm and M, ``pooled_control_residuals``)
-    are added to the validation's predictions (``report.validation``).
+    all-reduce than was measured). ``controls``: controls runs (``bench
+    run --controls``, other runs than ``result``) whose dispatch controls
+    (their mean per arm and M, ``pooled_control_residuals``) are added to
+    the validation's predictions (``report.validation``).
     Raises ``L2sInputError`` for a bad profile or controls run, ``L2sError``
     for an arm without a control there."""
     d = _read_result(result)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     prof, profile_source = _lint_profile(d, device_profile, result)
-    controls = [controls] if isinstance(controls, str) and controls else list(controls or [])
+    controls = list(controls)
     protect = [result] + controls + ([device_profile] if device_profile
                                      and Path(device_profile).exists() else [])
     for out in (json_out, md_out):  # before the lint: a clash is no reason to wait
