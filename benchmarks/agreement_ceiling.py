@@ -131,7 +131,10 @@ def main(argv=None) -> int:
         got = ceiling(runs)
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
+    command = " ".join(["python", "benchmarks/agreement_ceiling.py",
+                        *(sys.argv[1:] if argv is None else argv)])
     lines = ["# Leave-one-run-out ceiling of the three-way verdict agreement", "",
+             f"Command: `{command}`", "",
              "Each run's arms predicted by the mean of their measured gains in the other runs; "
              "the validation rules (A/A floor of the run itself). Median spread of an arm's gain "
              f"over the runs: {got['median_spread_us']:.1f} us; median A/A floor "
@@ -147,7 +150,7 @@ def main(argv=None) -> int:
         write_probe({"runs": {k: {x: y for x, y in v.items() if x != "rows"}
                               for k, v in got["runs"].items()},
                      "spread_us": got["spread_us"], "median_spread_us": got["median_spread_us"],
-                     "median_floor_us": got["median_floor_us"]},
+                     "median_floor_us": got["median_floor_us"], "command": command},
                     lines, args.json_out, args.md_out)
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
