@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, ".")
 from l2sched.bench import read_json_file  # noqa: E402
 from l2sched.bench.controls import is_control  # noqa: E402
-from l2sched.bench.calibrate_model import measured_gain_rows  # noqa: E402
+from l2sched.bench.calibrate_model import measured_gain_rows, none_rounds  # noqa: E402
 from l2sched.bench.validation import validate  # noqa: E402
 from l2sched.bench.verdicts import is_schedule_arm  # noqa: E402
 from l2sched.errors import L2sError  # noqa: E402
@@ -125,8 +125,7 @@ def main(argv=None) -> int:
         for p in args.runs:
             d = read_json_file(p)
             runs[p] = measured_rows(d, p)
-            rounds[p] = tuple(tuple(m["arms"]["none"]["graph_step_us_all"])
-                              for _, m in sorted(d["per_m"].items()))
+            rounds[p] = none_rounds(d)
         check_same_arms(runs, rounds)
         got = ceiling(runs)
     except L2sError as e:

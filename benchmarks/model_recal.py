@@ -30,7 +30,7 @@ import os
 import sys
 
 from l2sched.bench import read_json_file
-from l2sched.bench.calibrate_model import gain_rows, pooled_control_residuals, recorded_profile
+from l2sched.bench.calibrate_model import gain_rows, pooled_controls, recorded_profile
 from l2sched.bench.validation import validate
 from l2sched.errors import L2sError, L2sInputError
 from l2sched.files import check_output_path, write_text_atomically
@@ -52,8 +52,7 @@ def score(result: str, prof=None, terms_from=None, controls: list[str] | None = 
     prof = prof or recorded_profile(d, where=result)
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
-           if controls else None)
+    ctl = pooled_controls(controls or [], prof, d, result)
     return validate(gain_rows(d, prof), ctl)
 
 
@@ -64,8 +63,7 @@ def _score_tp(d: dict, prof, terms_from, controls: list[str] | None, result: str
     prof = prof or lint_profile(d, result)[0]
     if terms_from is not None:
         prof = dataclasses.replace(prof, **{t: getattr(terms_from, t) for t in TERMS})
-    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
-           if controls else None)
+    ctl = pooled_controls(controls or [], prof, d, result)
     v = validation(d, run_predictor(d, prof), ctl)
     if "rows" not in v:  # no A/A arm: not a validation run
         raise ValueError(v["status"])

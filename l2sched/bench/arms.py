@@ -130,11 +130,18 @@ def validation_variants(schedule_path: str) -> list[str]:
     own = sched.kernel or load_device(sched.device).fill_default
     out = [f"kernel-{k}:kernel={k}" for k in ("bulk", "copy", "load") if k != own]
     for w in sched.windows:
-        others = [f"window.{o.name}.budget=0MB" for o in sched.windows if o is not w]
         for b in (w.budget, w.budget // 2):
             mb = f"{b / 10**6:g}MB"
-            out.append(f"only-{w.name}-{mb}:" + ",".join(others + [f"window.{w.name}.budget={mb}"]))
+            out.append(window_alone_variant(f"only-{w.name}-{mb}", sched, w.name, mb))
     return out
+
+
+def window_alone_variant(name: str, sched, window: str, budget: str) -> str:
+    """The ``NAME:KEY=VALUE,...`` variant ``name`` of the resolved schedule
+    ``sched`` that runs only ``window``, at ``budget`` (a size: ``8.5MB``,
+    ``12750KB``): every other window's budget 0 B."""
+    others = [f"window.{o.name}.budget=0MB" for o in sched.windows if o.name != window]
+    return f"{name}:" + ",".join(others + [f"window.{window}.budget={budget}"])
 
 
 def perturbation_variants(schedule_path: str) -> list[str]:

@@ -236,7 +236,7 @@ def pooled_control_residuals(paths: list[str], prof, run: dict | None = None,
     for p in paths:
         d = read_json_file(p)
         got.append((p, _residuals_of(d, p, prof, run, run_path)))
-        rounds = _none_rounds(d)  # the same run under two names (a copy, a link, ./)
+        rounds = none_rounds(d)  # the same run under two names (a copy, a link, ./)
         if rounds in seen:
             raise L2sInputError(f"{p}: the same run as {seen[rounds]} (the same no-prefetch "
                                 "rounds): pool different runs")
@@ -257,8 +257,21 @@ def pooled_control_residuals(paths: list[str], prof, run: dict | None = None,
                      kind=kinds.pop())
 
 
-def _none_rounds(d: dict) -> tuple:
-    """The no-prefetch arm's rounds per M: what tells one run from another."""
+def pooled_controls(paths, prof, run: dict, run_path: str) -> tuple | None:
+    """``(residuals, source)`` that the validations take as ``controls``:
+    ``pooled_control_residuals`` of the controls runs ``paths`` for the
+    result ``run`` (read from ``run_path``) and the runs' names joined by
+    " + "; None without ``paths``. Raises what that raises."""
+    paths = list(paths)
+    if not paths:
+        return None
+    return pooled_control_residuals(paths, prof, run, run_path), " + ".join(paths)
+
+
+def none_rounds(d: dict) -> tuple:
+    """The no-prefetch arm's rounds per M (us) of a ``bench run`` or ``bench
+    tp`` result ``d``: what tells one run from another (the same run under
+    two names has the same rounds)."""
     if d.get("kind") == "l2sched bench tp":
         return tuple(tuple(tp_validation.arm_rounds(d, str(M), "none") or ())
                      for M in d.get("tokens", []))
@@ -297,7 +310,7 @@ def check_controls_run(d: dict, path: str, run: dict, run_path: str) -> None:
         raise L2sInputError(f"{path}: made with CUDA_DEVICE_MAX_CONNECTIONS={queues[0]}, "
                             f"{run_path} with {queues[1]} (None: CUDA's default): the "
                             "dispatch cost depends on it")
-    if _none_rounds(d) == _none_rounds(run):
+    if none_rounds(d) == none_rounds(run):
         raise L2sInputError(f"{path}: the same run as {run_path} (the same no-prefetch "
                             "rounds): controls must come from another run")
     arms = {a.get("name"): a for a in run.get("arms", [])}

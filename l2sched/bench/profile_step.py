@@ -100,6 +100,7 @@ def lone_variants(text: str) -> dict[str, tuple[int, str]]:
     the probe's schedule ``text`` that has targets of its own, alone at
     ``LONE_BUDGET_FRACTION`` of its budget (rounded to kB), the others at
     0 B. Raises ``L2sError`` if ``text`` is not a valid schedule."""
+    from l2sched.bench.arms import window_alone_variant
     from l2sched.lang.resolve import load_schedule_text
     sched = load_schedule_text(text, "<step_fill>", [])
     out = {}
@@ -107,9 +108,8 @@ def lone_variants(text: str) -> dict[str, tuple[int, str]]:
         if not w.targets:  # window C: only what window B carries into it
             continue
         kb = round(w.budget * LONE_BUDGET_FRACTION / 1000)
-        others = [f"window.{o.name}.budget=0MB" for o in sched.windows if o is not w]
-        out[w.name] = (kb * 1000, f"{lone_arm(w.name)}:"
-                       + ",".join(others + [f"window.{w.name}.budget={kb}KB"]))
+        out[w.name] = (kb * 1000, window_alone_variant(lone_arm(w.name), sched, w.name,
+                                                       f"{kb}KB"))
     return out
 
 

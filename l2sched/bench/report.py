@@ -20,7 +20,7 @@ from typing import Any
 
 from l2sched.bench import read_json_file, recorded_profile
 from l2sched.bench.arms import arm_schedule
-from l2sched.bench.calibrate_model import pooled_control_residuals
+from l2sched.bench.calibrate_model import pooled_controls
 from l2sched.bench.controls import is_control, kind_of, status_note, without_hits
 from l2sched.bench.markdown import markdown
 from l2sched.bench.run import AR_NOTE, FILL_NOTE
@@ -168,8 +168,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
                                      and Path(device_profile).exists() else [])
     for out in (json_out, md_out):  # before the lint: a clash is no reason to wait
         check_output_path(out, protect=protect)
-    ctl = ((pooled_control_residuals(controls, prof, d, result), " + ".join(controls))
-           if controls else None)
+    ctl = pooled_controls(controls, prof, d, result)
     lint = _Lint(cfg=cfg, inv=inv, prof=prof,
                  specs={a["name"]: a for a in d["arms"]},
                  scheds={a["name"]: arm_schedule(a) for a in d["arms"] if a["path"]})

@@ -34,7 +34,7 @@ import sys
 
 from l2sched.bench import read_json_file, shipped_path
 from l2sched.bench.options import FIT_MAX_BYTES
-from l2sched.bench.calibrate_model import pooled_control_residuals
+from l2sched.bench.calibrate_model import pooled_controls
 from l2sched.bench.tp_interference import fill_lines
 from l2sched.bench.tp_interference import median_present as _med
 from l2sched.bench.tp_profile import collective_terms_text, fit
@@ -64,8 +64,7 @@ def cmd(args) -> int:
         ctl = None
         if args.controls and not args.no_lint:
             prof = lint_profile(d, source_path)[0]
-            ctl = (pooled_control_residuals(args.controls, prof, d, source_path),
-                   " + ".join(args.controls))
+            ctl = pooled_controls(args.controls, prof, d, source_path)
         text = markdown(d, command=args.command, lint=not args.no_lint,
                         fit_max_bytes=args.fit_max_bytes, fit_source=args.fit_source,
                         caveats=tuple(args.caveat), controls=ctl)
