@@ -38,7 +38,9 @@ def test_bad_profile_names_file_and_key(tmp_path):
     msg = str(e.value)
     line = e.value.diagnostics[0].span.line
     assert f"{p}:{line}:1: bandwidth.fill_gbps: expected a number" in msg
-    assert f"{p}: latency.kernel_gap_us: missing" in msg
+    # a missing key is located at the header of its table
+    header = text.splitlines().index("[latency]") + 1
+    assert f"{p}:{header}:1: latency.kernel_gap_us: missing" in msg
     assert e.value.diagnostics[0].span.line > 1
 
 
@@ -410,3 +412,66 @@ def test_a_dotted_key_is_located_at_its_line(tmp_path):
     line = next(i for i, ln in enumerate(p.read_text().splitlines(), 1)
                 if ln.startswith("allreduce_slowdown.x"))
     assert str(e.value).startswith(f"{p}:{line}:1: fill.copy.allreduce_slowdown: expected a number")
+
+
+_BAD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, -2.0] }"
+_HOT = "hot_us: -2.0 is not a time in 0..1e+06 us"
+
+
+@pytest.mark.parametrize("tables, message, pointed", [
+    # the usual form: the key inside the entry's inline table
+    (f'[ops."kda+moe"]\n"kda.in_proj" = {_BAD_ENTRY}\n',
+     f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # a dotted key inside [ops]
+    (f'[ops]\n"kda+moe"."kda.in_proj" = {_BAD_ENTRY}\n',
+     f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # the entry as a sub-table
+    ('[ops."kda+moe"."kda.in_proj"]\nm = [1, 4]\ncold_us = [1.0, 2.0]\nhot_us = [1.0, -2.0]\n',
+     f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # the entry's keys dotted
+    ('[ops."kda+moe"]\n"kda.in_proj".m = [1, 4]\n"kda.in_proj".cold_us = [1.0, 2.0]\n'
+     '"kda.in_proj".hot_us = [1.0, -2.0]\n',
+     f"ops.kda+moe.kda.in_proj: {_HOT}", ('"kda.in_proj".hot_us', "hot_us")),
+    (f'[ops]\n"kda+moex"."kda.in_proj" = {_BAD_ENTRY}\n',
+     "ops.kda+moex: unknown layer kind 'kda+moex'", ('"kda+moex"', "kda+moex")),
+    ('[ops]\n"kda+moe" = 3\n', "ops.kda+moe: expected a table of ops",
+     ('"kda+moe" = 3', "kda+moe")),
+    ('[ops."kda+moe"]\n"kda.in_proj" = { m = [1], cold_us = [1.0], hot_us = [1.0], x = 1 }\n',
+     "ops.kda+moe.kda.in_proj: unknown key 'x'", ("x = 1 }", "x")),
+])
+def test_an_ops_problem_is_located_at_its_key_in_every_toml_form(tmp_path, tables, message,
+                                                                  pointed):
+    """Each form TOML allows for an ``[ops]`` entry gets the problem at the
+    line and columns of the key it is about; the dotted and sub-table forms
+    had no line, or the table's header."""
+    text = open(ESTIMATE).read() + "\n" + tables
+    p = tmp_path / "ops.toml"
+    p.write_text(text)
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    (d,) = [d for d in e.value.diagnostics if d.message.startswith("ops.")]
+    assert d.message.startswith(message)
+    line_text, key = pointed
+    lines = text.splitlines()
+    line = next(i for i, ln in enumerate(lines, 1) if line_text in ln)
+    col = lines[line - 1].index(key, lines[line - 1].index(line_text)) + 1
+    assert (d.span.line, d.span.column, d.span.end_column) == (line, col, col + len(key))
+
+
+def test_a_top_level_ops_value_is_located_at_its_line(tmp_path):
+    text = open(ESTIMATE).read()
+    first_table = text.index("\n[") + 1
+    p = tmp_path / "ops.toml"
+    p.write_text(text[:first_table] + "ops = 3\n" + text[first_table:])
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    line = p.read_text().splitlines().index("ops = 3") + 1
+    assert str(e.value).startswith(f"{p}:{line}:1: ops: expected tables")
+
+
+def test_key_parts_reads_toml_dotted_keys():
+    from l2sched.model.toml_keys import key_parts
+    assert [p for p, _, _ in key_parts('ops . "kda+moe".\'a.b\' = 1')] == ["ops", "kda+moe", "a.b"]
+    assert key_parts('"kda.in_proj".hot_us') == [("kda.in_proj", 1, 12), ("hot_us", 14, 20)]
+    assert key_parts("two words = 1") is None
+    assert key_parts('"open = 1') is None

@@ -39,6 +39,7 @@ from l2sched.errors import (
     suggest,
 )
 from l2sched.files import read_input_text
+from l2sched.model.toml_keys import key_span
 from l2sched.units import FILL_MODES
 
 #: Where the shipped profiles live (package data of ``l2sched.data.devices``).
@@ -374,31 +375,6 @@ def profile_path(name_or_path: str | os.PathLike) -> Path:
     return path
 
 
-def _key_span(path: str, text: str, section: str, key: str) -> Span | None:
-    """Span of ``key`` inside ``[section]`` of the TOML text (of the
-    ``[section]`` header itself when ``key`` is empty, of a ``[section.key]``
-    header when ``key`` names a table), if found."""
-    current = ""
-    for i, line in enumerate(source_lines(text), 1):
-        s = line.strip()
-        if s.startswith("["):
-            # a quoted part (``[ops."kda+moe"]``) is named without its quotes
-            current = (profile_table_header(line) or s.strip("[]").strip()).replace('"', "")
-            if current == (f"{section}.{key}" if key else section):
-                col = line.index("[") + 1
-                return Span(path, i, col, i, col + len(s.split("#")[0].rstrip()))
-            continue
-        # a quoted key is the whole string; a dotted key (``key.x = 1``) is
-        # located at its first part
-        left = s.split("=")[0].strip()
-        name = left.split('"')[1] if left.startswith('"') and left.count('"') >= 2 \
-            else left.split(".")[0].strip()
-        if key and current == section and name == key:
-            col = line.index(key) + 1
-            return Span(path, i, col, i, col + len(key))
-    return None
-
-
 #: A table header line: ``[name]``, spaces inside the brackets and a ``#``
 #: comment after them allowed (not an array value such as ``[[8, 0.5]]``).
 _TABLE_HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(?:#.*)?$')
@@ -459,8 +435,12 @@ class _Problems:
         self.lines = source_lines(text)
         self.found: list[Diagnostic] = []
 
-    def bad(self, section: str, key: str, msg: str) -> None:
-        span = _key_span(self.path, self.text, section, key) if self.text else None
+    def bad(self, section: str, key: str, msg: str, inner: str = "") -> None:
+        """One problem of ``section`` (dotted: ``ops.kda+moe``) and ``key`` (a
+        name that may itself hold dots, an op's), located at the line that
+        writes it (at ``inner``, a key inside that value, when given)."""
+        want = tuple(p for p in section.split(".") if p) + tuple(k for k in (key, inner) if k)
+        span = key_span(self.path, self.text, want) if self.text else None
         where = ".".join(p for p in (section, key) if p)
         line = (self.lines[span.line - 1]
                 if span and span.line <= len(self.lines) else None)
@@ -665,9 +645,9 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
                 f"{', '.join(sorted(known))})")
             continue
         for op, v in per.items():
-            got = _op_times(v) if op in known[kind] else f"unknown op of a {kind} layer"
-            if isinstance(got, str):
-                bad(f"ops.{kind}", op, got)
+            got = _op_times(v) if op in known[kind] else ("", f"unknown op of a {kind} layer")
+            if isinstance(got, tuple):
+                bad(f"ops.{kind}", op, got[1], inner=got[0])
                 continue
             table[(kind, op)] = got
     values["ops"] = table
@@ -689,37 +669,38 @@ MAX_OP_TOKENS = 1 << 20
 _OP_KEYS = ("m", "cold_us", "hot_us", "step_m", "step_gap_us")
 
 
-def _op_times(v: Any) -> "OpTimes | str":
-    """One ``[ops]`` entry as ``OpTimes``, or what is wrong with it (a
-    message naming the key)."""
+def _op_times(v: Any) -> "OpTimes | tuple[str, str]":
+    """One ``[ops]`` entry as ``OpTimes``, or what is wrong with it: ``(the
+    entry's key it is about, or "", a message naming that key)``."""
     if not isinstance(v, dict):
-        return "expected an inline table {m = [...], cold_us = [...], hot_us = [...]}"
+        return "", "expected an inline table {m = [...], cold_us = [...], hot_us = [...]}"
     unknown = [k for k in v if k not in _OP_KEYS]
     if unknown:
-        return f"unknown key {unknown[0]!r} (known: {', '.join(_OP_KEYS)})"
+        return unknown[0], f"unknown key {unknown[0]!r} (known: {', '.join(_OP_KEYS)})"
     missing = [k for k in _OP_KEYS[:3] if k not in v]
     if missing:
-        return f"missing {missing[0]}"
+        return "", f"missing {missing[0]}"
     if ("step_m" in v) != ("step_gap_us" in v):
-        return "step_m and step_gap_us go together (the step gap at each token count)"
+        return "step_m" if "step_m" in v else "step_gap_us", \
+            "step_m and step_gap_us go together (the step gap at each token count)"
     for k in v:
         if not isinstance(v[k], list) or not v[k]:
-            return f"{k}: expected a non-empty list, got {v[k]!r:.40}"
+            return k, f"{k}: expected a non-empty list, got {v[k]!r:.40}"
     for k in ("m", "step_m"):
         ms = v.get(k, [1])
         bad = next((x for x in ms if not (isinstance(x, int) and not isinstance(x, bool)
                                           and 1 <= x <= MAX_OP_TOKENS)), None)
         if bad is not None:
-            return f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"
+            return k, f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"
         if any(b <= a for a, b in zip(ms, ms[1:])):
-            return f"{k}: token counts must increase, got {ms}"
+            return k, f"{k}: token counts must increase, got {ms}"
     for k, ref in (("cold_us", "m"), ("hot_us", "m"), ("step_gap_us", "step_m")):
         xs = v.get(k, [])
         bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
         if bad is not None:
-            return f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"
+            return k, f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"
         if k in v and len(xs) != len(v[ref]):
-            return f"{k} has {len(xs)} values, {ref} has {len(v[ref])}"
+            return k, f"{k} has {len(xs)} values, {ref} has {len(v[ref])}"
     step = (tuple(v["step_m"]), tuple(float(x) for x in v["step_gap_us"])) \
         if "step_m" in v else ((), ())
     got = OpTimes(tuple(v["m"]), tuple(float(x) for x in v["cold_us"]),
@@ -727,7 +708,7 @@ def _op_times(v: Any) -> "OpTimes | str":
     for M, gap in zip(*step):
         cold = _log_interp(got.m, (got.cold_us,), M)[0]
         if gap > cold + 1e-9:
-            return (f"step_gap_us: {gap:g} us at M={M} is more than the op's cold time there "
+            return "step_gap_us", (f"step_gap_us: {gap:g} us at M={M} is more than the op's cold time there "
                     f"({cold:.3f} us): a fill cannot save more than the whole op")
     return got
 
