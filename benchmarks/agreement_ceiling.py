@@ -4,7 +4,8 @@ other runs ("leave one run out"), scored by the validation rules
 (docs/lint.md#validation).
 
     python benchmarks/agreement_ceiling.py RUN.json.gz RUN.json.gz ... \\
-        [--json-out OUT.json] [--md-out OUT.md]   (from the repository root)
+        [--replays N,N,...] [--json-out OUT.json] [--md-out OUT.md]
+        (from the repository root)
 
 RUN: `l2sched bench run --validation` results of the same arms on the same
 box, each from its own process (at least 3). Why: the three-way verdict's
@@ -15,6 +16,12 @@ gain is off that mean by more than the floor; its agreement is the ceiling
 the pass marks are read against. Also printed: per arm and M the spread
 (sample standard deviation, us) of the measured gain over the runs.
 Dispatch-control arms (``ctl-``) are left out, as in the validation.
+
+``--replays N,...``: the agreement to expect in a run of N replays
+(``simulated_ceiling``), from each (arm, M)'s mean and spread over the runs,
+with the spread and the A/A floor scaled by sqrt(the runs' replays / N): how
+many replays a validation run needs before the 90% mark tests a model rather
+than the run's noise.
 """
 
 from __future__ import annotations
@@ -29,7 +36,12 @@ sys.path.insert(0, ".")
 from l2sched.bench import read_json_file  # noqa: E402
 from l2sched.bench.controls import is_control  # noqa: E402
 from l2sched.bench.calibrate_model import measured_gain_rows, none_rounds  # noqa: E402
-from l2sched.bench.validation import validate  # noqa: E402
+from l2sched.bench.validation import (  # noqa: E402
+    AA_MIN_FLOOR_US,
+    THRESHOLDS,
+    three_way,
+    validate,
+)
 from l2sched.bench.verdicts import is_schedule_arm  # noqa: E402
 from l2sched.errors import L2sError  # noqa: E402
 from l2sched.files import check_output_path  # noqa: E402
@@ -109,9 +121,102 @@ def ceiling(runs: dict[str, list[dict]]) -> dict:
             "median_floor_us": statistics.median(floors) if floors else None}
 
 
+#: Monte-Carlo draws of ``simulated_ceiling`` (fixed seed): its shares are
+#: then good to about +-2.5 points.
+DRAWS = 400
+
+
+def simulated_ceiling(runs: dict[str, list[dict]], run_replays: int, replays: int,
+                      draws: int = DRAWS, seed: int = 0) -> dict:
+    """The three-way agreement to expect in one run of ``replays`` replays,
+    from runs (``{name: measured_rows}``) of ``run_replays`` replays each.
+    Per (arm, M): the mean gain over the runs is taken as the truth, the
+    spread (sample standard deviation over the runs, us) as one run's noise;
+    a simulated run measures truth + normal noise of that spread times
+    sqrt(run_replays / replays), with each M's floor the median over the runs
+    of its A/A floor times the same factor (at least ``AA_MIN_FLOOR_US``, as
+    ``validation.aa_noise_floor`` keeps it). Two predictors are scored with
+    the validation's ``three_way`` rule: ``perfect`` (the truth) and
+    ``runs_mean`` (the mean over the runs, off the truth by spread /
+    sqrt(number of runs)). Returns per predictor ``{mean, p10, p_mark,
+    median_abs_err_us}`` over ``draws`` draws (``p_mark``: the share of
+    draws at or above the agreement mark) and the floors used (us).
+    Assumes the spread is sampling noise (it shrinks as 1/sqrt(replays));
+    a run-to-run part that does not would make the figures too high.
+    Raises ``L2sError`` for fewer than 2 runs or replays < 1."""
+    import random
+    if len(runs) < 2 or replays < 1 or run_replays < 1:
+        raise L2sError("a simulated ceiling needs at least 2 runs and replays >= 1")
+    gains: dict = {}
+    floors: dict = {}
+    for name, rows in runs.items():
+        for r in rows:
+            gains.setdefault((r["arm"], r["M"]), []).append(r["meas_gain_us"])
+            floors.setdefault(r["M"], {})[name] = r["floor_us"]  # one per run and M
+    f = math.sqrt(run_replays / replays)
+    floor = {M: max(AA_MIN_FLOOR_US, statistics.median(v.values()) * f)
+             for M, v in floors.items()}
+    cells = [(statistics.fmean(g), statistics.stdev(g), floor[M])
+             for (_, M), g in sorted(gains.items())]
+    rng = random.Random(seed)
+    n_runs = len(runs)
+    got: dict = {"perfect": [], "runs_mean": []}
+    errs: dict = {"perfect": [], "runs_mean": []}
+    for _ in range(draws):
+        ok = {"perfect": 0, "runs_mean": 0}
+        err: dict = {"perfect": [], "runs_mean": []}
+        for mean, sd, fl in cells:
+            meas = mean + rng.gauss(0.0, sd * f)
+            for name, pred in (("perfect", mean),
+                               ("runs_mean", mean + rng.gauss(0.0, sd / math.sqrt(n_runs)))):
+                ok[name] += three_way(pred, fl) == three_way(meas, fl)
+                err[name].append(abs(pred - meas))
+        for name in got:
+            got[name].append(ok[name] / len(cells))
+            errs[name].append(statistics.median(err[name]))
+    mark = THRESHOLDS["verdict_agreement"]
+    out = {}
+    for name, acc in got.items():
+        acc.sort()
+        out[name] = {"mean": statistics.fmean(acc), "p10": acc[len(acc) // 10],
+                     "p_mark": sum(a >= mark - 1e-12 for a in acc) / len(acc),
+                     "median_abs_err_us": statistics.fmean(errs[name])}
+    return {"replays": replays, "run_replays": run_replays, "draws": draws,
+            "floor_us": {str(M): v for M, v in sorted(floor.items())}, **out}
+
+
+def run_replays_of(ds: dict[str, dict]) -> int:
+    """The replays of the runs (``{path: result}``), which must be the
+    same for all: ``L2sError`` naming the first run that differs."""
+    first = None
+    for path, d in ds.items():
+        n = d.get("replays")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise L2sError(f"{path}: no replay count ('replays')")
+        if first is None:
+            first = (path, n)
+        elif n != first[1]:
+            raise L2sError(f"{path}: {n} replays, {first[0]} {first[1]}: simulate from runs of "
+                           "one replay count")
+    return first[1]
+
+
+def _replay_counts(text: str) -> list[int]:
+    """``--replays``' value: comma-separated positive integers."""
+    try:
+        got = [int(x) for x in text.split(",")]
+    except ValueError:
+        got = []
+    if not got or any(n < 1 for n in got):
+        raise argparse.ArgumentTypeError(f"expected replay counts such as 25,80, got {text!r}")
+    return got
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
+    ap.add_argument("--replays", type=_replay_counts, default=[],
+                    help="also simulate the ceiling in runs of these replay counts (e.g. 25,80)")
     ap.add_argument("--json-out", default="/dev/null")
     ap.add_argument("--md-out", default="")
     args = ap.parse_args(argv)
@@ -121,13 +226,15 @@ def main(argv=None) -> int:
         for out in (args.json_out, args.md_out):  # before any work; never onto an input
             if out and out != "/dev/null":
                 check_output_path(out, protect=args.runs)
-        runs, rounds = {}, {}
+        runs, rounds, ds = {}, {}, {}
         for p in args.runs:
-            d = read_json_file(p)
+            ds[p] = d = read_json_file(p)
             runs[p] = measured_rows(d, p)
             rounds[p] = none_rounds(d)
         check_same_arms(runs, rounds)
         got = ceiling(runs)
+        sims = [simulated_ceiling(runs, run_replays_of(ds), n) for n in args.replays]
+        del ds
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
     command = " ".join(["python", "benchmarks/agreement_ceiling.py",
@@ -145,11 +252,28 @@ def main(argv=None) -> int:
                      f"{v['median_abs_gain_err_us']:.1f} | {sp} |")
     worst = sorted(got["spread_us"].items(), key=lambda kv: -kv[1])[:8]
     lines += ["", "Largest spreads (us): " + ", ".join(f"{k} {s:.1f}" for k, s in worst) + "."]
+    if sims:
+        mark = THRESHOLDS["verdict_agreement"]
+        lines += ["", f"## Expected agreement in a run of N replays ({DRAWS} simulated runs)", "",
+                  f"Each (arm, M)'s mean gain over these runs as the truth, its spread over them "
+                  f"times sqrt({sims[0]['run_replays']} / N) as a run's noise, each M's median A/A "
+                  "floor scaled alike (`simulated_ceiling`). `perfect`: a predictor that knows "
+                  "the truth; `mean of runs`: the mean over these runs.", "",
+                  "| N | floors us (by M) | perfect: mean / p10 / share >= "
+                  f"{mark:.0%} | mean of runs: mean / p10 / share >= {mark:.0%} | "
+                  "mean of runs: median \\|error\\| us |", "|---|---|---|---|---|"]
+        for s in sims:
+            fl = " / ".join(f"{v:.1f}" for v in s["floor_us"].values())
+            cells = [f"{s[k]['mean']:.1%} / {s[k]['p10']:.1%} / {s[k]['p_mark']:.0%}"
+                     for k in ("perfect", "runs_mean")]
+            lines.append(f"| {s['replays']} | {fl} | {cells[0]} | {cells[1]} | "
+                         f"{s['runs_mean']['median_abs_err_us']:.1f} |")
     try:
         write_probe({"runs": {k: {x: y for x, y in v.items() if x != "rows"}
                               for k, v in got["runs"].items()},
                      "spread_us": got["spread_us"], "median_spread_us": got["median_spread_us"],
-                     "median_floor_us": got["median_floor_us"], "command": command},
+                     "median_floor_us": got["median_floor_us"], "simulated": sims,
+                     "command": command},
                     lines, args.json_out, args.md_out)
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")

@@ -68,3 +68,67 @@ def test_it_never_writes_onto_an_input_and_refuses_a_dry_result(tmp_path):
     dry.write_text(json.dumps(d))
     p = _ceiling(str(local[0]), str(dry), str(local[2]))
     assert p.returncode == 1 and "dry.json: a --dry result" in p.stderr
+
+
+def _module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import agreement_ceiling
+    return agreement_ceiling
+
+
+def _runs(cells, n_runs=5):
+    """Synthetic runs: per (arm, M, gains over the runs, floor) rows."""
+    return {f"r{i}": [{"arm": a, "M": M, "floor_us": fl, "meas_gain_us": g[i]}
+                      for a, M, g, fl in cells] for i in range(n_runs)}
+
+
+def test_the_simulated_ceiling_is_certain_far_from_the_floor_and_rises_with_replays():
+    ac = _module()
+    far = _runs([("a", 1, [100.0, 101.0, 99.0, 100.5, 99.5], 5.0),
+                 ("b", 1, [-80.0, -81.0, -79.0, -80.5, -79.5], 5.0)])
+    s = ac.simulated_ceiling(far, 25, 25, draws=100)
+    assert s["perfect"]["mean"] == 1.0 and s["perfect"]["p_mark"] == 1.0
+    assert s["floor_us"] == {"1": 5.0}
+    # gains near the floor: the verdicts flip with a run's noise, less so with more replays
+    near = _runs([(f"x{i}", 4, [6.0 + d for d in (-4, 4, -2, 2, 0)], 6.0) for i in range(20)])
+    few, many = (ac.simulated_ceiling(near, 25, n, draws=200)["perfect"]["mean"]
+                 for n in (25, 400))
+    assert few < 0.8 and many > few + 0.1
+    assert ac.simulated_ceiling(near, 25, 100, draws=10)["floor_us"] == {"4": 3.0}
+
+
+def test_the_simulated_ceiling_needs_two_runs_and_a_positive_replay_count():
+    ac = _module()
+    one = _runs([("a", 1, [1.0], 5.0)], n_runs=1)
+    for runs, n in ((one, 25), (_runs([("a", 1, [1.0, 2.0], 5.0)], n_runs=2), 0)):
+        try:
+            ac.simulated_ceiling(runs, 25, n)
+        except ac.L2sError as e:
+            assert "at least 2 runs" in str(e)
+        else:
+            raise AssertionError("accepted")
+
+
+def test_replays_writes_the_simulation_and_bad_counts_are_usage_errors(tmp_path):
+    out = tmp_path / "c.json"
+    p = _ceiling(*RUNS, "--replays", "25,100", "--json-out", str(out),
+                 "--md-out", str(tmp_path / "c.md"))
+    assert p.returncode == 0, p.stderr
+    sims = json.loads(out.read_text())["simulated"]
+    assert [s["replays"] for s in sims] == [25, 100] and sims[0]["run_replays"] == 25
+    for M, fl in sims[0]["floor_us"].items():
+        assert abs(sims[1]["floor_us"][M] - max(1.0, fl / 2)) < 1e-9
+    assert "## Expected agreement in a run of N replays" in (tmp_path / "c.md").read_text()
+    for bad in ("0", "x", "25,", ""):
+        p = _ceiling(*RUNS, "--replays", bad)
+        assert p.returncode == 2 and "expected replay counts" in p.stderr
+
+
+def test_runs_of_other_replay_counts_are_not_simulated_together(tmp_path):
+    with gzip.open(ROOT / RUNS[2], "rt") as f:
+        d = json.load(f)
+    d["replays"] = 40
+    other = tmp_path / "forty.json"
+    other.write_text(json.dumps(d))
+    p = _ceiling(RUNS[0], RUNS[1], str(other), "--replays", "80")
+    assert p.returncode == 1 and "forty.json: 40 replays" in p.stderr
