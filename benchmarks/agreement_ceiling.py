@@ -19,9 +19,10 @@ Dispatch-control arms (``ctl-``) are left out, as in the validation.
 
 ``--replays N,...``: the agreement to expect in a run of N replays
 (``simulated_ceiling``), from each (arm, M)'s mean and spread over the runs,
-with the spread and the A/A floor scaled by sqrt(the runs' replays / N): how
-many replays a validation run needs before the 90% mark tests a model rather
-than the run's noise.
+with the spread and the A/A floor scaled by sqrt(the runs' replays / N): an
+upper bound on what more replays buy, right only where the spread between runs
+is the sampling noise of their replays (on the lent H200 it is not:
+benchmarks/results/h200-2026-12-02-replays.md).
 """
 
 from __future__ import annotations
@@ -142,7 +143,9 @@ def simulated_ceiling(runs: dict[str, list[dict]], run_replays: int, replays: in
     median_abs_err_us}`` over ``draws`` draws (``p_mark``: the share of
     draws at or above the agreement mark) and the floors used (us).
     Assumes the spread is sampling noise (it shrinks as 1/sqrt(replays));
-    a run-to-run part that does not would make the figures too high.
+    a run-to-run part that does not makes the figures too high (so on the
+    H200: an 80-replay run's floors and spread were those of 25 replays,
+    benchmarks/results/h200-2026-12-02-replays.md).
     Raises ``L2sError`` for fewer than 2 runs or replays < 1."""
     import random
     if len(runs) < 2 or replays < 1 or run_replays < 1:
