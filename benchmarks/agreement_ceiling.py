@@ -237,7 +237,6 @@ def main(argv=None) -> int:
         check_same_arms(runs, rounds)
         got = ceiling(runs)
         sims = [simulated_ceiling(runs, run_replays_of(ds), n) for n in args.replays]
-        del ds
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
     command = " ".join(["python", "benchmarks/agreement_ceiling.py",
