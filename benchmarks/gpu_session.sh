@@ -17,8 +17,8 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
 export PYTHONUNBUFFERED=1 L2SCHED_PROGRESS=${L2SCHED_PROGRESS:-1}  # bench run's progress lines in the log
-# .whl/ holds the wheels, or site.tar.xz: the same wheels unpacked (xz packs
-# them small enough for the 64 MiB a device call carries)
+# .whl/ holds the wheels, or site.tar.xz: the same wheels unpacked and packed by
+# benchmarks/pack_site.sh (small enough for the 64 MiB a device call carries)
 if [ -f .whl/site.tar.xz ]; then
   [ -d /tmp/site/nvidia_cutlass_dsl ] || { mkdir -p /tmp/site && python3 -c \
     "import tarfile; tarfile.open('.whl/site.tar.xz').extractall('/tmp/site')" \
