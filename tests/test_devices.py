@@ -475,3 +475,76 @@ def test_key_parts_reads_toml_dotted_keys():
     assert key_parts('"kda.in_proj".hot_us') == [("kda.in_proj", 1, 12), ("hot_us", 14, 20)]
     assert key_parts("two words = 1") is None
     assert key_parts('"open = 1') is None
+
+
+def _located(tmp_path, text):
+    """The diagnostics of a profile ``text`` (written to a file) and its lines."""
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    return e.value.diagnostics, text.splitlines()
+
+
+def test_strings_are_never_taken_for_keys(tmp_path):
+    """A multi-line string holding ``key = value`` or ``[table]`` lines, and a
+    string on the entry's own line holding ``hot_us =``, left the problem at
+    the string's content (or no line at all)."""
+    text = open(ESTIMATE).read()
+    fake = 'note = """\n[l2]\nbytes = 7\n[ops."kda+moe"]\n"kda.in_proj" = 1\n"""\n'
+    text = text.replace("[l2]\n", fake.replace("note", "[provenance]\nnote", 1) + "[l2]\n", 1)
+    text = text.replace("evict_normal_survival =", "evict_normal_survival = -1 #", 1)
+    text += ('\n[ops."kda+moe"]\n"kda.in_proj" = { m = [1], cold_us = [1.0], '
+             'step_m = [1], step_gap_us = [0.5], hot_us = [-1.0] } # hot_us = x\n'
+             '"attn.o_proj" = { m = [1], cold_us = [1.0], hot_us = [1.0], step_m = [1], '
+             "step_gap_us = [0.1], x = '{ hot_us = 1' }\n")
+    diags, lines = _located(tmp_path, text)
+    by = {d.message.split(":")[0]: d.span for d in diags}
+    survival = by["l2.evict_normal_survival"]
+    assert lines[survival.line - 1].startswith("evict_normal_survival = -1")
+    hot = by["ops.kda+moe.kda.in_proj"]
+    line = lines[hot.line - 1]
+    assert line.startswith('"kda.in_proj" = { m = [1]') and \
+        hot.column == line.index("hot_us = [-1.0]") + 1
+    x = by["ops.kda+moe.attn.o_proj"]
+    assert x.column == lines[x.line - 1].index("x = '") + 1
+
+
+def test_quoted_keys_are_matched_by_their_value(tmp_path):
+    """Escapes and single quotes in keys, and a key path through nested
+    inline tables, are located."""
+    text = open(ESTIMATE).read() + (
+        '\n[ops."kda\\u002Bmoe"]\n"kda\\u002ein_proj" = { m = [1], cold_us = [1.0], '
+        "hot_us = [-1.0] }\n[ops]\n'mla+moe' = { 'attn.o_proj' = { 'm' = [1], "
+        "'cold_us' = [1.0], 'hot_us' = [-2.0] } }\n")
+    diags, lines = _located(tmp_path, text)
+    by = {d.message.split(":")[0]: d.span for d in diags}
+    for where, key in (("ops.kda+moe.kda.in_proj", "hot_us = [-1.0]"),
+                       ("ops.mla+moe.attn.o_proj", "hot_us' = [-2.0]")):
+        span = by[where]
+        assert span.column == lines[span.line - 1].index(key) + 1, where
+
+
+def test_every_bad_field_of_an_ops_entry_is_reported_in_one_run(tmp_path):
+    text = open(ESTIMATE).read() + (
+        '\n[ops."kda+moe"."kda.in_proj"]\nm = [0, 1]\ncold_us = [-1.0, 2.0]\n'
+        'hot_us = ["a", 2.0]\nstep_m = [4, 1]\nstep_gap_us = [1.0]\nbogus = 1\n')
+    diags, lines = _located(tmp_path, text)
+    got = [(lines[d.span.line - 1].split(" =")[0], d.message.split(": ", 2)[1])
+           for d in diags if d.message.startswith("ops.")]
+    assert got == [("m", "m"), ("cold_us", "cold_us"), ("hot_us", "hot_us"),
+                   ("step_m", "step_m"), ("bogus", "unknown key 'bogus' (known")]
+
+
+def test_a_header_with_a_hash_in_a_quoted_part_is_underlined_whole(tmp_path):
+    text = open(ESTIMATE).read() + '\n[ops."k#x"]  # a comment\n"a" = 1\n'
+    diags, lines = _located(tmp_path, text)
+    (d,) = [d for d in diags if d.message.startswith("ops.k#x")]
+    assert (d.span.column, d.span.end_column) == (1, len('[ops."k#x"]') + 1)
+
+
+def test_deeply_nested_values_are_an_error_not_a_traceback(tmp_path):
+    p = tmp_path / "deep.toml"
+    p.write_text("x = " + "[" * 600 + "]" * 600 + "\n")
+    with pytest.raises(L2sInputError, match="nested too deeply"):
+        load_device(str(p))

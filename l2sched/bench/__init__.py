@@ -49,7 +49,7 @@ def read_text_file(path: str, what: str = "file") -> str:
 def read_json_file(path: str, what: str = "result file"):
     """``read_text_file`` + JSON (a ``.gz`` path is gunzipped first: large
     results are committed compressed); ``L2sInputError`` when it is not
-    JSON or not gzip."""
+    JSON (or nested too deeply for the reader) or not gzip."""
     if str(path).endswith(".gz"):
         import gzip
         import zlib
@@ -65,6 +65,8 @@ def read_json_file(path: str, what: str = "result file"):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise L2sInputError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise L2sInputError(f"{path}: not valid JSON: values nested too deeply to read") from None
 
 
 def recorded_profile(d: dict, where: str = "the result"):

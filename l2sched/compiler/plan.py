@@ -153,7 +153,10 @@ class Plan:
         or unknown key (``missing key 'issues'``), a value of the wrong type
         (``issues[3].ranges[0]: ...``), or a plan written before byte counts
         were called ``nbytes`` (recompile it)."""
-        d = json.loads(text)
+        try:
+            d = json.loads(text)
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise ValueError("not valid JSON: values nested too deeply to read") from None
         if not isinstance(d, dict):
             raise ValueError(f"expected a JSON object, got {type(d).__name__}")
         if '"length"' in text and any(

@@ -137,6 +137,9 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
     except json.JSONDecodeError as e:
         raise L2sInputError(Diagnostic(f"not JSON: {e.msg}",
                                        Span.point(path, e.lineno, e.colno))) from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise L2sInputError(Diagnostic("not JSON: values nested too deeply to read",
+                                       Span.file(path))) from None
 
     def bad(msg: str) -> L2sInputError:
         return L2sInputError(Diagnostic(msg, Span.file(path)))

@@ -39,7 +39,7 @@ from l2sched.errors import (
     suggest,
 )
 from l2sched.files import read_input_text
-from l2sched.model.toml_keys import key_span
+from l2sched.model.toml_keys import KeyIndex
 from l2sched.units import FILL_MODES
 
 #: Where the shipped profiles live (package data of ``l2sched.data.devices``).
@@ -423,6 +423,9 @@ def load_device_text(text: str, shown: str) -> DeviceProfile:
     except ValueError as e:  # an integer literal of thousands of digits
         raise L2sInputError(Diagnostic(f"not valid TOML: {str(e).split(';')[0]}",
                                        Span.file(shown))) from None
+    except RecursionError:  # arrays or inline tables nested hundreds deep
+        raise L2sInputError(Diagnostic("not valid TOML: values nested too deeply to read",
+                                       Span.file(shown))) from None
     return parse_device(raw, shown, text)
 
 
@@ -434,13 +437,16 @@ class _Problems:
         self.path, self.text = path, text
         self.lines = source_lines(text)
         self.found: list[Diagnostic] = []
+        self._index: KeyIndex | None = None  # read at the first problem
 
     def bad(self, section: str, key: str, msg: str, inner: str = "") -> None:
         """One problem of ``section`` (dotted: ``ops.kda+moe``) and ``key`` (a
         name that may itself hold dots, an op's), located at the line that
         writes it (at ``inner``, a key inside that value, when given)."""
         want = tuple(p for p in section.split(".") if p) + tuple(k for k in (key, inner) if k)
-        span = key_span(self.path, self.text, want) if self.text else None
+        if self.text and self._index is None:
+            self._index = KeyIndex(self.text)
+        span = self._index.span(self.path, want) if self.text else None
         where = ".".join(p for p in (section, key) if p)
         line = (self.lines[span.line - 1]
                 if span and span.line <= len(self.lines) else None)
@@ -510,7 +516,11 @@ def _parse_fill(sec: Any, present: bool, problems: _Problems, values: dict) -> N
             else:
                 default = v
             continue
-        if key not in FILL_MODES or not isinstance(v, dict):
+        if key in FILL_MODES and not isinstance(v, dict):
+            bad("fill", key, f"expected a table [fill.{key}] of the kernel's numbers, got "
+                f"{v!r:.40}")
+            continue
+        if key not in FILL_MODES:
             bad("fill", key, f"unknown key{suggest(key, FILL_MODES + ('default',))}; "
                 f"expected default or a table [fill.MODE] with MODE one of "
                 f"{', '.join(FILL_MODES)}")
@@ -645,9 +655,10 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
                 f"{', '.join(sorted(known))})")
             continue
         for op, v in per.items():
-            got = _op_times(v) if op in known[kind] else ("", f"unknown op of a {kind} layer")
-            if isinstance(got, tuple):
-                bad(f"ops.{kind}", op, got[1], inner=got[0])
+            got = _op_times(v) if op in known[kind] else [("", f"unknown op of a {kind} layer")]
+            if isinstance(got, list):
+                for inner, msg in got:
+                    bad(f"ops.{kind}", op, msg, inner=inner)
                 continue
             table[(kind, op)] = got
     values["ops"] = table
@@ -669,38 +680,46 @@ MAX_OP_TOKENS = 1 << 20
 _OP_KEYS = ("m", "cold_us", "hot_us", "step_m", "step_gap_us")
 
 
-def _op_times(v: Any) -> "OpTimes | tuple[str, str]":
-    """One ``[ops]`` entry as ``OpTimes``, or what is wrong with it: ``(the
-    entry's key it is about, or "", a message naming that key)``."""
+def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
+    """One ``[ops]`` entry as ``OpTimes``, or everything wrong with it:
+    ``[(the entry's key it is about, or "", a message naming that key)]``
+    (a key whose own values are bad is not also compared with another)."""
     if not isinstance(v, dict):
-        return "", "expected an inline table {m = [...], cold_us = [...], hot_us = [...]}"
-    unknown = [k for k in v if k not in _OP_KEYS]
-    if unknown:
-        return unknown[0], f"unknown key {unknown[0]!r} (known: {', '.join(_OP_KEYS)})"
-    missing = [k for k in _OP_KEYS[:3] if k not in v]
-    if missing:
-        return "", f"missing {missing[0]}"
+        return [("", "expected an inline table {m = [...], cold_us = [...], hot_us = [...]}")]
+    out = [(k, f"unknown key {k!r} (known: {', '.join(_OP_KEYS)})") for k in v
+           if k not in _OP_KEYS]
+    out += [("", f"missing {k}") for k in _OP_KEYS[:3] if k not in v]
     if ("step_m" in v) != ("step_gap_us" in v):
-        return "step_m" if "step_m" in v else "step_gap_us", \
-            "step_m and step_gap_us go together (the step gap at each token count)"
-    for k in v:
-        if not isinstance(v[k], list) or not v[k]:
-            return k, f"{k}: expected a non-empty list, got {v[k]!r:.40}"
-    for k in ("m", "step_m"):
-        ms = v.get(k, [1])
-        bad = next((x for x in ms if not (isinstance(x, int) and not isinstance(x, bool)
-                                          and 1 <= x <= MAX_OP_TOKENS)), None)
-        if bad is not None:
-            return k, f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"
-        if any(b <= a for a, b in zip(ms, ms[1:])):
-            return k, f"{k}: token counts must increase, got {ms}"
+        out.append(("step_m" if "step_m" in v else "step_gap_us",
+                    "step_m and step_gap_us go together (the step gap at each token count)"))
+    good = set()  # keys whose values are each fine
+    for k in _OP_KEYS:
+        if k not in v:
+            continue
+        xs = v[k]
+        if not isinstance(xs, list) or not xs:
+            out.append((k, f"{k}: expected a non-empty list, got {xs!r:.40}"))
+        elif k in ("m", "step_m"):
+            bad = next((x for x in xs if not (isinstance(x, int) and not isinstance(x, bool)
+                                              and 1 <= x <= MAX_OP_TOKENS)), None)
+            if bad is not None:
+                out.append((k, f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"))
+            elif any(b <= a for a, b in zip(xs, xs[1:])):
+                out.append((k, f"{k}: token counts must increase, got {xs!r:.60}"))
+            else:
+                good.add(k)
+        else:
+            bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
+            if bad is not None:
+                out.append((k, f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"))
+            else:
+                good.add(k)
     for k, ref in (("cold_us", "m"), ("hot_us", "m"), ("step_gap_us", "step_m")):
-        xs = v.get(k, [])
-        bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
-        if bad is not None:
-            return k, f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"
-        if k in v and len(xs) != len(v[ref]):
-            return k, f"{k} has {len(xs)} values, {ref} has {len(v[ref])}"
+        if k in good and ref in good and len(v[k]) != len(v[ref]):
+            out.append((k, f"{k} has {len(v[k])} values, {ref} has {len(v[ref])}"))
+            good.discard(k)
+    if out:
+        return out
     step = (tuple(v["step_m"]), tuple(float(x) for x in v["step_gap_us"])) \
         if "step_m" in v else ((), ())
     got = OpTimes(tuple(v["m"]), tuple(float(x) for x in v["cold_us"]),
@@ -708,8 +727,9 @@ def _op_times(v: Any) -> "OpTimes | tuple[str, str]":
     for M, gap in zip(*step):
         cold = _log_interp(got.m, (got.cold_us,), M)[0]
         if gap > cold + 1e-9:
-            return "step_gap_us", (f"step_gap_us: {gap:g} us at M={M} is more than the op's cold time there "
-                    f"({cold:.3f} us): a fill cannot save more than the whole op")
+            return [("step_gap_us", f"step_gap_us: {gap:g} us at M={M} is more than the op's "
+                     f"cold time there ({cold:.3f} us): a fill cannot save more than the whole "
+                     "op")]
     return got
 
 

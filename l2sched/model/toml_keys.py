@@ -1,41 +1,57 @@
 """Where a key of a TOML file is written: the line and columns of a key
 path such as ``("ops", "kda+moe", "kda.in_proj", "hot_us")``, whichever
 of TOML's forms wrote it (a ``[table]`` header, a dotted key ``a.b = 1``, a
-quoted part ``"kda.in_proj"``, a key inside an inline table ``{ hot_us =
-[...] }``).
+quoted part ``"kda.in_proj"`` with or without escapes, a key inside an
+inline table ``{ hot_us = [...] }``, nested or not).
 
 ``tomllib`` gives values without positions, so a problem found in a parsed
-value is located again in the text here. Only what the device profiles use
-is read: single-line keys and headers; the lines of a multi-line array or
-inline table are skipped, and a multi-line string is not understood (a
-line inside one may be taken for a key).
+value is located again in the text here (``KeyIndex``: the file is read
+once, then each problem is a lookup). Strings, multi-line ones included,
+are skipped; a multi-line array or inline table is followed to its end,
+but the keys inside its continuation lines are not indexed (a problem
+there is located at the key that opens the value).
 """
 
 from __future__ import annotations
 
 import re
 
+try:  # Python >= 3.11
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as _toml  # type: ignore[no-redef]
+
 from l2sched.errors import Span, source_lines
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
-_HEADER = re.compile(r"^\s*\[(\[?)(.*?)\]?\]\s*(?:#.*)?$")
 
 
 def _after_string(text: str, i: int) -> int:
-    """The offset just after the string that opens at ``text[i]`` (``"``
-    with backslash escapes, or ``'``); ``len(text) + 1`` when it does not
-    close on the line."""
+    """The offset just after the one-line string that opens at ``text[i]``
+    (``"`` with backslash escapes, or ``'``); ``len(text) + 1`` when it does
+    not close on the line."""
     q, j, n = text[i], i + 1, len(text)
     while j < n and text[j] != q:
         j += 2 if q == '"' and text[j] == "\\" else 1
     return j + 1
 
 
+def _key_name(raw: str) -> str:
+    """A quoted key's name: a basic string's escapes (``\\u002B``) decoded
+    by the TOML reader itself, a literal string as written."""
+    if raw.startswith('"') and "\\" in raw:
+        try:
+            return _toml.loads(f"k = {raw}")["k"]
+        except (_toml.TOMLDecodeError, ValueError):
+            pass
+    return raw[1:-1]
+
+
 def key_parts(text: str, start: int = 0) -> list[tuple[str, int, int]] | None:
-    """The parts of the dotted key at the start of ``text[start:]`` (up to
-    ``=`` or the end), each ``(name, start, end)`` with offsets into
-    ``text`` (a quoted part's offsets are those of its content, without the
-    quotes). None when it is not a key (e.g. an unquoted space inside)."""
+    """The parts of the dotted key at ``text[start:]`` (up to ``=`` or the
+    end), each ``(name, start, end)`` with offsets into ``text`` (a quoted
+    part's name is decoded, its offsets are those of its content without
+    the quotes). None when it is not a key (e.g. an unquoted space inside)."""
     parts = []
     i, n = start, len(text)
     while True:
@@ -45,7 +61,7 @@ def key_parts(text: str, start: int = 0) -> list[tuple[str, int, int]] | None:
             j = _after_string(text, i)
             if j > n:
                 return None
-            parts.append((text[i + 1:j - 1], i + 1, j - 1))
+            parts.append((_key_name(text[i:j]), i + 1, j - 1))
             i = j
         else:
             m = _BARE.match(text, i)
@@ -62,106 +78,156 @@ def key_parts(text: str, start: int = 0) -> list[tuple[str, int, int]] | None:
         i += 1
 
 
-def _outside_strings(text: str):
-    """``(offset, character)`` of ``text`` outside its strings, up to a
-    ``#`` comment."""
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "\"'":
-            i = _after_string(text, i)
-            continue
-        if c == "#":
-            return
-        yield i, c
-        i += 1
+class _Scanner:
+    """Characters of a TOML text outside its strings and comments, line by
+    line, carrying an open multi-line string (``\"\"\"`` or ``'''``) and the
+    depth of open ``[``/``{`` from one line to the next."""
 
+    def __init__(self):
+        self.in_string = ""  # the delimiter of an open multi-line string
+        self.depth = 0
 
-def _open_brackets(value: str) -> int:
-    """How many ``[``/``{`` of a value stay open at the end of its line."""
-    return sum((c in "[{") - (c in "]}") for _, c in _outside_strings(value))
-
-
-def _entries(text: str):
-    """``(line number, full key path, [(part, start, end)] of the key on the
-    line, is_header, value start)`` for every header and key line."""
-    table: tuple[str, ...] = ()
-    depth = 0
-    for ln, line in enumerate(source_lines(text), 1):
-        if depth > 0:
-            depth += _open_brackets(line)
-            continue
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        m = _HEADER.match(line) if s.startswith("[") else None
-        if m:
-            body = m.start(2)
-            parts = key_parts(line[:m.end(2)], body)
-            if parts is None:
+    def outside(self, line: str, start: int = 0):
+        """``(offset, character)`` of ``line[start:]`` outside strings, up to
+        a ``#`` comment; brackets update ``depth``."""
+        i, n = start, len(line)
+        while i < n:
+            if self.in_string:
+                end = line.find(self.in_string, i)
+                if end < 0:
+                    return
+                i = end + 3
+                for _ in range(2):  # up to two quotes of the string's own before the end
+                    if i < n and line[i] == self.in_string[0]:
+                        i += 1
+                self.in_string = ""
                 continue
-            table = tuple(p for p, _, _ in parts)
-            yield ln, table, parts, True, len(line)
-            continue
-        eq = _top_level_equals(line)
-        if eq < 0:
-            continue
-        parts = key_parts(line[:eq])
-        if parts is None:
-            continue
-        depth = _open_brackets(line[eq + 1:])
-        yield ln, table + tuple(p for p, _, _ in parts), parts, False, eq + 1
+            c = line[i]
+            if line.startswith(('"""', "'''"), i):
+                self.in_string = line[i:i + 3]
+                i += 3
+                continue
+            if c in "\"'":
+                i = _after_string(line, i)
+                continue
+            if c == "#":
+                return
+            self.depth += (c in "[{") - (c in "]}")
+            yield i, c
+            i += 1
 
 
-def _top_level_equals(line: str) -> int:
-    """Offset of the ``=`` after a key (outside quotes), -1 without one."""
-    return next((i for i, c in _outside_strings(line) if c == "="), -1)
+class KeyIndex:
+    """Every header and key line of a TOML ``text``, read once:
+    ``span(path, want)`` locates a key path in it."""
 
+    def __init__(self, text: str):
+        self.lines = source_lines(text)
+        # (line number, full key path, key parts on the line, is header,
+        # offset where the value starts)
+        self.entries: list[tuple[int, tuple[str, ...], list, bool, int]] = []
+        scan = _Scanner()
+        table: tuple[str, ...] = ()
+        for ln, line in enumerate(self.lines, 1):
+            if scan.in_string or scan.depth > 0:
+                for _ in scan.outside(line):
+                    pass
+                continue
+            s = line.lstrip()
+            if not s or s.startswith("#"):
+                continue
+            if s.startswith("["):
+                header = self._header(line, scan)
+                if header is not None:
+                    table = tuple(p for p, _, _ in header)
+                    self.entries.append((ln, table, header, True, len(line)))
+                continue
+            eq = next((i for i, c in scan.outside(line) if c == "="), -1)
+            if eq < 0:
+                scan.depth = 0
+                continue
+            parts = key_parts(line[:eq])
+            scan.depth = 0
+            for _ in scan.outside(line, eq + 1):  # the value: strings, brackets left open
+                pass
+            if parts is not None:
+                self.entries.append((ln, table + tuple(p for p, _, _ in parts), parts, False,
+                                     eq + 1))
 
-def key_span(path: str, text: str, want: tuple[str, ...]) -> Span | None:
-    """The span in ``text`` (the file ``path``) of the key path ``want``:
-    the first line that writes it (its header, its key, or a key below it),
-    else the first line of its deepest written ancestor (a table header, or
-    an inline table's key, within which a key of ``want`` on the same line
-    is pointed at). None when not even ``want[0]`` is written."""
-    if not want:
-        return None
-    best = None  # (depth, line, col, end col)
-    lines = source_lines(text)
-    for ln, full, parts, header, value_at in _entries(text):
+    @staticmethod
+    def _header(line: str, scan: _Scanner) -> list | None:
+        """The key parts of a ``[table]`` or ``[[array]]`` header line, or
+        None when the line is not one."""
+        first = line.index("[")
+        inner = first + (2 if line.startswith("[[", first) else 1)
+        close = next((i for i, c in scan.outside(line, inner) if c == "]"), -1)
+        scan.depth = 0
+        if close < 0:
+            return None
+        return key_parts(line[:close], inner)
+
+    def span(self, path: str, want: tuple[str, ...]) -> Span | None:
+        """The span (in the file ``path``) of the key path ``want``: the
+        first line that writes it (its header, its key, or a key below it),
+        else the first line of its deepest written ancestor (a table header,
+        or a key whose inline table holds ``want``'s next names, pointed at
+        as deep as they go on that line). None when not even ``want[0]`` is
+        written."""
+        if not want:
+            return None
+        best = None  # (depth, line, col, end col)
         k = len(want)
-        if full[:k] == want:
-            if header:
-                line = lines[ln - 1]
-                col = line.index("[") + 1
-                return Span(path, ln, col, ln, col + len(line.split("#")[0].strip()))
-            # the part of ``want``'s last name on this line (the key's own parts
-            # follow the table's)
-            at = len(want) - (len(full) - len(parts)) - 1
-            _, a, b = parts[max(0, at)]
-            return Span(path, ln, a + 1, ln, b + 1)
-        if len(full) < k and want[:len(full)] == full and (best is None or len(full) > best[0]):
-            line = lines[ln - 1]
-            if header:
-                col = line.index("[") + 1
-                span = (col, col + len(line.split("#")[0].strip()))
-            else:
-                span = _inline_key(line, value_at, want[len(full)]) or \
-                    (parts[-1][1] + 1, parts[-1][2] + 1)
-            best = (len(full), ln, *span)
-    if best is None:
-        return None
-    _, ln, a, b = best
-    return Span(path, ln, a, ln, b)
+        for ln, full, parts, header, value_at in self.entries:
+            line = self.lines[ln - 1]
+            if full[:k] == want:
+                if header:
+                    return Span(path, ln, *_header_columns(line, ln))
+                # want's last name among the key's own parts (they follow the table's)
+                _, a, b = parts[max(0, k - (len(full) - len(parts)) - 1)]
+                return Span(path, ln, a + 1, ln, b + 1)
+            if len(full) < k and want[:len(full)] == full and (best is None or
+                                                               len(full) > best[0]):
+                if header:
+                    a, _, b = _header_columns(line, ln)
+                    best = (len(full), ln, a, b)
+                else:
+                    a, b = _inline_key(line, value_at, want[len(full):]) or \
+                        (parts[-1][1] + 1, parts[-1][2] + 1)
+                    best = (len(full), ln, a, b)
+        if best is None:
+            return None
+        _, ln, a, b = best
+        return Span(path, ln, a, ln, b)
 
 
-def _inline_key(line: str, value_at: int, name: str) -> tuple[int, int] | None:
-    """Columns of key ``name`` inside an inline table written after
-    ``value_at`` on ``line`` (``{ m = [...], name = ... }``), if there."""
-    pat = re.compile(r'[{,]\s*(?:"(' + re.escape(name) + r')"|(' + re.escape(name)
-                     + r'))\s*=')
-    m = pat.search(line, value_at)
-    if not m:
-        return None
-    g = 1 if m.group(1) is not None else 2
-    return m.start(g) + 1, m.end(g) + 1
+def _header_columns(line: str, ln: int) -> tuple[int, int, int]:
+    """``(column, line, end column)`` of a header's ``[...]`` on line
+    ``ln`` (its comment left out)."""
+    first = line.index("[")
+    close = next((i for i, c in _Scanner().outside(line, first + 1) if c == "]"), len(line))
+    end = close + (2 if line.startswith("]]", close) else 1)
+    return first + 1, ln, end + 1
+
+
+def _inline_key(line: str, value_at: int, names: tuple[str, ...]) -> tuple[int, int] | None:
+    """Columns of the deepest of ``names`` (a key path into the inline
+    table written after ``value_at`` on ``line``: ``{ m = [...], hot_us =
+    ... }``, nested or dotted) found there, each looked for after the one
+    before; None when not even the first is there."""
+    found = None
+    at, left = value_at, list(names)
+    while left:
+        hit = None
+        for i, c in _Scanner().outside(line, at):
+            if c in "{,":
+                parts = key_parts(line, i + 1)
+                if parts and [p for p, _, _ in parts] == left[:len(parts)]:
+                    hit = parts
+                    break
+        if hit is None:
+            break
+        found = (hit[-1][1] + 1, hit[-1][2] + 1)
+        end = hit[-1][2]
+        at = end + 1 if end < len(line) and line[end] in "\"'" else end  # past a closing quote
+        left = left[len(hit):]
+    return found
