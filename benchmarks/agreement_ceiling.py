@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import shlex
 import statistics
 import sys
 
@@ -195,7 +197,7 @@ def run_replays_of(ds: dict[str, dict]) -> int:
     for path, d in ds.items():
         n = d.get("replays")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise L2sError(f"{path}: no replay count ('replays')")
+            raise L2sError(f"{path}: 'replays' is {n!r:.20}, not a replay count")
         if first is None:
             first = (path, n)
         elif n != first[1]:
@@ -204,15 +206,29 @@ def run_replays_of(ds: dict[str, dict]) -> int:
     return first[1]
 
 
+#: Largest ``--replays`` count: far above any bench run's (a device call
+#: ran 80); a larger one is a typo.
+MAX_REPLAYS = 100_000
+
+
 def _replay_counts(text: str) -> list[int]:
-    """``--replays``' value: comma-separated positive integers."""
-    try:
-        got = [int(x) for x in text.split(",")]
-    except ValueError:
-        got = []
-    if not got or any(n < 1 for n in got):
-        raise argparse.ArgumentTypeError(f"expected replay counts such as 25,80, got {text!r}")
-    return got
+    """``--replays``' value: comma-separated counts 1..``MAX_REPLAYS``
+    (ASCII digits), each once."""
+    items = text.split(",")
+    if not all(re.fullmatch(r"[1-9][0-9]{0,5}", x) and int(x) <= MAX_REPLAYS for x in items) \
+            or len(set(items)) < len(items):
+        raise argparse.ArgumentTypeError(
+            f"expected distinct replay counts in 1..{MAX_REPLAYS} such as 25,80, got "
+            f"{text!r:.40}")
+    return [int(x) for x in items]
+
+
+def _table_names(paths: list[str]) -> dict[str, str]:
+    """How each run is named in the markdown table: its file name, or its
+    path where two runs share a file name; ``|`` and backticks escaped."""
+    base = [os.path.basename(p) for p in paths]
+    return {p: (b if base.count(b) == 1 else p).replace("|", "\\|").replace("`", "\\`")
+            for p, b in zip(paths, base)}
 
 
 def main(argv=None) -> int:
@@ -220,15 +236,23 @@ def main(argv=None) -> int:
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--replays", type=_replay_counts, default=[],
                     help="also simulate the ceiling in runs of these replay counts (e.g. 25,80)")
-    ap.add_argument("--json-out", default="/dev/null")
-    ap.add_argument("--md-out", default="")
+    ap.add_argument("--json-out", default=None)
+    ap.add_argument("--md-out", default=None)
     args = ap.parse_args(argv)
-    if len({os.path.realpath(p) for p in args.runs}) < 3:
+    real = [os.path.realpath(p) for p in args.runs]
+    if len(set(real)) < 3:
         ap.error("give at least 3 different runs (each is predicted from the others)")
     try:
+        twice = next((p for i, p in enumerate(args.runs) if real[i] in real[:i]), None)
+        if twice is not None:
+            raise L2sError(f"{twice}: given twice (each run counts once)")
+        targets: dict = {}
         for out in (args.json_out, args.md_out):  # before any work; never onto an input
-            if out and out != "/dev/null":
-                check_output_path(out, protect=args.runs)
+            if out is not None:
+                shown, target = check_output_path(out, protect=args.runs)
+                if target in targets:
+                    raise L2sError(f"{shown}: --json-out and --md-out are the same file")
+                targets[target] = shown
         runs, rounds, ds = {}, {}, {}
         for p in args.runs:
             ds[p] = d = read_json_file(p)
@@ -239,8 +263,8 @@ def main(argv=None) -> int:
         sims = [simulated_ceiling(runs, run_replays_of(ds), n) for n in args.replays]
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
-    command = " ".join(["python", "benchmarks/agreement_ceiling.py",
-                        *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "benchmarks/agreement_ceiling.py",
+                          *(sys.argv[1:] if argv is None else argv)])
     lines = ["# Leave-one-run-out ceiling of the three-way verdict agreement", "",
              f"Command: `{command}`", "",
              "Each run's arms predicted by the mean of their measured gains in the other runs; "
@@ -248,9 +272,10 @@ def main(argv=None) -> int:
              f"over the runs: {got['median_spread_us']:.1f} us; median A/A floor "
              f"{got['median_floor_us']:.1f} us.", "",
              "| run | rows | agreement | median \\|error\\| us | Spearman |", "|---|---|---|---|---|"]
+    names = _table_names(list(got["runs"]))
     for name, v in got["runs"].items():
         sp = "-" if v["spearman"] is None else f"{v['spearman']:.3f}"
-        lines.append(f"| {os.path.basename(name)} | {v['n']} | {v['verdict_agreement']:.0%} | "
+        lines.append(f"| {names[name]} | {v['n']} | {v['verdict_agreement']:.0%} | "
                      f"{v['median_abs_gain_err_us']:.1f} | {sp} |")
     worst = sorted(got["spread_us"].items(), key=lambda kv: -kv[1])[:8]
     lines += ["", "Largest spreads (us): " + ", ".join(f"{k} {s:.1f}" for k, s in worst) + "."]
@@ -261,7 +286,8 @@ def main(argv=None) -> int:
                   f"times sqrt({sims[0]['run_replays']} / N) as a run's noise, each M's median A/A "
                   "floor scaled alike (`simulated_ceiling`). `perfect`: a predictor that knows "
                   "the truth; `mean of runs`: the mean over these runs.", "",
-                  "| N | floors us (by M) | perfect: mean / p10 / share >= "
+                  f"| N | floors us (M = {' / '.join(sims[0]['floor_us'])}) | perfect: mean / "
+                  "p10 / share >= "
                   f"{mark:.0%} | mean of runs: mean / p10 / share >= {mark:.0%} | "
                   "mean of runs: median \\|error\\| us |", "|---|---|---|---|---|"]
         for s in sims:
@@ -276,7 +302,7 @@ def main(argv=None) -> int:
                      "spread_us": got["spread_us"], "median_spread_us": got["median_spread_us"],
                      "median_floor_us": got["median_floor_us"], "simulated": sims,
                      "command": command},
-                    lines, args.json_out, args.md_out)
+                    lines, args.json_out or "/dev/null", args.md_out or "")
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
     return 0

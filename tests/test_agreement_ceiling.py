@@ -119,9 +119,11 @@ def test_replays_writes_the_simulation_and_bad_counts_are_usage_errors(tmp_path)
     for M, fl in sims[0]["floor_us"].items():
         assert abs(sims[1]["floor_us"][M] - max(1.0, fl / 2)) < 1e-9
     assert "## Expected agreement in a run of N replays" in (tmp_path / "c.md").read_text()
-    for bad in ("0", "x", "25,", ""):
+    for bad in ("0", "x", "25,", "", "25,25", "1000000000", " 25", "+25", "2_5", "\u0662\u0665",
+                "9" * 5000):
         p = _ceiling(*RUNS, "--replays", bad)
-        assert p.returncode == 2 and "expected replay counts" in p.stderr
+        assert p.returncode == 2 and "expected distinct replay counts in 1..100000" in p.stderr
+        assert len(p.stderr) < 400
 
 
 def test_runs_of_other_replay_counts_are_not_simulated_together(tmp_path):
@@ -132,3 +134,28 @@ def test_runs_of_other_replay_counts_are_not_simulated_together(tmp_path):
     other.write_text(json.dumps(d))
     p = _ceiling(RUNS[0], RUNS[1], str(other), "--replays", "80")
     assert p.returncode == 1 and "forty.json: 40 replays" in p.stderr
+
+
+def test_a_run_given_twice_or_one_file_for_both_outputs_is_refused_before_any_work(tmp_path):
+    p = _ceiling(*RUNS, RUNS[0])
+    assert p.returncode == 1 and f"{RUNS[0]}: given twice" in p.stderr
+    out = tmp_path / "same"
+    p = _ceiling(*RUNS, "--json-out", str(out), "--md-out", str(out))
+    assert p.returncode == 1 and "--json-out and --md-out are the same file" in p.stderr
+    assert p.stdout == "" and not out.exists()
+    p = _ceiling(*RUNS, "--json-out", "")
+    assert p.returncode == 1 and "the output path is empty" in p.stderr and p.stdout == ""
+
+
+def test_runs_that_share_a_file_name_are_told_apart_in_the_table(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "run.json.gz").write_bytes((ROOT / RUNS[0 if d == "a" else 1]).read_bytes())
+    md = tmp_path / "c.md"
+    p = _ceiling(str(tmp_path / "a" / "run.json.gz"), str(tmp_path / "b" / "run.json.gz"),
+                 RUNS[2], "--md-out", str(md))
+    assert p.returncode == 0, p.stderr
+    text = md.read_text()
+    assert f"| {tmp_path / 'a' / 'run.json.gz'} | 56 |" in text
+    assert "| h200-2026-12-01-E14.json.gz | 56 |" in text
