@@ -15,6 +15,7 @@ there is located at the key that opens the value).
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 try:  # Python >= 3.11
     import tomllib as _toml
@@ -117,15 +118,26 @@ class _Scanner:
             i += 1
 
 
+class _Entry(NamedTuple):
+    """One header or key line: its number, the full key path it writes, the
+    key's parts on the line (``key_parts``), and for a header the columns
+    of its ``[...]``, for a key the offset where its value starts."""
+
+    line: int
+    path: tuple[str, ...]
+    parts: list
+    header: bool
+    header_cols: tuple[int, int] = (0, 0)
+    value_at: int = 0
+
+
 class KeyIndex:
     """Every header and key line of a TOML ``text``, read once:
     ``span(path, want)`` locates a key path in it."""
 
     def __init__(self, text: str):
         self.lines = source_lines(text)
-        # (line number, full key path, key parts on the line, is header,
-        # offset where the value starts)
-        self.entries: list[tuple[int, tuple[str, ...], list, bool, int]] = []
+        self.entries: list[_Entry] = []
         scan = _Scanner()
         table: tuple[str, ...] = ()
         for ln, line in enumerate(self.lines, 1):
@@ -137,10 +149,10 @@ class KeyIndex:
             if not s or s.startswith("#"):
                 continue
             if s.startswith("["):
-                header = self._header(line, scan)
+                header = _header(line, scan)
                 if header is not None:
-                    table = tuple(p for p, _, _ in header)
-                    self.entries.append((ln, table, header, True, len(line)))
+                    table = tuple(p for p, _, _ in header[0])
+                    self.entries.append(_Entry(ln, table, header[0], True, header[1]))
                 continue
             eq = next((i for i, c in scan.outside(line) if c == "="), -1)
             if eq < 0:
@@ -151,20 +163,8 @@ class KeyIndex:
             for _ in scan.outside(line, eq + 1):  # the value: strings, brackets left open
                 pass
             if parts is not None:
-                self.entries.append((ln, table + tuple(p for p, _, _ in parts), parts, False,
-                                     eq + 1))
-
-    @staticmethod
-    def _header(line: str, scan: _Scanner) -> list | None:
-        """The key parts of a ``[table]`` or ``[[array]]`` header line, or
-        None when the line is not one."""
-        first = line.index("[")
-        inner = first + (2 if line.startswith("[[", first) else 1)
-        close = next((i for i, c in scan.outside(line, inner) if c == "]"), -1)
-        scan.depth = 0
-        if close < 0:
-            return None
-        return key_parts(line[:close], inner)
+                self.entries.append(_Entry(ln, table + tuple(p for p, _, _ in parts), parts,
+                                           False, value_at=eq + 1))
 
     def span(self, path: str, want: tuple[str, ...]) -> Span | None:
         """The span (in the file ``path``) of the key path ``want``: the
@@ -177,36 +177,41 @@ class KeyIndex:
             return None
         best = None  # (depth, line, col, end col)
         k = len(want)
-        for ln, full, parts, header, value_at in self.entries:
-            line = self.lines[ln - 1]
+        for e in self.entries:
+            full, parts = e.path, e.parts
             if full[:k] == want:
-                if header:
-                    return Span(path, ln, *_header_columns(line, ln))
+                if e.header:
+                    return Span(path, e.line, e.header_cols[0], e.line, e.header_cols[1])
                 # want's last name among the key's own parts (they follow the table's)
                 _, a, b = parts[max(0, k - (len(full) - len(parts)) - 1)]
-                return Span(path, ln, a + 1, ln, b + 1)
+                return Span(path, e.line, a + 1, e.line, b + 1)
             if len(full) < k and want[:len(full)] == full and (best is None or
                                                                len(full) > best[0]):
-                if header:
-                    a, _, b = _header_columns(line, ln)
-                    best = (len(full), ln, a, b)
+                if e.header:
+                    a, b = e.header_cols
                 else:
-                    a, b = _inline_key(line, value_at, want[len(full):]) or \
-                        (parts[-1][1] + 1, parts[-1][2] + 1)
-                    best = (len(full), ln, a, b)
+                    a, b = _inline_key(self.lines[e.line - 1], e.value_at, want[len(full):]) \
+                        or (parts[-1][1] + 1, parts[-1][2] + 1)
+                best = (len(full), e.line, a, b)
         if best is None:
             return None
         _, ln, a, b = best
         return Span(path, ln, a, ln, b)
 
 
-def _header_columns(line: str, ln: int) -> tuple[int, int, int]:
-    """``(column, line, end column)`` of a header's ``[...]`` on line
-    ``ln`` (its comment left out)."""
+def _header(line: str, scan: _Scanner) -> tuple[list, tuple[int, int]] | None:
+    """The key parts of a ``[table]`` or ``[[array]]`` header line and the
+    columns of its brackets (a comment after them left out), or None when
+    the line is not one."""
     first = line.index("[")
-    close = next((i for i, c in _Scanner().outside(line, first + 1) if c == "]"), len(line))
+    inner = first + (2 if line.startswith("[[", first) else 1)
+    close = next((i for i, c in scan.outside(line, inner) if c == "]"), -1)
+    scan.depth = 0
+    parts = key_parts(line[:close], inner) if close >= 0 else None
+    if parts is None:
+        return None
     end = close + (2 if line.startswith("]]", close) else 1)
-    return first + 1, ln, end + 1
+    return parts, (first + 1, end + 1)
 
 
 def _inline_key(line: str, value_at: int, names: tuple[str, ...]) -> tuple[int, int] | None:
