@@ -260,7 +260,10 @@ def main(argv=None) -> int:
             rounds[p] = none_rounds(d)
         check_same_arms(runs, rounds)
         got = ceiling(runs)
-        sims = [simulated_ceiling(runs, run_replays_of(ds), n) for n in args.replays]
+        sims = []
+        if args.replays:
+            each = run_replays_of(ds)
+            sims = [simulated_ceiling(runs, each, n) for n in args.replays]
     except L2sError as e:
         sys.exit(f"agreement_ceiling: {e}")
     command = shlex.join(["python", "benchmarks/agreement_ceiling.py",

@@ -437,15 +437,17 @@ class _Problems:
         self.path, self.text = path, text
         self.lines = source_lines(text)
         self.found: list[Diagnostic] = []
-        self._index: KeyIndex | None = None  # read at the first problem
+
+    @functools.cached_property
+    def _index(self) -> KeyIndex:
+        """The text's keys, read at the first problem (a clean file never is)."""
+        return KeyIndex(self.text)
 
     def bad(self, section: str, key: str, msg: str, inner: str = "") -> None:
         """One problem of ``section`` (dotted: ``ops.kda+moe``) and ``key`` (a
         name that may itself hold dots, an op's), located at the line that
         writes it (at ``inner``, a key inside that value, when given)."""
         want = tuple(p for p in section.split(".") if p) + tuple(k for k in (key, inner) if k)
-        if self.text and self._index is None:
-            self._index = KeyIndex(self.text)
         span = self._index.span(self.path, want) if self.text else None
         where = ".".join(p for p in (section, key) if p)
         line = (self.lines[span.line - 1]
@@ -717,7 +719,6 @@ def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
     for k, ref in (("cold_us", "m"), ("hot_us", "m"), ("step_gap_us", "step_m")):
         if k in good and ref in good and len(v[k]) != len(v[ref]):
             out.append((k, f"{k} has {len(v[k])} values, {ref} has {len(v[ref])}"))
-            good.discard(k)
     if out:
         return out
     step = (tuple(v["step_m"]), tuple(float(x) for x in v["step_gap_us"])) \
