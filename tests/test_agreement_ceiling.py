@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = [f"benchmarks/results/h200-2026-12-01-E{i}.json.gz" for i in (12, 13, 14)]
+RUNS = [f"tests/data/results/h200-2026-12-01-E{i}.json.gz" for i in (12, 13, 14)]
 
 
 def _ceiling(*args: str) -> subprocess.CompletedProcess:

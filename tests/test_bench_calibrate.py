@@ -18,7 +18,7 @@ from l2sched.cli import main
 from l2sched.model.devices import load_device
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_2A = ROOT / "benchmarks" / "results" / "h200-2026-12-01-fit-proof-2a.json.gz"
+RUN_2A = ROOT / "tests" / "data" / "results" / "h200-2026-12-01-fit-proof-2a.json.gz"
 
 
 def test_set_aside_slowdown_of_the_aside_max_arm():
@@ -108,7 +108,7 @@ def test_calibrate_on_a_two_gpu_result(monkeypatch):
     ``bench tp-report`` validates them (real all-reduces, the run's
     world-size collective table); it has no set-aside arm."""
     from l2sched.bench.tp_validation import collectives_as_run, lint_predictor, validation
-    t1 = read_json_file(str(ROOT / "benchmarks" / "results" / "h200x2-2026-12-01-T1.json.gz"))
+    t1 = read_json_file(str(ROOT / "tests" / "data" / "results" / "h200x2-2026-12-01-T1.json.gz"))
     monkeypatch.setattr(cm, "SCALE_GRID", (0.5, 1.0, 1.5))
     cal = cm.calibrate(t1, "h200")
     assert [s for s, _ in cal["scan"]] == [0.5, 1.0, 1.5]

@@ -30,7 +30,7 @@ from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
 
 SCHED = "schedules/glm53-flash-h200-tp4.l2s"
-RESULTS = "benchmarks/results/h200-2026-12-01-controls-"
+RESULTS = "tests/data/results/h200-2026-12-01-controls-"
 KEEP_ARMS = ("none", AA_ARM, "compiled", "only-C-5MB", "kernel-bulk")
 KEEP_M = ("4", "16")
 
@@ -308,10 +308,10 @@ def test_outputs_may_not_overwrite_the_controls_run(tmp_path, cut_runs, capsys):
                  str(tmp_path / "r.json"), "--md-out", str(cal)]) == 1
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     assert cal.read_text() == before and not (tmp_path / "r.json").exists()
-    assert main(["bench", "tp-report", "benchmarks/results/h200x2-2026-12-01-T2.json.gz",
+    assert main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
                  "--controls", str(cal), "--md-out", str(cal)]) == 1
     assert cal.read_text() == before
-    assert main(["bench", "tp-report", "benchmarks/results/h200x2-2026-12-01-T2.json.gz",
+    assert main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
                  "--controls", str(cal), "--no-lint"]) == 1
     assert "cannot go with --no-lint" in capsys.readouterr().err
 

@@ -336,7 +336,7 @@ def test_committed_fitted_schedules(device, capsys):
 
 def test_the_measured_collective_slowdown_makes_h200_say_no_prefetch(tmp_path, capsys):
     """With fill.MODE.allreduce_slowdown measured on 2 H200s with NCCL
-    (benchmarks/results/h200x2-2026-12-01-T1.json.gz) every candidate loses
+    (tests/data/results/h200x2-2026-12-01-T1.json.gz) every candidate loses
     more at the all-reduces than its hits gain: no prefetch, as measured
     there (every schedule arm slower or the same)."""
     out = tmp_path / "h200.l2s"

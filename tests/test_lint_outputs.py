@@ -325,7 +325,7 @@ def test_item22_timeline_svg_shows_what_to_conclude(tmp_path, capsys):
     assert "beside the measured one (compiled arm)" in svg.find("s:title", ns).text
     capsys.readouterr()
     # results that cannot be drawn are one-line errors, before the lint runs
-    summary = ROOT / "benchmarks" / "results" / "h200-2026-11-29b.json"
+    summary = ROOT / "tests" / "data" / "results" / "h200-2026-11-29b.json"
     assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(summary)]) == 1
     assert "arm 'compiled' has no per-op times ('ops')" in capsys.readouterr().err
     assert main(["timeline", str(POST_AR), "-o", str(out), "--measured", str(result),

@@ -199,7 +199,7 @@ class DeviceProfile:
     default 1): a main-stream op other than a collective or the expert
     stream runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its rate
     while a fill of kernel ``slowdown`` reads device memory (h200: calibrated
-    on benchmarks/results/h200-2026-12-01-fit-proof-2a.json.gz).
+    on tests/data/results/h200-2026-12-01-fit-proof-2a.json.gz).
     ``set_aside_stream_slowdown`` (``l2.set_aside_stream_slowdown``,
     optional, default 0): the fraction by which the routed-expert stream's
     device-memory reads are slower with ``set_aside_max_bytes`` reserved,
