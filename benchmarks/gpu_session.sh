@@ -12,7 +12,7 @@
 # TP_REPLAYS, TP_ARGS; TP_P2P_OFF=1 adds a second run with --p2p off;
 # about 2 min per run after a ~20 s pre-flight test, docs/bench.md; needs the
 # nvidia-h200-x2 kind), touch (translation probe + bench run with touch arms
-# and traces, benchmarks/bench_run_touch.py).
+# and traces, lab/experiments/bench_run_touch.py).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sections=${1:-env,tests,sanitize,kbench,run}
@@ -87,9 +87,9 @@ if has touch; then
   # translations or lines? (docs/lint.md, "Translations or lines"): the
   # translation probe, then bench run with touch arms, window B's target
   # groups, decoys and one traced replay per arm and M
-  timeout 120 python3 benchmarks/translation_probe.py --out "$OUT/translation.json" \
+  timeout 120 python3 lab/experiments/translation_probe.py --out "$OUT/translation.json" \
     --md-out "$OUT/translation.md" 2>&1 | tail -8
-  timeout ${TOUCH_TIMEOUT:-330} python3 benchmarks/bench_run_touch.py \
+  timeout ${TOUCH_TIMEOUT:-330} python3 lab/experiments/bench_run_touch.py \
     --touch schedules/glm53-flash-h200-tp4.l2s --touch /tmp/wb/B-next-attn.l2s \
     --window-b-groups /tmp/wb --out /tmp/touch.json --bench-dir /tmp/wb --controls decoy \
     --perturbations --variant kernel-bulk:kernel=bulk --tokens ${TOUCH_TOKENS:-4,16,64} \

@@ -1,4 +1,4 @@
-"""benchmarks/agreement_ceiling.py on committed validation runs: each run's
+"""lab/experiments/agreement_ceiling.py on committed validation runs: each run's
 arms predicted by their mean gain in the other runs, and the inputs it refuses."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ RUNS = [f"tests/data/results/h200-2026-12-01-E{i}.json.gz" for i in (12, 13, 14)
 
 
 def _ceiling(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "benchmarks/agreement_ceiling.py", *args],
+    return subprocess.run([sys.executable, "lab/experiments/agreement_ceiling.py", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -71,7 +71,7 @@ def test_it_never_writes_onto_an_input_and_refuses_a_dry_result(tmp_path):
 
 
 def _module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "lab" / "experiments"))
     import agreement_ceiling
     return agreement_ceiling
 

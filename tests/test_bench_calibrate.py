@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.bench import calibrate_model as cm
-from l2sched.bench import read_json_file
+from lab.bench import calibrate_model as cm
+from l2sched.profile import read_json_file
 from l2sched.cli import main
 from l2sched.model.devices import load_device
+from lab import main as lab_main
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_2A = ROOT / "tests" / "data" / "results" / "h200-2026-12-01-fit-proof-2a.json.gz"
@@ -36,7 +37,7 @@ def test_set_aside_slowdown_of_the_aside_max_arm():
 def test_calibrate_keeps_a_probe_measured_set_aside_term(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cm, "SCALE_GRID", (4.5,))
     out = tmp_path / "cal.toml"
-    assert main(["bench", "calibrate", str(RUN_2A), "--out", str(out),
+    assert lab_main(["bench", "calibrate", str(RUN_2A), "--out", str(out),
                  "--profile", "h200"]) == 0
     assert "unchanged (measured by the profile's set_aside probe)" in capsys.readouterr().out
     assert load_device(str(out)).set_aside_stream_slowdown == \
@@ -47,7 +48,7 @@ def test_calibrate_picks_the_least_error_scale(monkeypatch, tmp_path, capsys):
     # two grid values keep the test short; the shipped profile's 4.5 must win
     monkeypatch.setattr(cm, "SCALE_GRID", (1.0, 4.5))
     out = tmp_path / "cal.toml"
-    assert main(["bench", "calibrate", str(RUN_2A), "--out", str(out)]) == 0
+    assert lab_main(["bench", "calibrate", str(RUN_2A), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fill_slowdown_scale = 4.5" in printed and "arm aside-max" in printed
     assert "after: agreement 75%, median |error| 77.0 us" in printed  # run 2a, this model
@@ -77,14 +78,14 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     with gzip.open(no_aa, "wt") as f:
         json.dump(d, f)
     out = tmp_path / "cal.toml"
-    assert main(["bench", "calibrate", str(no_aa), "--out", str(out)]) == 1
+    assert lab_main(["bench", "calibrate", str(no_aa), "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["l2sched bench calibrate: the result has no 'none-aa' arm (run bench run "
+    assert err == ["python -m lab bench calibrate: the result has no 'none-aa' arm (run bench run "
                    "with --perturbations or --validation)"]
     assert not out.exists()
-    assert main(["bench", "calibrate", str(tmp_path / "nope.json"), "--out", str(out)]) == 1
+    assert lab_main(["bench", "calibrate", str(tmp_path / "nope.json"), "--out", str(out)]) == 1
     assert "nope.json" in capsys.readouterr().err
-    assert main(["bench", "calibrate", str(RUN_2A), "--out", str(tmp_path)]) == 1
+    assert lab_main(["bench", "calibrate", str(RUN_2A), "--out", str(tmp_path)]) == 1
 
 
 def test_the_calibrated_profile_says_where_its_scale_comes_from():
@@ -107,7 +108,7 @@ def test_calibrate_on_a_two_gpu_result(monkeypatch):
     """A ``bench tp --validation`` result calibrates the scale on its rows as
     ``bench tp-report`` validates them (real all-reduces, the run's
     world-size collective table); it has no set-aside arm."""
-    from l2sched.bench.tp_validation import collectives_as_run, lint_predictor, validation
+    from lab.bench.tp_validation import collectives_as_run, lint_predictor, validation
     t1 = read_json_file(str(ROOT / "tests" / "data" / "results" / "h200x2-2026-12-01-T1.json.gz"))
     monkeypatch.setattr(cm, "SCALE_GRID", (0.5, 1.0, 1.5))
     cal = cm.calibrate(t1, "h200")

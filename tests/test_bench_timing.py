@@ -11,12 +11,12 @@ from extras import TORCH_MISSING
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.bench.options import run_arguments as add_arguments
-from l2sched.bench.report import report
-from l2sched.bench.run import TimedGraph, _collect, _summarize, run
-from l2sched.bench.step import FakeEvent
-from l2sched.bench.validation import spin_collectives
-from l2sched.bench.verdicts import (
+from l2sched.profile.options import run_arguments as add_arguments
+from lab.bench.report import report
+from l2sched.profile.run import TimedGraph, _collect, _summarize, run
+from l2sched.profile.step import FakeEvent
+from l2sched.profile.arms import spin_collectives
+from lab.bench.verdicts import (
     correct_fills,
     correct_ops,
     event_overhead,
@@ -33,6 +33,7 @@ from l2sched.model.adapters import glm5next as ad
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from lab import main as lab_main
 
 SCHED = "schedules/glm53-flash-h200-tp4.l2s"
 BAD = "schedules/bench/fill-over-experts.l2s"
@@ -263,12 +264,12 @@ def test_report_refuses_dry_result(tmp_path):
 def test_report_cli_refuses_other_files_and_its_input(tmp_path, capsys):
     tp = tmp_path / "tp.json"
     tp.write_text(json.dumps({"kind": "l2sched bench tp"}))
-    assert main(["bench", "report", str(tp), "--json-out", str(tmp_path / "a.json"),
+    assert lab_main(["bench", "report", str(tp), "--json-out", str(tmp_path / "a.json"),
                  "--md-out", str(tmp_path / "b.md")]) == 1
     assert "not a `l2sched bench run` result" in capsys.readouterr().err
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"kind": "l2sched bench", "arms": 5, "per_m": {}}))
-    assert main(["bench", "report", str(broken), "--json-out", str(tmp_path / "a.json"),
+    assert lab_main(["bench", "report", str(broken), "--json-out", str(tmp_path / "a.json"),
                  "--md-out", str(tmp_path / "b.md")]) == 1
     err = capsys.readouterr().err
     assert "not a usable `l2sched bench run` result (TypeError" in err
@@ -486,7 +487,7 @@ def test_recovered_share_uses_means_and_a_paired_interval():
     not fit the L2 hot; unequal rounds are an error."""
     import random
 
-    from l2sched.bench.timing import recovered_share
+    from l2sched.profile.timing import recovered_share
     rng = random.Random(3)
     n = 300
     drift = [rng.gauss(0, 0.5) for _ in range(n)]  # shared by a round's cases
@@ -506,7 +507,7 @@ def test_trace_comparison_finds_where_an_arm_loses_time():
     """``bench run --trace-dir`` traces: the main stream is the busiest one,
     and the extra time of an arm splits into kernel time and gaps, per
     kernel name; main streams that do not match are an error."""
-    from l2sched.bench.trace import compare_timelines, kernel_timeline
+    from l2sched.profile.trace import compare_timelines, kernel_timeline
 
     def trace(events):
         return {"traceEvents": [{"ph": "X", "cat": "kernel", "tid": tid, "ts": ts,
@@ -537,7 +538,7 @@ def test_trace_comparison_finds_where_an_arm_loses_time():
 def test_recovered_share_interval_survives_draws_without_a_gap():
     """A bootstrap draw whose cold and hot means meet has no share; it is
     left out instead of breaking the interval (seen: "3.40 [22.62-22.55]")."""
-    from l2sched.bench.timing import recovered_share
+    from l2sched.profile.timing import recovered_share
     cold = [10.0] * 19 + [30.0]       # one slow round makes the whole gap
     hot = [10.0] * 20
     after = [10.0] * 19 + [20.0]
@@ -556,7 +557,7 @@ def test_recovered_share_interval_survives_draws_without_a_gap():
 ])
 def test_bad_bench_run_variants_are_usage_errors(variant, msg, capsys, tmp_path):
     """``bench run --variant`` is checked before anything runs (exit 2)."""
-    argv = ["bench", "run", "--dry", "--tokens", "1", "--bench-dir", "",
+    argv = ["bench", "run", "--dry", "--tokens", "1", 
             "--out", str(tmp_path / "r.json"), "--variant", variant]
     assert main(argv) == 2
     assert msg in capsys.readouterr().err
@@ -580,7 +581,7 @@ def test_bad_bench_run_variants_are_usage_errors(variant, msg, capsys, tmp_path)
     (["--consumer-rounds", "5"], "at least 10"),
 ])
 def test_bad_bench_kernel_options_are_usage_errors(args, msg, capsys, tmp_path):
-    assert main(["bench", "kernel", "--out", str(tmp_path / "k.json"), *args]) == 2
+    assert lab_main(["bench", "kernel", "--out", str(tmp_path / "k.json"), *args]) == 2
     assert msg in capsys.readouterr().err
 
 
@@ -589,7 +590,7 @@ def test_bench_run_without_a_gpu_is_a_usage_error(capsys, tmp_path):
     """Without a CUDA device ``bench run`` is one line and exit 2 (``--dry``
     is the CPU way), before anything is written."""
     out = tmp_path / "r.json"
-    assert main(["bench", "run", "--tokens", "1", "--bench-dir", "", "--out", str(out)]) == 2
+    assert lab_main(["bench", "run", "--tokens", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "--dry" in err and "Traceback" not in err
     assert not out.exists()

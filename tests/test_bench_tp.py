@@ -13,7 +13,7 @@ from extras import TORCH_MISSING
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.bench.run import SCHEDULE
+from l2sched.profile.run import SCHEDULE
 from l2sched.cli import main
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
@@ -22,6 +22,7 @@ from l2sched.model.config import load_model_config
 from l2sched.model.inventory import analytical_inventory
 from l2sched.runtime.dry_run import explain_step
 from l2sched.runtime.gate import StepInfo
+from lab import main as lab_main
 
 TOKENS = (1, 2)
 REPLAYS, WARMUP = 2, 1
@@ -97,8 +98,8 @@ def test_join_once_per_forward(result):
 
 
 def test_report_renders(result, tmp_path):
-    from l2sched.bench.tp_profile import update_profile
-    from l2sched.bench.tp_report import markdown
+    from l2sched.profile.collective_terms import update_profile
+    from lab.bench.tp_report import markdown
     text = markdown(result, lint=False)
     assert "passed on every rank, M and arm" in text
     assert "| 2 | 1 |" in text          # M=2, rank 1 row
@@ -117,7 +118,7 @@ def test_bad_options_are_usage_errors(argv, capsys):
 def test_results_of_runs_over_different_tokens_merge(result):
     import copy
 
-    from l2sched.bench.tp_report import markdown, merge
+    from lab.bench.tp_report import markdown, merge
     a, b = copy.deepcopy(result), copy.deepcopy(result)
     for r in a["ranks"]:  # a: M=1 only; b: M=2 only, with an extra all-reduce size
         del r["per_m"]["2"]
@@ -149,12 +150,16 @@ def test_results_of_runs_over_different_tokens_merge(result):
 # input handling of the bench commands (no torch needed, no tracebacks)
 
 
-def _bench(tmp_path, *argv, no_torch=False):
+def _bench(tmp_path, *argv, no_torch=False, lab=False):
     import subprocess
     import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parent.parent)
     code = ("import sys\n"
             + ("sys.modules['torch'] = None\n" if no_torch else "")
-            + "from l2sched.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+            + (f"sys.path.insert(0, {root!r})\nfrom lab import main\n" if lab
+               else "from l2sched.cli import main\n")
+            + "sys.exit(main(sys.argv[1:]))\n")
     r = subprocess.run([sys.executable, "-c", code, "bench", *argv],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "Traceback" not in r.stderr
@@ -193,8 +198,8 @@ def test_bench_reports_of_bad_files_are_one_line(tmp_path, cmd):
             ("text.json", "text.json: not valid JSON: Expecting value: line 1 "
                           "column 1 (char 0)"),
             ("list.json", f"list.json: not a {what}")]:
-        assert _bench(tmp_path, cmd, name, *extra) == \
-            (1, f"l2sched bench {cmd}: {message}\n")
+        assert _bench(tmp_path, cmd, name, *extra, lab=True) == \
+            (1, f"python -m lab bench {cmd}: {message}\n")
 
 
 def test_tp_report_never_overwrites_its_input_and_names_broken_results(result, tmp_path,
@@ -202,17 +207,17 @@ def test_tp_report_never_overwrites_its_input_and_names_broken_results(result, t
     src = tmp_path / "tp.json"
     src.write_text(json.dumps(result))
     before = src.read_text()
-    assert main(["bench", "tp-report", "--no-lint", str(src), "--md-out", str(src)]) == 1
+    assert lab_main(["bench", "tp-report", "--no-lint", str(src), "--md-out", str(src)]) == 1
     assert src.read_text() == before
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     bad = dict(result)
     del bad["ranks"]
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(bad))
-    assert main(["bench", "tp-report", "--no-lint", str(broken)]) == 1
+    assert lab_main(["bench", "tp-report", "--no-lint", str(broken)]) == 1
     err = capsys.readouterr().err
     assert "not a usable `l2sched bench tp` result (KeyError: 'ranks')" in err
-    assert main(["bench", "tp-report", "--no-lint", str(src), str(src)]) == 1
+    assert lab_main(["bench", "tp-report", "--no-lint", str(src), str(src)]) == 1
     assert "measured in two runs" in capsys.readouterr().err
 
 

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.bench.options import SCHEDULE
-from l2sched.bench.tp_interference import (allreduce_slowdowns, fill_rows,
+from l2sched.profile.options import SCHEDULE
+from l2sched.profile.tp_interference import (allreduce_slowdowns, fill_rows,
                                           write_allreduce_slowdown)
-from l2sched.bench.tp_profile import collective_terms_text, update_profile_extras
-from l2sched.bench.tp_report import markdown
-from l2sched.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
+from l2sched.profile.collective_terms import collective_terms_text, update_profile_extras
+from lab.bench.tp_report import markdown
+from lab.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
                                         validation, validation_lines)
-from l2sched.bench.validation import AA_ARM, aa_noise_floor
+from l2sched.profile.arms import AA_ARM
+from lab.bench.validation import aa_noise_floor
 from l2sched.cli import main
 from l2sched.model.devices import DEVICES_DIR, load_device, parse_device
+from lab import main as lab_main
 
 H200 = DEVICES_DIR / "h200.toml"
 ESTIMATE = DEVICES_DIR / "sm120-rtx-pro-6000-maxq.toml"
@@ -271,7 +273,7 @@ def test_update_profile_writes_the_fit_and_the_slowdowns(tmp_path, capsys):
     p.write_text(H200.read_text(encoding="utf-8"), encoding="utf-8")
     res = tmp_path / "tp.json"
     res.write_text(json.dumps(_result()))
-    assert main(["bench", "tp-report", str(res), "--no-lint", "--md-out",
+    assert lab_main(["bench", "tp-report", str(res), "--no-lint", "--md-out",
                  str(tmp_path / "tp.md"), "--update-profile", str(p)]) == 0
     out = capsys.readouterr().out
     prof = load_device(p)
@@ -287,7 +289,7 @@ def test_update_profile_writes_the_fit_and_the_slowdowns(tmp_path, capsys):
 
 
 def test_merge_unions_the_interference_rows():
-    from l2sched.bench.tp_report import merge
+    from lab.bench.tp_report import merge
     a, b = _result(), _result()
     for r in a["ranks"]:
         r["allreduce_fill"]["rows"] = r["allreduce_fill"]["rows"][:1]
@@ -329,12 +331,12 @@ def test_update_profile_is_one_write_or_none(tmp_path, capsys):
     res.write_text(json.dumps(_result(dry=True, backend="gloo")))
     argv = ["bench", "tp-report", str(res), "--no-lint", "--md-out",
             str(tmp_path / "tp.md"), "--update-profile", str(p)]
-    assert main(argv) == 1
+    assert lab_main(argv) == 1
     err = capsys.readouterr().err
     assert f"{p}: not updated: refusing to write a CPU" in err
     assert p.read_text(encoding="utf-8") == old
     res.write_text(json.dumps(_result()))
-    assert main(argv) == 0
+    assert lab_main(argv) == 0
     out = capsys.readouterr().out
     assert f"{p}: removed 1 allreduce_extra_us line(s) (replaced by allreduce_slowdown)" in out
     new = p.read_text(encoding="utf-8")
@@ -345,7 +347,7 @@ def test_calibrate_never_overwrites_its_input(tmp_path, capsys):
     res = tmp_path / "tp.json"
     res.write_text(json.dumps(_result()))
     before = res.read_bytes()
-    assert main(["bench", "calibrate", str(res), "--out", str(res)]) == 1
+    assert lab_main(["bench", "calibrate", str(res), "--out", str(res)]) == 1
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     assert res.read_bytes() == before
 
@@ -354,7 +356,7 @@ def test_headers_with_spaces_and_comments_are_found(tmp_path):
     """Valid TOML headers such as ``[ allreduce.tp2 ]  # note`` and
     ``[fill.copy] # x`` are the tables they name: replaced in place, not
     declared twice."""
-    from l2sched.bench.calibrate_model import _set_number
+    from lab.bench.calibrate_model import _set_number
     text = (H200.read_text(encoding="utf-8")
             .replace("[allreduce.tp2]", "[ allreduce.tp2 ]  # 2 GPUs", 1)
             .replace("[fill.copy]", "[fill.copy] # the default", 1)

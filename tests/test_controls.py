@@ -12,22 +12,21 @@ import json
 
 import pytest
 
-from l2sched.bench import shipped_path
-from l2sched.bench.arms import arm_specs, check_variants
-from l2sched.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
-from l2sched.bench.controls import (
-    CONTROL_PREFIX,
-    control_arms,
-    residuals,
-    with_controls,
-)
-from l2sched.bench.validation import AA_ARM, validate
+from l2sched.profile import shipped_path
+from l2sched.profile.arms import arm_specs, check_variants
+from lab.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
+from l2sched.profile.controls import CONTROL_PREFIX, control_arms
+from lab.bench.arms import validation_variants
+from lab.bench.controls import residuals, with_controls
+from l2sched.profile.arms import AA_ARM
+from lab.bench.validation import validate
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sError, L2sInputError
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.devices import load_device
 from l2sched.model.inventory import analytical_inventory
+from lab import main as lab_main
 
 SCHED = "schedules/glm53-flash-h200-tp4.l2s"
 RESULTS = "tests/data/results/h200-2026-12-01-controls-"
@@ -44,7 +43,8 @@ def _fills(plan):
 
 
 def test_every_validation_arm_has_a_control_with_the_same_fills():
-    arms = arm_specs(SCHED, "schedules/bench", False, [], validation=True, controls=True)
+    arms = arm_specs(SCHED, "schedules/bench", False, validation_variants(SCHED), aa=True,
+                     controls=True)
     by_name = {a["name"]: a for a in arms}
     scheduled = [a for a in arms if a["path"] and not a["name"].startswith(CONTROL_PREFIX)]
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
@@ -157,7 +157,7 @@ def test_bench_report_with_controls(tmp_path, cut_runs):
     from l2sched.cli import main
     d1, d2 = cut_runs
     md = tmp_path / "r.md"
-    assert main(["bench", "report", d2, "--controls", d1, "--json-out",
+    assert lab_main(["bench", "report", d2, "--controls", d1, "--json-out",
                  str(tmp_path / "r.json"), "--md-out", str(md)]) == 0
     s = json.loads((tmp_path / "r.json").read_text())
     v = s["validation"]
@@ -186,7 +186,7 @@ def test_bench_report_pools_the_controls_of_several_runs(tmp_path, cut_runs):
                 a["graph_step_us"]["median"] -= 10.0
     d3 = tmp_path / "D3.json"
     d3.write_text(json.dumps(d))
-    assert main(["bench", "report", d2, "--controls", d1, "--controls", str(d3),
+    assert lab_main(["bench", "report", d2, "--controls", d1, "--controls", str(d3),
                  "--json-out", str(tmp_path / "r.json"), "--md-out", str(tmp_path / "r.md")]) == 0
     v = json.loads((tmp_path / "r.json").read_text())["validation"]
     assert v["controls"] == f"{d1} + {d3}"
@@ -196,7 +196,7 @@ def test_bench_report_pools_the_controls_of_several_runs(tmp_path, cut_runs):
             r["lint_gain_us"] + res[(r["arm"], r["M"])] + 5.0, abs=1e-6)
     # the same run twice is refused, and nothing is written
     out = tmp_path / "twice.json"
-    assert main(["bench", "report", d2, "--controls", d1, "--controls", d1,
+    assert lab_main(["bench", "report", d2, "--controls", d1, "--controls", d1,
                  "--json-out", str(out), "--md-out", str(tmp_path / "twice.md")]) == 1
     assert not out.exists()
 
@@ -211,7 +211,7 @@ def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_run
     part = tmp_path / "part.json"
     part.write_text(json.dumps(d))
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    assert main(["bench", "report", d2, "--controls", str(part), "--json-out",
+    assert lab_main(["bench", "report", d2, "--controls", str(part), "--json-out",
                  str(out_json), "--md-out", str(out_md)]) == 1
     err = capsys.readouterr().err
     assert "part.json: no control for kernel-bulk at M=4" in err and len(err.splitlines()) == 1
@@ -219,8 +219,9 @@ def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_run
 
 
 def test_bench_tp_controls_follow_its_set_overrides():
-    from l2sched.bench.tp import arms
+    from l2sched.profile.tp import arms
     o = {"validation": True, "schedule": SCHED, "controls": True, "bench_dir": "",
+         "arm_variants": validation_variants(SCHED),
          "overrides": ["window.A.budget=0MB", "window.A_MLA.budget=0MB"]}
     got = {a["name"]: a for a in arms(o)}
     ov = got["ctl-compiled"]["overrides"]
@@ -304,14 +305,14 @@ def test_outputs_may_not_overwrite_the_controls_run(tmp_path, cut_runs, capsys):
     cal = tmp_path / "cal.json"
     cal.write_text(open(d1).read())
     before = cal.read_text()
-    assert main(["bench", "report", d2, "--controls", str(cal), "--json-out",
+    assert lab_main(["bench", "report", d2, "--controls", str(cal), "--json-out",
                  str(tmp_path / "r.json"), "--md-out", str(cal)]) == 1
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     assert cal.read_text() == before and not (tmp_path / "r.json").exists()
-    assert main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
+    assert lab_main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
                  "--controls", str(cal), "--md-out", str(cal)]) == 1
     assert cal.read_text() == before
-    assert main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
+    assert lab_main(["bench", "tp-report", "tests/data/results/h200x2-2026-12-01-T2.json.gz",
                  "--controls", str(cal), "--no-lint"]) == 1
     assert "cannot go with --no-lint" in capsys.readouterr().err
 
@@ -319,7 +320,7 @@ def test_outputs_may_not_overwrite_the_controls_run(tmp_path, cut_runs, capsys):
 def test_controls_need_an_aa_arm_and_name_the_arms_they_skip(tmp_path, capsys):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.cli import main
-    assert main(["bench", "run", "--dry", "--controls", "--out", str(tmp_path / "x.json")]) == 2
+    assert lab_main(["bench", "run", "--dry", "--controls", "--out", str(tmp_path / "x.json")]) == 2
     assert "--controls needs the A/A arm" in capsys.readouterr().err
     arms = [{"name": "dfr", "path": SCHED, "overrides": [], "runtime": {"defer_launch": True}}]
     assert control_arms(arms)[1][0].startswith("dfr: an arm with a runtime option")
@@ -329,7 +330,7 @@ def test_decoy_rows_move_every_fill_into_the_scratch_buffer():
     """A decoy control reads as many bytes as its arm, each (issue, row) at
     one span of the scratch buffer that stays put, no two spans of a step
     overlapping, and wraps at the buffer's end."""
-    from l2sched.bench.controls import DecoyRows
+    from l2sched.profile.controls import DecoyRows
     base = 1 << 40
     dec = DecoyRows(base, 1 << 20)
     a = dec.rows(0, [(0x7000_0000, 4096), (0, 0), (0x7100_0000, 100_000)])
@@ -348,9 +349,10 @@ def test_decoy_rows_move_every_fill_into_the_scratch_buffer():
 
 
 def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs):
-    from l2sched.bench.controls import without_hits
+    from l2sched.profile.controls import without_hits
     from l2sched.lint import run_lint
-    arms = arm_specs(SCHED, "schedules/bench", False, [], validation=True, controls="decoy")
+    arms = arm_specs(SCHED, "schedules/bench", False, validation_variants(SCHED), aa=True,
+                     controls="decoy")
     by_name = {a["name"]: a for a in arms}
     ctl = by_name[CONTROL_PREFIX + "compiled"]
     assert ctl["decoy"] and ctl["overrides"] == by_name["compiled"]["overrides"]
@@ -366,7 +368,7 @@ def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs)
     rows = {(r["arm"], r["M"]): r for r in gain_rows(d, prof)}
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    from l2sched.bench.validation import spin_collectives
+    from l2sched.profile.arms import spin_collectives
     lr = run_lint(load_schedule(SCHED, []), inv, device=without_hits(spin_collectives(prof)),
                   tokens=16, model_config=cfg)
     got = rows[(CONTROL_PREFIX + "compiled", 16)]["pred_gain_us"]
@@ -378,7 +380,7 @@ def test_a_dry_decoy_controls_run_issues_the_arms_bytes(tmp_path):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
     from l2sched.cli import main
     out = tmp_path / "decoy.json"
-    assert main(["bench", "run", "--dry", "--validation", "--controls", "decoy",
+    assert lab_main(["bench", "run", "--dry", "--validation", "--controls", "decoy",
                  "--tokens", "1", "--replays", "1", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     specs = {a["name"]: a for a in d["arms"]}
@@ -401,7 +403,7 @@ def _as_decoys(tmp_path, src: str) -> str:
 
 
 def test_reports_say_which_kind_of_controls_they_added(tmp_path, cut_runs):
-    from l2sched.bench.controls import control_lines, status_note
+    from lab.bench.controls import control_lines, status_note
     d1, d2 = cut_runs
     prof = recorded_profile(json.load(open(d2)))
     head = control_residuals(d1, prof)
@@ -420,7 +422,7 @@ def test_reports_say_which_kind_of_controls_they_added(tmp_path, cut_runs):
 
 
 def test_pooled_controls_are_the_mean_of_the_runs_and_refuse_mixed_ones(tmp_path, cut_runs):
-    from l2sched.bench.calibrate_model import pooled_control_residuals
+    from lab.bench.calibrate_model import pooled_control_residuals
     d1, d2 = cut_runs
     prof = load_device("h200")
     one, two = control_residuals(d1, prof), control_residuals(d2, prof)

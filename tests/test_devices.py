@@ -109,8 +109,8 @@ def test_tp_result_fits_into_a_profile(tmp_path):
     synthetic one with a known model) and writes [allreduce.tpW]."""
     import json
 
-    from l2sched.bench.tp_profile import update_profile
-    from l2sched.bench.tp_report import load
+    from l2sched.profile.collective_terms import update_profile
+    from lab.bench.tp_report import load
     from l2sched.model.devices import AllReduceModel
     true = AllReduceModel(14.0, 80.0)
     sizes = [t * 8192 for t in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)]

@@ -1,4 +1,4 @@
-"""``benchmarks/fill_wait_probe.py``'s ``--shape`` values are checked on the
+"""``lab/experiments/fill_wait_probe.py``'s ``--shape`` values are checked on the
 CPU, before the script asks for a GPU: one line naming the bad value."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "fill_wait_probe.py"
+SCRIPT = ROOT / "lab" / "experiments" / "fill_wait_probe.py"
 
 
 def _run(*shapes: str, tmp_path) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import main as lab_main
 from l2sched.cli import main
 from l2sched.lang.formatter import format_text
 
@@ -45,7 +46,7 @@ def test_item21_lint_takes_several_schedules(tmp_path, capsys):
 @pytest.mark.parametrize("argv", [
     ["lint", str(H200)], ["check", str(H200)], ["compile", str(H200)],
     ["timeline", str(H200), "-o", "x.json"], ["bench", "run"],
-    ["bench", "report", "r", "--json-out", "j", "--md-out", "m"],
+    ["bench", "tp"],
     ["explain", str(H200)], ["fmt", str(H200)], ["inventory"], ["docs", "lint"]])
 def test_item21_unknown_option_prints_the_subcommand_usage(argv, capsys):
     """Unknown options printed the top-level usage instead of the
@@ -63,12 +64,15 @@ def test_item21_unknown_option_prints_the_subcommand_usage(argv, capsys):
 def test_item21_bench_help_names_the_command_once(capsys):
     """``python -m l2sched.bench --help`` said "l2sched bench bench" (and that
     module no longer runs); every ``python -m MODULE`` the docs show runs."""
-    for argv in (["bench"], ["bench", "run"], ["bench", "tp-report"]):
+    for argv in (["bench"], ["bench", "run"], ["bench", "tp"]):
         with pytest.raises(SystemExit):
             main(argv + ["--help"])
         out = capsys.readouterr().out
         assert out.startswith(f"usage: l2sched {' '.join(argv)} ")
         assert "bench bench" not in out
+    with pytest.raises(SystemExit):  # the lab's research commands: python -m lab bench
+        lab_main(["bench", "tp-report", "--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m lab bench tp-report ")
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for module in re.findall(r"python3? -m ([\w.]+)", doc.read_text()):
             if module in ("pip", "pytest"):

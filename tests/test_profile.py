@@ -10,7 +10,7 @@ import json
 import pytest
 from extras import TORCH_MISSING
 
-from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
+from l2sched.profile.write import derive, profile_markdown, profile_toml
 from l2sched.errors import L2sInputError
 from l2sched.lint import lint_path, run_lint
 from l2sched.model.config import default_config
@@ -234,7 +234,7 @@ def test_l2_hits_subtract_the_fixed_cost():
     profile of the lent H200 (2026-12-01): a 40 MB re-read took the time
     the <= 16 MB line predicts for all hits, a 256 MB re-read the cold
     time; dividing by a small size's rate instead said 0 hits at 8 MB."""
-    from l2sched.bench.profile import l2_hits
+    from l2sched.profile.probes import l2_hits
 
     def st(x):
         return {"median": x, "p10": x, "p90": x, "n": 1}
@@ -252,7 +252,7 @@ def test_l2_hits_subtract_the_fixed_cost():
 def test_a_kept_fill_slowdown_scale_keeps_where_it_came_from():
     """A re-profiled box keeps the base profile's fitted scale and its
     ``[measured]`` record (the decode-step run it was fitted on)."""
-    from l2sched.bench.profile_write import _kept_latency
+    from l2sched.profile.write import _kept_latency
     from l2sched.model.devices import load_device
     base = load_device("h200")
     sec, kept, measured = {"latency": {}}, [], {}
@@ -295,7 +295,7 @@ def test_hot_time_of_weights_larger_than_the_l2_is_extrapolated_from_a_prefix():
     effective size is 40 MB, so its re-read is no hot time: the probe reads a
     prefix into L2 and scales the prefix's gap to cold to all the bytes."""
     torch = pytest.importorskip("torch", reason=TORCH_MISSING)
-    from l2sched.bench.profile_ops import HOT_PREFIX_SHARE, _time_op
+    from l2sched.profile.ops import HOT_PREFIX_SHARE, _time_op
 
     w = torch.ones((100, 100), dtype=torch.bfloat16)  # 20,000 B
     x = torch.ones((4, 100), dtype=torch.bfloat16)
@@ -343,8 +343,8 @@ def test_a_recorded_profile_is_read_from_the_result_and_its_errors_located_there
     """Every report lints a bench result with the copy of the device
     profile the run recorded; a bad copy is an error at the result's key,
     line and column (not at a temporary file)."""
-    from l2sched.bench import recorded_profile
-    from l2sched.bench.tp_validation import lint_profile
+    from l2sched.profile import recorded_profile
+    from lab.bench.tp_validation import lint_profile
     with open(load_device("h200").path, encoding="utf-8") as f:
         text = f.read()
     d = {"device_profile_toml": text, "device_profile": "h200"}
@@ -365,7 +365,7 @@ def test_cold_op_runs_after_the_same_op_on_another_layer():
     brings back but which are hot in a decode step: cold is timed after the
     same op ran on another layer of the kind (its weights stay cold)."""
     torch = pytest.importorskip("torch", reason=TORCH_MISSING)
-    from l2sched.bench.profile_ops import _time_op, other_layer
+    from l2sched.profile.ops import _time_op, other_layer
 
     w, x = torch.ones((10, 10), dtype=torch.bfloat16), torch.ones((4, 10), dtype=torch.bfloat16)
     ran = []
@@ -404,7 +404,7 @@ def _step_result(per_m: dict) -> dict:
 
 
 def test_step_fill_ratio_is_each_kernels_hits_over_copys():
-    from l2sched.bench.profile_step import step_fill_summary
+    from l2sched.profile.step_fill import step_fill_summary
     got = step_fill_summary(_step_result({
         16: {"compiled": 1000.0, "ctl-compiled": 1080.0,         # copy buys 80 us
              "kernel-bulk": 1010.0, "ctl-kernel-bulk": 1050.0},  # bulk 40 us
@@ -455,7 +455,7 @@ def test_step_fill_scales_a_kernels_landed_fractions_and_says_so(tmp_path):
 
 
 def test_step_fill_schedule_is_a_valid_schedule(tmp_path):
-    from l2sched.bench.profile_step import step_fill_schedule
+    from l2sched.profile.step_fill import step_fill_schedule
     from l2sched.lang.resolve import load_schedule
     path = tmp_path / "s.l2s"
     path.write_text(step_fill_schedule("h200", 4, "bulk"), encoding="utf-8")
@@ -473,7 +473,7 @@ def test_step_fill_probe_runs_the_bench_step_with_each_kernel_and_its_decoy():
     pytest.importorskip("torch", reason=TORCH_MISSING)
     from types import SimpleNamespace
 
-    from l2sched.bench.profile_step import probe_step_fill
+    from l2sched.profile.step_fill import probe_step_fill
     ctx = SimpleNamespace(quick=False, dry=True, device_name="h200", tp=4,
                           fill_shapes={"copy": {}, "bulk": {}, "load": {}})
     got = probe_step_fill(ctx)
@@ -511,8 +511,8 @@ def test_a_bad_state_is_an_error_naming_its_key_before_any_probe(tmp_path, capsy
 
 
 def test_a_good_state_with_a_step_fill_record_reads_back(tmp_path):
-    from l2sched.bench.profile import STATE_KEYS
-    from l2sched.bench.profile_state import load_state
+    from l2sched.profile.probes import STATE_KEYS
+    from l2sched.profile.state import load_state
     res = synthetic_results()
     res["step_fill"] = {"tokens": [16, 64], "reference": "copy",
                         "hits_us": {"copy": 50.0, "bulk": 49.0},

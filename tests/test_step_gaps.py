@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.bench.profile_gaps import (MIN_HIT_LAYERS, apply_step_gaps, predicted_hits,
+from l2sched.profile.gaps import (MIN_HIT_LAYERS, apply_step_gaps, predicted_hits,
                                         step_gap_markdown, step_gaps)
-from l2sched.bench.profile_step import check_step_fill, step_fill_schedule, step_fill_summary
+from l2sched.profile.step_fill import check_step_fill, step_fill_schedule, step_fill_summary
 from l2sched.errors import L2sInputError
 from l2sched.lint import lint_path, run_lint
 from l2sched.model.adapters import glm5next
@@ -142,7 +142,7 @@ def test_step_gaps_are_saved_time_over_the_lints_hit_share():
 
 
 def test_step_gaps_are_scaled_to_the_probes_own_step_hits():
-    from l2sched.bench.profile_gaps import step_hits_us, with_step_gaps
+    from l2sched.profile.gaps import step_hits_us, with_step_gaps
     dev = load_device("h200")
     rec = _step_record({"attn.o_proj": 2.0, "kda.in_proj": 4.0}, step_hits=90.0)
     gaps = step_gaps(rec, dev)
@@ -192,7 +192,7 @@ def test_the_summary_keeps_the_reference_arms_op_times():
 # -- one scale per window, fitted to each window alone -------------------------
 
 def test_bounded_least_squares_solves_exactly_and_holds_the_bounds():
-    from l2sched.bench.profile_gaps import bounded_least_squares
+    from l2sched.profile.gaps import bounded_least_squares
     cols = [[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
     assert bounded_least_squares(cols, [2.0, 3.0, 5.0], 0.25, 4.0) == pytest.approx([2.0, 3.0])
     # the unconstrained answer (10, 3) is outside: x0 held at its bound, x1 refitted
@@ -206,7 +206,7 @@ def test_bounded_least_squares_solves_exactly_and_holds_the_bounds():
 def _lone_record(lone_hits: dict, step_hits: float, M: int = 16) -> dict:
     """``_step_record`` (every op's gap 2 us) with the probe's lone windows
     measured at ``lone_hits`` (us) and the whole schedule at ``step_hits``."""
-    from l2sched.bench.profile_step import lone_variants
+    from l2sched.profile.step_fill import lone_variants
     rec = _step_record({"attn.o_proj": 2.0, "kda.in_proj": 2.0}, (M,), step_hits)
     rec["lone_budgets"] = {w: b for w, (b, _) in lone_variants(rec["schedule"]).items()}
     rec["per_m"][str(M)]["lone_hits_us"] = dict(lone_hits)
@@ -214,7 +214,7 @@ def _lone_record(lone_hits: dict, step_hits: float, M: int = 16) -> dict:
 
 
 def test_each_windows_ops_are_scaled_to_what_that_window_alone_buys():
-    from l2sched.bench.profile_gaps import step_hits_us, window_scale_records, with_step_gaps
+    from l2sched.profile.gaps import step_hits_us, window_scale_records, with_step_gaps
     dev = load_device("h200")
     # window B alone buys much more than the per-op records say, window A much less
     rec = _lone_record({"A": 2.0, "A_MLA": 10.0, "B": 80.0}, step_hits=90.0)
@@ -299,11 +299,11 @@ def test_bad_lone_window_records_are_errors_at_their_key(change, want):
         check_step_fill(rec)
 
 
-# -- benchmarks/ship_step_fill.py ----------------------------------------------
+# -- lab/experiments/ship_step_fill.py ----------------------------------------------
 
 def _ship_module():
     spec = importlib.util.spec_from_file_location("ship_step_fill",
-                                                  ROOT / "benchmarks/ship_step_fill.py")
+                                                  ROOT / "lab/experiments/ship_step_fill.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.bench.run import arm_specs, validation_variants
-from l2sched.bench.validation import (
-    AA_ARM,
+from l2sched.profile.arms import arm_specs
+
+from lab.bench.arms import validation_variants
+from l2sched.profile.arms import AA_ARM
+from lab.bench.validation import (
     AA_MIN_FLOOR_US,
     THRESHOLDS,
     aa_noise_floor,
@@ -75,7 +77,8 @@ def test_validate_counts_figures_and_marks():
 
 
 def test_validation_arms_cover_kernels_windows_and_bad_schedules():
-    names = [a["name"] for a in arm_specs(SCHED, "schedules/bench", False, [], True)]
+    names = [a["name"] for a in arm_specs(SCHED, "schedules/bench", False,
+                                                  validation_variants(SCHED), aa=True)]
     assert names[:2] == ["none", AA_ARM]
     sched_arms = [n for n in names if n not in ("none", AA_ARM)]
     assert len(sched_arms) >= 12
@@ -99,7 +102,7 @@ def _st(xs):
 
 def test_report_validation_section(tmp_path):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
-    from l2sched.bench.report import report
+    from lab.bench.report import report
     from l2sched.lang.resolve import load_schedule
     from l2sched.lint import run_lint
     from l2sched.model.config import load_model_config
@@ -130,7 +133,7 @@ def test_report_validation_section(tmp_path):
     src.write_text(json.dumps(res))
     s = report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd")
     v = s["validation"]
-    from l2sched.bench.validation import spin_collectives
+    from l2sched.profile.arms import spin_collectives
     prof = spin_collectives(load_device("h200"))  # a bench run's all-reduces are idle intervals
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
     pred = {}
@@ -157,7 +160,7 @@ def test_report_validation_section(tmp_path):
 
 
 def test_perturbations_of_a_schedule():
-    from l2sched.bench.arms import perturbation_variants
+    from lab.bench.arms import perturbation_variants
     v = {x.split(":")[0]: x.split(":")[1].split(",") for x in perturbation_variants(SCHED)}
     assert v["budgets+25%"] == ["window.A.budget=21250KB", "window.A_MLA.budget=30000KB",
                                 "window.B.budget=37500KB", "window.C.budget=12500KB"]
@@ -167,14 +170,15 @@ def test_perturbations_of_a_schedule():
     own = load_device("h200").fill_default
     (kernel,) = [k for k in v if k.startswith("kernel-")]
     assert kernel != f"kernel-{own}"
-    names = [a["name"] for a in arm_specs(SCHED, "", False, [], perturbations=True)]
+    names = [a["name"] for a in arm_specs(SCHED, "", False, perturbation_variants(SCHED),
+                                              aa=True)]
     assert names[:3] == ["none", AA_ARM, "compiled"] and "budgets+25%" in names
 
 
 def test_result_arms_carry_their_schedule_text(tmp_path):
     """A result records each arm's schedule text, so its report lints what
     was measured even when the file was temporary or has changed since."""
-    from l2sched.bench.arms import arm_schedule, schedule_text
+    from l2sched.profile.arms import arm_schedule, schedule_text
     from l2sched.errors import L2sError
     src = Path(__file__).resolve().parent.parent / "schedules" / "glm53-flash-h200-tp4.l2s"
     gone = tmp_path / "previous.l2s"

@@ -68,7 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``l2sched`` console script and ``python -m
     l2sched``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv)
+    return dispatch(build_parser(argv), argv)
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
+    """Parse ``argv`` with ``parser`` (subcommands registered with
+    ``cli.options.add_command``), run the chosen handler and return its exit
+    code: 2 for usage errors, 1 for ``L2sError``, 130 on Ctrl-C (the lab's
+    command line runs through it too)."""
     args, extra = parser.parse_known_args(argv)
     if extra:
         # argparse would blame the top-level parser and print its usage;
@@ -78,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # the GPU benchmarks run long and allocate through torch: leave the
         # collector on there
-        gc_pause = _no_cyclic_gc() if not args.prog.startswith("l2sched bench") \
+        gc_pause = _no_cyclic_gc() if " bench" not in args.prog \
             else contextlib.nullcontext()
         with progress.reporting(args.prog), gc_pause:
             return int(args.handler(args) or 0)
