@@ -9,7 +9,7 @@ from typing import Sequence
 
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import adapter_of_config
 from l2sched.model.config import load_model_config
 from l2sched.model.inventory import Inventory, analytical_inventory
 from l2sched.units import MiB, plural
@@ -82,9 +82,10 @@ def cmd_inventory(args) -> int:
                             f"got {args.tp_rank}")
     try:
         config = load_model_config(args.model_config)
-        name = args.model_config or get_adapter("glm5next").DEFAULT_MODEL_NAME
+        adapter = adapter_of_config(config)
+        name = args.model_config or adapter.DEFAULT_MODEL_NAME
         inv = analytical_inventory(config, args.tp, args.ep, args.tp_rank,
-                                   model_name=name)
+                                   model_name=name, adapter=adapter.NAME)
     except L2sError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -116,7 +116,7 @@ def storage_entry(inventory, layer: int, entry):
     view (``view_of``, e.g. MLA ``W_UK_T``/``W_UV`` of ``kv_b_proj.weight``)
     the tensor it views. A view is fetched as its base storage, once: the
     views' spans overlap and together cover it
-    (docs/sources.md#vllm-glm5next, MLA ``W_UK_T``/``W_UV``)."""
+    (the adapter's ``TensorSpec.view_of``; docs/sources.md)."""
     if getattr(entry, "view_of", ""):
         return inventory.tensor(layer, entry.view_of)
     return entry
@@ -271,14 +271,15 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
 
 def schedule_inventory(schedule: Schedule, model_config=None,
                        tp_rank: int = 0) -> Inventory:
-    """The analytical inventory of ``model_config`` (default: the embedded
-    GLM-5.3-Flash config) at ``schedule``'s TP/EP for ``tp_rank``. Raises
+    """The analytical inventory of ``model_config`` (default: the config
+    embedded for the schedule's model) at ``schedule``'s TP/EP for
+    ``tp_rank``, by the schedule's model adapter. Raises
     ``L2sSemanticError`` at the schedule's ``tp`` setting (file:line:col)
     when the model does not split at that degree."""
     config = model_config if model_config is not None else default_config(schedule.model)
     try:
         return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
-                                    tp_rank=tp_rank)
+                                    tp_rank=tp_rank, adapter=schedule.model)
     except TPSplitError as err:
         sink = DiagnosticSink()
         for path, text in schedule.sources.items():

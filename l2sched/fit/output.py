@@ -13,6 +13,7 @@ import re
 from l2sched.fit.bound import AA_NOISE_FLOOR_SOURCE, AMBIGUOUS, MIN_PESSIMISTIC_SLOWDOWN
 from l2sched.fit.space import Candidate
 from l2sched.lang.formatter import format_text
+from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 
 
 def _generic(items: list[str]) -> list[str]:
@@ -61,12 +62,16 @@ def profile_line(device, device_arg: str) -> list[str]:
 
 def header_lines(result, device, device_arg: str, command: str, tp: int,
                  floor_source: str, searched_set_aside: bool = True,
-                 model_label: str = "GLM-5.3-Flash (glm5next)",
+                 model_label: str = "",
                  set_aside_asked: str = "0") -> list[str]:
     """The comment lines above the fitted schedule; ``searched_set_aside``:
     whether the search chose the set-aside (``--set-aside search``);
-    ``model_label``: the model fitted for; ``set_aside_asked``: the
+    ``model_label``: the model fitted for (default: the default adapter's
+    ``DEFAULT_MODEL_NAME (NAME)``); ``set_aside_asked``: the
     ``--set-aside`` value."""
+    if not model_label:
+        ad = get_adapter(DEFAULT_ADAPTER)
+        model_label = f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})"
     lines = [f"# {model_label} TP{tp} weight-prefetch schedule written by "
              "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
     if result.candidate is None:
@@ -121,8 +126,9 @@ def fit_text(result, search, *, device_arg: str, command: str, name: str,
     body = search.text(cand, name)
     src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
                            "the nearest measured M")
-    label = ("GLM-5.3-Flash (glm5next)" if search.opts.model_config is None else
-             "glm5next model of the --model-config file")
+    ad = search.adapter
+    label = (f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})" if search.opts.model_config is None
+             else f"{ad.NAME} model of the --model-config file")
     head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
                         searched_set_aside=search.opts.set_aside == "search",
                         model_label=label, set_aside_asked=search.opts.set_aside)

@@ -36,7 +36,7 @@ from l2sched.lang.formatter import format_file
 BUDGET_STEP = 500_000
 #: A measured op (profile ``[ops]``) whose cold - hot gap is below this
 #: (us) at every fitted M gains nothing from L2 hits; its bytes are not
-#: targets (the profile's ``l2sched bench kernel`` recovered-share cut-off).
+#: targets (the profile's ``python -m lab bench kernel`` recovered-share cut-off).
 MIN_GAP_US = 0.5
 #: Op classes whose reads the simulator times by where the bytes are
 #: (``l2sched.lint.graph.GEMM_CLASSES``).
@@ -254,10 +254,13 @@ def _target(scope: str, lazy: bool, paths: list[str]) -> n.Target:
     return n.Target(scope, lazy, tuple(n.Name(p) for p in paths), ())
 
 
-def kind_selector(kind: str) -> n.Selector:
-    """``attention & mlp`` (e.g. ``kda & moe``) for a kind name ``kda+moe``."""
-    attn, mlp = kind.split("+")
-    return n.Selector(n.SelUnion((n.SelInter((n.SelName(attn), n.SelName(mlp))),)),
+def kind_selector(kind: str, selectors: dict | None = None) -> n.Selector:
+    """The selector of the layers of kind ``kind`` (a kind name): the
+    intersection of ``selectors[kind]`` (the adapter's ``kind_selector``
+    names, e.g. ``kda & moe``); without ``selectors``, the ``+``-separated
+    parts of the name (``kda+moe`` -> ``kda & moe``)."""
+    names = selectors[kind] if selectors is not None else tuple(kind.split("+"))
+    return n.Selector(n.SelUnion((n.SelInter(tuple(n.SelName(x) for x in names)),)),
                       None)
 
 
@@ -281,9 +284,11 @@ def window_names(candidate: Candidate) -> list[list[str]]:
 
 
 def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str,
-                   device: str, tp: int, max_tokens: int) -> n.ScheduleFile:
+                   device: str, tp: int, max_tokens: int,
+                   selectors: dict | None = None) -> n.ScheduleFile:
     """The candidate as a parsed schedule file (no comments): the settings,
-    then each chain's windows, the first with the chain's targets."""
+    then each chain's windows, the first with the chain's targets;
+    ``selectors``: kind name -> selector names (``kind_selector``)."""
     def setting(key: str, value) -> n.Setting:
         return n.Setting(n.Name(key), value)
 
@@ -304,7 +309,8 @@ def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str
             carry = n.Name(names[j + 1]) if j + 1 < len(names) else None
             targets = tuple(chain_targets(chain, streams)) if j == 0 else ()
             items.append(n.Window(n.Name(names[j]), n.Name(link.hook),
-                                  size_node(link.budget), kind_selector(chain.kind),
+                                  size_node(link.budget),
+                                  kind_selector(chain.kind, selectors),
                                   carry, targets, has_body=bool(targets)))
     return n.ScheduleFile(n.Name(name), None, tuple(items))
 

@@ -71,7 +71,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class SelName:
-    """``all``, ``kda``, ``mla``, ``dense`` or ``moe`` (checked later)."""
+    """``all`` or a selector of the model adapter (``SELECTORS``, e.g.
+    ``kda``; checked later)."""
 
     name: str
     span: Span = _span()

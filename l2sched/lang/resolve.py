@@ -26,7 +26,7 @@ from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
 from l2sched.lang.values import fill_mode, select_layers, setting_value, size_bytes
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.model.config import default_config
 from l2sched.units import format_layers
 
@@ -196,7 +196,7 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         overrides=tuple(f"{ov.key.text}={ov.value}" for ov in overrides))
 
 
-_EXAMPLE = {"model": "model glm5next", "device": "device h200", "tp": "tp 4"}
+_EXAMPLE = {"model": f"model {DEFAULT_ADAPTER}", "device": "device h200", "tp": "tp 4"}
 
 
 def _resolve_windows(draft: Draft, adapter, kinds, sink) -> list[Window]:
@@ -204,7 +204,7 @@ def _resolve_windows(draft: Draft, adapter, kinds, sink) -> list[Window]:
     layer kinds and build the resolved ``Window``s (declaration order).
     Problems go to ``sink``; a window with an error in its hook or budget is
     left out of the result."""
-    hooks = getattr(adapter, "HOOKS_BY_NAME", {}) if adapter else {}
+    hooks = adapter.HOOKS_BY_NAME if adapter else {}
     order: dict[str, int] = {name: i for i, name in enumerate(draft.windows)}
     resolved: list[Window] = []
     # Windows whose layers could not be resolved (their error is reported):
@@ -223,7 +223,8 @@ def _resolve_windows(draft: Draft, adapter, kinds, sink) -> list[Window]:
             spans["budget"] = w["budget"].span
             budget = size_bytes(w["budget"], sink, "budget")
             ok = ok and budget is not None
-        layers, layers_ok = _window_layers(name, w, kinds, spans, sink)
+        layers, layers_ok = _window_layers(name, w, kinds, spans, sink,
+                                           adapter.SELECTORS if adapter else None)
         if not layers_ok:
             unresolved.add(name)
         if ok and adapter and kinds:
@@ -268,15 +269,16 @@ def _check_hook(name: str, w: dict, hooks, adapter, spans: dict,
 
 
 def _window_layers(name: str, w: dict, kinds, spans: dict,
-                   sink: DiagnosticSink) -> tuple[set[int], bool]:
+                   sink: DiagnosticSink, selectors) -> tuple[set[int], bool]:
     """The layers window ``name`` fires in (all layers without a
-    selector) and whether they resolved without error."""
+    selector; ``selectors``: the adapter's ``SELECTORS``, None for an
+    unknown model) and whether they resolved without error."""
     if w["layers"] is None:
         layers = set(range(len(kinds or ())))
         return layers, bool(kinds)
     spans["layers"] = w["layers"].span
     before = len(sink.diagnostics)
-    layers = select_layers(w["layers"], kinds, sink)
+    layers = select_layers(w["layers"], kinds, sink, selectors)
     errors = len(sink.diagnostics) != before
     # An empty result already explained by an error in the selector
     # itself (unknown name, bad index) is not reported twice.

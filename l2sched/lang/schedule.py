@@ -36,8 +36,9 @@ SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_asid
                 "kernel")
 #: Window fields a ``set window.NAME.KEY`` override may change.
 WINDOW_KEYS = ("budget", "at", "layers", "carry", "kernel")
-#: Names a layer selector may use besides indices and ranges.
-SELECTOR_NAMES = ("all", "kda", "mla", "dense", "moe")
+#: The layer selector name every model has (every layer); the others are
+#: the model adapter's ``SELECTORS``.
+SELECTOR_ALL = "all"
 
 
 @dataclass(frozen=True)

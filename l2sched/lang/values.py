@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import os
 from decimal import Decimal
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from l2sched.errors import DiagnosticSink, L2sError, Span, suggest
 from l2sched.lang import nodes as n
 from l2sched.lang.schedule import (
     MAX_SIZE_BYTES,
     POLICIES,
-    SELECTOR_NAMES,
+    SELECTOR_ALL,
     SET_ASIDE_MAX,
 )
 from l2sched.model.adapters import adapter_names
-from l2sched.model.devices import device_names, load_device
+from l2sched.device import device_names, load_device
 from l2sched.units import FILL_MODES, UNITS
 
 
@@ -146,15 +146,21 @@ def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
 
 
 def select_layers(selector: n.Selector, kinds: Sequence | None,
-                  sink: DiagnosticSink) -> set[int]:
+                  sink: DiagnosticSink,
+                  selectors: Mapping[str, Callable[[Any], bool]] | None = None
+                  ) -> set[int]:
     """Evaluate ``selector`` over a model whose layer ``i`` has kind
-    ``kinds[i]`` (``LayerKind``); ``kinds`` None means the model's layers are
-    unknown (an unknown or missing model, a config that failed: that error
-    is reported already), so only what the selector says by itself is
-    checked. Records errors for unknown names, indices that are not whole
-    numbers, empty ranges (``5..3``) and, when the layers are known, indices
-    past the last layer; each range gets at most one error. Returns the
-    selected indices (none when ``kinds`` is None)."""
+    ``kinds[i]`` (the adapter's layer kind); ``selectors`` are the model
+    adapter's ``SELECTORS`` (name -> predicate on a kind; ``all`` is always
+    there). ``kinds`` None means the model's layers are unknown (an unknown
+    or missing model, a config that failed: that error is reported
+    already), so only what the selector says by itself is checked;
+    ``selectors`` None means the model is unknown, so names other than
+    ``all`` are not checked either. Records errors for unknown names,
+    indices that are not whole numbers, empty ranges (``5..3``) and, when
+    the layers are known, indices past the last layer; each range gets at
+    most one error. Returns the selected indices (none when ``kinds`` is
+    None)."""
     count = len(kinds) if kinds is not None else None
     kinds = kinds or ()
 
@@ -174,14 +180,16 @@ def select_layers(selector: n.Selector, kinds: Sequence | None,
     def ev(node) -> set[int]:
         if isinstance(node, n.SelName):
             name = node.name
-            if name == "all":
+            if name == SELECTOR_ALL:
                 return set(range(len(kinds)))
-            if name in ("kda", "mla"):
-                return {i for i, k in enumerate(kinds) if k.attention == name}
-            if name in ("dense", "moe"):
-                return {i for i, k in enumerate(kinds) if k.mlp == name}
-            hint = suggest(name, SELECTOR_NAMES) or \
-                f" (one of: {', '.join(SELECTOR_NAMES)}, an index or a range)"
+            if selectors is None:
+                return set()
+            if name in selectors:
+                pred = selectors[name]
+                return {i for i, k in enumerate(kinds) if pred(k)}
+            names = (SELECTOR_ALL, *selectors)
+            hint = suggest(name, names) or \
+                f" (one of: {', '.join(names)}, an index or a range)"
             sink.error(f"unknown layer selector '{name}'{hint}", node.span)
             return set()
         if isinstance(node, n.SelIndex):

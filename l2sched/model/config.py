@@ -2,7 +2,7 @@
 
 ``load_model_config(path)`` returns the validated **text** config dict a
 model adapter reads (layer kinds, per-rank tensor shapes); ``None`` gives
-the config embedded for the adapter (GLM-5.3-Flash). Every problem is an
+the config embedded for the adapter (``DEFAULT_ADAPTER``'s). Every problem is an
 ``L2sModelError`` naming the file and, where it can, the key's
 ``line:col``. Pure Python: no torch, no vLLM.
 """
@@ -13,7 +13,6 @@ import json
 import os
 import re
 import stat
-from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from l2sched.errors import (
@@ -24,7 +23,13 @@ from l2sched.errors import (
     line_col,
     source_lines,
 )
-from l2sched.model.adapters import adapter_for, get_adapter, supported_architectures
+from l2sched.model.adapters import (
+    DEFAULT_ADAPTER,
+    ModelAdapter,
+    adapter_for,
+    get_adapter,
+    supported_architectures,
+)
 
 
 def _key_span(path: str, text: str, key: str) -> Span | None:
@@ -65,28 +70,29 @@ def _type_ok(value: Any, types: Sequence[type | None]) -> bool:
     return False
 
 
-#: Upper bounds of the config's integer sizes: sanity limits far above any
-#: real model, so that a typo (``num_hidden_layers: 10000000``) is an error
-#: naming the key instead of minutes of work (``docs/inventory.md``). Keys
-#: not listed here are bounded by ``MAX_DIM``.
+#: Upper bound of an integer config key the adapter's ``CONFIG_BOUNDS``
+#: does not list (lower bound 1): a sanity limit far above any real model,
+#: so that a typo is an error naming the key (``docs/inventory.md``).
 MAX_DIM = 1 << 20
-CONFIG_MAX: dict[str, int] = {
-    "num_hidden_layers": 4096, "n_routed_experts": 65536,
-    "n_shared_experts": 1024, "num_experts_per_tok": 65536, "hc_mult": 64,
-    "linear_conv_kernel_dim": 1024, "index_kpool": 1024,
-}
+
+
+def _bounds(adapter: ModelAdapter, key: str) -> tuple[int, int]:
+    """``(lowest, highest)`` accepted for the integer key ``key``."""
+    return adapter.CONFIG_BOUNDS.get(key, (1, MAX_DIM))
 
 
 def validate_config(config: Mapping[str, Any], path: str = "<config>",
-                    text: str = "", adapter=None) -> None:
+                    text: str = "", adapter: ModelAdapter | None = None) -> None:
     """Check a text config against what the adapter's inventory reads.
 
-    Every problem (missing key, wrong type, bad value, unsupported feature)
-    becomes one diagnostic naming the key and ``path`` (with the key's line
-    when ``text``, the file's contents, is given); all are raised together as
-    one ``L2sModelError``."""
+    ``adapter``: the model's adapter (default: ``DEFAULT_ADAPTER``'s). Every
+    problem (missing key, wrong type, a value outside the adapter's
+    ``CONFIG_BOUNDS``, what the adapter's ``validate_config`` refuses, layer
+    kinds it does not know) becomes one diagnostic naming the key and
+    ``path`` (with the key's line when ``text``, the file's contents, is
+    given); all are raised together as one ``L2sModelError``."""
     if adapter is None:
-        adapter = get_adapter("glm5next")
+        adapter = get_adapter(DEFAULT_ADAPTER)
     sink = DiagnosticSink()
     where = "text_config." if text and '"text_config"' in text else ""
 
@@ -102,12 +108,11 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
             err(key, f"expected {_type_name(types)}, got "
                      f"{type(config[key]).__name__} {config[key]!r}")
         elif isinstance(config[key], int) and not isinstance(config[key], bool) \
-                and config[key] < (0 if key in ("qk_rope_head_dim",
-                                                "n_shared_experts") else 1):
+                and config[key] < _bounds(adapter, key)[0]:
             err(key, f"must be positive, got {config[key]}")
         elif isinstance(config[key], int) and not isinstance(config[key], bool) \
-                and config[key] > CONFIG_MAX.get(key, MAX_DIM):
-            err(key, f"must be at most {CONFIG_MAX.get(key, MAX_DIM)}, got "
+                and config[key] > _bounds(adapter, key)[1]:
+            err(key, f"must be at most {_bounds(adapter, key)[1]}, got "
                      f"{config[key]}")
     for key, types in adapter.OPTIONAL_KEYS.items():
         if key in config and not _type_ok(config[key], types):
@@ -118,7 +123,7 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
     if topk is not None:
         n_exp = config.get("n_routed_experts")
         high = n_exp if _type_ok(n_exp, (int,)) and n_exp >= 1 else \
-            CONFIG_MAX["num_experts_per_tok"]
+            _bounds(adapter, "num_experts_per_tok")[1]
         if not _type_ok(topk, (int,)):
             err("num_experts_per_tok", f"expected an integer, got "
                 f"{type(topk).__name__} {topk!r}")
@@ -127,28 +132,7 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
                 f"got {topk}")
     if sink.has_errors:
         sink.raise_if_errors(L2sModelError)
-    if config["mhc"] is not True:
-        err("mhc", "false is not supported: only the mHC decoder path of "
-                   "GLM-5.3 (mhc: true) is modelled")
-    if config["qk_rope_head_dim"] != 0:
-        err("qk_rope_head_dim", f"must be 0 (GLM-5.3 MLA is NoPE), got "
-                                f"{config['qk_rope_head_dim']}")
-    if config.get("quantization_config") is not None:
-        err("quantization_config", "quantized checkpoints are not modelled (the "
-            "dense MLP and the experts would be FP8 with block scales); use "
-            "the BF16 config")
-    dt = adapter.model_dtype(config)
-    if dt not in ("bfloat16", "float16", "float32"):
-        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
-        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
-    n = config["num_hidden_layers"]
-    for key in ("layer_types", "mlp_layer_types"):
-        v = config.get(key)
-        if v is not None:
-            if len(v) != n:
-                err(key, f"has {len(v)} entries, num_hidden_layers is {n}")
-            elif not all(isinstance(x, str) for x in v):
-                err(key, "entries must be strings")
+    adapter.validate_config(config, err)
     if not sink.has_errors:
         try:
             adapter.layer_kinds(config)
@@ -157,29 +141,26 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
     sink.raise_if_errors(L2sModelError)
 
 
-def default_config_text(model: str = "glm5next") -> str:
-    """Text of the config embedded for adapter ``model`` (its
-    ``DEFAULT_CONFIG`` file in ``l2sched/data``; for ``glm5next`` the
-    GLM-5.3-Flash config, sources in the ``.md`` next to it)."""
-    name = get_adapter(model).DEFAULT_CONFIG
-    return resources.files("l2sched.data").joinpath(name).read_text(encoding="utf-8")
+def default_config_text(model: str = DEFAULT_ADAPTER) -> str:
+    """Text of the config embedded for adapter ``model``
+    (``adapter.default_config_text()``). Raises ``KeyError`` for an unknown
+    adapter."""
+    return get_adapter(model).default_config_text()
 
 
-def default_config(model: str = "glm5next") -> dict[str, Any]:
+def default_config(model: str = DEFAULT_ADAPTER) -> dict[str, Any]:
     """The validated text config embedded for adapter ``model``
     (``load_model_config(None, model)``)."""
     return load_model_config(None, model)
 
 
 def load_model_config(path: str | os.PathLike | None = None,
-                      model: str = "glm5next") -> dict[str, Any]:
+                      model: str = DEFAULT_ADAPTER) -> dict[str, Any]:
     """The validated HF **text** config dict of a model.
 
     ``path`` is a ``config.json``, a model directory holding one, or ``None``
-    for the config embedded for adapter ``model`` (GLM-5.3-Flash for
-    ``glm5next``). A multimodal config
-    (``Glm5NextForConditionalGeneration``) is unwrapped to its
-    ``text_config`` (top-level ``torch_dtype`` carried over). Raises
+    for the config embedded for adapter ``model``. A multimodal config (one
+    with a ``text_config`` object) is unwrapped to its ``text_config`` (top-level ``torch_dtype`` carried over). Raises
     ``L2sModelError`` naming the file (and the key) when the file is missing,
     is not JSON, has an unknown architecture, or lacks or mistypes a key.
 

@@ -21,7 +21,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from l2sched.errors import L2sModelError
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import (
+    DEFAULT_ADAPTER,
+    ModelAdapter,
+    adapter_of_config,
+    get_adapter,
+)
 from l2sched.model.config import validate_config
 
 
@@ -95,7 +100,7 @@ class Inventory:
     ``kinds[i]`` its ``LayerKind``; ``tp``/``ep``/``tp_rank`` the parallel
     layout (EP = ``--enable-expert-parallel`` with DP = 1, so EP size = ``tp``);
     ``model`` the adapter name, ``model_name`` a human name (config path or
-    ``GLM-5.3-Flash``), ``source`` ``analytical`` or ``live``.
+    the adapter's ``DEFAULT_MODEL_NAME``), ``source`` ``analytical`` or ``live``.
     """
 
     model: str
@@ -205,17 +210,19 @@ def _check_layout(tp: int, tp_rank: int) -> None:
 
 def analytical_inventory(config: Mapping[str, Any], tp: int, ep: bool,
                          tp_rank: int = 0, *, model_name: str | None = None,
-                         adapter: str = "glm5next") -> Inventory:
+                         adapter: str | None = None) -> Inventory:
     """The per-GPU inventory of every decoder layer, from a HF text config.
 
     ``config`` is a text-config dict (``load_model_config``; validated again
     here), ``tp`` the tensor-parallel size, ``ep`` True for
     ``--enable-expert-parallel`` (DP = 1: routed experts split over the ``tp``
     ranks, linear placement), ``tp_rank`` the rank whose tensors are listed
-    (only the EP expert range depends on it). Pure Python: no torch, no vLLM.
+    (only the EP expert range depends on it), ``adapter`` the adapter's name
+    (default: the one serving the config's ``architectures``, else
+    ``DEFAULT_ADAPTER``). Pure Python: no torch, no vLLM.
     Raises ``L2sModelError`` on a bad config or a TP size a dimension does not
-    divide by."""
-    ad = get_adapter(adapter)
+    divide by, ``KeyError`` for an unknown adapter name."""
+    ad = adapter_of_config(config) if adapter is None else get_adapter(adapter)
     validate_config(config, "<config>", "", ad)
     _check_layout(tp, tp_rank)
     kinds = ad.layer_kinds(config)
@@ -243,7 +250,7 @@ def _numel(shape: Iterable[int]) -> int:
     return n
 
 
-def _entry(ad, s) -> TensorEntry:
+def _entry(ad: ModelAdapter, s) -> TensorEntry:
     es = ad.DTYPE_BYTES[s.dtype]
     nbytes = _numel(s.shape) * es
     rep = nbytes if s.replicated else _numel((s.replicated_rows,) + s.shape[1:]) * es \
@@ -254,14 +261,15 @@ def _entry(ad, s) -> TensorEntry:
 
 def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
                    model_name: str = "live model",
-                   adapter: str = "glm5next") -> Inventory:
+                   adapter: str = DEFAULT_ADAPTER) -> Inventory:
     """The per-GPU inventory read from a real ``torch.nn.Module`` tree.
 
-    ``model_or_layers`` is a ``Glm5NextForCausalLM`` (or anything with
-    ``.model.layers``/``.layers``) or the decoder-layer ``ModuleList``. For
+    ``model_or_layers`` is a model of adapter ``adapter`` (anything its
+    ``decoder_layers`` finds the layers of) or the decoder-layer
+    ``ModuleList``. For
     each layer: every named parameter and buffer (module aliases collapsed to
     the canonical path, ``adapter.canonical_path``), plus the adapter's
-    documented lazily created tensors (``adapter.LAZY_TENSORS``): read from the
+    documented lazily created tensors (``adapter.lazy_paths(kind)``): read from the
     module when they exist, otherwise their shape/dtype is derived from the
     live tensors they are built from (``adapter.derive_lazy``). Replication,
     views and decode reads come from the adapter's catalogue. Layers without
@@ -291,8 +299,8 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
             t = tensors[tid]
             found[ad.canonical_path(paths)] = (tuple(t.shape),
                                                str(t.dtype).replace("torch.", ""))
-        for path, (attn, _view, _src) in ad.LAZY_TENSORS.items():
-            if attn != kind.attention or path in found:
+        for path in ad.lazy_paths(kind):
+            if path in found:
                 continue
             got = ad.derive_lazy(layer, path)
             if got is not None:

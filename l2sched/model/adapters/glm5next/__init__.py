@@ -13,15 +13,27 @@ CPU-only host (docs/sources.md#vllm-glm5next). One module per concern:
 - ``tensors``: analytical per-rank tensor shapes (``layer_specs``), config
   keys, replication and lazily created tensors;
 - ``live``: the same facts read off a live module tree;
+- ``config``: the embedded config, bounds and checks of config values,
+  the config of a subset of the layers;
 - ``docs``: the generator of ``docs/hooks.md``.
 
-This package namespace is the adapter interface
-(``l2sched.model.adapters.get_adapter("glm5next")``). Paths of tensors and
+This package namespace implements ``l2sched.model.adapters.protocol.
+ModelAdapter`` (``l2sched.model.adapters.get_adapter("glm5next")``). Paths of tensors and
 modules are relative to ``model.layers.{i}``.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
+from l2sched.model.adapters.glm5next.config import (
+    CONFIG_BOUNDS,
+    DEFAULT_CONFIG,
+    DEFAULT_MODEL_NAME,
+    default_config_text,
+    subset_config,
+    validate_config,
+)
 from l2sched.model.adapters.glm5next.hooks import (
     HOOKS,
     HOOKS_BY_NAME,
@@ -32,13 +44,16 @@ from l2sched.model.adapters.glm5next.kinds import (
     ATTENTION_KINDS,
     FLASH_KINDS,
     MLP_KINDS,
+    SELECTORS,
     LayerKind,
+    kind_selector,
     layer_kinds,
 )
 from l2sched.model.adapters.glm5next.live import (
     DECODER_LAYER_PATHS,
     decoder_layers,
     derive_lazy,
+    lazy_paths,
     live_layer_kind,
     live_spec,
 )
@@ -75,19 +90,27 @@ NAME = "glm5next"
 ARCHITECTURES = ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration")
 MODEL_TYPES = ("glm5_next_text", "glm5_next")
 
-#: The config embedded for this adapter (package data of ``l2sched.data``;
-#: sources in ``glm53-flash-config.md`` next to it) and its human name.
-DEFAULT_CONFIG = "glm53-flash-config.json"
-DEFAULT_MODEL_NAME = "GLM-5.3-Flash"
+
+def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> str:
+    """The text of ``docs/hooks.md`` (``docs.hooks_markdown``, imported only
+    here: no other command needs the generator); ``op_bytes(kind, op)``
+    gives the bytes-read column (per GPU), omitted without it."""
+    from l2sched.model.adapters.glm5next.docs import hooks_markdown as generate
+
+    return generate(op_bytes)
+
 
 __all__ = [
-    "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "DECODER_LAYER_PATHS",
+    "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
+    "DECODER_LAYER_PATHS",
     "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES", "EXCLUDED_BUFFERS",
     "FLASH_KINDS", "HOOKS", "HOOKS_BY_NAME", "HookPoint", "Install",
     "LAZY_TENSORS", "LayerKind", "MLP_KINDS", "MODEL_TYPES", "NAME", "OPTIONAL_KEYS",
     "OP_CLASSES", "Op", "PARTLY_REPLICATED", "REPLICATED_PATHS", "REQUIRED_KEYS",
-    "TensorSpec", "canonical_path", "condition_holds", "consumption_order", "core_state_bytes",
-    "decode_reads", "decode_timeline", "decoder_layers", "derive_lazy",
-    "expert_range", "is_replicated", "layer_kinds", "layer_specs",
-    "live_layer_kind", "live_spec", "model_dtype",
+    "SELECTORS", "TensorSpec", "canonical_path", "condition_holds",
+    "consumption_order", "core_state_bytes", "decode_reads", "decode_timeline",
+    "decoder_layers", "default_config_text", "derive_lazy", "expert_range",
+    "hooks_markdown", "is_replicated", "kind_selector", "layer_kinds",
+    "layer_specs", "lazy_paths", "live_layer_kind", "live_spec", "model_dtype",
+    "subset_config", "validate_config",
 ]

@@ -61,3 +61,19 @@ def layer_kinds(config: Mapping) -> list[LayerKind]:
                              f"{sorted(mlp_map)}")
         kinds.append(LayerKind(attn_map[attn[i]], mlp_map[mlp[i]]))
     return kinds
+
+
+#: Layer selectors a schedule may name (``layers kda & moe``), in the order
+#: error messages list them: a layer's attention kind or MLP kind.
+SELECTORS = {
+    "kda": lambda k: k.attention == "kda",
+    "mla": lambda k: k.attention == "mla",
+    "dense": lambda k: k.mlp == "dense",
+    "moe": lambda k: k.mlp == "moe",
+}
+
+
+def kind_selector(kind: LayerKind) -> tuple[str, str]:
+    """The selector names whose intersection is exactly the layers of
+    ``kind``: ``(attention, mlp)`` (``kda+moe`` -> ``("kda", "moe")``)."""
+    return (kind.attention, kind.mlp)

@@ -47,6 +47,13 @@ def live_layer_kind(layer: Any) -> LayerKind:
     return LayerKind(attn, "moe" if hasattr(layer.mlp, "experts") else "dense")
 
 
+def lazy_paths(kind: LayerKind) -> list[str]:
+    """The ``LAZY_TENSORS`` a layer of ``kind`` has (those of its attention
+    kind), in catalogue order."""
+    return [p for p, (attn, _view, _src) in LAZY_TENSORS.items()
+            if attn == kind.attention]
+
+
 def derive_lazy(layer: Any, path: str) -> tuple[tuple[int, ...], str] | None:
     """``(shape, dtype)`` a lazily created tensor of ``LAZY_TENSORS`` will have
     in the live ``layer``, derived from the live tensors it is built from
