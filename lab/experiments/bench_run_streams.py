@@ -1,4 +1,4 @@
-"""`l2sched bench run` with the step's streams changed: is the lone-window
+"""`python -m lab bench run` with the step's streams changed: is the lone-window
 loss an interaction between the fills' side stream and the shared experts'
 aux stream?
 
@@ -33,7 +33,9 @@ sys.path.insert(0, ".")
 import torch  # noqa: E402
 
 from l2sched.profile import step  # noqa: E402
-from l2sched.cli.main import main  # noqa: E402
+# `python -m lab bench run`: the product's bench run with the research arm sets
+# (--validation, --perturbations, --controls, --bench-dir)
+from lab import main  # noqa: E402
 from l2sched.runtime import streams  # noqa: E402
 
 
@@ -60,7 +62,7 @@ def _shared_experts_on_main() -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Every other argument goes to `l2sched bench run` (see its --help).")
+        epilog="Every other argument goes to `python -m lab bench run` (see its --help).")
     ap.add_argument("--shared-experts-on-main", action="store_true")
     ap.add_argument("--side-priority", type=int, default=None)
     ap.add_argument("--fills-on-aux", action="store_true")

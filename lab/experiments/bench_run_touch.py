@@ -1,4 +1,4 @@
-"""`l2sched bench run` with extra "touch" arms: does what a fill buys in the
+"""`python -m lab bench run` with extra "touch" arms: does what a fill buys in the
 decode step come from the lines it lands, or from the address translations
 its reads leave cached?
 
@@ -20,12 +20,15 @@ Diagnostic only; results in benchmarks/results/h200-2026-12-01-step-fill.md.
 
 import argparse
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from l2sched.profile import run as bench_run  # noqa: E402
-from l2sched.cli.main import main  # noqa: E402
+# `python -m lab bench run`: the product's bench run with the research arm sets
+# (--validation, --perturbations, --controls, --bench-dir)
+from lab import main  # noqa: E402
 
 SHIPPED = os.path.join(ROOT, "schedules", "glm53-flash-h200-tp4.l2s")
 
@@ -43,7 +46,8 @@ def write_window_b_groups(out_dir: str) -> None:
     """One schedule per ``WINDOW_B_GROUPS`` entry in ``out_dir``: the shipped
     schedule's header and its window B (30 MB, moe layers) with that group."""
     text = open(SHIPPED, encoding="utf-8").read()
-    head = text[text.index("schedule "):text.index("\nwindow ")]
+    # from the `schedule NAME` line (a comment above it may say "schedule")
+    head = text[re.search(r"^schedule ", text, re.M).start():text.index("\nwindow ")]
     head = "\n".join(ln for ln in head.splitlines() if not ln.startswith("#")) + "\n\n"
     os.makedirs(out_dir, exist_ok=True)
     for name, lines in WINDOW_B_GROUPS.items():
@@ -73,7 +77,7 @@ def add_touch_arms(schedules: list[str], chunk: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Every other argument goes to `l2sched bench run` (see its --help).")
+        epilog="Every other argument goes to `python -m lab bench run` (see its --help).")
     ap.add_argument("--touch", action="append", default=[])
     ap.add_argument("--touch-chunk", type=int, default=65536)
     ap.add_argument("--window-b-groups", default="")

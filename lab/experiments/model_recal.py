@@ -17,7 +17,7 @@ docs/bench.md#dispatch-controls), linted with the same profile. Given more
 than once: the mean residual over those runs (``pooled_control_residuals``).
 
 Only the uncalibrated lint (the out-of-sample prediction) is computed; this is
-the cheap part of `l2sched bench report`. `l2sched bench calibrate` fits the
+the cheap part of `python -m lab bench report`. `python -m lab bench calibrate` fits the
 two terms from one result.
 """
 
@@ -29,12 +29,14 @@ import json
 import os
 import sys
 
-from l2sched.profile import read_json_file
-from lab.bench.calibrate_model import gain_rows, pooled_controls, recorded_profile
-from lab.bench.validation import validate
-from l2sched.errors import L2sError, L2sInputError
-from l2sched.files import check_output_path, write_text_atomically
-from l2sched.model.devices import load_device
+# the lab is not installed: the repository root (two folders up) on sys.path
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from l2sched.profile import read_json_file  # noqa: E402
+from lab.bench.calibrate_model import gain_rows, pooled_controls, recorded_profile  # noqa: E402
+from lab.bench.validation import validate  # noqa: E402
+from l2sched.errors import L2sError, L2sInputError  # noqa: E402
+from l2sched.files import check_output_path, write_text_atomically  # noqa: E402
+from l2sched.model.devices import load_device  # noqa: E402
 
 TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
 

@@ -1,0 +1,220 @@
+"""The lab (lab/README.md) from a checkout, on the CPU: one smoke test per
+experiment family that no other test runs, so that a script the product/lab
+split moved and no longer imports or runs is caught.
+
+Here: ``python -m lab`` (``bench --help``; ``bench run --dry --validation``
+in a subprocess from the repository root), ``bench_run_touch.py`` and
+``bench_run_streams.py`` (``--dry``), ``model_recal.py`` (committed runs D1
+and D2, cut), ``trace_compare.py`` (synthetic traces), every GPU-only
+script's ``--help``, and every script's imports of ``l2sched``, ``lab`` and
+its sibling modules (by name, without running it: ``l2_partition_probe.py``
+needs cupy).
+
+Covered elsewhere: ``bench report`` and ``bench kernel``'s option checks
+(tests/test_bench_timing.py), ``bench report --controls`` and ``bench run
+--dry --controls decoy`` (tests/test_controls.py), ``bench calibrate``
+(tests/test_bench_calibrate.py), ``bench tp --dry --validation``
+(tests/test_bench_tp_validation.py), ``bench tp`` / ``tp-report``
+(tests/test_bench_tp.py, tests/test_bench_tp_report.py),
+``agreement_ceiling.py`` (tests/test_agreement_ceiling.py),
+``fill_wait_probe.py`` (tests/test_fill_wait_probe.py),
+``ship_step_fill.py`` (tests/test_step_gaps.py)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from extras import TORCH_MISSING
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "lab" / "experiments"
+SCRIPTS = sorted(p.name for p in EXPERIMENTS.glob("*.py"))
+#: sibling modules the scripts import by bare name (their folder on sys.path)
+SIBLINGS = {p.removesuffix(".py") for p in SCRIPTS}
+#: scripts that need a CUDA GPU to do anything: ``--help`` is what the CPU can run
+GPU_ONLY = ["fill_limits_probe.py", "fill_op_probe.py", "graph_fork_probe.py",
+            "kernel_bench.py", "kernel_probe.py", "kernel_probe_l2.py",
+            "kernel_probe_tlb.py", "kernel_search.py", "translation_probe.py"]
+#: imported at the top of a script: no --help without it
+TOP_LEVEL_TORCH = {"fill_limits_probe.py", "graph_fork_probe.py", "kernel_bench.py",
+                   "kernel_probe.py", "kernel_probe_l2.py", "kernel_probe_tlb.py",
+                   "kernel_search.py", "translation_probe.py", "bench_run_streams.py"}
+
+
+def _run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _has_torch() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def test_every_experiment_is_in_the_readme():
+    readme = (ROOT / "lab" / "README.md").read_text(encoding="utf-8")
+    for name in SCRIPTS:
+        assert f"`{name}`" in readme, name
+    for cmd in ("run", "tp", "report", "tp-report", "calibrate", "kernel"):
+        assert f"**`bench {cmd}`**" in readme, cmd
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_scripts_imports_of_l2sched_and_the_lab_resolve(script, monkeypatch):
+    """Every ``from X import a, b`` / ``import X`` of ``l2sched``, ``lab`` or a
+    sibling script, at the top or inside a function, names a module and
+    attributes that exist (third-party modules: torch, cupy, triton, are
+    left out; so no GPU or cupy is needed)."""
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    monkeypatch.syspath_prepend(str(ROOT))
+    tree = ast.parse((EXPERIMENTS / script).read_text(encoding="utf-8"))
+    checked = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mod, names = node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            mod, names = None, [a.name for a in node.names]
+        else:
+            continue
+        for m, attrs in ([(mod, names)] if mod else [(n, []) for n in names]):
+            top = m.split(".")[0]
+            if top not in ("l2sched", "lab") and top not in SIBLINGS:
+                continue
+            if top in SIBLINGS and not _has_torch() and script != top + ".py" and \
+                    top in {s.removesuffix(".py") for s in TOP_LEVEL_TORCH}:
+                pytest.skip(TORCH_MISSING)
+            try:
+                module = importlib.import_module(m)
+            except ModuleNotFoundError as e:
+                if e.name and e.name.split(".")[0] in ("torch", "triton", "cupy"):
+                    pytest.skip(f"{m} needs {e.name}")
+                raise
+            for a in attrs:
+                assert hasattr(module, a) or importlib.util.find_spec(f"{m}.{a}"), \
+                    f"{script}: from {m} import {a}: no such name"
+            checked += 1
+    assert checked or script == "fill_wait_probe.py", f"{script}: no l2sched/lab import seen"
+
+
+def test_python_m_lab_from_a_checkout():
+    p = _run("-m", "lab", "bench", "--help")
+    assert p.returncode == 0, p.stderr
+    for cmd in ("run", "tp", "report", "tp-report", "calibrate", "kernel"):
+        assert cmd in p.stdout
+
+
+def test_python_m_lab_bench_run_dry_validation(tmp_path):
+    """``python -m lab bench run --dry --validation`` in a subprocess from the
+    repository root: the A/A arm, each other fill kernel and each window alone."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    out = tmp_path / "v.json"
+    p = _run("-m", "lab", "bench", "run", "--dry", "--validation", "--tokens", "1",
+             "--replays", "1", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    arms = [a["name"] for a in d["arms"]]
+    assert d["dry"] is True and d["tokens"] == [1]
+    assert {"none", "none-aa", "compiled", "kernel-load"} <= set(arms)
+    assert any(a.startswith("only-") for a in arms)
+    assert len(arms) == len(set(arms)), arms
+    assert set(d["per_m"]["1"]["arms"]) == set(arms)
+
+
+def test_bench_run_touch_writes_window_b_groups_and_a_touch_arm(tmp_path):
+    """``bench_run_touch.py``: window B's three target groups as one-window
+    schedules, run as ``--bench-dir`` arms beside a ``touch/`` arm (--dry)."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    groups, out = tmp_path / "b", tmp_path / "t.json"
+    p = _run("lab/experiments/bench_run_touch.py", "--window-b-groups", str(groups),
+             "--touch", str(groups / "B-router.l2s"), "--bench-dir", str(groups),
+             "--dry", "--tokens", "1", "--replays", "1", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in groups.iterdir()) == [
+        "B-mhc-norms.l2s", "B-next-attn.l2s", "B-router.l2s"]
+    arms = {a["name"]: a for a in json.loads(out.read_text())["arms"]}
+    assert {"none", "bench/B-mhc-norms", "bench/B-next-attn", "bench/B-router",
+            "touch/B-router"} <= set(arms)
+    assert arms["touch/B-router"]["runtime"]["mode"] == "touch"
+    bad = _run("lab/experiments/bench_run_touch.py", "--touch-chunk", "33", "--dry")
+    assert bad.returncode == 2 and "--touch-chunk must be" in bad.stderr
+
+
+def test_bench_run_streams_patches_the_step_and_runs_dry(tmp_path):
+    """``bench_run_streams.py``: its patches of the bench step apply (a renamed
+    ``StepRunner`` method fails here) and the rest goes to ``lab bench run``."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    out = tmp_path / "s.json"
+    p = _run("lab/experiments/bench_run_streams.py", "--shared-experts-on-main",
+             "--fills-on-aux", "--side-priority", "-1", "--dry", "--bench-dir", "",
+             "--tokens", "1", "--replays", "1", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    arms = [a["name"] for a in json.loads(out.read_text())["arms"]]
+    assert arms[0] == "none" and "compiled" in arms
+    assert not any(a.startswith("bench/") for a in arms)
+
+
+def test_model_recal_scores_a_run_with_another_runs_controls(tmp_path):
+    """``model_recal.py`` on the committed runs D2 (scored) and D1 (controls),
+    cut to two M and a few arms (tests/test_controls.py's ``_cut``): every
+    scored pair carries both gains; D1's controls move the predictions."""
+    from test_controls import KEEP_ARMS, KEEP_M, _cut
+
+    d1, d2 = _cut(tmp_path, "D1"), _cut(tmp_path, "D2")
+    alone, with_ctl = tmp_path / "alone.json", tmp_path / "ctl.json"
+    p = _run("lab/experiments/model_recal.py", d2, "--json", str(alone))
+    assert p.returncode == 0, p.stderr
+    q = _run("lab/experiments/model_recal.py", d2, "--controls", d1, "--json", str(with_ctl))
+    assert q.returncode == 0, q.stderr
+    rows = json.loads(alone.read_text())[d2]["rows"]
+    ctl = json.loads(with_ctl.read_text())[d2]["rows"]
+    scored = {a for a in KEEP_ARMS if a not in ("none", "none-aa")}
+    assert {(r["arm"], r["M"]) for r in rows} == {(a, int(M)) for a in scored for M in KEEP_M}
+    for r in rows:
+        assert isinstance(r["meas_gain_us"], float) and isinstance(r["pred_gain_us"], float)
+        assert r["agree"] == (r["pred_verdict"] == r["meas_verdict"])
+    moved = {(r["arm"], r["M"]): r["pred_gain_us"] for r in ctl}
+    assert any(abs(moved[(r["arm"], r["M"])] - r["pred_gain_us"]) > 1 for r in rows)
+    bad = _run("lab/experiments/model_recal.py", str(tmp_path / "missing.json"))
+    assert bad.returncode != 0 and "missing.json" in bad.stderr
+
+
+def _trace(path: Path, events) -> str:
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "tid": tid, "ts": ts, "dur": dur, "name": name}
+        for tid, ts, dur, name in events]}))
+    return str(path)
+
+
+def test_trace_compare_splits_an_arms_extra_time(tmp_path):
+    """``trace_compare.py`` on two synthetic traces: 5 us more on the main
+    stream, 3 in a gap and 2 inside a GEMM; the fill stream reported apart."""
+    base = _trace(tmp_path / "base.json",
+                  [(7, 0, 10, "gemm"), (7, 11, 2, "add"), (7, 14, 10, "gemm")])
+    arm = _trace(tmp_path / "arm.json", [(7, 0, 10, "gemm"), (9, 10, 3, "fill"),
+                                         (7, 15, 2, "add"), (7, 17, 12, "gemm")])
+    out, md = tmp_path / "cmp.json", tmp_path / "cmp.md"
+    p = _run("lab/experiments/trace_compare.py", base, arm, "--json-out", str(out),
+             "--md-out", str(md))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(out.read_text())
+    assert got["compare"]["span_us"] == [24.0, 29.0]
+    assert got["compare"]["gap_us"] == 3.0 and got["compare"]["kernel_us"] == 2.0
+    assert got["other_streams"] == {"9": {"kernels": 1, "busy_us": 3.0, "names": ["fill"]}}
+    assert "+3.0 us" in md.read_text() and "gemm" in md.read_text()
+    bad = _run("lab/experiments/trace_compare.py", base, str(tmp_path / "nope.json"))
+    assert bad.returncode == 1 and "nope.json" in bad.stderr
+
+
+@pytest.mark.parametrize("script", GPU_ONLY)
+def test_a_gpu_only_script_starts(script):
+    """``--help`` of each GPU-only script: its imports and options load."""
+    if script in TOP_LEVEL_TORCH:
+        pytest.importorskip("torch", reason=TORCH_MISSING)
+    p = _run(f"lab/experiments/{script}", "--help", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage:") and "--out" in p.stdout
