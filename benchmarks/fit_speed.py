@@ -77,7 +77,7 @@ def _in_process(repeat: int) -> dict:
     from l2sched.lang.resolve import load_schedule
     from l2sched.lint import run_lint
     from l2sched.model.config import default_config
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
 
     path = ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"
     device = load_device("h200")

@@ -15,7 +15,7 @@ import pytest
 from lab.bench import calibrate_model as cm
 from l2sched.profile import read_json_file
 from l2sched.cli import main
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from lab import main as lab_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_the_calibrated_profile_says_where_its_scale_comes_from():
     the calibration run and the grid."""
     import tomllib
 
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     assert "1 = the value on the grid" in text
     out = cm.calibrated_profile_text(text, "h200", {"scale": 2.0, "set_aside": None},

@@ -31,7 +31,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import glm5next as ad
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from lab import main as lab_main
 

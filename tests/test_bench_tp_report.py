@@ -22,7 +22,7 @@ from lab.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predic
 from l2sched.profile.arms import AA_ARM
 from lab.bench.validation import aa_noise_floor
 from l2sched.cli import main
-from l2sched.model.devices import DEVICES_DIR, load_device, parse_device
+from l2sched.device import DEVICES_DIR, load_device, parse_device
 from lab import main as lab_main
 
 H200 = DEVICES_DIR / "h200.toml"

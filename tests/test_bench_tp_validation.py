@@ -26,7 +26,7 @@ from l2sched.cli import main
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.runtime.dry_run import explain_step
 from l2sched.runtime.gate import StepInfo

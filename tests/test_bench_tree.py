@@ -41,7 +41,7 @@ def test_matrix_reads_are_what_the_op_multiplies():
     """The ops probe reads these back after its flush (weights cold,
     activations hot): they must be the very tensors the op's GEMMs take."""
     from l2sched.profile.step import StepRunner
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
     runner = StepRunner(build_tree(inv, device="meta"), load_device("h200"), tokens=16)
     i = next(i for i, k in enumerate(inv.kinds) if k.attention == "mla")

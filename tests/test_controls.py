@@ -24,7 +24,7 @@ from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sError, L2sInputError
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from lab import main as lab_main
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from l2sched.errors import L2sInputError, L2sPluginError, L2sSemanticError
-from l2sched.model.devices import device_names, load_device
-from l2sched.model.gpu_identity import GpuIdentity, identity_mismatches, matching_profiles
+from l2sched.device import device_names, load_device
+from l2sched.device import GpuIdentity, identity_mismatches, matching_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 SM120 = ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"

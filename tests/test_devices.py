@@ -3,7 +3,7 @@
 import pytest
 
 from l2sched.errors import L2sInputError
-from l2sched.model.devices import device_names, load_device
+from l2sched.device import device_names, load_device
 
 #: A frozen copy of the h200 profile as it was before `l2sched profile`
 #: measured it (2026-12-01): the parsing and validation tests edit its text,
@@ -52,8 +52,8 @@ def test_adding_a_device_is_adding_a_file(tmp_path):
 
 
 def test_fit_allreduce_recovers_a_linear_model():
-    from l2sched.model.allreduce_fit import fit_allreduce
-    from l2sched.model.devices import AllReduceModel
+    from l2sched.device import fit_allreduce
+    from l2sched.device import AllReduceModel
     true = AllReduceModel(9.5, 120.0)
     pts = [(b, true.time_us(b)) for b in (8192, 65536, 524288, 2097152)]
     m = fit_allreduce(pts, measured="2026-11-30", source="r.json")
@@ -66,8 +66,8 @@ def test_fit_allreduce_recovers_a_linear_model():
 
 
 def test_write_allreduce_model_replaces_one_table(tmp_path):
-    from l2sched.model.allreduce_fit import write_allreduce_model
-    from l2sched.model.devices import AllReduceModel
+    from l2sched.device import write_allreduce_model
+    from l2sched.device import AllReduceModel
     src = open(ESTIMATE).read()
     p = tmp_path / "h200.toml"
     p.write_text(src)
@@ -111,7 +111,7 @@ def test_tp_result_fits_into_a_profile(tmp_path):
 
     from l2sched.profile.collective_terms import update_profile
     from lab.bench.tp_report import load
-    from l2sched.model.devices import AllReduceModel
+    from l2sched.device import AllReduceModel
     true = AllReduceModel(14.0, 80.0)
     sizes = [t * 8192 for t in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)]
 
@@ -211,7 +211,7 @@ def test_fifo_profile_is_refused(tmp_path):
     import sys
     p = tmp_path / "fifo.toml"
     os.mkfifo(p)
-    code = ("import sys\nfrom l2sched.model.devices import load_device\n"
+    code = ("import sys\nfrom l2sched.device import load_device\n"
             "from l2sched.errors import L2sInputError\n"
             "try:\n    load_device(sys.argv[1])\n"
             "except L2sInputError as e:\n    print(e)\n")
@@ -366,7 +366,7 @@ def _nth_key(text: str, key: str, n: int, value: str) -> str:
 def test_a_bad_key_in_the_default_fill_table_is_reported_once(tmp_path):
     """A bad value in ``[fill.copy]`` (the default kernel's table) is one
     problem at its key, not also a "no [fill.copy] table"."""
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     p = tmp_path / "neg.toml"
     p.write_text(_nth_key(text, "gemm_slowdown", 1, "-0.5"), encoding="utf-8")
@@ -378,7 +378,7 @@ def test_a_bad_key_in_the_default_fill_table_is_reported_once(tmp_path):
 
 
 def test_an_unknown_fill_table_is_located_at_its_header(tmp_path):
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     p = tmp_path / "weird.toml"
     p.write_text(text + "\n[fill.weird]\ngbps = 1\n", encoding="utf-8")
@@ -388,7 +388,7 @@ def test_an_unknown_fill_table_is_located_at_its_header(tmp_path):
 
 
 def test_profile_problems_come_in_file_order(tmp_path):
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     # [fill.copy] comes first and [fill.load] third in the shipped file
     text = _nth_key(_nth_key(text, "gemm_slowdown", 1, "-0.5"), "gemm_slowdown", 3, '"x"')
@@ -402,7 +402,7 @@ def test_profile_problems_come_in_file_order(tmp_path):
 
 
 def test_a_dotted_key_is_located_at_its_line(tmp_path):
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("h200").read_text(encoding="utf-8")
     p = tmp_path / "dot.toml"
     p.write_text(_nth_key(text, "allreduce_slowdown", 1, "1.0").replace(
@@ -416,39 +416,62 @@ def test_a_dotted_key_is_located_at_its_line(tmp_path):
 
 _BAD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, -2.0] }"
 _HOT = "hot_us: -2.0 is not a time in 0..1e+06 us"
+_GOOD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, 0.5] }"
 
 
 @pytest.mark.parametrize("tables, message, pointed", [
     # the usual form: the key inside the entry's inline table
+    (f'[ops.glm5next."kda+moe"]\n"kda.in_proj" = {_BAD_ENTRY}\n',
+     f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # a dotted key inside [ops.MODEL]
+    (f'[ops.glm5next]\n"kda+moe"."kda.in_proj" = {_BAD_ENTRY}\n',
+     f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # a dotted key inside [ops], the model part too
+    (f'[ops]\nglm5next."kda+moe"."kda.in_proj" = {_BAD_ENTRY}\n',
+     f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # the entry as a sub-table
+    ('[ops.glm5next."kda+moe"."kda.in_proj"]\nm = [1, 4]\ncold_us = [1.0, 2.0]\n'
+     'hot_us = [1.0, -2.0]\n',
+     f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
+    # the entry's keys dotted
+    ('[ops.glm5next."kda+moe"]\n"kda.in_proj".m = [1, 4]\n"kda.in_proj".cold_us = [1.0, 2.0]\n'
+     '"kda.in_proj".hot_us = [1.0, -2.0]\n',
+     f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ('"kda.in_proj".hot_us', "hot_us")),
+    # a table of the old layout (no model part) is read as glm5next's, located as written
     (f'[ops."kda+moe"]\n"kda.in_proj" = {_BAD_ENTRY}\n',
      f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
-    # a dotted key inside [ops]
-    (f'[ops]\n"kda+moe"."kda.in_proj" = {_BAD_ENTRY}\n',
-     f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
-    # the entry as a sub-table
-    ('[ops."kda+moe"."kda.in_proj"]\nm = [1, 4]\ncold_us = [1.0, 2.0]\nhot_us = [1.0, -2.0]\n',
-     f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
-    # the entry's keys dotted
-    ('[ops."kda+moe"]\n"kda.in_proj".m = [1, 4]\n"kda.in_proj".cold_us = [1.0, 2.0]\n'
-     '"kda.in_proj".hot_us = [1.0, -2.0]\n',
-     f"ops.kda+moe.kda.in_proj: {_HOT}", ('"kda.in_proj".hot_us', "hot_us")),
-    (f'[ops]\n"kda+moex"."kda.in_proj" = {_BAD_ENTRY}\n',
-     "ops.kda+moex: unknown layer kind 'kda+moex'", ('"kda+moex"', "kda+moex")),
-    ('[ops]\n"kda+moe" = 3\n', "ops.kda+moe: expected a table of ops",
+    # layer kinds, ops and models are the model's check (model.device_ops)
+    (f'[ops.glm5next]\n"kda+moex"."kda.in_proj" = {_GOOD_ENTRY}\n',
+     "ops.glm5next.kda+moex: unknown layer kind 'kda+moex'", ('"kda+moex"', "kda+moex")),
+    (f'[ops.glm5next."kda+moe"]\n"kda.in_projx" = {_GOOD_ENTRY}\n',
+     "ops.glm5next.kda+moe.kda.in_projx: unknown op of a kda+moe layer",
+     ('"kda.in_projx"', "kda.in_projx")),
+    (f'[ops.glm5nxt."kda+moe"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
+     "ops.glm5nxt: unknown model 'glm5nxt'; did you mean 'glm5next'? (adapters: glm5next",
+     ('[ops.glm5nxt."kda+moe"]', '[ops.glm5nxt."kda+moe"]')),
+    (f'[ops."kda+moex"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
+     "ops.glm5next.kda+moex: unknown layer kind 'kda+moex'",
+     ('[ops."kda+moex"]', '[ops."kda+moex"]')),
+    ('[ops.glm5next]\n"kda+moe" = 3\n', "ops.glm5next.kda+moe: expected a table of ops",
      ('"kda+moe" = 3', "kda+moe")),
-    ('[ops."kda+moe"]\n"kda.in_proj" = { m = [1], cold_us = [1.0], hot_us = [1.0], x = 1 }\n',
-     "ops.kda+moe.kda.in_proj: unknown key 'x'", ("x = 1 }", "x")),
+    ('[ops]\nglm5next = 3\n', "ops.glm5next: expected tables [ops.MODEL.",
+     ('glm5next = 3', "glm5next")),
+    ('[ops.glm5next."kda+moe"]\n"kda.in_proj" = { m = [1], cold_us = [1.0], hot_us = [1.0], '
+     'x = 1 }\n',
+     "ops.glm5next.kda+moe.kda.in_proj: unknown key 'x'", ("x = 1 }", "x")),
 ])
 def test_an_ops_problem_is_located_at_its_key_in_every_toml_form(tmp_path, tables, message,
                                                                   pointed):
-    """Each form TOML allows for an ``[ops]`` entry gets the problem at the
-    line and columns of the key it is about; the dotted and sub-table forms
-    had no line, or the table's header."""
+    """Each form TOML allows for an op entry gets the problem at the line
+    and columns of the key it is about, whether the reader finds it (the
+    values) or the model's check does (``check_device_ops``: models, layer
+    kinds, ops)."""
+    from l2sched.model.device_ops import check_device_ops
     text = open(ESTIMATE).read() + "\n" + tables
     p = tmp_path / "ops.toml"
     p.write_text(text)
     with pytest.raises(L2sInputError) as e:
-        load_device(str(p))
+        check_device_ops(load_device(str(p)))
     (d,) = [d for d in e.value.diagnostics if d.message.startswith("ops.")]
     assert d.message.startswith(message)
     line_text, key = pointed
@@ -456,6 +479,21 @@ def test_an_ops_problem_is_located_at_its_key_in_every_toml_form(tmp_path, table
     line = next(i for i, ln in enumerate(lines, 1) if line_text in ln)
     col = lines[line - 1].index(key, lines[line - 1].index(line_text)) + 1
     assert (d.span.line, d.span.column, d.span.end_column) == (line, col, col + len(key))
+
+
+def test_an_old_op_table_is_read_as_the_default_models_with_a_note(tmp_path):
+    """``[ops."KIND"]`` (before op tables were keyed by model) loads as
+    ``[ops.glm5next."KIND"]``; the profile's note says where and the fix."""
+    text = open(ESTIMATE).read() + f'\n[ops."kda+moe"]\n"kda.in_proj" = {_GOOD_ENTRY}\n'
+    p = tmp_path / "old.toml"
+    p.write_text(text)
+    device_profile = load_device(str(p))
+    assert list(device_profile.ops) == ["glm5next"]
+    assert device_profile.op_times("glm5next")[("kda+moe", "kda.in_proj")].m == (1, 4)
+    line = text.splitlines().index('[ops."kda+moe"]') + 1
+    (note,) = device_profile.notes
+    assert note.startswith(f"{p}:{line}:1: [ops.\"kda+moe\"]: op tables without a model "
+                           "are read as glm5next's; write [ops.glm5next.\"KIND\"]")
 
 
 def test_a_top_level_ops_value_is_located_at_its_line(tmp_path):
@@ -470,7 +508,7 @@ def test_a_top_level_ops_value_is_located_at_its_line(tmp_path):
 
 
 def test_key_parts_reads_toml_dotted_keys():
-    from l2sched.model.toml_keys import key_parts
+    from l2sched.device.toml_keys import key_parts
     assert [p for p, _, _ in key_parts('ops . "kda+moe".\'a.b\' = 1')] == ["ops", "kda+moe", "a.b"]
     assert key_parts('"kda.in_proj".hot_us') == [("kda.in_proj", 1, 12), ("hot_us", 14, 20)]
     assert key_parts("two words = 1") is None
@@ -537,9 +575,13 @@ def test_every_bad_field_of_an_ops_entry_is_reported_in_one_run(tmp_path):
 
 
 def test_a_header_with_a_hash_in_a_quoted_part_is_underlined_whole(tmp_path):
-    text = open(ESTIMATE).read() + '\n[ops."k#x"]  # a comment\n"a" = 1\n'
-    diags, lines = _located(tmp_path, text)
-    (d,) = [d for d in diags if d.message.startswith("ops.k#x")]
+    from l2sched.model.device_ops import check_device_ops
+    text = open(ESTIMATE).read() + '\n[ops."k#x"]  # a comment\n'
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    with pytest.raises(L2sInputError) as e:
+        check_device_ops(load_device(str(p)))
+    (d,) = [d for d in e.value.diagnostics if d.message.startswith("ops.k#x: unknown model")]
     assert (d.span.column, d.span.end_column) == (1, len('[ops."k#x"]') + 1)
 
 

@@ -25,7 +25,7 @@ from l2sched.fit.evaluate import HARD_WARNINGS, Evaluator, max_pending_bytes, \
 from l2sched.lang.resolve import load_schedule, load_schedule_text
 from l2sched.lint import run_lint
 from l2sched.model.config import default_config
-from l2sched.model.devices import DEVICES_DIR, load_device
+from l2sched.device import DEVICES_DIR, load_device
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_SCHEDULE = ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"
@@ -254,9 +254,9 @@ def test_pessimistic_variants():
     assert lcopy.effect == pytest.approx(copy.effect * 0.8)
     assert lcopy.landed[1][1] == pytest.approx(copy.landed[1][1] * 0.8)
     assert lcopy.slowdown == pytest.approx(copy.slowdown * 1.5)
-    hot = low.ops[("kda+moe", "attn.o_proj")].hot_us[0]
-    c, h = h200.ops[("kda+moe", "attn.o_proj")].cold_us[0], \
-        h200.ops[("kda+moe", "attn.o_proj")].hot_us[0]
+    hot = low.op_times("glm5next")[("kda+moe", "attn.o_proj")].hot_us[0]
+    c, h = h200.op_times("glm5next")[("kda+moe", "attn.o_proj")].cold_us[0], \
+        h200.op_times("glm5next")[("kda+moe", "attn.o_proj")].hot_us[0]
     assert hot == pytest.approx(h + 0.25 * (c - h))
     assert info.from_measurements
     sm = load_device("sm120-rtx-pro-6000-maxq")

@@ -319,7 +319,7 @@ def test_fill_effect_scales_the_predicted_gain():
 def _with_fill_mode(device, mode, **numbers):
     import dataclasses
 
-    from l2sched.model.devices import FillMode
+    from l2sched.device import FillMode
 
     fm = dataclasses.replace(device.fill_mode(), **numbers) if mode == "bulk" else \
         FillMode(mode, 66, 32, 32768, 4, **numbers)

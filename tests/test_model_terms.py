@@ -14,7 +14,7 @@ import pytest
 from l2sched.errors import L2sInputError
 from l2sched.lint.graph import StepGraph
 from l2sched.lint.simulate import simulate
-from l2sched.model.devices import load_device, parse_device
+from l2sched.device import load_device, parse_device
 
 STREAM = {"delay": 0.0, "kind": "stream"}
 
@@ -120,7 +120,7 @@ def test_the_lint_charges_set_aside_max_against_a_baseline_without_one():
 
 def _raw_profile(extra=None):
     import tomllib
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     raw = tomllib.loads(profile_path("h200").read_text())
     for (sec, key), v in (extra or {}).items():
         raw[sec][key] = v
@@ -140,7 +140,7 @@ def test_the_new_fields_are_optional_and_checked():
 
 
 def test_sm120_marks_the_copied_numbers_as_assumptions():
-    from l2sched.model.devices import profile_path
+    from l2sched.device import profile_path
     text = profile_path("sm120-rtx-pro-6000-maxq").read_text()
     for key in ("fill_slowdown_scale", "set_aside_stream_slowdown"):
         before = text.split(f"\n{key} =")[0].rsplit("\n", 3)[-3:]
@@ -204,7 +204,7 @@ def _allreduce_beside_fill(nbytes: int) -> StepGraph:
 def _ar_device(slowdown: float, launch_us: float = 0.0):
     """``_device`` with a 15 us all-reduce at TP 2 (any message) and a copy
     fill of ``allreduce_slowdown = slowdown``."""
-    from l2sched.model.devices import AllReduceModel
+    from l2sched.device import AllReduceModel
     dev = _device(allreduce={2: AllReduceModel(15.0, 1e12)})
     copy = dataclasses.replace(dev.fill_modes["copy"], allreduce_slowdown=slowdown,
                                launch_us=launch_us)
@@ -229,7 +229,7 @@ def test_a_fill_slows_a_concurrent_all_reduce_in_proportion_to_the_overlap(
 
 @pytest.mark.parametrize("extra", [0.5, 3.0, 6.0, 12.0])
 def test_the_derived_slowdown_reproduces_the_measured_extra(extra):
-    from l2sched.model.overlap_fit import slowdown_for_extra
+    from l2sched.device import slowdown_for_extra
     # a 16 MB fill: 2 us launch, then 16 us of reads beside a 15 us all-reduce
     s = slowdown_for_extra(extra, 15.0, 2.0, 16.0)
     sim = simulate(_allreduce_beside_fill(16_000_000), _ar_device(s, launch_us=2.0), tp=2,
@@ -238,7 +238,7 @@ def test_the_derived_slowdown_reproduces_the_measured_extra(extra):
 
 
 def test_slowdown_for_extra_says_when_nothing_explains_the_extra():
-    from l2sched.model.overlap_fit import slowdown_for_extra
+    from l2sched.device import slowdown_for_extra
     assert slowdown_for_extra(-1.0, 15.0, 2.0, 16.0) == 0.0
     assert slowdown_for_extra(3.0, 1.5, 2.0, 16.0) is None   # reads start after it ended
     assert slowdown_for_extra(5.0, 15.0, 2.0, 4.0) is None   # a 4 us read cannot add 5 us

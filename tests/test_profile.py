@@ -14,7 +14,7 @@ from l2sched.profile.write import derive, profile_markdown, profile_toml
 from l2sched.errors import L2sInputError
 from l2sched.lint import lint_path, run_lint
 from l2sched.model.config import default_config
-from l2sched.model.devices import FillMode, OpTimes, load_device, parse_device
+from l2sched.device import FillMode, OpTimes, load_device, parse_device
 from l2sched.model.inventory import analytical_inventory
 
 try:  # Python >= 3.11
@@ -119,13 +119,13 @@ def test_synthetic_profile_round_trip(tmp_path):
     # 24 MB at 3200 GB/s = 7.5 us beside the GEMM chain; bulk measured none
     assert dev.fill_mode("copy").gemm_slowdown == pytest.approx(2.0 / 5.5, abs=5e-4)
     assert dev.fill_mode("bulk").gemm_slowdown is None
-    assert "model.overlap_fit" in dev.measured["fill.copy.slowdown"]["probe"]
+    assert "device.overlap" in dev.measured["fill.copy.slowdown"]["probe"]
     assert dev.fill_default == "copy"  # effect 0.85 - slowdown 0.62 > 0.25 - 0.16
     copy = dev.fill_mode("copy")
     assert (copy.grid, copy.stages, copy.chunk) == (66, 4, 32768)
     assert copy.landed == ((16.0, 0.9), (32.0, 0.8))
     assert copy.effect_at(24_000_000) == pytest.approx(0.85)
-    assert dev.ops[("kda+moe", "kda.in_proj")].at(4) == (19.8, 18.3)
+    assert dev.op_times("glm5next")[("kda+moe", "kda.in_proj")].at(4) == (19.8, 18.3)
     assert dev.measured["l2.effective_bytes"]["probe"] == "l2"
     assert "latency.small_kernel_us" in dev.provenance["kept_from_base"]
     assert dev.evict_last_protected_bytes == int(0.8 * 16_777_216)
@@ -162,7 +162,7 @@ def test_bad_measured_values_are_errors_at_their_key(tmp_path):
     text_err = str(e.value)
     assert "fill.copy.landed" in text_err
     assert "l2.effective_bytes" in text_err
-    assert "ops.kda+moe.kda.in_proj" in text_err
+    assert "ops.glm5next.kda+moe.kda.in_proj" in text_err
     assert all(line.startswith("p.toml:") for line in text_err.splitlines()
                if "expected" in line or "must" in line)
 
@@ -193,8 +193,8 @@ def test_op_table_decides_what_a_hit_buys():
                 ("mla+moe", "attn.o_proj"): OpTimes((1,), (14.9,), (11.3,))}
     ops_none = {k: OpTimes((1,), (v.cold_us[0],), (v.cold_us[0],))
                 for k, v in ops_gain.items()}
-    g_gain = _gain(dataclasses.replace(dev, ops=ops_gain))
-    g_none = _gain(dataclasses.replace(dev, ops=ops_none))
+    g_gain = _gain(dataclasses.replace(dev, ops={"glm5next": ops_gain}))
+    g_none = _gain(dataclasses.replace(dev, ops={"glm5next": ops_none}))
     assert g_gain > g_none  # a measured cold > hot gap is what prefetching buys
 
 
@@ -253,7 +253,7 @@ def test_a_kept_fill_slowdown_scale_keeps_where_it_came_from():
     """A re-profiled box keeps the base profile's fitted scale and its
     ``[measured]`` record (the decode-step run it was fitted on)."""
     from l2sched.profile.write import _kept_latency
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     base = load_device("h200")
     sec, kept, measured = {"latency": {}}, [], {}
     _kept_latency(base, sec, kept, measured)

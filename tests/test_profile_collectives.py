@@ -13,7 +13,7 @@ from l2sched.profile.collectives import (collective_args, collectives_markdown,
                                                run_collectives)
 from l2sched.profile.collective_terms import collective_terms_text as apply_collectives
 from l2sched.cli import main
-from l2sched.model.devices import DEVICES_DIR, parse_device
+from l2sched.device import DEVICES_DIR, parse_device
 
 H200 = DEVICES_DIR / "h200.toml"
 

@@ -20,7 +20,7 @@ from l2sched.profile.step_fill import check_step_fill, step_fill_schedule, step_
 from l2sched.errors import L2sInputError
 from l2sched.lint import lint_path, run_lint
 from l2sched.model.adapters import glm5next
-from l2sched.model.devices import OpTimes, load_device, load_device_text
+from l2sched.device import OpTimes, load_device, load_device_text
 
 H200 = "schedules/glm53-flash-h200-tp4.l2s"
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def _with_entry(entry: str) -> str:
 
 def test_step_gaps_read_back_and_bad_ones_are_errors_at_their_key():
     dev = load_device_text(_with_entry(", step_m = [1, 64], step_gap_us = [0.5, 2.5]"), "p.toml")
-    got = [t for t in dev.ops.values() if t.step_m]
+    got = [t for t in dev.op_times("glm5next").values() if t.step_m]
     assert len(got) == 1 and got[0].step_m == (1, 64) and got[0].step_gap_us == (0.5, 2.5)
     for bad, why in ((", step_m = [1, 64], step_gap_us = [0.5]", "step_gap_us has 1 values, step_m has 2"),
                      (", step_m = [64, 1], step_gap_us = [0.5, 1.0]", "step_m: token counts must increase"),
@@ -72,19 +72,24 @@ def test_step_gaps_read_back_and_bad_ones_are_errors_at_their_key():
 
 def test_an_unknown_layer_kind_or_op_in_the_op_table_is_an_error():
     text = (ROOT / "l2sched/data/devices/h200.toml").read_text(encoding="utf-8")
-    with pytest.raises(L2sInputError, match=r"p\.toml:\d+:1: ops\.mla\+mooe: unknown layer kind"):
-        load_device_text(text.replace('[ops."mla+moe"]', '[ops."mla+mooe"]'), "p.toml")
-    with pytest.raises(L2sInputError, match=r"ops\.mla\+moe\.mhc\.attn_pree: unknown op"):
-        load_device_text(text.replace('[ops."mla+moe"]\n"mhc.attn_pre"',
-                                      '[ops."mla+moe"]\n"mhc.attn_pree"'), "p.toml")
+    from l2sched.model.device_ops import check_device_ops
+    with pytest.raises(L2sInputError,
+                       match=r"p\.toml:\d+:1: ops\.glm5next\.mla\+mooe: unknown layer kind"):
+        check_device_ops(load_device_text(text.replace('[ops.glm5next."mla+moe"]',
+                                                       '[ops.glm5next."mla+mooe"]'), "p.toml"),
+                         "glm5next")
+    with pytest.raises(L2sInputError, match=r"ops\.glm5next\.mla\+moe\.mhc\.attn_pree: unknown op"):
+        check_device_ops(load_device_text(text.replace('[ops.glm5next."mla+moe"]\n"mhc.attn_pre"',
+                                                       '[ops.glm5next."mla+moe"]\n"mhc.attn_pree"'),
+                                          "p.toml"), "glm5next")
 
 
 # -- each term moves the prediction the right way -----------------------------
 
 def _with_gaps(dev, gap: float):
     """``dev`` whose every measured op has step gap ``gap`` at every M."""
-    ops = {k: dataclasses.replace(t, step_m=(1,), step_gap_us=(gap,)) for k, t in dev.ops.items()}
-    return dataclasses.replace(dev, ops=ops)
+    ops = {k: dataclasses.replace(t, step_m=(1,), step_gap_us=(gap,)) for k, t in dev.op_times("glm5next").items()}
+    return dataclasses.replace(dev, ops={"glm5next": ops})
 
 
 def test_a_larger_step_gap_buys_more_and_none_buys_nothing():
@@ -135,7 +140,7 @@ def test_step_gaps_are_saved_time_over_the_lints_hit_share():
     o_proj = got[("kda+moe", "attn.o_proj")][16]
     assert o_proj["gap_us"] == pytest.approx(2.0) and o_proj["hit"] >= MIN_HIT_LAYERS
     assert got[("kda+moe", "mhc.ffn_pre")][16]["gap_us"] == 0.0  # a loss is no gap
-    cold = dev.ops[("kda+moe", "kda.in_proj")].at(16)[0]
+    cold = dev.op_times("glm5next")[("kda+moe", "kda.in_proj")].at(16)[0]
     assert got[("kda+moe", "kda.in_proj")][16]["gap_us"] == pytest.approx(cold, abs=1e-3)
     # an op the schedule does not fill has no hit share: no step gap
     assert ("kda+moe", "kda.f_b_proj") not in got
@@ -320,7 +325,7 @@ def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeyp
     dev = load_device_text(new, "h200.toml")
     assert dev.fill_mode("bulk").landed[-1][1] == pytest.approx(
         0.5 * dev.fill_mode("copy").landed[-1][1], abs=1e-3)
-    assert dev.ops[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0, abs=0.01),)
+    assert dev.op_times("glm5next")[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0, abs=0.01),)
     assert "ops.kda+moe.attn.o_proj.step_gap_us" in dev.measured
     # the rest of the text is untouched, and shipping again gives the same text
     changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]

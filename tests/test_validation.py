@@ -84,7 +84,7 @@ def test_validation_arms_cover_kernels_windows_and_bad_schedules():
     assert len(sched_arms) >= 12
     for w, mb in (("A", 17), ("A_MLA", 24), ("B", 30), ("C", 10)):
         assert f"only-{w}-{mb}MB" in names and f"only-{w}-{mb / 2:g}MB" in names
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     own = load_device("h200").fill_default  # the kernel the compiled arm runs
     assert {f"kernel-{k}" for k in ("bulk", "copy", "load") if k != own} <= set(names)
     assert f"kernel-{own}" not in names and "bench/fill-over-experts" in names
@@ -106,7 +106,7 @@ def test_report_validation_section(tmp_path):
     from l2sched.lang.resolve import load_schedule
     from l2sched.lint import run_lint
     from l2sched.model.config import load_model_config
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     from l2sched.model.inventory import analytical_inventory
 
     rounds = 30
@@ -166,7 +166,7 @@ def test_perturbations_of_a_schedule():
                                 "window.B.budget=37500KB", "window.C.budget=12500KB"]
     assert v["budgets-25%"][0] == "window.A.budget=12750KB"
     assert v["without-B"] == ["window.B.budget=0MB"]  # 30 MB x 42 layers
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     own = load_device("h200").fill_default
     (kernel,) = [k for k in v if k.startswith("kernel-")]
     assert kernel != f"kernel-{own}"

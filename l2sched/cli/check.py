@@ -24,7 +24,7 @@ def default_kernel_label(schedule) -> str:
     """``default (MODE)``: the fill kernel of a window that names none, the
     device profile's ``[fill] default``; plain ``default`` when the profile
     cannot be read (its error is the lint's to report)."""
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     try:
         return f"default ({load_device(schedule.device).fill_default})"
     except L2sError:

@@ -79,18 +79,20 @@ def load_profile(arg: str, kernel: str | None):
     that file, not the shipped profile of the same name). Raises
     ``L2sUsageError`` for an unknown profile name or a ``--kernel`` the
     profile has no numbers for; ``L2sInputError`` for a profile file with
-    errors."""
-    from l2sched.model.devices import device_names, load_device
+    errors (its op tables checked against the model adapters)."""
+    from l2sched.device import device_names, load_device
+    from l2sched.model.device_ops import check_device_ops
 
     path = device_profile_path(arg)
     if not path.is_file():
         raise L2sUsageError(f"--device {arg}: no such device profile file")
-    device = load_device(arg)
-    if kernel is not None and kernel not in device.fill_modes:
-        raise L2sUsageError(f"--kernel {kernel}: device profile {device.name} has "
-                            f"numbers for {', '.join(sorted(device.fill_modes))} only")
+    device_profile = load_device(arg)
+    check_device_ops(device_profile)
+    if kernel is not None and kernel not in device_profile.fill_modes:
+        raise L2sUsageError(f"--kernel {kernel}: device profile {device_profile.name} has "
+                            f"numbers for {', '.join(sorted(device_profile.fill_modes))} only")
     ref = None if arg in device_names() else os.path.abspath(path)
-    return device, ref
+    return device_profile, ref
 
 
 def command_line(args, opts) -> str:

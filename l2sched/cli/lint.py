@@ -99,13 +99,13 @@ def cmd_timeline(args) -> int:
     from l2sched.lint.timeline import timeline_paths, write_timeline
 
     timeline_paths(args.output)
-    check_device_arg(args.device)
+    device_profile = check_device_arg(args.device)
     if args.tokens < 1:
         raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
     measured = (load_measured(args.measured, args.tokens, args.arm)
                 if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
-                    tokens=args.tokens)
+                    device_profile=device_profile, tokens=args.tokens)
     for p in write_timeline(run, args.output, measured):
         print(f"wrote {p}")
     return 0

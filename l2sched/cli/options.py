@@ -10,7 +10,7 @@ from typing import Any, Callable
 from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path
+from l2sched.device import load_device, profile_path
 
 
 class SetAction(argparse.Action):

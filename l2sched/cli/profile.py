@@ -32,7 +32,7 @@ def cmd_profile(args) -> int:
     for path in (args.out, args.md_out or None, args.state or None):
         if path is not None:
             check_output_path(path)  # before minutes of probes: one line, exit 1
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
     from l2sched.bench.profile import STATE_KEYS, run_profile
     from l2sched.bench.profile_state import load_state
@@ -61,7 +61,7 @@ def cmd_profile(args) -> int:
     step = got["results"].get("step_fill") or {}
     if step.get("per_m"):  # per-op step gaps, against the op table just derived
         from l2sched.bench.profile_gaps import apply_step_gaps, step_gaps
-        from l2sched.model.devices import load_device_text
+        from l2sched.device import load_device_text
         apply_step_gaps(derived, step_gaps(step, load_device_text(text, args.out)))
         text = profile_toml(name, desc, got["provenance"], derived, base)
     report = profile_markdown(got["provenance"], got["results"], derived)

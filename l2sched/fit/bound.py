@@ -151,18 +151,20 @@ def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
 
 
 def _pessimistic_ops(device, info: BoundInfo) -> dict:
-    """Measured op times with each hot time moved toward its cold time by
-    the ``ops.hot_us`` factor of the cold - hot gap (and each step gap
-    shrunk by it)."""
+    """Measured op times (per model, as ``DeviceProfile.ops``) with each hot
+    time moved toward its cold time by the ``ops.hot_us`` factor of the
+    cold - hot gap (and each step gap shrunk by it)."""
     if not device.ops:
         return {}
     frac = DIRECTIONAL["ops.hot_us"][1]
     info.fixed.append(f"op hot times + {frac:g} x (cold - hot)")
-    out = {}
-    for key, t in device.ops.items():
-        hot = tuple(h + frac * max(0.0, c - h) for c, h in zip(t.cold_us, t.hot_us))
-        gaps = tuple((1 - frac) * g for g in t.step_gap_us)  # the step's gap likewise
-        out[key] = dataclasses.replace(t, hot_us=hot, step_gap_us=gaps)
+    out: dict = {}
+    for model, table in device.ops.items():
+        for key, t in table.items():
+            hot = tuple(h + frac * max(0.0, c - h) for c, h in zip(t.cold_us, t.hot_us))
+            gaps = tuple((1 - frac) * g for g in t.step_gap_us)  # the step's gap likewise
+            out.setdefault(model, {})[key] = dataclasses.replace(t, hot_us=hot,
+                                                                 step_gap_us=gaps)
     return out
 
 

@@ -80,7 +80,8 @@ class StepGraph:
     ``fills`` (fill node ids in issue order), ``chunks`` keyed by ``(pos,
     storage)``, ``num_layers`` (the model's; positions run to ``num_layers``
     inclusive), ``layer_end`` (pos -> id of the layer's last main-stream
-    node). ``graph`` is the same graph as a ``networkx.DiGraph``."""
+    node), ``model`` (the adapter's name: the device profile's op tables
+    the simulation reads, ``DeviceProfile.op_times``). ``graph`` is the same graph as a ``networkx.DiGraph``."""
 
     nodes: dict[str, dict]
     adj: dict[str, dict[str, dict]]
@@ -89,6 +90,7 @@ class StepGraph:
     chunks: dict[tuple[int, str], list[FillChunk]] = field(default_factory=dict)
     num_layers: int = 0
     layer_end: dict[int, str] = field(default_factory=dict)
+    model: str = ""
     _nx: Any = field(default=None, repr=False, compare=False)
 
     def add_node(self, nid: str, attrs: dict) -> None:
@@ -151,6 +153,7 @@ class _Skeleton:
     hook_after: dict
     hook_before: dict
     num_layers: int
+    model: str = ""
 
 
 def _skeleton(inventory, adapter, tokens: int, top_k: int,
@@ -216,7 +219,8 @@ def _skeleton(inventory, adapter, tokens: int, top_k: int,
                            "cls": "join", "stream": "side", "active": True,
                            "reads": [], "eager_break": False, "fill": None}))
     edges.append((layer_end[n - 1], "join", stream))
-    return _Skeleton(nodes, edges, main, layer_end, hook_after, hook_before, n)
+    return _Skeleton(nodes, edges, main, layer_end, hook_after, hook_before, n,
+                     getattr(adapter, "NAME", ""))
 
 
 def _reads(inventory, layer: int, paths, tokens: int, top_k: int,
@@ -237,7 +241,8 @@ def _reads(inventory, layer: int, paths, tokens: int, top_k: int,
 
 
 def _assemble(sk: _Skeleton, plan, inventory, with_fills: bool) -> StepGraph:
-    sg = StepGraph({}, {}, list(sk.main), [], {}, sk.num_layers, dict(sk.layer_end))
+    sg = StepGraph({}, {}, list(sk.main), [], {}, sk.num_layers, dict(sk.layer_end),
+                   model=sk.model)
     for v, attrs in sk.nodes:
         sg.add_node(v, dict(attrs))
     for u, v, attrs in sk.edges:

@@ -18,7 +18,8 @@ from l2sched.lint.rules.base import SEVERITIES
 from l2sched.lint.simulate import simulate
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config, load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
+from l2sched.model.device_ops import check_device_ops
 from l2sched.units import plural
 
 
@@ -74,6 +75,7 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     cfg = model_config if model_config is not None else default_config(schedule.model)
     adapter = get_adapter(schedule.model)
     device = device or load_device(schedule.device)
+    check_device_ops(device, schedule.model)
     plan = compile_plan(schedule, inventory, 0)
     if tokens > schedule.max_tokens:
         # The runtime's gate skips every fill in such steps (runtime.gate).
@@ -113,13 +115,15 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
 
 
 def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
-              device_name: str | None = None, **kw) -> LintRun:
+              device_name: str | None = None, *, device_profile=None, **kw) -> LintRun:
     """Load the schedule at ``path`` (with ``--set`` ``overrides``), build
     its inventory at the schedule's TP/EP and run ``run_lint``.
-    ``device_name`` overrides the schedule's ``device``."""
+    ``device_name`` overrides the schedule's ``device``; ``device_profile``:
+    its ``DeviceProfile`` when the caller already loaded it (read once per
+    command)."""
     cfg = load_model_config(model_config_path)
     schedule = load_schedule(path, overrides,
                              cfg if model_config_path is not None else None)
     inventory = schedule_inventory(schedule, cfg)
-    device = load_device(device_name or schedule.device)
+    device = device_profile or load_device(device_name or schedule.device)
     return run_lint(schedule, inventory, device=device, model_config=cfg, **kw)

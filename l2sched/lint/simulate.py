@@ -175,7 +175,7 @@ class _Simulation:
         self.policy = policy
         self.measured = measured
         self.tokens = tokens
-        self.op_times = device.ops
+        self.op_times = device.op_times(sg.model)
         # the measured effective L2 caps the landed, unconsumed fill bytes
         self.capacity = device.effective_l2_bytes
         self.bw_dram = device.dram_read_gbps * 1e3  # bytes per us

@@ -77,5 +77,5 @@ def recorded_profile(d: dict, where: str = "the result"):
     device_profile_toml:LINE:COL`` (``where``: the result file)."""
     if not isinstance(d, dict) or not d.get("device_profile_toml"):
         return None
-    from l2sched.model.devices import load_device_text
+    from l2sched.device import load_device_text
     return load_device_text(d["device_profile_toml"], f"{where}: device_profile_toml")

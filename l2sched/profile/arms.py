@@ -15,7 +15,7 @@ from l2sched.profile import shipped_path
 from l2sched.profile.controls import CONTROL_PREFIX, add_controls
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
 #: The A/A arm's name: a second capture of the no-prefetch step.

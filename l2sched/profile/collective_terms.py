@@ -17,8 +17,8 @@ from l2sched.profile.options import FIT_MAX_BYTES
 from l2sched.profile.tp_interference import allreduce_slowdowns
 from l2sched.profile.tp_interference import median_present as _med
 from l2sched.profile.tp_interference import write_allreduce_slowdown
-from l2sched.model.allreduce_fit import fit_allreduce, write_allreduce_model
-from l2sched.model.devices import load_device, profile_path
+from l2sched.device import fit_allreduce, write_allreduce_model
+from l2sched.device import load_device, profile_path
 
 
 def allreduce_points(d: dict, *, max_bytes: int | None = FIT_MAX_BYTES,

@@ -116,14 +116,15 @@ def with_step_gaps(profile, gaps: dict, scale=1.0, at: int | None = None):
     step gaps times ``scale`` (a number, or ``{(kind, op): factor}`` with 1
     for an op it lacks; only M ``at`` when given)."""
     import dataclasses
-    ops = dict(profile.ops)
+    from l2sched.profile.step import MODEL
+    ops = dict(profile.op_times(MODEL))
     for k, per in gaps.items():
         ms = sorted(m for m in per if at is None or m == at)
         f = scale.get(k, 1.0) if isinstance(scale, dict) else scale
         if ms:
             ops[k] = dataclasses.replace(ops[k], step_m=tuple(ms),
                                          step_gap_us=tuple(f * per[m]["gap_us"] for m in ms))
-    return dataclasses.replace(profile, ops=ops)
+    return dataclasses.replace(profile, ops={**profile.ops, MODEL: ops})
 
 
 class StepGaps(dict):
@@ -144,8 +145,10 @@ def step_gaps(step: dict, profile) -> StepGaps:
     M's gaps times that M's ``scale``: the window's that fills the op
     (``window_scales``, where the record has lone windows) or the whole
     step's (``_total_scale``). Empty without per-op records."""
+    from l2sched.profile.step import MODEL
     per_m = {int(m): r for m, r in (step.get("per_m") or {}).items() if r.get("ops_us")}
-    if not per_m or not profile.ops:
+    table = profile.op_times(MODEL)
+    if not per_m or not table:
         return StepGaps()
     hits, kinds = predicted_hits(profile, step["schedule"], sorted(per_m))
     out: dict = {}
@@ -155,7 +158,7 @@ def step_gaps(step: dict, profile) -> StepGaps:
         hit: dict = {}
         for key, us in arm.items():
             kind, op = kinds.get(key), key.split(":", 1)[-1]
-            if kind is None or (kind, op) not in profile.ops or key not in dec:
+            if kind is None or (kind, op) not in table or key not in dec:
                 continue
             saved[(kind, op)] = saved.get((kind, op), 0.0) + dec[key] - us
             hit[(kind, op)] = hit.get((kind, op), 0.0) + hits[M].get(key, 0.0)
@@ -175,7 +178,7 @@ def step_gaps(step: dict, profile) -> StepGaps:
         for k, per in out.items():
             if M in per:
                 f = scales.get(k, 1.0) if isinstance(scales, dict) else scales
-                cold = profile.ops[k].at(M)[0]
+                cold = table[k].at(M)[0]
                 per[M]["gap_us"] = round(min(cold, per[M]["gap_us"] * f), 3)
                 per[M]["scale"] = round(f, 3)
                 if k in windows:

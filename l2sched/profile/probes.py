@@ -415,7 +415,7 @@ def run_profile(args, state: dict) -> dict:
     into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
     import torch
 
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     base = load_device(args.base)
     results = state.get("results", {})
     props = torch.cuda.get_device_properties(0)

@@ -52,7 +52,7 @@ from l2sched.compiler.compile import compile_plan
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.progress import enabled as progress_enabled
 from l2sched.runtime import make_runtime

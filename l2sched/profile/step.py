@@ -57,6 +57,10 @@ from l2sched.profile.tree import distinct_experts
 from l2sched.model.adapters import glm5next as ad
 from l2sched.runtime.streams import side_stream
 
+#: The adapter whose decode step the probes measure: the model of the op
+#: tables ``l2sched profile`` writes (``[ops.MODEL."KIND"]``).
+MODEL = ad.NAME
+
 #: Op groups run inside a module call or method (hook targets), per path.
 _MODULE_OPS = {
     "self_attn.in_proj_qkvbfg_a": ("kda.in_proj",),

@@ -78,7 +78,7 @@ from l2sched.profile.tp_rank import rank_bench
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 
 #: Environment every rank sets before ``init_process_group``: no NVLink

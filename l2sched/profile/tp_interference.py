@@ -13,7 +13,7 @@ device memory, so a fill costs a collective in proportion to their overlap
 the value for which the lint's own picture of the measurement (the fill's
 launch, then its ``bytes / gbps`` read, beside the all-reduce of the
 measured alone time) reproduces the measured extra
-(``model.overlap_fit.slowdown_for_extra``), per message of at most ``max_bytes`` (the
+(``device.overlap.slowdown_for_extra``), per message of at most ``max_bytes`` (the
 decode sizes, ``--tokens``; each figure the median over ranks of the rank's
 median), then the median over those messages. Units: us, bytes. torch-free.
 """
@@ -32,9 +32,9 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from l2sched.errors import L2sInputError, source_lines
 from l2sched.files import write_text_atomically
-from l2sched.model.devices import (parse_device, profile_path, profile_table_header,
+from l2sched.device import (parse_device, profile_path, profile_table_header,
                                    read_profile_text)
-from l2sched.model.overlap_fit import slowdown_for_extra
+from l2sched.device import slowdown_for_extra
 
 _KEY = re.compile(r"^\s*allreduce_slowdown\s*=")
 

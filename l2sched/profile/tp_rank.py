@@ -41,7 +41,7 @@ from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.adapters import glm5next as ad
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime

@@ -1,5 +1,5 @@
 """Turning ``l2sched profile``'s probe results into a device profile TOML
-(``model.devices`` reads it back) and a markdown report of every probe.
+(``l2sched.device`` reads it back) and a markdown report of every probe.
 
 Each number the probes measured is written with its source in
 ``[measured]`` (the probe, and median/p10/p90 where the probe has a spread);
@@ -18,8 +18,9 @@ from typing import Any
 from l2sched.profile.interference import gemm_chain_record
 from l2sched.profile.ops import ops_markdown
 from l2sched.profile.gaps import step_gap_markdown
+from l2sched.profile.step import MODEL
 from l2sched.profile.step_fill import apply_step_fill, step_fill_markdown
-from l2sched.model.overlap_fit import slowdown_for_extra
+from l2sched.device import slowdown_for_extra
 
 MB = 10**6
 
@@ -270,12 +271,12 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
         if "slowdown" in slow:
             measured[f"fill.{mode}.slowdown"] = {
                 "probe": "interference (latency chain's extra us beside a 50 MB fill, "
-                         "read as the lint's slowdown: model.overlap_fit)",
+                         "read as the lint's slowdown: device.overlap)",
                 "median": slow["slowdown"]}
         if "gemm_slowdown" in slow:
             measured[f"fill.{mode}.gemm_slowdown"] = {
                 "probe": "interference (L2-resident GEMM chain's extra us beside a 24 MB "
-                         "fill, read as the lint's slowdown: model.overlap_fit)",
+                         "fill, read as the lint's slowdown: device.overlap)",
                 "median": slow["gemm_slowdown"]}
     return out
 
@@ -285,7 +286,7 @@ def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
     interference record (``bench.interference``): each chain's median extra
     us beside the fill, read through the lint's picture of the probe (the
     fill's ``launch_us``, then ``fill bytes / gbps`` of reads, beside the
-    chain's alone time; ``model.overlap_fit.slowdown_for_extra``). A chain
+    chain's alone time; ``device.overlap.slowdown_for_extra``). A chain
     whose extra no slowdown explains gives the value for a read as long as
     the extra (the largest the picture allows: 100, the profile's bound).
     Units: us, GB/s."""
@@ -371,7 +372,7 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
         if m.source:
             lines.append(f"source = {toml_value(m.source)}")
     for kind, per in derived["ops"].items():
-        lines += ["", f'[ops."{kind}"]']
+        lines += ["", f'[ops.{MODEL}."{kind}"]']
         lines += [f'"{op}" = {toml_value(v)}' for op, v in per.items()]
     lines += ["", "[measured]"]
     lines += [f'"{k}" = {toml_value(v)}' for k, v in derived["measured"].items()]
@@ -445,7 +446,7 @@ def _interference_markdown(inter: dict | None, derived: dict) -> list[str]:
     md = ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
           "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
           "L2-resident weight (`bench.interference`). slowdown and gemm_slowdown: "
-          "the extra read as the lint's slowdown (`model.overlap_fit`: the fill's "
+          "the extra read as the lint's slowdown (`device.overlap`: the fill's "
           "launch, then its bytes at its gbps, beside the chain).", "", "| kernel | "
           "latency chain extra us | memory chain extra us | slowdown | GEMM "
           "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]

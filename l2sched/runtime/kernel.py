@@ -22,7 +22,7 @@ the lent H200:
 A variant is a ``KernelSpec`` (mode, grid, threads, chunk, stages, policy):
 every parameter that defines the compiled code is in it, and it is the cache
 key (with the device). The launch shape per mode comes from the device
-profile (``model.devices.DeviceProfile.fill``); the constants below are the
+profile (``device.DeviceProfile.fill_mode``); the constants below are the
 shape used when no profile is given.
 
 Host launch: with TVM-FFI support (nvidia-cutlass-dsl 4.8.x, or 4.3.5 with

@@ -30,8 +30,8 @@ from l2sched.errors import (
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import get_adapter
-from l2sched.model.devices import DeviceProfile, load_device
-from l2sched.model.gpu_identity import (
+from l2sched.device import DeviceProfile, load_device
+from l2sched.device import (
     GpuIdentity,
     identity_mismatches,
     matching_profiles,

@@ -5,7 +5,7 @@ variants for ``l2sched.profile.arms.arm_specs``."""
 
 from __future__ import annotations
 
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.lang.resolve import load_schedule
 from l2sched.profile import shipped_path
 from l2sched.profile.arms import window_alone_variant

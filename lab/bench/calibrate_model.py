@@ -43,7 +43,7 @@ from l2sched.errors import L2sInputError
 from l2sched.lang.syntax import schedule_code
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device, profile_path, profile_table_header
+from l2sched.device import load_device, profile_path, profile_table_header
 from l2sched.model.inventory import analytical_inventory
 
 #: The scale values tried (0, 0.5, ..., 8; 0 = a fill slows nothing but the

@@ -44,7 +44,7 @@ from l2sched.errors import L2sInputError
 from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 
 

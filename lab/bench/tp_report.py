@@ -44,7 +44,7 @@ from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import profile_path, read_profile_text
+from l2sched.device import profile_path, read_profile_text
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import format_signed
 

@@ -37,7 +37,7 @@ from lab.bench.validation import aa_noise_floor, validate
 from lab.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint
 from l2sched.model.config import load_model_config
-from l2sched.model.devices import load_device
+from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import format_signed
 

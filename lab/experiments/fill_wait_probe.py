@@ -141,7 +141,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--md-out", required=True)
     a = ap.parse_args()
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     prof = load_device("h200")  # bad --shape values are reported before the GPU is asked for
     shapes = {m: {"mode": m, "grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
                   "stages": fm.stages} for m, fm in sorted(prof.fill_modes.items())}

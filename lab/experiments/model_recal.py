@@ -36,7 +36,7 @@ from lab.bench.calibrate_model import gain_rows, pooled_controls, recorded_profi
 from lab.bench.validation import validate  # noqa: E402
 from l2sched.errors import L2sError, L2sInputError  # noqa: E402
 from l2sched.files import check_output_path, write_text_atomically  # noqa: E402
-from l2sched.model.devices import load_device  # noqa: E402
+from l2sched.device import load_device  # noqa: E402
 
 TERMS = ("fill_slowdown_scale", "set_aside_stream_slowdown")
 

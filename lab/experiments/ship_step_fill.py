@@ -16,7 +16,7 @@ that probe derives, the way ``l2sched profile`` writes it:
   first), with an ``ops.KIND.OP.step_gap_us`` record.
 
 Everything else (comments included) stays. The result is parsed before it is
-written (``model.devices``), and written atomically; ``[fill] default`` is
+written (``l2sched.device``), and written atomically; ``[fill] default`` is
 checked against the profile's rule and reported, not changed.
 """
 
@@ -29,11 +29,12 @@ import sys
 from l2sched.profile import read_json_file
 from l2sched.profile.gaps import gap_probe_text, step_gaps, window_scale_records
 from l2sched.profile.step_fill import apply_step_fill, check_step_fill
+from l2sched.profile.step import MODEL
 from l2sched.profile.write import default_fill_mode, toml_value
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule_text
-from l2sched.model.devices import load_device_text, profile_path, read_profile_text
+from l2sched.device import load_device_text, profile_path, read_profile_text
 
 _GAPS = re.compile(r", step_m = \[[^\]]*\], step_gap_us = \[[^\]]*\](?= \})")
 
@@ -79,8 +80,8 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
         if head:
             section = head.group(1)
         m = re.match(r'^"([^"]+)" = \{ m = ', line)
-        if section.startswith('ops."') and m:
-            kind = section[len('ops."'):-1]
+        if section.startswith(f'ops.{MODEL}."') and m:
+            kind = section[len(f'ops.{MODEL}."'):-1]
             per = gaps.get((kind, m.group(1)))
             if per is not None:
                 ms = sorted(per)
@@ -106,7 +107,7 @@ def ship(text: str, step: dict, shown: str) -> tuple[str, list[str]]:
     rule = default_fill_mode({m: {"effect": fm.effect, "slowdown": fm.slowdown}
                               for m, fm in got.fill_modes.items()}, got)
     notes = [f"{kind} {op}: step gap " + " ".join(
-        f"M={M} {r['gap_us']:.2f} (table {prof.ops[(kind, op)].at(M)[0] - prof.ops[(kind, op)].at(M)[1]:.2f})"
+        f"M={M} {r['gap_us']:.2f} (table {prof.op_times(MODEL)[(kind, op)].at(M)[0] - prof.op_times(MODEL)[(kind, op)].at(M)[1]:.2f})"
         for M, r in sorted(per.items())) for (kind, op), per in gaps.items()]
     notes += [f"fill.{k.split('.')[1]}.step_ratio {v['median']:.3f}"
               for k, v in measured.items() if k.endswith("step_ratio")]

@@ -420,7 +420,7 @@ def test_per_window_fill_kernels_in_one_runtime():
     kernels = {"A": "copy", "B": "load", "C": ""}
     plan = dataclasses.replace(plan, issues=tuple(
         dataclasses.replace(wi, kernel=kernels[wi.window]) for wi in plan.issues))
-    from l2sched.model.devices import FillMode
+    from l2sched.device import FillMode
     fill = {"copy": FillMode("copy", 66, 32, 32768, 4, 3000.0, 1.0, 3.0),
             "load": FillMode("load", 264, 128, 128, 1, 3000.0, 1.0, 3.0),
             "bulk": FillMode("bulk", 264, 32, 16384, 1, 2000.0, 0.3, 3.0)}

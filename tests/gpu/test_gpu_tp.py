@@ -41,7 +41,7 @@ def groups(tmp_path_factory):
 def test_allreduce_with_each_fill_kernel_in_a_graph(groups):
     from l2sched.profile.tp_allreduce import measure_allreduce_fill
     from l2sched.profile.tp_step import has_external_events
-    from l2sched.model.devices import load_device
+    from l2sched.device import load_device
     from l2sched.runtime import kernel as K
     dist, ctl = groups
     if not has_external_events(torch):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from l2sched.model.devices import DeviceProfile, device_names, load_device
+from l2sched.device.parse import device_names, load_device
+from l2sched.device.schema import DeviceProfile
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,21 @@ def _norm_name(name: str) -> str:
     return " ".join(name.split()).casefold()
 
 
-def identity_mismatches(profile: DeviceProfile, gpu: GpuIdentity) -> list[str]:
-    """How ``gpu`` differs from the GPU ``profile`` describes, one phrase
+def identity_mismatches(device_profile: DeviceProfile, gpu: GpuIdentity) -> list[str]:
+    """How ``gpu`` differs from the GPU ``device_profile`` describes, one phrase
     per differing field (name, L2 bytes, SM count, compute capability; a
     field the profile does not give is not compared); empty when it
     matches. Names compare case-insensitively with blanks collapsed."""
     out = []
-    if profile.gpu_names and _norm_name(gpu.name) not in {
-            _norm_name(n) for n in profile.gpu_names}:
+    if device_profile.gpu_names and _norm_name(gpu.name) not in {
+            _norm_name(n) for n in device_profile.gpu_names}:
         out.append(f"name {gpu.name!r}, profile "
-                   + " or ".join(repr(n) for n in profile.gpu_names))
-    if gpu.l2_bytes != profile.l2_bytes:
-        out.append(f"L2 {gpu.l2_bytes:,} B, profile {profile.l2_bytes:,} B")
-    if profile.sm_count is not None and gpu.sm_count != profile.sm_count:
-        out.append(f"{gpu.sm_count} SMs, profile {profile.sm_count}")
-    cc = profile.compute_capability
+                   + " or ".join(repr(n) for n in device_profile.gpu_names))
+    if gpu.l2_bytes != device_profile.l2_bytes:
+        out.append(f"L2 {gpu.l2_bytes:,} B, profile {device_profile.l2_bytes:,} B")
+    if device_profile.sm_count is not None and gpu.sm_count != device_profile.sm_count:
+        out.append(f"{gpu.sm_count} SMs, profile {device_profile.sm_count}")
+    cc = device_profile.compute_capability
     if cc is not None and tuple(gpu.compute_capability) != tuple(cc):
         out.append(f"sm_{gpu.compute_capability[0]}{gpu.compute_capability[1]}, "
                    f"profile sm_{cc[0]}{cc[1]}")

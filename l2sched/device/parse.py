@@ -1,4 +1,4 @@
-"""Device profiles: the hardware numbers the lint's cost model reads.
+"""Reading device profiles: the hardware numbers the lint's cost model reads.
 
 A profile is one TOML file in ``l2sched/data/devices/`` (adding a device is
 adding a file; ``docs/devices.md`` describes the format). Every number carries
@@ -7,12 +7,16 @@ its source in a comment next to it; numbers nobody measured are marked
 per microsecond), microseconds (us).
 
 ``load_device(name_or_path)`` reads and validates a profile and raises
-``L2sInputError`` naming the file and the key on any problem;
-``device_names()`` lists the shipped profiles.
+``L2sInputError`` naming the file, line and column of the key of every
+problem; ``device_names()`` lists the shipped profiles. The op tables
+(``[ops.MODEL."KIND"]``) are checked for their values here; whether their
+layer kinds and op names exist is the model's business
+(``l2sched.model.device_ops``), checked where a schedule's model meets the
+profile.
 
-Long module: one validating reader of one file format: the dataclasses, the
-range of every key and the error each bad value gives sit together, so a
-new key is added in one place.
+Long module: one validating reader of one file format: the range of every
+key and the error each bad value gives sit together, so a new key is added
+in one place.
 """
 
 from __future__ import annotations
@@ -21,15 +25,18 @@ import functools
 import math
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 try:  # Python >= 3.11
     import tomllib as _toml
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as _toml  # type: ignore[no-redef]
 
+from l2sched.device.allreduce import AllReduceModel
+from l2sched.device.interpolate import log_interp
+from l2sched.device.schema import DEFAULT_BULK_SHAPE, DeviceProfile, FillMode, OpTimes
+from l2sched.device.toml_keys import KeyIndex
 from l2sched.errors import (
     Diagnostic,
     L2sInputError,
@@ -39,261 +46,10 @@ from l2sched.errors import (
     suggest,
 )
 from l2sched.files import read_input_text
-from l2sched.model.toml_keys import KeyIndex
 from l2sched.units import FILL_MODES
 
 #: Where the shipped profiles live (package data of ``l2sched.data.devices``).
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "data" / "devices"
-
-
-@dataclass(frozen=True)
-class AllReduceModel:
-    """All-reduce time at one TP degree: ``latency_us + bytes / bandwidth``,
-    with ``busbw_gbps`` in GB/s (10^9 B/s): an effective per-message rate
-    (message bytes / time), not NCCL's ``2(n-1)/n``-scaled bus bandwidth.
-    ``measured``: ISO date (``YYYY-MM-DD``) of the measurement the numbers
-    were fitted to, ``""`` for an ASSUMPTION; ``source``: where they come
-    from (a result file)."""
-
-    latency_us: float
-    busbw_gbps: float
-    measured: str = ""
-    source: str = ""
-
-    def time_us(self, nbytes: int) -> float:
-        """Predicted all-reduce time (us) of a ``nbytes``-byte message."""
-        return self.latency_us + nbytes / (self.busbw_gbps * 1e3)
-
-
-#: Launch shape of the bulk fill when a profile gives none (no ``[fill.bulk]``
-#: table): 16 KiB chunks as vLLM 0.33.0's Kimi-K3 prefetch kernel
-#: (docs/sources.md#kimi-k3-prefetch), 264 CTAs x 32 threads, the best shape
-#: of the earlier H200 probe (docs/sources.md#h200-early-probes).
-DEFAULT_BULK_SHAPE = {"grid": 264, "threads": 32, "chunk": 16384, "stages": 1}
-
-
-@dataclass(frozen=True)
-class FillMode:
-    """How one fill kernel (``units.FILL_MODES``) runs and performs on a
-    device: its launch shape (``grid`` CTAs, ``threads`` per CTA, ``chunk``
-    bytes per request, ``stages`` shared-memory buffers for ``copy``), the
-    landed fill rate ``gbps`` (GB/s), ``effect`` (the share of the
-    cold-to-L2-hot time difference a consumer gains from bytes the fill made
-    resident; 1 = as fast as a hot re-read), ``launch_us`` (fork + launch,
-    us), ``slowdown`` (the fraction by which a latency-bound kernel that
-    runs while the fill reads device memory is slowed: 0.1 = 10% longer)
-    and ``gemm_slowdown`` (the same for a GEMM whose weight is L2-resident:
-    what the fill costs it besides device-memory bandwidth, i.e. SMs and L2;
-    None = not measured, ``slowdown`` applies), ``allreduce_slowdown`` (the
-    same for an all-reduce: it advances at ``1 / (1 + allreduce_slowdown)``
-    of its rate while the fill reads device memory; derived from ``l2sched
-    bench tp``'s all-reduce-with-fill measurement by
-    ``model.overlap_fit.slowdown_for_extra``; 0 = not measured).
-    ``source``: the measurement the numbers come from."""
-
-    mode: str
-    grid: int
-    threads: int
-    chunk: int
-    stages: int
-    gbps: float
-    effect: float
-    launch_us: float
-    slowdown: float = 0.0
-    source: str = ""
-    landed: tuple[tuple[float, float], ...] = ()
-    allreduce_slowdown: float = 0.0
-    gemm_slowdown: float | None = None
-
-    def effect_at(self, nbytes: int) -> float:
-        """The landed fraction for a fill of ``nbytes`` bytes: ``landed``
-        (``(MB, fraction)`` points measured by ``l2sched profile``)
-        interpolated linearly in size, held flat outside them; ``effect``
-        without points."""
-        pts = self.landed
-        if not pts:
-            return self.effect
-        mb = nbytes / 1e6
-        if mb <= pts[0][0]:
-            return pts[0][1]
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-            if mb <= x1:
-                return y0 + (y1 - y0) * (mb - x0) / (x1 - x0)
-        return pts[-1][1]
-
-
-@dataclass(frozen=True)
-class OpTimes:
-    """Measured times of one op of the decode step (``l2sched profile``):
-    ``cold_us``/``hot_us`` (us) at each token count of ``m``: weights read
-    from device memory after an L2 flush / L2-resident right after itself.
-    ``step_gap_us`` at each token count of ``step_m`` (both empty without
-    them): the cold -> hot gap the op shows inside the decode step (time a
-    fill saves it per share of its bytes made resident), measured by the
-    profile's ``step_fill`` probe (``bench.profile_gaps``); where given, it
-    replaces ``cold - hot``."""
-
-    m: tuple[int, ...]
-    cold_us: tuple[float, ...]
-    hot_us: tuple[float, ...]
-    step_m: tuple[int, ...] = ()
-    step_gap_us: tuple[float, ...] = ()
-
-    def at(self, tokens: int) -> tuple[float, float]:
-        """``(cold_us, hot_us)`` at ``tokens``: linear in log(tokens)
-        between measured points, held flat outside them; hot = cold - the
-        step gap where the profile measured one."""
-        cold, hot = _log_interp(self.m, (self.cold_us, self.hot_us), tokens)
-        if self.step_m:
-            (gap,) = _log_interp(self.step_m, (self.step_gap_us,), tokens)
-            hot = max(0.0, cold - gap)
-        return cold, hot
-
-
-def _log_interp(m: tuple[int, ...], series: tuple, tokens: int) -> tuple[float, ...]:
-    """Each of ``series`` (tuples aligned with ``m``) at ``tokens``: linear
-    in log(tokens) between the points of ``m``, held flat outside them."""
-    import math
-    if tokens <= m[0]:
-        return tuple(s[0] for s in series)
-    for i in range(1, len(m)):
-        if tokens <= m[i]:
-            t = (math.log(tokens) - math.log(m[i - 1])) / (math.log(m[i]) - math.log(m[i - 1]))
-            return tuple(s[i - 1] + t * (s[i] - s[i - 1]) for s in series)
-    return tuple(s[-1] for s in series)
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """One GPU's cost-model numbers (see ``docs/devices.md``).
-
-    Bytes: ``l2_bytes``, ``set_aside_max_bytes``,
-    ``evict_last_protected_bytes`` (evict_last bytes that survive a stream
-    without a set-aside). Fractions: ``evict_normal_survival``,
-    ``fill_effect`` (the share of the cold-to-L2-hot time difference that a
-    consumer gains from bytes a fill made resident; 1 = as fast as a hot
-    re-read, measured by effect per device and fill kernel). Bandwidths in
-    GB/s: ``dram_read_gbps`` (device-memory ceiling shared by all concurrent
-    reads), ``gemm_dram_gbps``/``gemm_l2_gbps`` (an M<=256 GEMM reading its
-    weight from device memory / from L2), ``fill_gbps`` (bulk-prefetch fill).
-    Times in us: ``gemm_fixed_us``, ``fill_launch_us``, ``kernel_gap_us``,
-    ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
-    degree to its ``AllReduceModel``. The GPU the profile describes, as the
-    driver reports it (``[gpu]`` and ``compute_capability`` in the file;
-    ``identity_mismatches`` compares them with a GPU): ``compute_capability``
-    ``(major, minor)``, ``gpu_names`` (device names, e.g. ``"NVIDIA
-    H200"``), ``sm_count`` (streaming multiprocessors), and ``l2_bytes``;
-    ``None``/empty when not given (then not compared).
-    ``effective_l2_bytes``: the L2 bytes a re-read still hits (the measured
-    knee, ``l2.effective_bytes``); ``ops``: measured per-op times
-    (``(layer kind, op) -> OpTimes``, ``[ops."KIND"]`` tables) that replace
-    the GEMM rates for those ops; ``provenance``/``measured``: where a
-    measured profile came from and the probe and median/p10/p90 of each
-    number.
-    ``fill_modes`` maps each fill kernel the profile has numbers for to its
-    ``FillMode`` (``[fill.MODE]`` tables; without a ``[fill.bulk]`` table the
-    bulk mode is ``fill_gbps``/``fill_effect``/``fill_launch_us`` with
-    ``DEFAULT_BULK_SHAPE``); ``fill_default`` is the mode a schedule that
-    names none gets (``[fill] default``, else ``bulk``).
-    ``fill_slowdown_scale`` (``latency.fill_slowdown_scale``, optional,
-    default 1): a main-stream op other than a collective or the expert
-    stream runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its rate
-    while a fill of kernel ``slowdown`` reads device memory (h200: calibrated
-    on tests/data/results/h200-2026-12-01-fit-proof-2a.json.gz).
-    ``set_aside_stream_slowdown`` (``l2.set_aside_stream_slowdown``,
-    optional, default 0): the fraction by which the routed-expert stream's
-    device-memory reads are slower with ``set_aside_max_bytes`` reserved,
-    linear in the reserved bytes (h200: the same result's ``aside-max``
-    arm)."""
-
-    name: str
-    description: str
-    path: str
-    l2_bytes: int
-    set_aside_max_bytes: int
-    evict_last_protected_bytes: int
-    evict_normal_survival: float
-    fill_effect: float
-    dram_read_gbps: float
-    gemm_dram_gbps: float
-    gemm_l2_gbps: float
-    gemm_fixed_us: float
-    fill_gbps: float
-    fill_launch_us: float
-    kernel_gap_us: float
-    small_kernel_us: float
-    attention_core_us: float
-    allreduce: Mapping[int, AllReduceModel] = field(default_factory=dict)
-    compute_capability: tuple[int, int] | None = None
-    gpu_names: tuple[str, ...] = ()
-    sm_count: int | None = None
-    fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
-    fill_default: str = "bulk"
-    effective_l2_bytes: int | None = None
-    ops: Mapping[tuple[str, str], OpTimes] = field(default_factory=dict)
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-    measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    fill_slowdown_scale: float = 1.0
-    set_aside_stream_slowdown: float = 0.0
-
-    @property
-    def is_measured(self) -> bool:
-        """True when ``l2sched profile`` wrote this profile on the GPU it
-        describes (a ``[provenance]`` table); False for an estimate from
-        published numbers, whose lint verdicts are unverified."""
-        return bool(self.provenance)
-
-    @property
-    def capacity_bytes(self) -> int:
-        """Bytes of filled lines the L2 holds for readers on every SM: the
-        measured effective L2 (``l2.effective_bytes``), else ``l2_bytes``."""
-        return self.effective_l2_bytes or self.l2_bytes
-
-    def fill_mode(self, mode: str = "") -> FillMode:
-        """The ``FillMode`` of fill kernel ``mode`` (``""`` = the profile's
-        default). Raises ``KeyError`` when the profile has no numbers for
-        it."""
-        return self.fill_modes[mode or self.fill_default]
-
-    def allreduce_us(self, tp: int, nbytes: int) -> float:
-        """All-reduce time (us) at TP degree ``tp`` for ``nbytes`` bytes; 0 at
-        TP 1. A degree missing from the profile uses the nearest larger one
-        (else the largest), so the estimate errs slow."""
-        if tp <= 1 or not self.allreduce:
-            return 0.0
-        degrees = sorted(self.allreduce)
-        pick = next((d for d in degrees if d >= tp), degrees[-1])
-        return self.allreduce[pick].time_us(nbytes)
-
-    def reserved_bytes(self, set_aside: int) -> int:
-        """Bytes of L2 a schedule's ``set_aside`` (bytes, -1 = the device
-        maximum) reserves as persisting, whatever its policy."""
-        if set_aside < 0:
-            return self.set_aside_max_bytes
-        return min(max(0, set_aside), self.set_aside_max_bytes)
-
-    def set_aside_stream_factor(self, set_aside: int) -> float:
-        """Time factor (>= 1) of the routed-expert stream's device-memory
-        reads with ``set_aside`` reserved: ``1 + set_aside_stream_slowdown x
-        reserved / set_aside_max_bytes``; 1 without a reservation."""
-        if self.set_aside_max_bytes <= 0:
-            return 1.0
-        return 1.0 + self.set_aside_stream_slowdown * (
-            self.reserved_bytes(set_aside) / self.set_aside_max_bytes)
-
-    def protected_bytes(self, set_aside: int, policy: str) -> int:
-        """Bytes of filled lines that survive streaming traffic: the
-        persisting set-aside when one is reserved (``set_aside`` bytes, -1 =
-        the device maximum), else the profile's measured no-set-aside figure;
-        0 for policies other than ``evict_last``."""
-        if policy != "evict_last":
-            return 0
-        if set_aside < 0:
-            return self.set_aside_max_bytes
-        if set_aside > 0:
-            return min(set_aside, self.set_aside_max_bytes)
-        return self.evict_last_protected_bytes
-
 
 # (toml section, key) -> (attribute, type, low, high, unit): the value must
 # lie in ``low..high`` (both inclusive). Ranges are sanity bounds, far wider
@@ -375,19 +131,6 @@ def profile_path(name_or_path: str | os.PathLike) -> Path:
     return path
 
 
-#: A table header line: ``[name]``, spaces inside the brackets and a ``#``
-#: comment after them allowed (not an array value such as ``[[8, 0.5]]``).
-_TABLE_HEADER = re.compile(r'^\s*\[\s*([A-Za-z_"][^\[\],]*?)\s*\]\s*(?:#.*)?$')
-
-
-def profile_table_header(line: str) -> str | None:
-    """The table name of a header line of a profile (``[ allreduce.tp2 ]  #
-    x`` -> ``allreduce.tp2``; spaces around the dots dropped), else None.
-    For the tools that edit a profile as text."""
-    m = _TABLE_HEADER.match(line.rstrip("\r\n"))
-    return None if m is None else "".join(m.group(1).split())
-
-
 def read_profile_text(path: Path) -> str:
     """The profile's text without a leading byte-order mark (TOML would
     reject it as a bare "Invalid statement"); ``L2sInputError`` naming the
@@ -443,12 +186,21 @@ class _Problems:
         """The text's keys, read at the first problem (a clean file never is)."""
         return KeyIndex(self.text)
 
-    def bad(self, section: str, key: str, msg: str, inner: str = "") -> None:
-        """One problem of ``section`` (dotted: ``ops.kda+moe``) and ``key`` (a
-        name that may itself hold dots, an op's), located at the line that
-        writes it (at ``inner``, a key inside that value, when given)."""
-        want = tuple(p for p in section.split(".") if p) + tuple(k for k in (key, inner) if k)
-        span = self._index.span(self.path, want) if self.text else None
+    def locate(self, want: tuple[str, ...]) -> Span | None:
+        """The span of key path ``want`` in the text (``KeyIndex.span``);
+        None without a text or when not even ``want[0]`` is written."""
+        return self._index.span(self.path, want) if self.text else None
+
+    def bad(self, section: str, key: str, msg: str, inner: str = "",
+            written: str | None = None) -> None:
+        """One problem of ``section`` (dotted: ``ops.glm5next.kda+moe``) and
+        ``key`` (a name that may itself hold dots, an op's), located at the
+        line that writes it (at ``inner``, a key inside that value, when
+        given; at ``written`` in place of ``section`` when the file writes
+        the table under another name)."""
+        where_in = section if written is None else written
+        want = tuple(p for p in where_in.split(".") if p) + tuple(k for k in (key, inner) if k)
+        span = self.locate(want)
         where = ".".join(p for p in (section, key) if p)
         line = (self.lines[span.line - 1]
                 if span and span.line <= len(self.lines) else None)
@@ -496,7 +248,26 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
         # in file order; problems without a line (a missing key) last
         raise L2sInputError(sorted(problems.found, key=lambda d: (
             d.span.line == 0, d.span.line, d.span.column)))
-    return DeviceProfile(path=path, allreduce=ar, **values)
+    return DeviceProfile(path=path, allreduce=ar, source_text=text, **values)
+
+
+def profile_error(device_profile: DeviceProfile,
+                  problems: Iterable[tuple[str, str, str]]) -> L2sInputError:
+    """The ``L2sInputError`` of ``problems`` found in a loaded profile by
+    code outside this package (the model's check of the op tables):
+    ``(section, key, message)`` each, ``section`` dotted (``ops.glm5next.
+    kda+moe``), ``key`` a name that may hold dots (an op's). Each problem
+    is located at ``path:line:column`` of the key in the profile's text as
+    loaded (at the file when it was built without one); in file order."""
+    found = _Problems(device_profile.path, device_profile.source_text)
+    legacy = f"ops.{LEGACY_OPS_MODEL}."
+    for section, key, msg in problems:
+        # a table of the old layout is written without its model
+        written = ("ops." + section[len(legacy):] if device_profile.legacy_ops
+                   and section.startswith(legacy) else None)
+        found.bad(section, key, msg, written=written)
+    return L2sInputError(sorted(found.found, key=lambda d: (
+        d.span.line == 0, d.span.line, d.span.column)))
 
 
 def _parse_fill(sec: Any, present: bool, problems: _Problems, values: dict) -> None:
@@ -621,7 +392,7 @@ def _points(val: Any) -> tuple[tuple[float, float], ...] | None:
 def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
                            values: dict) -> None:
     """``[provenance]``, ``[measured]``, ``l2.effective_bytes`` and the
-    ``[ops."KIND"]`` tables of a measured profile."""
+    ``[ops.MODEL."KIND"]`` tables of a measured profile."""
     bad = problems.bad
     prov = raw.get("provenance", {})
     if not isinstance(prov, dict):
@@ -642,48 +413,79 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
             bad("l2", "effective_bytes", f"must not exceed twice l2.bytes, got {eff}")
         else:
             values["effective_l2_bytes"] = eff
+    _parse_ops(raw, problems, values)
+
+
+#: The model of a profile's op tables in the layout before they were keyed
+#: by model (``[ops."KIND"]``, no model part): the only one ``l2sched
+#: profile`` measured (its GLM-shaped step) and the old reader checked them
+#: against. Such a table is read as ``[ops.glm5next."KIND"]`` with a note
+#: (``DeviceProfile.notes``), so the profiles recorded in earlier results
+#: still load.
+LEGACY_OPS_MODEL = "glm5next"
+
+
+def _is_entry(v: Any) -> bool:
+    """True for a value that is an op entry (``{m, cold_us, hot_us, ...}``)."""
+    return isinstance(v, dict) and any(x in v for x in _OP_KEYS)
+
+
+def _parse_ops(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:
+    """The ``[ops.MODEL."KIND"]`` tables: ``values["ops"]`` maps each model
+    to ``{(kind, op): OpTimes}``. Only the entries' values are checked here
+    (``_op_times``); whether a model, kind or op exists is checked by the
+    model (``l2sched.model.device_ops``). A table in the old layout
+    (``[ops."KIND"]``: entries two levels under ``[ops]``) is read as
+    ``LEGACY_OPS_MODEL``'s, with a note in ``values["notes"]``."""
+    bad = problems.bad
     ops = raw.get("ops", {})
     if not isinstance(ops, dict):
-        bad("ops", "", "expected tables [ops.\"KIND\"] of {m, cold_us, hot_us}")
+        bad("ops", "", "expected tables [ops.MODEL.\"KIND\"] of {m, cold_us, hot_us}")
         return
-    known = _known_ops()
-    table: dict = {}
-    for kind, per in ops.items():
-        if not isinstance(per, dict):
-            bad(f"ops.{kind}", "", "expected a table of ops")
+    tables: dict = {}
+    legacy = [k for k, per in ops.items()
+              if isinstance(per, dict) and any(_is_entry(v) for v in per.values())]
+    if legacy:
+        span = problems.locate(("ops", legacy[0]))
+        at = f"{span}: " if span else f"{problems.path}: "
+        values["notes"] = (
+            f"{at}[ops.\"{legacy[0]}\"]"
+            + (f" and {len(legacy) - 1} more" if len(legacy) > 1 else "")
+            + f": op tables without a model are read as {LEGACY_OPS_MODEL}'s; write "
+            f"[ops.{LEGACY_OPS_MODEL}.\"KIND\"] (docs/devices.md)",)
+        values["legacy_ops"] = True
+    for model, kinds in ops.items():
+        if model in legacy:
+            kinds, prefix, model = {model: kinds}, "ops", LEGACY_OPS_MODEL
+        else:
+            prefix = f"ops.{model}"
+        if not isinstance(kinds, dict):
+            bad(prefix, "", "expected tables [ops.MODEL.\"KIND\"] of the model's "
+                "layer kinds")
             continue
-        if kind not in known:
-            bad(f"ops.{kind}", "", f"unknown layer kind {kind!r} (known: "
-                f"{', '.join(sorted(known))})")
-            continue
-        for op, v in per.items():
-            got = _op_times(v) if op in known[kind] else [("", f"unknown op of a {kind} layer")]
-            if isinstance(got, list):
-                for inner, msg in got:
-                    bad(f"ops.{kind}", op, msg, inner=inner)
+        table: dict = tables.setdefault(model, {})
+        for kind, per in kinds.items():
+            if not isinstance(per, dict):
+                bad(f"{prefix}.{kind}", "", "expected a table of ops")
                 continue
-            table[(kind, op)] = got
-    values["ops"] = table
+            for op, v in per.items():
+                got = _op_times(v)
+                if isinstance(got, list):
+                    for inner, msg in got:
+                        bad(f"{prefix}.{kind}", op, msg, inner=inner)
+                    continue
+                table[(kind, op)] = got
+    values["ops"] = tables
 
 
-@functools.cache
-def _known_ops() -> dict[str, frozenset[str]]:
-    """Layer kind -> the names of its decode-step ops (the GLM-5.3 adapter's
-    timeline, the only model the ``[ops]`` tables describe)."""
-    from l2sched.model.adapters.glm5next import decode_timeline
-    from l2sched.model.adapters.glm5next.kinds import ATTENTION_KINDS, MLP_KINDS, LayerKind
-    return {str(LayerKind(a, m)): frozenset(op.name for op in decode_timeline(LayerKind(a, m)))
-            for a in ATTENTION_KINDS for m in MLP_KINDS}
-
-
-#: Largest token count of an ``[ops]`` entry's ``m`` / ``step_m`` (vLLM's
+#: Largest token count of an op entry's ``m`` / ``step_m`` (vLLM's
 #: decode batches are far below it; a larger one is a typo).
 MAX_OP_TOKENS = 1 << 20
 _OP_KEYS = ("m", "cold_us", "hot_us", "step_m", "step_gap_us")
 
 
 def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
-    """One ``[ops]`` entry as ``OpTimes``, or everything wrong with it:
+    """One op entry as ``OpTimes``, or everything wrong with it:
     ``[(the entry's key it is about, or "", a message naming that key)]``
     (a key whose own values are bad is not also compared with another)."""
     if not isinstance(v, dict):
@@ -726,7 +528,7 @@ def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
     got = OpTimes(tuple(v["m"]), tuple(float(x) for x in v["cold_us"]),
                   tuple(float(x) for x in v["hot_us"]), *step)
     for M, gap in zip(*step):
-        cold = _log_interp(got.m, (got.cold_us,), M)[0]
+        cold = log_interp(got.m, (got.cold_us,), M)[0]
         if gap > cold + 1e-9:
             return [("step_gap_us", f"step_gap_us: {gap:g} us at M={M} is more than the op's "
                      f"cold time there ({cold:.3f} us): a fill cannot save more than the whole "

@@ -1,0 +1,239 @@
+"""The device profile's data: ``DeviceProfile`` (one GPU's cost-model
+numbers), ``FillMode`` (one fill kernel's shape and cost), ``OpTimes`` (one
+op's measured times, per model in ``DeviceProfile.ops``) and the bulk
+fill's default launch shape. ``parse`` builds them from a TOML file
+(``docs/devices.md``). Units: bytes (B), GB/s = 10^9 B/s, microseconds
+(us)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from l2sched.device.allreduce import AllReduceModel
+from l2sched.device.interpolate import linear_points, log_interp
+
+
+#: Launch shape of the bulk fill when a profile gives none (no ``[fill.bulk]``
+#: table): 16 KiB chunks as vLLM 0.33.0's Kimi-K3 prefetch kernel
+#: (docs/sources.md#kimi-k3-prefetch), 264 CTAs x 32 threads, the best shape
+#: of the earlier H200 probe (docs/sources.md#h200-early-probes).
+DEFAULT_BULK_SHAPE = {"grid": 264, "threads": 32, "chunk": 16384, "stages": 1}
+
+
+@dataclass(frozen=True)
+class FillMode:
+    """How one fill kernel (``units.FILL_MODES``) runs and performs on a
+    device: its launch shape (``grid`` CTAs, ``threads`` per CTA, ``chunk``
+    bytes per request, ``stages`` shared-memory buffers for ``copy``), the
+    landed fill rate ``gbps`` (GB/s), ``effect`` (the share of the
+    cold-to-L2-hot time difference a consumer gains from bytes the fill made
+    resident; 1 = as fast as a hot re-read), ``launch_us`` (fork + launch,
+    us), ``slowdown`` (the fraction by which a latency-bound kernel that
+    runs while the fill reads device memory is slowed: 0.1 = 10% longer)
+    and ``gemm_slowdown`` (the same for a GEMM whose weight is L2-resident:
+    what the fill costs it besides device-memory bandwidth, i.e. SMs and L2;
+    None = not measured, ``slowdown`` applies), ``allreduce_slowdown`` (the
+    same for an all-reduce: it advances at ``1 / (1 + allreduce_slowdown)``
+    of its rate while the fill reads device memory; derived from ``l2sched
+    bench tp``'s all-reduce-with-fill measurement by
+    ``device.overlap.slowdown_for_extra``; 0 = not measured).
+    ``source``: the measurement the numbers come from."""
+
+    mode: str
+    grid: int
+    threads: int
+    chunk: int
+    stages: int
+    gbps: float
+    effect: float
+    launch_us: float
+    slowdown: float = 0.0
+    source: str = ""
+    landed: tuple[tuple[float, float], ...] = ()
+    allreduce_slowdown: float = 0.0
+    gemm_slowdown: float | None = None
+
+    def effect_at(self, nbytes: int) -> float:
+        """The landed fraction for a fill of ``nbytes`` bytes: ``landed``
+        (``(MB, fraction)`` points measured by ``l2sched profile``)
+        interpolated linearly in size, held flat outside them; ``effect``
+        without points."""
+        if not self.landed:
+            return self.effect
+        return linear_points(self.landed, nbytes / 1e6)
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Measured times of one op of the decode step (``l2sched profile``):
+    ``cold_us``/``hot_us`` (us) at each token count of ``m``: weights read
+    from device memory after an L2 flush / L2-resident right after itself.
+    ``step_gap_us`` at each token count of ``step_m`` (both empty without
+    them): the cold -> hot gap the op shows inside the decode step (time a
+    fill saves it per share of its bytes made resident), measured by the
+    profile's ``step_fill`` probe (``bench.profile_gaps``); where given, it
+    replaces ``cold - hot``."""
+
+    m: tuple[int, ...]
+    cold_us: tuple[float, ...]
+    hot_us: tuple[float, ...]
+    step_m: tuple[int, ...] = ()
+    step_gap_us: tuple[float, ...] = ()
+
+    def at(self, tokens: int) -> tuple[float, float]:
+        """``(cold_us, hot_us)`` at ``tokens``: linear in log(tokens)
+        between measured points, held flat outside them; hot = cold - the
+        step gap where the profile measured one."""
+        cold, hot = log_interp(self.m, (self.cold_us, self.hot_us), tokens)
+        if self.step_m:
+            (gap,) = log_interp(self.step_m, (self.step_gap_us,), tokens)
+            hot = max(0.0, cold - gap)
+        return cold, hot
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One GPU's cost-model numbers (see ``docs/devices.md``).
+
+    Bytes: ``l2_bytes``, ``set_aside_max_bytes``,
+    ``evict_last_protected_bytes`` (evict_last bytes that survive a stream
+    without a set-aside). Fractions: ``evict_normal_survival``,
+    ``fill_effect`` (the share of the cold-to-L2-hot time difference that a
+    consumer gains from bytes a fill made resident; 1 = as fast as a hot
+    re-read, measured by effect per device and fill kernel). Bandwidths in
+    GB/s: ``dram_read_gbps`` (device-memory ceiling shared by all concurrent
+    reads), ``gemm_dram_gbps``/``gemm_l2_gbps`` (an M<=256 GEMM reading its
+    weight from device memory / from L2), ``fill_gbps`` (bulk-prefetch fill).
+    Times in us: ``gemm_fixed_us``, ``fill_launch_us``, ``kernel_gap_us``,
+    ``small_kernel_us``, ``attention_core_us``. ``allreduce`` maps a TP
+    degree to its ``AllReduceModel``. The GPU the profile describes, as the
+    driver reports it (``[gpu]`` and ``compute_capability`` in the file;
+    ``identity_mismatches`` compares them with a GPU): ``compute_capability``
+    ``(major, minor)``, ``gpu_names`` (device names, e.g. ``"NVIDIA
+    H200"``), ``sm_count`` (streaming multiprocessors), and ``l2_bytes``;
+    ``None``/empty when not given (then not compared).
+    ``effective_l2_bytes``: the L2 bytes a re-read still hits (the measured
+    knee, ``l2.effective_bytes``); ``ops``: measured per-op times per model
+    (``model -> (layer kind, op) -> OpTimes``, ``[ops.MODEL."KIND"]``
+    tables; ``op_times(model)`` reads one model's) that replace the GEMM
+    rates for those ops; ``provenance``/``measured``: where a
+    measured profile came from and the probe and median/p10/p90 of each
+    number.
+    ``fill_modes`` maps each fill kernel the profile has numbers for to its
+    ``FillMode`` (``[fill.MODE]`` tables; without a ``[fill.bulk]`` table the
+    bulk mode is ``fill_gbps``/``fill_effect``/``fill_launch_us`` with
+    ``DEFAULT_BULK_SHAPE``); ``fill_default`` is the mode a schedule that
+    names none gets (``[fill] default``, else ``bulk``).
+    ``fill_slowdown_scale`` (``latency.fill_slowdown_scale``, optional,
+    default 1): a main-stream op other than a collective or the expert
+    stream runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its rate
+    while a fill of kernel ``slowdown`` reads device memory (h200: calibrated
+    on tests/data/results/h200-2026-12-01-fit-proof-2a.json.gz).
+    ``set_aside_stream_slowdown`` (``l2.set_aside_stream_slowdown``,
+    optional, default 0): the fraction by which the routed-expert stream's
+    device-memory reads are slower with ``set_aside_max_bytes`` reserved,
+    linear in the reserved bytes (h200: the same result's ``aside-max``
+    arm). ``source_text``: the TOML text the profile was read from (for
+    locating a problem found after loading, ``parse.profile_error``; ``""``
+    for one built in code). ``notes``: what the reader did that the file
+    should say itself (op tables of the old layout, ``[ops."KIND"]``, read
+    as ``parse.LEGACY_OPS_MODEL``'s; ``legacy_ops`` is then True).
+    """
+
+    name: str
+    description: str
+    path: str
+    l2_bytes: int
+    set_aside_max_bytes: int
+    evict_last_protected_bytes: int
+    evict_normal_survival: float
+    fill_effect: float
+    dram_read_gbps: float
+    gemm_dram_gbps: float
+    gemm_l2_gbps: float
+    gemm_fixed_us: float
+    fill_gbps: float
+    fill_launch_us: float
+    kernel_gap_us: float
+    small_kernel_us: float
+    attention_core_us: float
+    allreduce: Mapping[int, AllReduceModel] = field(default_factory=dict)
+    compute_capability: tuple[int, int] | None = None
+    gpu_names: tuple[str, ...] = ()
+    sm_count: int | None = None
+    fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
+    fill_default: str = "bulk"
+    effective_l2_bytes: int | None = None
+    ops: Mapping[str, Mapping[tuple[str, str], OpTimes]] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fill_slowdown_scale: float = 1.0
+    set_aside_stream_slowdown: float = 0.0
+    source_text: str = field(default="", repr=False, compare=False)
+    notes: tuple[str, ...] = ()
+    legacy_ops: bool = False
+
+    @property
+    def is_measured(self) -> bool:
+        """True when ``l2sched profile`` wrote this profile on the GPU it
+        describes (a ``[provenance]`` table); False for an estimate from
+        published numbers, whose lint verdicts are unverified."""
+        return bool(self.provenance)
+
+    def op_times(self, model: str) -> Mapping[tuple[str, str], OpTimes]:
+        """The measured op times of adapter ``model`` (``(layer kind, op) ->
+        OpTimes``, the ``[ops.MODEL."KIND"]`` tables); empty when the
+        profile has none for it (the lint then uses the GEMM rates)."""
+        return self.ops.get(model, {})
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes of filled lines the L2 holds for readers on every SM: the
+        measured effective L2 (``l2.effective_bytes``), else ``l2_bytes``."""
+        return self.effective_l2_bytes or self.l2_bytes
+
+    def fill_mode(self, mode: str = "") -> FillMode:
+        """The ``FillMode`` of fill kernel ``mode`` (``""`` = the profile's
+        default). Raises ``KeyError`` when the profile has no numbers for
+        it."""
+        return self.fill_modes[mode or self.fill_default]
+
+    def allreduce_us(self, tp: int, nbytes: int) -> float:
+        """All-reduce time (us) at TP degree ``tp`` for ``nbytes`` bytes; 0 at
+        TP 1. A degree missing from the profile uses the nearest larger one
+        (else the largest), so the estimate errs slow."""
+        if tp <= 1 or not self.allreduce:
+            return 0.0
+        degrees = sorted(self.allreduce)
+        pick = next((d for d in degrees if d >= tp), degrees[-1])
+        return self.allreduce[pick].time_us(nbytes)
+
+    def reserved_bytes(self, set_aside: int) -> int:
+        """Bytes of L2 a schedule's ``set_aside`` (bytes, -1 = the device
+        maximum) reserves as persisting, whatever its policy."""
+        if set_aside < 0:
+            return self.set_aside_max_bytes
+        return min(max(0, set_aside), self.set_aside_max_bytes)
+
+    def set_aside_stream_factor(self, set_aside: int) -> float:
+        """Time factor (>= 1) of the routed-expert stream's device-memory
+        reads with ``set_aside`` reserved: ``1 + set_aside_stream_slowdown x
+        reserved / set_aside_max_bytes``; 1 without a reservation."""
+        if self.set_aside_max_bytes <= 0:
+            return 1.0
+        return 1.0 + self.set_aside_stream_slowdown * (
+            self.reserved_bytes(set_aside) / self.set_aside_max_bytes)
+
+    def protected_bytes(self, set_aside: int, policy: str) -> int:
+        """Bytes of filled lines that survive streaming traffic: the
+        persisting set-aside when one is reserved (``set_aside`` bytes, -1 =
+        the device maximum), else the profile's measured no-set-aside figure;
+        0 for policies other than ``evict_last``."""
+        if policy != "evict_last":
+            return 0
+        if set_aside < 0:
+            return self.set_aside_max_bytes
+        if set_aside > 0:
+            return min(set_aside, self.set_aside_max_bytes)
+        return self.evict_last_protected_bytes
