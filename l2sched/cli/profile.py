@@ -34,8 +34,8 @@ def cmd_profile(args) -> int:
             check_output_path(path)  # before minutes of probes: one line, exit 1
     from l2sched.device import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
-    from l2sched.bench.profile import STATE_KEYS, run_profile
-    from l2sched.bench.profile_state import load_state
+    from l2sched.profile.probes import STATE_KEYS, run_profile
+    from l2sched.profile.state import load_state
     # a bad state is an error before the GPU is asked for
     state = load_state(args.state, STATE_KEYS) if args.state else {}
     try:
@@ -47,27 +47,27 @@ def cmd_profile(args) -> int:
     if args.collectives > torch.cuda.device_count():
         raise L2sUsageError(f"--collectives {args.collectives} but "
                             f"{torch.cuda.device_count()} GPU(s) visible")
-    from l2sched.bench.profile_write import derive, profile_markdown, profile_toml
+    from l2sched.profile.write import derive, profile_markdown, profile_toml
     from l2sched.model.config import default_config
     from l2sched.model.inventory import analytical_inventory
 
     got = run_profile(args, state)
     coll = _collectives(args, got, torch)
-    inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
+    inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
     derived = derive(got["results"], base, inv, got["provenance"])
     name = args.name or base.name
     desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
     text = profile_toml(name, desc, got["provenance"], derived, base)
     step = got["results"].get("step_fill") or {}
     if step.get("per_m"):  # per-op step gaps, against the op table just derived
-        from l2sched.bench.profile_gaps import apply_step_gaps, step_gaps
+        from l2sched.profile.gaps import apply_step_gaps, step_gaps
         from l2sched.device import load_device_text
         apply_step_gaps(derived, step_gaps(step, load_device_text(text, args.out)))
         text = profile_toml(name, desc, got["provenance"], derived, base)
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
-        from l2sched.bench.profile_collectives import collectives_markdown, state_source
-        from l2sched.bench.tp_profile import collective_terms_text
+        from l2sched.profile.collectives import collectives_markdown, state_source
+        from l2sched.profile.collective_terms import collective_terms_text
         try:
             text, lines = collective_terms_text(coll, text, state_source(args.state))
         except ValueError as e:  # e.g. no all-reduce curve can be fitted: keep the rest
@@ -87,8 +87,8 @@ def _collectives(args, got: dict, torch):
     from the state when an earlier run measured it across as many GPUs, else
     measured now (the single-GPU probes' memory released first) and kept in
     the state; None without ``--collectives``."""
-    from l2sched.bench.profile_state import save_state
-    from l2sched.bench.profile_collectives import STATE_KEY, run_collectives
+    from l2sched.profile.state import save_state
+    from l2sched.profile.collectives import STATE_KEY, run_collectives
     if not args.collectives:
         return None
     res = got["results"]

@@ -14,8 +14,7 @@ L2. ``tests/test_fit.py`` checks that the gains equal ``run_lint``'s.
 During the search the model is a *surrogate* of the full model
 (``surrogate_layers``): the shortest cyclic subsequence of the decoder layers
 that keeps the first and last layer and every (previous kind, kind, next
-kind) triple of the full model; GLM-5.3-Flash's 45 layers become 9
-(``ddd m kkk m k``). The step gain is summed per layer position, each
+kind) triple of the full model (GLM-5.3-Flash's 45 layers become 9). The step gain is summed per layer position, each
 weighted by how many layers of the full model have its triple
 (``Evaluator.gain``): a schedule that names layers by kind gives every
 layer with the same neighbours the same fills, so this reproduces the full
@@ -29,18 +28,16 @@ Units: microseconds (us), bytes (B).
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from dataclasses import dataclass, field
 
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule_text, resolve
 from l2sched.lint import LintRun
-from l2sched.lint.graph import build_step_graph
 from l2sched.lint.rules import left_over, modes, size, timing
 from l2sched.lint.rules import targets as target_rules
-from l2sched.lint.simulate import simulate
-from l2sched.model.adapters import get_adapter
+from l2sched.lint.prepare import prepare
+from l2sched.model.adapters import adapter_of_config, get_adapter
 from l2sched.model.inventory import analytical_inventory
 
 #: Warnings that make a candidate infeasible like an error: the hook does
@@ -86,20 +83,13 @@ def surrogate_layers(kinds: list[str]) -> list[int]:
     return seq
 
 
-def surrogate_config(config: dict, kinds, keep: list[int]) -> dict:
+def surrogate_config(config: dict, kinds, keep: list[int], adapter=None) -> dict:
     """The HF text config of the surrogate: ``config`` with the layers of
-    ``keep`` (their attention and MLP types, from ``kinds``: ``LayerKind``
-    per full-model layer)."""
-    attn = config.get("layer_types") or [
-        "indexed_attention" if k.attention == "mla" else "linear_attention"
-        for k in kinds]
-    mlp = config.get("mlp_layer_types") or [
-        "dense" if k.mlp == "dense" else "sparse" for k in kinds]
-    out = dict(config)
-    out["num_hidden_layers"] = len(keep)
-    out["layer_types"] = [attn[i] for i in keep]
-    out["mlp_layer_types"] = [mlp[i] for i in keep]
-    return out
+    ``keep`` (``kinds``: the layer kind of every full-model layer), as the
+    model's adapter (default: the config's, ``adapter_of_config``) writes it
+    (``subset_config``)."""
+    ad = adapter if adapter is not None else adapter_of_config(config)
+    return ad.subset_config(config, kinds, keep)
 
 
 @dataclass
@@ -124,11 +114,13 @@ class Evaluator:
     ``config``: the full model's HF text config; ``variants``: the
     ``bound.Variant``s to simulate; ``tokens``: the M values; ``capacity``:
     the profile's effective L2 (B), the pending-bytes limit; ``surrogate``:
-    evaluate on the surrogate model (see the module docstring)."""
+    evaluate on the surrogate model (see the module docstring); ``model``:
+    the adapter's name (default: the config's, ``adapter_of_config``)."""
 
     def __init__(self, config: dict, tp: int, variants, tokens, *, capacity: int,
-                 surrogate: bool):
-        full = analytical_inventory(config, tp=tp, ep=False)
+                 surrogate: bool, model: str | None = None):
+        self.adapter = get_adapter(model) if model else adapter_of_config(config)
+        full = analytical_inventory(config, tp=tp, ep=False, adapter=self.adapter.NAME)
         names = [str(k) for k in full.kinds]
         self.full_inventory = full
         self.variants = list(variants)
@@ -140,8 +132,9 @@ class Evaluator:
         if surrogate:
             keep = surrogate_layers(names)
             if len(keep) < len(names):
-                self.config = surrogate_config(config, full.kinds, keep)
-                self.inventory = analytical_inventory(self.config, tp=tp, ep=False)
+                self.config = surrogate_config(config, full.kinds, keep, self.adapter)
+                self.inventory = analytical_inventory(self.config, tp=tp, ep=False,
+                                                      adapter=self.adapter.NAME)
                 counts = _triples(names, list(range(len(names))))
                 mine = _triples(names, keep)
                 self.weights = []
@@ -150,8 +143,7 @@ class Evaluator:
                          names[keep[(i + 1) % len(keep)]])
                     self.weights.append(counts[t] / mine[t])
         self.cache: dict = {}
-        self.base: dict = {}  # (M, variant) -> no-prefetch (graph, simulation)
-        self.adapter = get_adapter("glm5next")
+        self.base: dict = {}  # prepare's no-prefetch simulations (its base_cache)
 
     def schedule(self, text: str, tree=None):
         """The resolved schedule of ``text`` (or of its parsed ``tree``, a
@@ -201,29 +193,16 @@ class Evaluator:
 
     def lint_runs(self, schedule):
         """``(variant name, LintRun)`` of ``schedule`` at every M and variant, as
-        ``run_lint`` computes them (same plan, graphs and simulation), with
-        the plan compiled once and the no-prefetch simulation cached; their
-        ``findings`` are left to the caller."""
+        ``run_lint`` computes them (``lint.prepare.prepare``: same plan, graphs
+        and simulation), with the plan compiled once and the no-prefetch
+        simulation cached; their ``findings`` are left to the caller."""
         plan = compile_plan(schedule, self.inventory, 0)
-        cfg = self.config
-        routing = dict(top_k=int(cfg.get("num_experts_per_tok", 8)),
-                       n_experts=int(cfg.get("n_routed_experts", 0)))
-        hidden = int(cfg["hidden_size"])
         for m in self.tokens:
-            p = plan if m <= schedule.max_tokens else dataclasses.replace(plan, issues=())
-            sg = build_step_graph(p, self.inventory, self.adapter, tokens=m, **routing)
             for v in self.variants:
-                key = (m, v.name)
-                if key not in self.base:
-                    bsg = build_step_graph(p, self.inventory, self.adapter, tokens=m,
-                                           with_fills=False, **routing)
-                    self.base[key] = (bsg, simulate(bsg, v.device, tp=schedule.tp,
-                                                    tokens=m, hidden=hidden))
-                bsg, base = self.base[key]
-                sim = simulate(sg, v.device, tp=schedule.tp, tokens=m, hidden=hidden,
-                               policy=schedule.policy, set_aside=schedule.set_aside)
-                yield v.name, LintRun(schedule, self.inventory, p, v.device, sg, sim, bsg, base,
-                              m, GRAPH_MODE)
+                p = prepare(schedule, self.inventory, v.device, tokens=m, plan=plan,
+                            model_config=self.config, base_cache=self.base)
+                yield v.name, LintRun(schedule, self.inventory, p.step_plan, v.device,
+                                      p.sg, p.sim, p.base_sg, p.base, m, GRAPH_MODE)
 
 
 def _check(lr, variant: str, ev: Evaluation, capacity: int) -> None:

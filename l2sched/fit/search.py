@@ -52,15 +52,13 @@ from l2sched.fit.space import (
     chain_valid,
 )
 from l2sched.lang.formatter import format_file
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
 
 #: Smallest budget a window gets (B): 1 MB.
 MIN_BUDGET = 1_000_000
 #: Improvements below this (us) are ties.
 EPS_US = 1e-6
-#: The model adapter fitted (the only one l2sched has).
-MODEL = "glm5next"
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,9 @@ class FitOptions:
     their ``weights`` (default 1 each), the fill ``kernel`` (None = search
     the profile's kernels), per-M ``noise_floor`` (us; None = the A/A
     floors of ``bound``), ``quick`` (the reduced search), worker ``jobs``,
-    ``model_config`` (None = the embedded GLM-5.3-Flash config),
+    ``model_config`` (None = the config embedded for ``model``), ``model``
+    (the adapter's name; None = the one serving ``model_config``, else
+    ``DEFAULT_ADAPTER``),
     ``max_tokens`` of the schedule, and the persisting-L2 ``set_aside``:
     ``"0"`` (default) or ``"max"`` fixes it, ``"search"`` lets the search
     choose. The default is 0 because the model charges a set-aside only the
@@ -112,6 +112,7 @@ class FitOptions:
     quick: bool = False
     jobs: int = 1
     model_config: dict | None = None
+    model: str | None = None
     max_tokens: int = 256
     set_aside: str = "0"
     device_ref: str | None = None
@@ -168,16 +169,25 @@ class Search:
         self.opts = opts
         self.size = QUICK_SIZE if opts.quick else DEFAULT_SIZE
         self.progress = progress or (lambda phase, done, total: None)
-        self.adapter = get_adapter(MODEL)
+        if opts.model is not None:
+            self.adapter = get_adapter(opts.model)
+        elif opts.model_config is not None:
+            self.adapter = adapter_of_config(opts.model_config)
+        else:
+            self.adapter = get_adapter(DEFAULT_ADAPTER)
+        #: the adapter's name, the fitted schedule's ``model``
+        self.model = self.adapter.NAME
         config = opts.model_config if opts.model_config is not None \
-            else default_config(MODEL)
+            else default_config(self.model)
         self.variants, self.info = profile_variants(device)
         low = [v for v in self.variants if v.name == "low"]
         cap = device.capacity_bytes
         self.search = BatchEvaluator((config, opts.tp, low, opts.tokens),
-                                     {"surrogate": True, "capacity": cap}, opts.jobs)
+                                     {"surrogate": True, "capacity": cap,
+                                      "model": self.model}, opts.jobs)
         self.final = BatchEvaluator((config, opts.tp, self.variants, opts.tokens),
-                                    {"surrogate": False, "capacity": cap}, opts.jobs)
+                                    {"surrogate": False, "capacity": cap,
+                                     "model": self.model}, opts.jobs)
         inv = self.final.local.full_inventory
         kind_layers: dict[str, list[int]] = {}
         for i, k in enumerate(inv.kinds):
@@ -185,6 +195,9 @@ class Search:
         self.kind_layers = kind_layers
         self.kinds = sorted(kind_layers, key=lambda k: (-len(kind_layers[k]), k))
         self.streams = build_streams(self.adapter, inv, kind_layers, self._wanted)
+        #: kind name -> the selector names of its layers (``kind_selector``)
+        self.kind_selectors = {str(k): tuple(self.adapter.kind_selector(k))
+                               for k in inv.kinds}
         self.kernels = [opts.kernel] if opts.kernel else sorted(device.fill_modes)
         self.kernel0 = opts.kernel or device.fill_default
         self.capacity = device.capacity_bytes
@@ -203,7 +216,8 @@ class Search:
     # ------------------------------------------------------------- scoring
     def tree(self, cand: Candidate, name: str = "fit"):
         """The candidate's parsed schedule file (``space.candidate_tree``)."""
-        return candidate_tree(cand, self.streams, name=name, model=MODEL,
+        return candidate_tree(cand, self.streams, name=name, model=self.model,
+                              selectors=self.kind_selectors,
                               device=self.opts.device_ref or self.device.name,
                               tp=self.opts.tp,
                               max_tokens=self.opts.max_tokens)

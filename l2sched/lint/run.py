@@ -4,23 +4,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from l2sched import progress
-from l2sched.compiler.compile import compile_plan, schedule_inventory
 from l2sched.errors import Span
 from l2sched.lang.resolve import load_schedule
+from l2sched.compiler.compile import schedule_inventory
 from l2sched.lint import rules
-from l2sched.lint.graph import build_step_graphs
+from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
-from l2sched.lint.simulate import simulate
-from l2sched.model.adapters import get_adapter
-from l2sched.model.config import default_config, load_model_config
+from l2sched.model.config import load_model_config
 from l2sched.device import load_device
 from l2sched.model.device_ops import check_device_ops
-from l2sched.units import plural
 
 
 @dataclass
@@ -63,40 +59,25 @@ class LintRun:
 def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
              graph_mode: str = "full", select: Sequence[str] = (),
              ignore: Sequence[str] = (), measured: dict | None = None,
-             model_config: dict | None = None) -> LintRun:
+             model_config: dict | None = None, tp_rank: int = 0, plan=None) -> LintRun:
     """Lint ``schedule`` (``semantic.Schedule``) against ``inventory``.
 
     ``device``: a ``DeviceProfile`` (default: the schedule's ``device``);
     ``tokens``: decode tokens per step (expert bytes and all-reduce size);
     ``graph_mode``: ``full``/``piecewise``/``eager``; ``select``/``ignore``:
     rule-code prefixes; ``measured``: ``(layer kind, op) -> us`` from
-    ``calibrate``; ``model_config``: the HF text config (default: the
-    embedded GLM-5.3-Flash one) for hidden size and routing."""
-    cfg = model_config if model_config is not None else default_config(schedule.model)
-    adapter = get_adapter(schedule.model)
+    ``calibrate``; ``model_config``: the HF text config (default: the one
+    embedded for the schedule's model) for hidden size and routing;
+    ``tp_rank``/``plan``: the TP rank to compile for, or its plan already
+    compiled (the plugin lints the plan it installs). The schedule is
+    compiled and simulated by ``prepare.prepare``."""
     device = device or load_device(schedule.device)
     check_device_ops(device, schedule.model)
-    plan = compile_plan(schedule, inventory, 0)
-    if tokens > schedule.max_tokens:
-        # The runtime's gate skips every fill in such steps (runtime.gate).
-        plan = dataclasses.replace(plan, issues=())
-    top_k = int(cfg.get("num_experts_per_tok", 8))
-    n_exp = int(cfg.get("n_routed_experts", 0))
-    hidden = int(cfg["hidden_size"])
-    sims = []
-    progress.stage(f"building the step graph of {plural(len(plan.issues), 'fill')}")
-    for sg in build_step_graphs(plan, inventory, adapter, tokens=tokens,
-                                top_k=top_k, n_experts=n_exp):
-        progress.stage("simulating the step" + (" without prefetch" if sims else ""))
-        # the no-prefetch baseline reserves no set-aside (the bench's
-        # ``none`` arm does not)
-        sim = simulate(sg, device, tp=schedule.tp, tokens=tokens, hidden=hidden,
-                       policy=schedule.policy,
-                       set_aside=0 if sims else schedule.set_aside,
-                       measured=measured)
-        sims.append((sg, sim))
-    run = LintRun(schedule, inventory, plan, device, sims[0][0], sims[0][1],
-                  sims[1][0], sims[1][1], tokens, graph_mode)
+    progress.stage("building and simulating the step")
+    p = prepare(schedule, inventory, device, tokens=tokens, tp_rank=tp_rank, plan=plan,
+                model_config=model_config, measured=measured)
+    run = LintRun(schedule, inventory, p.step_plan, device, p.sg, p.sim, p.base_sg, p.base,
+                  tokens, graph_mode)
     progress.stage("checking the rules")
     found = rules.check_all(run)
     sources = dict(schedule.sources)
@@ -118,12 +99,13 @@ def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
               device_name: str | None = None, *, device_profile=None, **kw) -> LintRun:
     """Load the schedule at ``path`` (with ``--set`` ``overrides``), build
     its inventory at the schedule's TP/EP and run ``run_lint``.
-    ``device_name`` overrides the schedule's ``device``; ``device_profile``:
-    its ``DeviceProfile`` when the caller already loaded it (read once per
-    command)."""
-    cfg = load_model_config(model_config_path)
-    schedule = load_schedule(path, overrides,
-                             cfg if model_config_path is not None else None)
+    ``device_name`` overrides the schedule's ``device``; without
+    ``model_config_path`` the config embedded for the schedule's model is
+    used; ``device_profile``: the ``DeviceProfile`` of ``device_name``
+    when the caller already loaded it (read once per command)."""
+    cfg = load_model_config(model_config_path) if model_config_path is not None \
+        else None
+    schedule = load_schedule(path, overrides, cfg)
     inventory = schedule_inventory(schedule, cfg)
     device = device_profile or load_device(device_name or schedule.device)
     return run_lint(schedule, inventory, device=device, model_config=cfg, **kw)

@@ -319,12 +319,18 @@ def _wrap_method(slot: _Slot, layer) -> Callable[[], None]:
     return undo
 
 
-def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSite],
-            backend: RuntimeBase, *, join_on: Any = "last_layer") -> Installation:
+def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSite],
+            backend: RuntimeBase, *, join_on: Any = "last_layer",
+            layer_keys: Sequence[str] | None = None) -> Installation:
     """Place ``plan``'s issues into ``model_layers`` (the decoder layers,
-    indexed like ``ByteRange.layer``), firing them through ``backend``.
+    indexed like ``ByteRange.layer``), firing them through ``backend``
+    (issue ``i`` of the plan fires ``backend.issue(i)``).
 
-    ``sites`` maps every hook point name the plan uses to a ``HookSite``.
+    ``sites`` maps every hook point name the plan uses to a ``HookSite``;
+    with ``layer_keys`` (one key per decoder layer, e.g. its layer kind)
+    sites are keyed ``(layer key, hook name)`` instead, so layers whose hook
+    sites differ (GLM's KDA and MLA attention) take one plan in one
+    installation.
     ``join_on``: where ``backend.join()`` runs once per forward:
     ``"last_layer"`` (a forward post-hook on ``model_layers[-1]``), a module
     (a forward post-hook on it), or ``None`` (the caller calls
@@ -342,10 +348,17 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
     failure installs nothing; the two passes share their bookkeeping."""
     inst = Installation(backend)
     slots: dict[tuple, _Slot] = {}
-    missing = sorted({wi.hook for wi in plan.issues if wi.hook not in sites})
+    def site_key(wi):
+        if layer_keys is None:
+            return wi.hook
+        return (layer_keys[wi.layer], wi.hook) if 0 <= wi.layer < len(layer_keys) else None
+
+    missing = sorted({" at ".join(reversed(k)) if isinstance(k, tuple) else str(k)
+                      for k in map(site_key, plan.issues) if k not in sites})
     if missing:
+        known = sorted({k[1] if isinstance(k, tuple) else k for k in sites})
         raise L2sInstallError(f"no HookSite for hook point(s) {', '.join(missing)} "
-                              f"(known: {', '.join(sorted(sites))})")
+                              f"(known: {', '.join(known)})")
 
     def slot_for(obj, kind, attr) -> _Slot:
         key = (id(obj), kind, attr)
@@ -363,7 +376,7 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[str, HookSit
         refs = [_Ref(model_layers[r.layer], r.tensor) if 0 <= r.layer < len(model_layers)
                 else _Ref(None, r.tensor) for r in wi.ranges]
         inst.bound.append(_BoundIssue(idx, wi.ranges, refs))
-        site = sites[wi.hook]
+        site = sites[site_key(wi)]
         try:
             obj = resolve_path(layer, site.path)
         except AttributeError as e:

@@ -29,7 +29,7 @@ from l2sched.errors import (
 )
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.device import DeviceProfile, load_device
 from l2sched.device import (
     GpuIdentity,
@@ -51,9 +51,6 @@ try:  # vLLM's logger convention, so the lines share vLLM's format and level.
     log = _init_logger("vllm.l2sched")
 except Exception:  # pragma: no cover - vLLM absent or broken
     log = logging.getLogger("l2sched.vllm")
-
-#: Architectures (class names of the top-level model) the plugin serves.
-ARCHITECTURES = ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration")
 
 #: The live installations of this process (one per loaded model).
 INSTALLED: list[Installed] = []
@@ -100,10 +97,9 @@ def _tp_layout(vllm_config) -> tuple[int, int, bool, int]:
     return tp, rank, ep, pp
 
 
-def _decoder_layers(model):
-    """The decoder-layer list of a GLM-5.3 CausalLM or ConditionalGeneration
-    (the adapter's ``DECODER_LAYER_PATHS``). Raises ``L2sPluginError``."""
-    ad = get_adapter("glm5next")
+def _decoder_layers(model, ad):
+    """The decoder-layer list of ``model``, a model of adapter ``ad`` (its
+    ``DECODER_LAYER_PATHS``). Raises ``L2sPluginError``."""
     layers = ad.decoder_layers(model)
     if layers is model:
         raise L2sPluginError("unsupported model", f"{type(model).__name__} has no "
@@ -162,9 +158,9 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
                 raise L2sPluginError("no schedule configured at this reload")
             return None
         arch = type(model).__name__
-        if arch not in ARCHITECTURES:
+        if adapter_for(arch) is None:
             log.debug("l2sched: %s is not one of %s; not prefetched", arch,
-                      ", ".join(ARCHITECTURES))
+                      ", ".join(supported_architectures()))
             return None
         _route_library_logs()
         tp, tp_rank, ep, pp = _tp_layout(vllm_config)
@@ -239,7 +235,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
         raise L2sPluginError("unsupported layout", f"pipeline parallel size {pp} "
                           "(vLLM gates PP off for GLM-5.3; l2sched supports PP=1)")
     _refuse_split_batch(vllm_config)
-    layers = _decoder_layers(model)
+    ad = adapter_for(type(model).__name__)
+    layers = _decoder_layers(model, ad)
     hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
     model_config = hf.to_dict() if hf is not None else None
 
@@ -266,8 +263,12 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
 
     device = cfg.device or schedule.device
     profile = device_profile(cfg.backend, device)
+    if schedule.model != ad.NAME:
+        raise L2sPluginError(
+            "schedule/model mismatch", f"{schedule.name} is for model "
+            f"{schedule.model}, this server runs {type(model).__name__} ({ad.NAME})")
     inventory = live_inventory(layers, tp, ep, tp_rank,
-                               model_name=type(model).__name__)
+                               model_name=type(model).__name__, adapter=ad.NAME)
     try:
         plan = compile_plan(schedule, inventory, tp_rank)
     except L2sError as e:
@@ -280,7 +281,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
         lint_schedule, aside_note = set_aside_for_lint(
             schedule, torch.cuda.current_device(), owner)
     lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
-                      tp_rank, f"TP rank {tp_rank}/{tp}")
+                      tp_rank, f"TP rank {tp_rank}/{tp}",
+                      plan=plan if lint_schedule is schedule else None)
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
     runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}",
@@ -370,20 +372,23 @@ def device_profile(backend: str, wanted: str) -> DeviceProfile:
 
 
 def _lint(cfg: PluginConfig, schedule, inventory, model_config,
-          profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str) -> str:
+          profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str,
+          plan=None) -> str:
     """Lint with ``profile`` (named ``device`` in the log lines) through ``l2sched.lint.run_lint`` (FULL
     graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
     default) an error-severity finding raises ``L2sPluginError`` (not
     installed; diagnostics logged once, TP rank 0); with ``"warn"`` the
     errors are logged and the plan is installed anyway, with one WARNING
     line per rank saying so (the explicit override); ``"off"`` skips the
-    lint. Warnings are logged once (TP rank 0). Returns a short note for the
-    summary line."""
+    lint. Warnings are logged once (TP rank 0). ``plan``: the rank's
+    compiled plan (None: compiled here for ``tp_rank``). Returns a short note
+    for the summary line."""
     if cfg.lint == "off":
         return "lint off"
     try:
-        run = run_lint(schedule, inventory, device=profile,
-                       graph_mode="full", model_config=model_config)
+        # the rank's own plan, the one it installs (compiled once)
+        run = run_lint(schedule, inventory, device=profile, graph_mode="full",
+                       model_config=model_config, tp_rank=tp_rank, plan=plan)
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
         raise L2sPluginError(f"lint failed with device profile {device}",

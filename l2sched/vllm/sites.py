@@ -1,23 +1,23 @@
-"""Installing a plan into vLLM's GLM-5.3 decoder layers: the hook sites of
-each layer kind (from the adapter's ``Install`` records) and one
-installation per layer kind feeding one runtime. ``install_plan`` is the
+"""Installing a plan into a vLLM model's decoder layers: the hook sites of
+each layer kind (from the model adapter's ``Install`` records), keyed by
+(layer kind, hook point), and one installation of the whole plan feeding
+one runtime. ``install_plan`` is the
 public API the plugin and the benchmarks use."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from l2sched.errors import L2sPluginError
-from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.install import HookSite, install
 
 
 @dataclass
 class Installed:
     """A plan installed in one model: ``plan``, ``runtime`` (the backend),
-    ``installations`` (one per layer kind, ``runtime.install.Installation``),
+    ``installations`` (``runtime.install.Installation``: one per plan),
     ``summary`` (the log line). The plugin also records ``model`` (a weak
     reference to the top-level model) and ``config``/``vllm_config`` (what it
     was installed with), to find and redo it at a weight reload.
@@ -57,29 +57,12 @@ class Installed:
         self.runtime.flush()
 
 
-class _IssueMap:
-    """The runtime seen through a sub-plan: sub-plan issue index -> index in
-    the full plan. ``install`` talks to it exactly as to a runtime."""
-
-    def __init__(self, runtime, indices):
-        self.runtime = runtime
-        self.indices = indices
-
-    def set_rows(self, index, rows):
-        return self.runtime.set_rows(self.indices[index], rows)
-
-    def issue(self, index):
-        return self.runtime.issue(self.indices[index])
-
-    def join(self):
-        self.runtime.join()
-
-
-def hook_sites(kind) -> dict:
-    """``{hook name: HookSite}`` for a layer of ``kind`` (a ``LayerKind``),
-    from the adapter's ``Install`` records."""
+def hook_sites(kind, model: str = DEFAULT_ADAPTER) -> dict:
+    """``{hook name: HookSite}`` for a layer of ``kind`` (a layer kind of
+    adapter ``model``), from the adapter's hook catalogue (``HOOKS``,
+    ``install_for``). Raises ``KeyError`` for an unknown adapter."""
     sites = {}
-    for h in get_adapter("glm5next").HOOKS:
+    for h in get_adapter(model).HOOKS:
         if not h.exists_in(kind):
             continue
         inst = h.install_for(kind)
@@ -98,13 +81,14 @@ def hook_sites(kind) -> dict:
 def install_plan(decoder_layers, inventory, plan, runtime,
                  join_every_layer: bool = False) -> Installed:
     """Install ``plan`` into ``decoder_layers`` (the model's decoder-layer
-    list, indexed like the inventory): one ``runtime.install.install`` per
-    layer kind (hook sites differ between KDA and MLA layers), all feeding
-    the one ``runtime``; the join goes with the kind of the last layer, as a
-    forward post-hook on the last decoder layer (before the
-    pipeline-parallel early return of ``Glm5NextModel.forward``).
-    ``join_every_layer``: a join at the end of every decoder layer instead
-    (each kind's installation joins at its own layers), so the side stream's
+    list, indexed like the inventory): one ``runtime.install.install`` of
+    the whole plan, its hook sites keyed by (layer kind, hook point) (they
+    differ between kinds, e.g. GLM's KDA and MLA layers; the adapter is
+    ``inventory.model``'s), feeding ``runtime`` with the plan's own issue
+    indices; the join is a forward post-hook on the last decoder layer
+    (before a model's pipeline-parallel early return).
+    ``join_every_layer``: a join at the end of every decoder layer instead,
+    so the side stream's
     work never spans a layer boundary in a captured graph. Raises
     ``L2sPluginError`` (``unsupported model``, ``install failed``), having
     installed nothing."""
@@ -113,27 +97,14 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     if len(layers) != len(kinds):
         raise L2sPluginError("unsupported model", f"{len(layers)} decoder layers, "
                              f"{len(kinds)} with weights")
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, wi in enumerate(plan.issues):
-        groups[str(kinds[wi.layer])].append(i)
-    last_kind = str(kinds[-1])
-    groups.setdefault(last_kind, [])
-    by_name = {str(k): k for k in kinds}
+    keys = [str(k) for k in kinds]
+    sites = {(str(k), hook): site for k in {str(k): k for k in kinds}.values()
+             for hook, site in hook_sites(k, inventory.model).items()}
     out = Installed(plan, runtime)
-    if join_every_layer:
-        for k in by_name:
-            groups.setdefault(k, [])
     try:
-        for name in sorted(groups, key=lambda k: k == last_kind):
-            idx = groups[name]
-            sub = replace(plan, issues=tuple(plan.issues[i] for i in idx))
-            if join_every_layer:
-                join_on = [lay for lay, k in zip(layers, kinds) if str(k) == name]
-            else:
-                join_on = layers[-1] if name == last_kind else None
-            out.installations.append(install(
-                layers, sub, hook_sites(by_name[name]), _IssueMap(runtime, idx),
-                join_on=join_on))
+        out.installations.append(install(
+            layers, plan, sites, runtime, layer_keys=keys,
+            join_on=list(layers) if join_every_layer else "last_layer"))
     except Exception as e:
         out.remove()
         raise L2sPluginError("install failed", f"{type(e).__name__}: {e}") from None
