@@ -10,3 +10,25 @@ GPU_MISSING = "the CuTe DSL kernel packages are not installed (pip install -e '.
 #: vLLM itself (``vllm`` extra).
 VLLM_MISSING = ("vllm is not installed in this interpreter "
                 "(pip install -e '.[test,vllm]')")
+
+
+def assert_fill_kernels_compile(mode: str, shape: dict, policies, prelude: str = "",
+                                arch: str = "sm_90a") -> None:
+    """Trace and compile the fill kernel of ``mode`` and ``shape`` for every
+    cache policy of ``policies``, compile-only for ``arch`` (no GPU), in a
+    fresh interpreter that runs ``prelude`` first; fail with its output when
+    a variant does not build."""
+    import os
+    import subprocess
+    import sys
+    code = (prelude + "from l2sched.runtime import kernel as K\n"
+            f"for pol in {tuple(policies)!r}:\n"
+            f"    k = K.get_kernel(0, check_device=False, ffi=False, mode={mode!r}, "
+            f"policy=pol, **{shape!r})\n"
+            "    assert k is not None, K.disabled_reason()\n"
+            f"    assert k.spec.mode == {mode!r}\n"
+            "print('ok')\n")
+    env = dict(os.environ, CUTE_DSL_ARCH=arch)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-4000:]

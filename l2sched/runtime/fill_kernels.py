@@ -13,10 +13,6 @@ a row is touched. A row of 0 bytes issues nothing.
   size, policy`` per chunk from each of ``grid * threads`` workers; the
   kernel exits when its requests are issued (launch-to-exit is not the fill
   time).
-- ``line`` (benchmarks only): one ``prefetch.global.L2`` per 128-byte line.
-- ``touch`` (benchmarks only): one 4-byte ordinary load (one 32-byte sector)
-  per ``chunk`` bytes, no prefetch-size hint: with a chunk of 64 KiB it caches
-  the rows' address translations and lands 0.05% of their bytes.
 - ``load``: one 4-byte ``ld.global.L1::no_allocate.L2::cache_hint`` with the
   L2 prefetch-size hint per ``min(chunk, 256)`` bytes; ordinary loads, which
   land lines where later reads find them, but the CTAs stay resident until
@@ -30,7 +26,10 @@ a row is touched. A row of 0 bytes issues nothing.
   them). Workers are CTAs (``grid``); the other threads of a CTA exit.
 
 ``policy`` is made once per thread by ``createpolicy.fractional.L2::<p>.b64``
-(fraction 1.0). PTX forms: PTX ISA 8.x, sections "cp.async.bulk",
+(fraction 1.0). The instruction each mode issues is a *form* in ``FORMS``,
+keyed by (mode, whether the policy is a cache hint); the lab registers the
+forms only its experiments use (``lab/kernels.py``: ``line``, ``touch``,
+plain instructions without a cache hint) with ``register_form``. PTX forms: PTX ISA 8.x, sections "cp.async.bulk",
 "cp.async.bulk.prefetch", "mbarrier", "createpolicy". The kernel's
 parameters are a raw table pointer and two int32 row bounds, so one compiled
 variant serves every table.
@@ -39,12 +38,73 @@ variant serves every table.
 # No "from __future__ import annotations": CuTe DSL resolves the kernel's
 # annotations (cute.Pointer, Int32) at trace time from the function's scope.
 
+from dataclasses import dataclass
+from typing import Callable
+
 from l2sched.units import ALIGN
 
 #: Bytes of dynamic shared memory the copy kernel keeps in front of its
 #: buffers for the mbarriers (one 8-byte barrier per stage), so the buffers
 #: start 1024-byte aligned.
 BARRIER_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class IssueForm:
+    """The inline PTX one worker issues per chunk: ``asm`` with operands
+    ``(address, size, policy)`` (copy: ``(shared buffer, address, size,
+    mbarrier, policy)``), its LLVM ``constraints``, ``loads`` when it
+    returns a loaded 32-bit word (output first in ``constraints``; kept alive
+    so ptxas does not drop the load), and ``chunk``, the bytes per
+    instruction when the form fixes it (None: the spec's)."""
+
+    asm: str
+    constraints: str = "l,r,l,~{memory}"
+    loads: bool = False
+    chunk: int | None = None
+
+
+#: (mode, the policy is a cache hint) -> ``make(chunk, ptx_policy) ->
+#: IssueForm``. A spec whose (mode, hint) has no form is refused by
+#: ``KernelSpec.check``.
+FORMS: dict[tuple[str, bool], Callable[[int, "str | None"], IssueForm]] = {}
+
+
+def register_form(mode: str, hinted: bool,
+                  make: Callable[[int, "str | None"], IssueForm]) -> None:
+    """Make fill mode ``mode`` buildable with a cache-hint policy
+    (``hinted``) or a plain one (``PTX_POLICY`` value None) through
+    ``make(chunk, ptx_policy) -> IssueForm``. Replaces an earlier form of
+    the same key."""
+    FORMS[(mode, hinted)] = make
+
+
+def _bulk_form(chunk: int, ptx_policy) -> IssueForm:
+    return IssueForm("cp.async.bulk.prefetch.L2.global.L2::cache_hint [$0], $1, $2;")
+
+
+def load_form(chunk: int, ptx_policy, size_hint: bool = True) -> IssueForm:
+    """One 4-byte load per ``min(chunk, 256)`` bytes, with the PTX L2
+    prefetch-size hint for the rest of that span (none for 32 B: a load
+    fetches its whole 32-byte sector, nor without ``size_hint``). Raises
+    ``ValueError`` for a span other than 32/64/128/256 B."""
+    if size_hint:
+        chunk = min(chunk, 256)
+        if chunk not in (32, 64, 128, 256):
+            raise ValueError(f"load mode needs chunk 32/64/128/256 (or more), got {chunk}")
+    hint = "" if not size_hint or chunk == 32 else f".L2::{chunk}B"
+    return IssueForm(f"ld.global.L1::no_allocate.L2::cache_hint{hint}.u32 $0, [$1], $3;",
+                     "=r,l,r,l,~{memory}", loads=True, chunk=chunk)
+
+
+def _copy_form(chunk: int, ptx_policy) -> IssueForm:
+    return IssueForm("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     ".L2::cache_hint [$0], [$1], $2, [$3], $4;", "r,l,r,r,l,~{memory}")
+
+
+register_form("bulk", True, _bulk_form)
+register_form("load", True, load_form)
+register_form("copy", True, _copy_form)
 
 
 def copy_smem_bytes(spec) -> int:
@@ -86,40 +146,19 @@ def _policy(llvm, Int64, ptx_policy):
 
 
 def _issue_fill(spec, ptx_policy):
-    """The ``bulk``/``line``/``touch``/``load`` kernel: every thread a worker, one
-    instruction per chunk."""
+    """The kernel of an issue mode (``bulk``, ``load`` and the lab's): every
+    thread a worker, one instruction (its ``FORMS`` entry) per chunk."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Int32, Int64
     from cutlass._mlir.dialects import llvm
 
-    grid, threads, chunk = spec.grid, spec.threads, spec.chunk
+    grid, threads = spec.grid, spec.threads
     workers = grid * threads
-    # One asm string per variant; operands are always (address, size,
-    # policy) and unused ones are simply not referenced.
-    issue_res, issue_cons = None, "l,r,l,~{memory}"
-    if spec.mode == "line":  # benchmarks only: one prefetch per 128-byte line (LSU)
-        chunk = 128
-        # (the PTX ISA allows only L2::evict_last / evict_normal here)
-        issue_asm = ("prefetch.global.L2::evict_last [$0];"
-                     if ptx_policy == "L2::evict_last" else "prefetch.global.L2 [$0];")
-    elif spec.mode in ("load", "touch"):
-        # load: one 4-byte load per min(chunk, 256) bytes, with the PTX L2
-        # prefetch-size hint for the rest of that span (none for 32 B: a
-        # load fetches its whole 32-byte sector); touch: one per chunk, no hint
-        if spec.mode == "load":
-            chunk = min(chunk, 256)
-            if chunk not in (32, 64, 128, 256):
-                raise ValueError(f"load mode needs chunk 32/64/128/256 (or more), got {chunk}")
-        size_hint = "" if spec.mode == "touch" or chunk == 32 else f".L2::{chunk}B"
-        issue_res = "i32"
-        issue_cons = "=r,l,r,l,~{memory}"  # output first
-        issue_asm = (f"ld.global.L1::no_allocate.L2::cache_hint{size_hint}.u32"
-                     " $0, [$1], $3;")
-    elif ptx_policy is None:  # benchmarks only: bulk prefetch without a cache hint
-        issue_asm = "cp.async.bulk.prefetch.L2.global [$0], $1;"
-    else:
-        issue_asm = "cp.async.bulk.prefetch.L2.global.L2::cache_hint [$0], $1, $2;"
+    form = FORMS[(spec.mode, ptx_policy is not None)](spec.chunk, ptx_policy)
+    chunk = form.chunk or spec.chunk
+    issue_asm, issue_cons = form.asm, form.constraints
+    issue_res = "i32" if form.loads else None
 
     def result_type():  # MLIR types need the trace's context: built at trace time
         return Int32.mlir_type if issue_res == "i32" else None
@@ -175,12 +214,7 @@ def _copy_fill(spec, ptx_policy):
 
     grid, threads, chunk, stages = spec.grid, spec.threads, spec.chunk, spec.stages
     smem_bytes = copy_smem_bytes(spec)
-    if ptx_policy is None:
-        copy_asm = ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                    " [$0], [$1], $2, [$3];")
-    else:
-        copy_asm = ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                    ".L2::cache_hint [$0], [$1], $2, [$3], $4;")
+    copy_asm = FORMS[("copy", ptx_policy is not None)](chunk, ptx_policy).asm
 
     @cute.kernel
     def copy_kernel(table: cute.Pointer, row_begin: Int32, row_end: Int32):

@@ -2,8 +2,8 @@
 compiled, and how it is launched. The CuTe DSL bodies live in
 ``runtime.fill_kernels``.
 
-Fill modes (``units.FILL_MODES``; ``line`` and ``touch`` only for benchmarks), measured on
-the lent H200:
+Fill modes (``units.FILL_MODES``; the lab adds its experiments' modes,
+``lab/kernels.py``), measured on the lent H200:
 
 - ``bulk``: ``cp.async.bulk.prefetch.L2`` per 16 KiB chunk. The instruction of
   the hand-written prefetchers; on the H200 it recovers only about 10-30% of
@@ -15,9 +15,6 @@ the lent H200:
   that filled best), which costs concurrent kernels.
 - ``copy``: TMA bulk copies into shared memory from one thread per CTA,
   ``stages`` buffers deep, data discarded; lands lines from few CTAs.
-- ``line`` (benchmarks only): per-128-B ``prefetch.global.L2``.
-- ``touch`` (benchmarks only): one 4-byte load per ``chunk`` bytes, which
-  caches address translations and lands almost no lines.
 
 A variant is a ``KernelSpec`` (mode, grid, threads, chunk, stages, policy):
 every parameter that defines the compiled code is in it, and it is the cache
@@ -48,25 +45,26 @@ from dataclasses import dataclass
 
 from l2sched.env import env_flag
 from l2sched.errors import L2sUsageError
-from l2sched.runtime.fill_kernels import compile_fill, copy_smem_bytes
+from l2sched.runtime.fill_kernels import FORMS, compile_fill, copy_smem_bytes
 from l2sched.units import ALIGN, CACHE_POLICIES, FILL_MODES
 
 log = logging.getLogger("l2sched.kernel")
 
 #: Cache policy of a plan (``units.CACHE_POLICIES``) -> PTX ``createpolicy``
-#: priority qualifier; ``none`` (benchmarks only) is the plain instruction,
-#: no createpolicy / cache_hint.
-PTX_POLICY = {
-    **{p: f"L2::{p}" for p in CACHE_POLICIES},
-    "none": None,
-}
+#: priority qualifier (None: a plain instruction, no cache hint; only the
+#: lab registers such a policy, ``register_cache_policy``).
+PTX_POLICY: dict[str, str | None] = {p: f"L2::{p}" for p in CACHE_POLICIES}
 
-#: Fill modes only benchmarks build (never a schedule's or a profile's kernel).
-BENCH_MODES = ("line", "touch")
+
+def register_cache_policy(name: str, ptx: str | None) -> None:
+    """Make ``KernelSpec(policy=name)`` buildable with the PTX priority
+    qualifier ``ptx`` (None: the plain instructions of
+    ``fill_kernels.FORMS`` registered with ``hinted=False``)."""
+    PTX_POLICY[name] = ptx
 #: Bytes per bulk-prefetch request when no profile says otherwise: the chunk
 #: of vLLM 0.33.0's Kimi-K3 prefetch kernel (docs/sources.md#kimi-k3-prefetch)
 #: and the best chunk of the earlier H200 probe
-#: (docs/sources.md#h200-early-probes); benchmarks/kernel_search.py.
+#: (docs/sources.md#h200-early-probes); lab/experiments/kernel_search.py.
 DEFAULT_CHUNK = 16384
 #: CTAs per launch when no profile says otherwise: 2 per SM of the H200's
 #: 132 SMs; the earlier probe was best at 264-528 CTAs x 32 threads
@@ -91,7 +89,8 @@ MAX_SMEM_BYTES = 227 * 1024
 class KernelSpec:
     """Everything that defines one compiled fill kernel.
 
-    ``mode`` in ``FILL_MODES`` (or ``line``/``touch``, benchmarks); ``grid`` CTAs; ``threads`` per
+    ``mode`` in ``FILL_MODES`` (or a mode the lab registered,
+    ``fill_kernels.register_form``); ``grid`` CTAs; ``threads`` per
     CTA; ``chunk`` bytes per request (a positive multiple of 16); ``stages``
     shared-memory buffers of ``chunk`` bytes (``copy`` mode; 1 otherwise);
     ``policy`` a cache policy (``PTX_POLICY``). ``check()`` raises
@@ -106,12 +105,15 @@ class KernelSpec:
 
     def check(self) -> "KernelSpec":
         """This spec, after checking every field. Raises ``ValueError``."""
-        if self.mode not in FILL_MODES + BENCH_MODES:
+        if not any(mode == self.mode for mode, _ in FORMS):
             raise ValueError(f"unknown fill mode {self.mode!r} (known: "
                              f"{', '.join(FILL_MODES)})")
         if self.policy not in PTX_POLICY:
             raise ValueError(f"unknown cache policy {self.policy!r} (known: "
                              f"{', '.join(sorted(PTX_POLICY))})")
+        if (self.mode, PTX_POLICY[self.policy] is not None) not in FORMS:
+            raise ValueError(f"fill mode {self.mode!r} has no form for cache policy "
+                             f"{self.policy!r}")
         for name in ("grid", "threads", "stages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -29,6 +29,9 @@ from l2sched.profile import run as bench_run  # noqa: E402
 # `python -m lab bench run`: the product's bench run with the research arm sets
 # (--validation, --perturbations, --controls, --bench-dir)
 from lab import main  # noqa: E402
+import lab.kernels  # noqa: E402
+
+lab.kernels.register()  # the touch mode
 
 SHIPPED = os.path.join(ROOT, "schedules", "glm53-flash-h200-tp4.l2s")
 

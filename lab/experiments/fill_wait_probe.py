@@ -25,6 +25,11 @@ from types import SimpleNamespace
 
 from l2sched.units import CACHE_POLICIES
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+import lab.kernels  # noqa: E402
+
+lab.kernels.register()  # line mode and the none policy
+
 
 def _hinted_flush(torch, buf, hint: str):
     """A flush reading all of ``buf`` with Triton loads carrying the cache

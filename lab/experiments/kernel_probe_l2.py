@@ -23,6 +23,9 @@ sys.path.insert(0, "lab/experiments")
 from kernel_bench import MB, make_read, probe_setup, q, table_for  # noqa: E402
 
 from l2sched.runtime import kernel as K  # noqa: E402
+import lab.kernels  # noqa: E402
+
+lab.kernels.register()  # line mode and the none policy
 
 
 def main():

@@ -6,9 +6,17 @@ Rows: tiny, odd chunk tails, zero-length, the last 16 bytes of the buffer, a
 whole 32 MiB buffer; both launch paths when TVM-FFI is present; the line and
 load modes, and the copy mode (TMA into shared memory) in two shapes."""
 
+import os
+import sys
+
 import torch
 
 from l2sched.runtime import kernel as K
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import lab.kernels  # noqa: E402
+
+lab.kernels.register()  # line mode
 
 buf = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
 p, n = buf.data_ptr(), buf.numel()
