@@ -437,7 +437,7 @@ _GOOD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, 0.5] }"
     ('[ops.glm5next."kda+moe"]\n"kda.in_proj".m = [1, 4]\n"kda.in_proj".cold_us = [1.0, 2.0]\n'
      '"kda.in_proj".hot_us = [1.0, -2.0]\n',
      f"ops.glm5next.kda+moe.kda.in_proj: {_HOT}", ('"kda.in_proj".hot_us', "hot_us")),
-    # a table of the old layout (no model part) is read as glm5next's, located as written
+    # a table of the old layout (no model part) serves any model, located as written
     (f'[ops."kda+moe"]\n"kda.in_proj" = {_BAD_ENTRY}\n',
      f"ops.kda+moe.kda.in_proj: {_HOT}", ("hot_us = [1.0, -2.0]", "hot_us")),
     # layer kinds, ops and models are the model's check (model.device_ops)
@@ -450,7 +450,7 @@ _GOOD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, 0.5] }"
      "ops.glm5nxt: unknown model 'glm5nxt'; did you mean 'glm5next'? (adapters: glm5next",
      ('[ops.glm5nxt."kda+moe"]', '[ops.glm5nxt."kda+moe"]')),
     (f'[ops."kda+moex"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
-     "ops.glm5next.kda+moex: unknown layer kind 'kda+moex'",
+     "ops.*.kda+moex: unknown layer kind 'kda+moex'",
      ('[ops."kda+moex"]', '[ops."kda+moex"]')),
     ('[ops.glm5next]\n"kda+moe" = 3\n', "ops.glm5next.kda+moe: expected a table of ops",
      ('"kda+moe" = 3', "kda+moe")),
@@ -481,19 +481,20 @@ def test_an_ops_problem_is_located_at_its_key_in_every_toml_form(tmp_path, table
     assert (d.span.line, d.span.column, d.span.end_column) == (line, col, col + len(key))
 
 
-def test_an_old_op_table_is_read_as_the_default_models_with_a_note(tmp_path):
-    """``[ops."KIND"]`` (before op tables were keyed by model) loads as
-    ``[ops.glm5next."KIND"]``; the profile's note says where and the fix."""
+def test_an_old_op_table_serves_any_model_with_a_note(tmp_path):
+    """``[ops."KIND"]`` (before op tables were keyed by model) names no
+    model: it loads under ``*`` and serves a model without a table of its
+    own; the profile's note says where and the fix."""
     text = open(ESTIMATE).read() + f'\n[ops."kda+moe"]\n"kda.in_proj" = {_GOOD_ENTRY}\n'
     p = tmp_path / "old.toml"
     p.write_text(text)
     device_profile = load_device(str(p))
-    assert list(device_profile.ops) == ["glm5next"]
+    assert list(device_profile.ops) == ["*"]
     assert device_profile.op_times("glm5next")[("kda+moe", "kda.in_proj")].m == (1, 4)
     line = text.splitlines().index('[ops."kda+moe"]') + 1
     (note,) = device_profile.notes
     assert note.startswith(f"{p}:{line}:1: [ops.\"kda+moe\"]: op tables without a model "
-                           "are read as glm5next's; write [ops.glm5next.\"KIND\"]")
+                           "apply to every model; write [ops.MODEL.\"KIND\"]")
 
 
 def test_a_top_level_ops_value_is_located_at_its_line(tmp_path):

@@ -35,7 +35,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from l2sched.device.allreduce import AllReduceModel
 from l2sched.device.interpolate import log_interp
-from l2sched.device.schema import DEFAULT_BULK_SHAPE, DeviceProfile, FillMode, OpTimes
+from l2sched.device.schema import (DEFAULT_BULK_SHAPE, LEGACY_OPS_MODEL, DeviceProfile,
+                                    FillMode, OpTimes)
 from l2sched.device.toml_keys import KeyIndex
 from l2sched.errors import (
     Diagnostic,
@@ -193,7 +194,7 @@ class _Problems:
 
     def bad(self, section: str, key: str, msg: str, inner: str = "",
             written: str | None = None) -> None:
-        """One problem of ``section`` (dotted: ``ops.glm5next.kda+moe``) and
+        """One problem of ``section`` (dotted: ``ops.MODEL.KIND``) and
         ``key`` (a name that may itself hold dots, an op's), located at the
         line that writes it (at ``inner``, a key inside that value, when
         given; at ``written`` in place of ``section`` when the file writes
@@ -255,7 +256,7 @@ def profile_error(device_profile: DeviceProfile,
                   problems: Iterable[tuple[str, str, str]]) -> L2sInputError:
     """The ``L2sInputError`` of ``problems`` found in a loaded profile by
     code outside this package (the model's check of the op tables):
-    ``(section, key, message)`` each, ``section`` dotted (``ops.glm5next.
+    ``(section, key, message)`` each, ``section`` dotted (``ops.MODEL.
     kda+moe``), ``key`` a name that may hold dots (an op's). Each problem
     is located at ``path:line:column`` of the key in the profile's text as
     loaded (at the file when it was built without one); in file order."""
@@ -416,13 +417,6 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
     _parse_ops(raw, problems, values)
 
 
-#: The model of a profile's op tables in the layout before they were keyed
-#: by model (``[ops."KIND"]``, no model part): the only one ``l2sched
-#: profile`` measured (its GLM-shaped step) and the old reader checked them
-#: against. Such a table is read as ``[ops.glm5next."KIND"]`` with a note
-#: (``DeviceProfile.notes``), so the profiles recorded in earlier results
-#: still load.
-LEGACY_OPS_MODEL = "glm5next"
 
 
 def _is_entry(v: Any) -> bool:
@@ -436,7 +430,7 @@ def _parse_ops(raw: Mapping[str, Any], problems: _Problems, values: dict) -> Non
     (``_op_times``); whether a model, kind or op exists is checked by the
     model (``l2sched.model.device_ops``). A table in the old layout
     (``[ops."KIND"]``: entries two levels under ``[ops]``) is read as
-    ``LEGACY_OPS_MODEL``'s, with a note in ``values["notes"]``."""
+    every model's (key ``LEGACY_OPS_MODEL``), with a note in ``values["notes"]``."""
     bad = problems.bad
     ops = raw.get("ops", {})
     if not isinstance(ops, dict):
@@ -451,8 +445,8 @@ def _parse_ops(raw: Mapping[str, Any], problems: _Problems, values: dict) -> Non
         values["notes"] = (
             f"{at}[ops.\"{legacy[0]}\"]"
             + (f" and {len(legacy) - 1} more" if len(legacy) > 1 else "")
-            + f": op tables without a model are read as {LEGACY_OPS_MODEL}'s; write "
-            f"[ops.{LEGACY_OPS_MODEL}.\"KIND\"] (docs/devices.md)",)
+            + ": op tables without a model apply to every model; write "
+            "[ops.MODEL.\"KIND\"] (docs/devices.md)",)
         values["legacy_ops"] = True
     for model, kinds in ops.items():
         if model in legacy:

@@ -13,6 +13,14 @@ from typing import Any, Mapping
 from l2sched.device.allreduce import AllReduceModel
 from l2sched.device.interpolate import linear_points, log_interp
 
+#: The key of op tables in the layout before they were keyed by model
+#: (``[ops."KIND"]``, no model part): such a table names no model, so it
+#: applies to any (````DeviceProfile.op_times````; the model's check,
+#: ``l2sched.model.device_ops``, checks it against the schedule's model) and
+#: the profile gets a note (``DeviceProfile.notes``), so the profiles
+#: recorded in earlier results still load.
+LEGACY_OPS_MODEL = "*"
+
 
 #: Launch shape of the bulk fill when a profile gives none (no ``[fill.bulk]``
 #: table): 16 KiB chunks as vLLM 0.33.0's Kimi-K3 prefetch kernel
@@ -138,7 +146,7 @@ class DeviceProfile:
     locating a problem found after loading, ``parse.profile_error``; ``""``
     for one built in code). ``notes``: what the reader did that the file
     should say itself (op tables of the old layout, ``[ops."KIND"]``, read
-    as ``parse.LEGACY_OPS_MODEL``'s; ``legacy_ops`` is then True).
+    under ``parse.LEGACY_OPS_MODEL``, any model's; ``legacy_ops`` is then True).
     """
 
     name: str
@@ -184,8 +192,10 @@ class DeviceProfile:
     def op_times(self, model: str) -> Mapping[tuple[str, str], OpTimes]:
         """The measured op times of adapter ``model`` (``(layer kind, op) ->
         OpTimes``, the ``[ops.MODEL."KIND"]`` tables); empty when the
-        profile has none for it (the lint then uses the GEMM rates)."""
-        return self.ops.get(model, {})
+        profile has none for it (the lint then uses the GEMM rates). A
+        table of the old layout, which names no model, serves any model
+        without its own."""
+        return self.ops.get(model) or self.ops.get(LEGACY_OPS_MODEL, {})
 
     @property
     def capacity_bytes(self) -> int:

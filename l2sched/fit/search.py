@@ -209,7 +209,7 @@ class Search:
         weights in the model (see ``space``)."""
         if op.cls in STREAMING_CLASSES:
             return True
-        times = self.device.ops.get((kind, op.name))
+        times = self.device.op_times(self.model).get((kind, op.name))
         return times is not None and any(
             c - h >= MIN_GAP_US for c, h in (times.at(m) for m in self.opts.tokens))
 

@@ -13,11 +13,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from l2sched import progress
 from l2sched.compiler.compile import compile_plan
 from l2sched.lint.graph import build_step_graph, build_step_graphs
 from l2sched.lint.simulate import simulate
 from l2sched.model.adapters import get_adapter
 from l2sched.model.config import default_config
+from l2sched.units import plural
 
 
 @dataclass(frozen=True)
@@ -68,20 +70,24 @@ def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: in
     routing = dict(tokens=tokens, top_k=int(cfg.get("num_experts_per_tok", 8)),
                    n_experts=int(cfg.get("n_routed_experts", 0)))
     adapter = get_adapter(schedule.model)
+    progress.stage(f"building the step graph of {plural(len(step_plan.issues), 'fill')}")
     key = (tokens, id(device_profile), schedule.tp, id(measured))
     cached = base_cache.get(key) if base_cache is not None else None
     if cached is None:
         sg, base_sg = build_step_graphs(step_plan, inventory, adapter, **routing)
+    else:
+        sg = build_step_graph(step_plan, inventory, adapter, **routing)
+    progress.stage("simulating the step")
+    sim = simulate(sg, device_profile, tp=schedule.tp, tokens=tokens, hidden=hidden,
+                   policy=schedule.policy, set_aside=schedule.set_aside, measured=measured)
+    if cached is None:
+        progress.stage("simulating the step without prefetch")
         cached = (base_sg, simulate(base_sg, device_profile, tp=schedule.tp, tokens=tokens,
                                     hidden=hidden, policy=schedule.policy, set_aside=0,
                                     measured=measured))
         if base_cache is not None:
             # the profile and measured dict stay alive with the ids in the key
             base_cache[key] = cached + (device_profile, measured)
-    else:
-        sg = build_step_graph(step_plan, inventory, adapter, **routing)
     base_sg, base = cached[0], cached[1]
-    sim = simulate(sg, device_profile, tp=schedule.tp, tokens=tokens, hidden=hidden,
-                   policy=schedule.policy, set_aside=schedule.set_aside, measured=measured)
     return Prepared(schedule, inventory, device_profile, tokens, plan, step_plan,
                     sg, sim, base_sg, base)

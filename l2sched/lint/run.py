@@ -73,7 +73,6 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     compiled and simulated by ``prepare.prepare``."""
     device = device or load_device(schedule.device)
     check_device_ops(device, schedule.model)
-    progress.stage("building and simulating the step")
     p = prepare(schedule, inventory, device, tokens=tokens, tp_rank=tp_rank, plan=plan,
                 model_config=model_config, measured=measured)
     run = LintRun(schedule, inventory, p.step_plan, device, p.sg, p.sim, p.base_sg, p.base,

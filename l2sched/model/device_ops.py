@@ -7,8 +7,9 @@ both known (``lint.run_lint``, ``l2sched fit``)."""
 from __future__ import annotations
 
 from l2sched.device import DeviceProfile, profile_error
+from l2sched.device.schema import LEGACY_OPS_MODEL
 from l2sched.errors import suggest
-from l2sched.model.adapters import adapter_names, get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_names, get_adapter
 from l2sched.model.config import default_config
 
 
@@ -37,13 +38,16 @@ def check_device_ops(device_profile: DeviceProfile, model: str | None = None) ->
     names = adapter_names()
     problems = []
     for name, table in device_profile.ops.items():
-        if model is not None and name != model:
+        # a table of the old layout names no model: it serves the schedule's
+        # model (the default adapter's, when every table is checked)
+        against = (model or DEFAULT_ADAPTER) if name == LEGACY_OPS_MODEL else name
+        if model is not None and against != model:
             continue
-        if name not in names:
+        if against not in names:
             problems.append((f"ops.{name}", "", f"unknown model {name!r}"
                              f"{suggest(name, names)} (adapters: {', '.join(names)})"))
             continue
-        known = known_ops(name)
+        known = known_ops(against)
         bad_kinds = set()
         for kind, op in table:
             if kind not in known:

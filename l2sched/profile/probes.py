@@ -386,7 +386,7 @@ class ProbeContext:
         self.quick = args.quick
         self.bench = TimingBench(torch, 15 if args.quick else args.reps)
         self.tokens = tuple(args.tokens)
-        inv = analytical_inventory(default_config("glm5next"), tp=args.tp, ep=False)
+        inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
         self.model = build_tree(inv, device="cuda", expert_pools=1, seed=0)
         self.runner = StepRunner(self.model, base_profile, tokens=self.tokens[0])
         self.runner.calibrate_sleep()

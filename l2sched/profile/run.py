@@ -110,7 +110,6 @@ def run(args) -> dict:
     result dict (also written to ``args.out``)."""
     import torch
 
-
     dry = args.dry
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)

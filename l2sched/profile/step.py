@@ -1,7 +1,7 @@
 """Running one decode step of the bench tree in the adapter's op order.
 
 ``StepRunner(model, device_profile, tokens)`` executes, per decoder layer, the
-ops of ``glm5next.decode_timeline(kind)`` (conditions evaluated at TP = the
+ops of the default adapter's ``decode_timeline(kind)`` (GLM-5.3-Flash's) (conditions evaluated at TP = the
 inventory's), each as:
 
 - ``gemm`` / ``small`` / ``shared_expert`` ops that read 2-D/3-D weights: real
@@ -54,12 +54,14 @@ import math
 
 from l2sched.attrs import resolve_path
 from l2sched.profile.tree import distinct_experts
-from l2sched.model.adapters import glm5next as ad
+from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.streams import side_stream
 
 #: The adapter whose decode step the probes measure: the model of the op
 #: tables ``l2sched profile`` writes (``[ops.MODEL."KIND"]``).
-MODEL = ad.NAME
+MODEL = DEFAULT_ADAPTER
+#: The adapter of that model: its decode timeline is the step the profile times.
+STEP_ADAPTER = get_adapter(MODEL)
 
 #: Op groups run inside a module call or method (hook targets), per path.
 _MODULE_OPS = {
@@ -260,7 +262,7 @@ class StepRunner(StepTiming):
             d = min(distinct_experts(tokens), pool)
             s = rng.randrange(0, pool - d + 1)
             self.expert_range[i] = (s, d)
-        st = max(1, ad.core_state_bytes(tokens, self.tp) // 4)
+        st = max(1, STEP_ADAPTER.core_state_bytes(tokens, self.tp) // 4)
         self.state = self._rand((st,), torch.float32)
         self._inputs = {}
 
@@ -307,8 +309,8 @@ class StepRunner(StepTiming):
     def ops_of(self, layer_idx: int):
         """Active ops of layer ``layer_idx`` in timeline order."""
         kind = self.inv.kinds[layer_idx]
-        return [op for op in ad.decode_timeline(kind)
-                if ad.condition_holds(op.condition, layer_idx, self.n, self.tp,
+        return [op for op in STEP_ADAPTER.decode_timeline(kind)
+                if STEP_ADAPTER.condition_holds(op.condition, layer_idx, self.n, self.tp,
                                       self.inv.ep)]
 
     def layer_forward(self, lay, x):

@@ -37,6 +37,8 @@ import re
 import statistics
 import tempfile
 
+from l2sched.profile.step import MODEL
+
 #: The fill kernel the other kernels are measured against: the one whose
 #: ``fill`` probe figures agree with the decode step (copy: window A, A_MLA
 #: and C hits +89 / +95 us measured against +91 / +99 from the lint,
@@ -116,7 +118,7 @@ def lone_variants(text: str) -> dict[str, tuple[int, str]]:
 def step_fill_schedule(device: str, tp: int, mode: str = REFERENCE_MODE) -> str:
     """The ``.l2s`` text of the probe's schedule for ``device`` (a device
     profile name) at TP ``tp``, fill kernel ``mode``."""
-    return (f"schedule profile_step_fill\n\nmodel glm5next\ndevice {device}\ntp {tp}\n"
+    return (f"schedule profile_step_fill\n\nmodel {MODEL}\ndevice {device}\ntp {tp}\n"
             f"ep off\nmax_tokens 256\npolicy evict_last\nset_aside 0\nkernel {mode}\n\n"
             + STEP_FILL_WINDOWS)
 

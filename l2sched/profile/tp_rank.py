@@ -39,7 +39,7 @@ from l2sched.profile.tp_step import CAPTURE_MODE, TPStepRunner, timed_runtime
 from l2sched.profile.tree import build_tree
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
-from l2sched.model.adapters import glm5next as ad
+from l2sched.profile.step import STEP_ADAPTER
 from l2sched.model.config import load_model_config
 from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
@@ -389,7 +389,7 @@ def _timed_summary(t: dict, runner: TPStepRunner, plan, reps: int, ctl,
     inv = runner.inv
     cls = {}
     for i in range(len(inv.layers)):
-        for op in ad.decode_timeline(inv.kinds[i]):
+        for op in STEP_ADAPTER.decode_timeline(inv.kinds[i]):
             cls[(i, op.name)] = op.cls
     samples: list[dict] = []
     for _ in range(max(1, reps if gpu else 1)):

@@ -18,7 +18,7 @@ tokens picks (``distinct_experts``), a different random contiguous range per
 layer, so consecutive layers never share L2 lines.
 
 The modules carry the hook targets the adapter's ``HOOKS`` install on
-(``glm5next.Install.target``): first projections and ``o_proj``/``down_proj``
+(the default adapter's ``Install.target``): first projections and ``o_proj``/``down_proj``
 are ``nn.Module`` with a per-module ``quant_method`` object whose ``apply``
 runs the GEMM (``o_proj``'s forward then runs the all-reduce stand-in),
 ``self_attn._forward`` (KDA core), ``self_attn.mla_attn.mla_attn`` (MLA core
@@ -77,7 +77,7 @@ def _module_classes():
         def forward(self, *args, **kwargs):
             return self.step.module_forward(self, *args, **kwargs)
 
-        # Hook targets the adapter wraps (glm5next.HOOKS): instance-wrappable
+        # Hook targets the adapter wraps (the adapter's HOOKS): instance-wrappable
         # methods that run their op group through the StepRunner.
         def _forward(self, *args, **kwargs):
             return self.step.method_forward(self, "_forward")
