@@ -32,7 +32,11 @@ def _research_arms(args) -> None:
         variants += validation_variants(shipped_path(args.schedule))
     if getattr(args, "perturbations", False):
         variants += perturbation_variants(shipped_path(args.schedule))
-    args.arm_variants = variants
+    # both sets may name the same arm (another fill kernel): measure it once
+    firsts = {}
+    for v in variants:
+        firsts.setdefault(v.partition(":")[0], v)
+    args.arm_variants = list(firsts.values())
     if getattr(args, "validation", False) or getattr(args, "perturbations", False):
         args.aa = True
 

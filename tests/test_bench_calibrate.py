@@ -1,4 +1,4 @@
-"""``l2sched bench calibrate``: the two decode-step terms of a device profile
+"""``python -m lab bench calibrate``: the two decode-step terms of a device profile
 fitted from one committed ``bench run --perturbations`` result reproduce the
 numbers in the h200 profile (docs/lint.md#validation), the calibrated
 profile loads, and bad input is one line, exit 1. CPU only."""
@@ -56,7 +56,7 @@ def test_calibrate_picks_the_least_error_scale(monkeypatch, tmp_path, capsys):
     assert prof.fill_slowdown_scale == 4.5
     assert prof.set_aside_stream_slowdown == pytest.approx(0.1381)
     assert out.read_text().startswith("# fill_slowdown_scale and set_aside_stream_slowdown "
-                                      "calibrated by `l2sched bench calibrate ")
+                                      "calibrated by `python -m lab bench calibrate ")
 
 
 def test_set_number_replaces_or_adds():

@@ -1,4 +1,4 @@
-"""``l2sched bench tp-report`` on synthetic ``bench tp`` results (no torch, no
+"""``python -m lab bench tp-report`` on synthetic ``bench tp`` results (no torch, no
 ranks): the out-of-sample validation section with exact numbers (measured
 step = per-round maximum over ranks, A/A floor, three-way verdicts,
 figures), the collective-interference table and its write into a device

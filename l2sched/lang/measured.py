@@ -6,7 +6,7 @@ A schedule that was benchmarked says so in a comment the tools can read::
 
 ``SOURCE`` (the result file, one word) comes first, then the quantity
 ``gain``: the step-time gain of the schedule over no prefetch in percent of
-the no-prefetch step time (positive = faster), as ``l2sched bench report``
+the no-prefetch step time (positive = faster), as ``python -m lab bench report``
 and ``bench tp-report`` write it, then one ``M=TOKENS:GAIN%`` per decode
 batch size measured, then optionally `` -- `` and a free note (machine,
 how). Only full-line comments of the schedule file itself count (a base's

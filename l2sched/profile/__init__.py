@@ -1,20 +1,18 @@
-"""``l2sched bench``: the H200 stand-in benchmark of a GLM-5.3-Flash TP4 decode step.
+"""Measuring a box: ``l2sched profile`` and ``l2sched bench run|tp``.
 
-``l2sched bench run --out FILE`` (GPU; ``--dry`` runs shapes only on the meta
-device) measures the arms (``run.py``); ``l2sched bench report FILE`` lints
-every arm on CPU (uncalibrated and calibrated with the measured per-op
-durations), compares with the measurements and writes the JSON summary and
-markdown (``report.py``). ``l2sched bench tp --world-size N --out FILE``
-runs the step with real all-reduces, one process per GPU (``tp.py``);
-``l2sched bench tp-report FILE`` writes its markdown and can fit the measured
-all-reduces into a device profile (``tp_report.py``). Behind them: the bench
-tree (``tree.py``) and its decode step (``step.py``), the ideal gain
-(``ideal.py``), the report's rules (``verdicts.py``) and markdown
-(``markdown.py``), one rank of ``bench tp`` (``tp_rank.py``), its step with
-real all-reduces (``tp_step.py``) and the ranks' lockstep and standalone
-all-reduces (``tp_allreduce.py``); the options live in ``options.py``. torch is
-imported inside functions only. The subcommands are registered by
-``l2sched.cli.bench``.
+``l2sched profile`` runs the probes (``probes``: L2 re-read sweep, fill
+kernels, interference, set-aside; ``ops``: the per-op cold/hot table;
+``step_fill``: what each fill kernel's landed bytes buy inside the decode
+step; ``collectives``: the all-reduce across N GPUs) and writes a device
+profile (``write``; ``gaps``: the step gaps; ``collective_terms``: the
+collective terms; ``state``: the resumable state file). The decode step they
+time is GLM-5.3-Flash-shaped: the bench tree (``tree``) and its step
+(``step``); ``l2sched bench run`` times a schedule against no prefetch on it
+on one GPU (``run``: arms from ``arms``, decoys from ``controls``), ``l2sched
+bench tp`` with real all-reduces, one process per GPU (``tp``, ``tp_rank``,
+``tp_step``, ``tp_allreduce``). Options live in ``options``. torch is
+imported inside functions only. The research reports over these results are
+the lab's (``python -m lab bench ...``), which this package never imports.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a fill costs kernels that run beside it (``bench_interference``),
-for ``l2sched bench kernel`` and ``l2sched profile``'s interference probe.
+for ``python -m lab bench kernel`` and ``l2sched profile``'s interference probe.
 
 Needs torch with CUDA at call time (nothing is imported at module import).
 """

@@ -1,4 +1,4 @@
-"""Collective interference in ``l2sched bench tp-report``: the table of the
+"""Collective interference in ``python -m lab bench tp-report``: the table of the
 all-reduce timed alone and with a concurrent fill of each fill kernel
 (``tp_allreduce.measure_allreduce_fill``), the per-mode slowdown the lint
 reads (``allreduce_slowdowns``) and its write into a device profile

@@ -1,4 +1,4 @@
-"""``l2sched bench calibrate``: the two decode-step terms of a device
+"""``python -m lab bench calibrate``: the two decode-step terms of a device
 profile that no single-kernel probe of ``l2sched profile`` measures, fitted
 from ONE ``bench run --perturbations`` result, or one ``bench tp
 --validation`` result (real all-reduces; its rows as ``bench tp-report``
@@ -420,4 +420,4 @@ def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> s
                              "stream per maximum set-aside)", cal["set_aside"][0])
     which = "fill_slowdown_scale" + (" and set_aside_stream_slowdown"
                                      if cal["set_aside"] else "")
-    return f"# {which} calibrated by `l2sched bench calibrate {result}`\n" + text
+    return f"# {which} calibrated by `python -m lab bench calibrate {result}`\n" + text

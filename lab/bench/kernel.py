@@ -1,4 +1,4 @@
-"""``l2sched bench kernel``: the fill kernels on one GPU, judged by effect.
+"""``python -m lab bench kernel``: the fill kernels on one GPU, judged by effect.
 
 For each fill-kernel variant (a mode and launch shape) it measures, with
 CUDA events, medians and p10/p90 over ``--reps`` repetitions, each behind an
@@ -223,7 +223,7 @@ def bench_gemm(b: TimingBench, kern, n: int, k: int, sleeps=(0, 30),
 
 
 def run_kernel_bench(args) -> dict:
-    """``l2sched bench kernel``: every section for every variant; writes
+    """``python -m lab bench kernel``: every section for every variant; writes
     ``args.out`` (JSON) and ``args.md_out`` (markdown). Returns the result."""
     import torch
     variants = parse_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)

@@ -1,4 +1,4 @@
-"""The markdown of ``l2sched bench report``: one function per section of the
+"""The markdown of ``python -m lab bench report``: one function per section of the
 report, each returning its lines, from the summary dict ``report`` builds
 (targets, step times and gains per arm x M, the timed graph's overhead and
 its event-overhead correction, ideal gain, expert stream and fills, lint vs
@@ -60,7 +60,7 @@ def _front_matter(s: dict) -> list[str]:
     if s.get("header"):
         out += [s["header"].rstrip("\n"), ""]
     if s.get("targets"):
-        out += ["## Targets", "", "Numbers computed by `l2sched bench report` from this result "
+        out += ["## Targets", "", "Numbers computed by `python -m lab bench report` from this result "
                 "(per-M values of the `compiled` arm: M=value).", ""]
         for t in s["targets"]:
             out.append(f"- **{'met' if t['met'] else 'missed'}**: {t['target']}: "

@@ -1,4 +1,4 @@
-"""``l2sched bench report``: lint every measured arm on CPU, compare with the
+"""``python -m lab bench report``: lint every measured arm on CPU, compare with the
 measurement and write the summary JSON and markdown.
 
 The headline is the out-of-sample validation (``validation``,

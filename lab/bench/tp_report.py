@@ -1,4 +1,4 @@
-"""``l2sched bench tp-report``: the markdown of a ``bench tp`` result, and the
+"""``python -m lab bench tp-report``: the markdown of a ``bench tp`` result, and the
 measured collective model.
 
 First, for a ``--validation`` result, the out-of-sample validation of the
@@ -91,7 +91,7 @@ def cmd(args) -> int:
                                                source=args.fit_source)
         except (ValueError, KeyError, TypeError) as e:
             why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
-            print(f"l2sched bench tp-report: {path}: not updated: {why}", file=sys.stderr)
+            print(f"python -m lab bench tp-report: {path}: not updated: {why}", file=sys.stderr)
             return 1
         write_text_atomically(path, new, protect=list(args.result))
         for line in lines:

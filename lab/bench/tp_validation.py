@@ -1,4 +1,4 @@
-"""The out-of-sample validation section of ``l2sched bench tp-report``: the
+"""The out-of-sample validation section of ``python -m lab bench tp-report``: the
 rules of docs/lint.md#validation (``bench.validation``) applied to a ``bench
 tp --validation`` result, as ``bench report`` applies them to ``bench run
 --validation``.

@@ -1,4 +1,4 @@
-"""The rules of ``l2sched bench report``: noise threshold, verdicts, the
+"""The rules of ``python -m lab bench report``: noise threshold, verdicts, the
 calibration input, finish-time errors and the timed graph's event-overhead
 correction of a measured arm (per-op times, fills, expert stream).
 
