@@ -31,6 +31,30 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 SKIP = re.compile(r"^<!-- doc-test: skip: (.+?) -->$")
+#: A block that needs a module or a package version this environment may
+#: lack: ``<!-- doc-test: needs: torch -->``, ``needs: setuptools>=77``. It
+#: runs where the need is met, else it is skipped with that reason (README's
+#: test command runs on a plain ``pip install -e '.[test]'``).
+NEEDS = re.compile(r"^<!-- doc-test: needs: ([\w.-]+)(?:>=([\d.]+))? -->$")
+
+
+def unmet_need(marker: str) -> str | None:
+    """Why the block under ``marker`` (a ``needs:`` line) cannot run here,
+    or None when it can (or the line is no ``needs:`` marker)."""
+    import importlib.metadata
+    import importlib.util
+    m = NEEDS.match(marker)
+    if not m:
+        return None
+    name, least = m.groups()
+    if least is None:
+        return None if importlib.util.find_spec(name) else f"needs {name} (not importable)"
+    try:
+        have = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return f"needs {name}>={least} (not installed)"
+    nums = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])  # noqa: E731
+    return None if nums(have) >= nums(least) else f"needs {name}>={least} (have {have})"
 FENCE = re.compile(r"^(`{3,})(\S*)")
 
 
@@ -47,8 +71,8 @@ def shell_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
         end = next(j for j in range(i + 1, len(lines))
                    if lines[j].startswith(m.group(1)) and not lines[j].strip("`"))
         skip = SKIP.match(lines[i - 1]) if i else None
-        out.append((i + 1, m.group(2), "\n".join(lines[i + 1:end]),
-                    skip.group(1) if skip else None))
+        reason = skip.group(1) if skip else unmet_need(lines[i - 1]) if i else None
+        out.append((i + 1, m.group(2), "\n".join(lines[i + 1:end]), reason))
         i = end + 1
     return out
 
