@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_session.sh env,tests,sanitize,kbench,run
 # Sections: env (versions), tests (tests/gpu + runtime/install tests),
 # sanitize (compute-sanitizer memcheck of every fill mode), kbench
-# (l2sched bench kernel), fitproof (bench run --perturbations of the fitted H200
+# (python -m lab bench kernel), fitproof (bench run --perturbations of the fitted H200
 # schedule; RUN_REPLAYS, FITPROOF_NAME), run (l2sched bench run: none / bulk / copy / load
 # arms of the shipped H200 schedule, all M), profile (l2sched profile;
 # PROFILE_ARGS), vrun (bench run --validation, after the profile), tpv
@@ -45,19 +45,19 @@ if has sanitize; then
   echo "sanitize rc=$?" | tee -a "$OUT/sanitize.txt"; tail -8 "$OUT/sanitize.txt"
 fi
 if has kbench; then
-  timeout ${KBENCH_TIMEOUT:-200} python3 -m l2sched bench kernel --out "$OUT/kernel.json" \
+  timeout ${KBENCH_TIMEOUT:-200} python3 -m lab bench kernel --out "$OUT/kernel.json" \
     --md-out "$OUT/kernel.md" ${KBENCH_ARGS:-} 2>&1 | tail -12
 fi
 if has run; then
   timeout ${RUN_TIMEOUT:-240} python3 -m l2sched bench run --out "$OUT/run.json" \
     --tokens ${RUN_TOKENS:-1,4,16,64} --load-mode --variant copy:kernel=copy \
-    --bench-dir "" ${RUN_ARGS:-} 2>&1 | tail -15
+    ${RUN_ARGS:-} 2>&1 | tail -15
 fi
 if has fitproof; then
   # the fitted H200 schedule beside no prefetch (twice: A/A), its perturbations, the same
   # schedule with set_aside max, and the shipped hand-tuned H200 schedule, interleaved
   prev=$(mktemp -d); cp schedules/glm53-flash-h200-tp4.l2s "$prev/previous-shipped-h200.l2s"
-  timeout ${RUN_TIMEOUT:-400} python3 -m l2sched bench run --perturbations \
+  timeout ${RUN_TIMEOUT:-400} python3 -m lab bench run --perturbations \
     --schedule schedules/glm53-flash-h200-tp4-fit-idle.l2s --bench-dir "$prev" \
     --variant aside-max:set_aside=max --tokens ${RUN_TOKENS:-1,4,16,64} \
     --replays ${RUN_REPLAYS:-30} --lead-us ${LEAD_US:-3000} \
@@ -75,13 +75,13 @@ if has vrun; then
   # VRUN_PROFILE: a profile just written by the profile section, installed
   # as the h200 profile first (the run's idle intervals and fill shapes)
   [ -n "${VRUN_PROFILE:-}" ] && cp "$VRUN_PROFILE" l2sched/data/devices/h200.toml
-  timeout ${RUN_TIMEOUT:-560} python3 -m l2sched bench run --validation \
+  timeout ${RUN_TIMEOUT:-560} python3 -m lab bench run --validation \
     --out "$OUT/validation.json" --tokens ${RUN_TOKENS:-1,4,16,64} ${RUN_ARGS:-} 2>&1 | tail -15
 fi
 if has drun; then
   # a diagnostic bench run: only the arms given in DIAG_ARGS (--variant ...)
   timeout ${DIAG_TIMEOUT:-200} python3 -m l2sched bench run --out "$OUT/diag.json" \
-    --bench-dir "" ${DIAG_ARGS:-} 2>&1 | tail -4
+    ${DIAG_ARGS:-} 2>&1 | tail -4
 fi
 if has touch; then
   # translations or lines? (docs/lint.md, "Translations or lines"): the
@@ -118,11 +118,11 @@ if has tpv; then
     local dbg=()
     [ "${TP_NCCL_DEBUG:-1}" = 1 ] && dbg=(env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
                                           "NCCL_DEBUG_FILE=$OUT/$name-nccl.%p.log")
-    timeout ${TP_TIMEOUT:-250} ${dbg[@]+"${dbg[@]}"} python3 -m l2sched bench tp --world-size 2 \
+    timeout ${TP_TIMEOUT:-250} ${dbg[@]+"${dbg[@]}"} python3 -m lab bench tp --world-size 2 \
       --validation --tokens ${TP_TOKENS:-1,4,16,64} --replays ${TP_REPLAYS:-40} \
       --out "$OUT/$name.json" "$@" ${TP_ARGS:-} 2>&1 | tail -${TP_TAIL:-12}
     echo "tpv $name rc=${PIPESTATUS[0]}"
-    [ -f "$OUT/$name.json" ] && timeout 120 python3 -m l2sched bench tp-report \
+    [ -f "$OUT/$name.json" ] && timeout 120 python3 -m lab bench tp-report \
       "$OUT/$name.json" --md-out "$OUT/$name.md" 2>&1 | tail -3
   }
   # pre-flight (GPU 0, ~20 s): the interference graphs (NCCL all-reduce + a
