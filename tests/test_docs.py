@@ -56,6 +56,14 @@ def unmet_need(marker: str) -> str | None:
     nums = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])  # noqa: E731
     return None if nums(have) >= nums(least) else f"needs {name}>={least} (have {have})"
 FENCE = re.compile(r"^(`{3,})(\S*)")
+#: Issue 34 item 4: a fenced block of expected output right after an ``sh``
+#: block, marked on the line before its fence, is what that block prints on
+#: stdout (``...`` alone on a line: any lines; inside a line: any text).
+OUTPUT = "<!-- doc-test: output -->"
+#: Before a table or paragraph: every decimal number in it (up to the next
+#: blank line) is one the command prints (run read-only in the repository).
+NUMBERS = re.compile(r"^<!-- doc-test: numbers from: (.+?) -->$")
+DECIMAL = re.compile(r"(?<![\w.])[+-]?\d[\d,]*\.\d+(?![\w.])")
 
 
 def shell_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
@@ -74,6 +82,51 @@ def shell_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
         reason = skip.group(1) if skip else unmet_need(lines[i - 1]) if i else None
         out.append((i + 1, m.group(2), "\n".join(lines[i + 1:end]), reason))
         i = end + 1
+    return out
+
+
+def output_blocks(path: Path) -> dict[int, tuple[int, str]]:
+    """``{sh block line: (output block line, expected text)}``: each block
+    marked ``OUTPUT`` with the ``sh`` block before it (no other fenced block
+    between them)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out, prev_sh = {}, None
+    for line, info, code, _skip in shell_blocks(path):
+        if line >= 2 and lines[line - 2] == OUTPUT:
+            assert prev_sh is not None and prev_sh not in out, (
+                f"{path.name}:{line}: an output block follows no sh block of its own")
+            assert info in ("", "text"), f"{path.name}:{line}: output block is ```{info}"
+            out[prev_sh] = (line, code)
+            prev_sh = None
+        else:
+            prev_sh = line if info == "sh" else None
+    return out
+
+
+def output_matches(expected: str, got: str) -> bool:
+    """``got`` (a command's stdout) is ``expected`` with its ``...``
+    wildcards; trailing blanks of a line and final newlines do not count."""
+    pat = []
+    for ln in expected.rstrip("\n").split("\n"):
+        if ln.strip() == "...":
+            pat.append(r"(?:[^\n]*\n)*?")
+        else:
+            pat.append(".*?".join(map(re.escape, ln.rstrip().split("..."))) + r"\n")
+    norm = "".join(ln.rstrip() + "\n" for ln in got.rstrip("\n").split("\n"))
+    return re.fullmatch("".join(pat), norm) is not None
+
+
+def numbered_passages(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, command, passage)`` for every ``NUMBERS`` marker."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out = []
+    for i, ln in enumerate(lines):
+        m = NUMBERS.match(ln)
+        if m:
+            j = i + 1
+            while j < len(lines) and lines[j].strip():
+                j += 1
+            out.append((i + 1, m.group(1), "\n".join(lines[i + 1:j])))
     return out
 
 
@@ -123,9 +176,16 @@ def test_item13_doc_shell_commands_run(doc, tmp_path):
     if not runnable:
         pytest.skip("; ".join(f"line {b[0]}: {b[3]}" for b in blocks))
     repo = _copy(tmp_path)
+    outputs = output_blocks(doc)
+    unrun = [ln for ln in outputs if ln not in {b[0] for b in runnable}]
+    assert unrun == [], f"{doc.name}: output quoted for skipped blocks at lines {unrun}"
+    got_dir = tmp_path / "stdout"
+    got_dir.mkdir()
     script = ["set -e"]
     for line, _info, code, _skip in runnable:
-        script += [f"echo '### {doc.name}:{line}' >&2", code]
+        script += [f"echo '### {doc.name}:{line}' >&2"]
+        script += ([f"{{\n{code}\n}} > '{got_dir / str(line)}'"] if line in outputs
+                   else [code])
     env = {k: v for k, v in os.environ.items() if not k.startswith("L2SCHED_")}
     env.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
                PYTHONPATH=str(repo), HOME=str(tmp_path), PYTHONDONTWRITEBYTECODE="1",
@@ -135,6 +195,11 @@ def test_item13_doc_shell_commands_run(doc, tmp_path):
     where = [ln for ln in r.stderr.splitlines() if ln.startswith("### ")]
     assert r.returncode == 0, (f"{where[-1] if where else doc.name}: exit "
                                f"{r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    for line, (out_line, expected) in outputs.items():
+        got = (got_dir / str(line)).read_text()
+        assert output_matches(expected, got), (
+            f"{doc.name}:{out_line}: the block of line {line} printed\n{got}\n"
+            f"which is not the quoted output\n{expected}")
     skipped = [b for b in blocks if b[3] is not None]
     for line, _i, _c, reason in skipped:  # say what was not run, and why
         print(f"{doc.name}:{line}: not run: {reason}")
@@ -352,3 +417,53 @@ def test_item17_language_hook_table_is_the_adapters():
     rows = re.findall(r"^\| `([a-z_.]+)` \| (\d+) \| (.+?) \| .+? \|$", text, re.M)
     assert [(n, int(o), d) for n, o, d in rows] == [
         (h.name, h.order, h.description) for h in HOOKS]
+
+
+# --------------------------------------------------------------------------
+# issue 34 item 4: every number a document quotes from a command is checked
+
+
+def _numbered():
+    return [(p, *n) for p in DOCS for n in numbered_passages(p)]
+
+
+@pytest.mark.parametrize("doc, line, command, passage", _numbered(),
+                         ids=lambda v: v.name if isinstance(v, Path) else str(v)[:20])
+def test_item34_quoted_numbers_come_from_their_command(doc, line, command, passage):
+    """A passage marked ``<!-- doc-test: numbers from: CMD -->`` quotes
+    only decimal numbers that ``CMD`` prints."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}"
+               f"{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    r = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    printed = set(DECIMAL.findall(r.stdout))
+    printed |= {n.lstrip("+") for n in printed}
+    quoted = DECIMAL.findall(passage)
+    assert quoted, f"{doc.name}:{line}: no number in the marked passage"
+    missing = [n for n in quoted if n not in printed]
+    assert missing == [], f"{doc.name}:{line}: `{command}` does not print {missing}"
+
+
+@pytest.mark.parametrize("expected, got, ok", [
+    ("a\nb", "a\nb\n", True),
+    ("a\n...\nd", "a\nb\nc\nd\n", True),
+    ("a\n...\nd", "a\nd", True),
+    ("x = ... us", "x = 4.5 us  \n", True),
+    ("a\nb", "a\nc\n", False),
+    ("a", "a\nb\n", False),
+    ("1.5: 53.4 us", "1.5: 60.9 us", False),
+])
+def test_item34_output_blocks_match_with_wildcards(expected, got, ok):
+    assert output_matches(expected, got) is ok
+
+
+def test_item34_markers_are_used_and_well_placed():
+    """Output blocks follow their ``sh`` block; the issue's numbers are
+    under a marker (inventory MiB table, the fit tables and counts, the
+    calibrate grid, README's failing example)."""
+    for p in DOCS:
+        output_blocks(p)  # asserts placement
+    marked = {p.name: len(output_blocks(p)) + len(numbered_passages(p)) for p in DOCS}
+    for name in ("README.md", "inventory.md", "fit.md", "bench.md"):
+        assert marked[name] > 0, name

@@ -320,6 +320,23 @@ def test_unknown_kernel_is_an_argparse_error(capsys):
 
 
 @pytest.mark.parametrize("device", sorted(FITTED))
+def test_committed_fitted_schedules_are_what_their_command_writes(
+        device, capsys, tmp_path, monkeypatch):
+    """Issue 34 item 4: the header's command, run now, writes the committed
+    file byte for byte (its numbers, quoted by docs/fit.md, are current)."""
+    path = FITTED[device]
+    cmd = re.search(r"^# Command: l2sched (.+)$", path.read_text(encoding="utf-8"),
+                    re.M).group(1).split()
+    assert cmd[-2:] == ["-o", f"schedules/{path.name}"], cmd
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "schedules").mkdir()
+    assert run(*cmd, "-q", capsys=capsys)[0] == 0
+    new = (tmp_path / "schedules" / path.name).read_text(encoding="utf-8")
+    assert new == path.read_text(encoding="utf-8"), (
+        f"regenerate: l2sched {' '.join(cmd)}")
+
+
+@pytest.mark.parametrize("device", sorted(FITTED))
 def test_committed_fitted_schedules(device, capsys):
     path = FITTED[device]
     text = path.read_text(encoding="utf-8")
