@@ -11,11 +11,23 @@ is labelled (window, bytes) in a label lane under the side row, with a
 leader line; an op's name is written in its bar only when it fits. Lint
 findings that point at a time (L2S005, L2S101-L2S107) are outlined in red
 and tagged with their code; the overlap of L2S101/L2S102/L2S005 is hatched.
+Every op is named in the drawing (``<text>``, so the names survive PNG
+export): in its bar when the name fits, else in an op label lane under the
+rows, with a leader line. Under the predicted rows a **no prefetch** row
+draws the same layer's main-stream ops as the lint simulates them without
+fills (``LintRun.base``), on the same axis, so a bar that moved or grew
+shows where the step's time goes; each op label carries its duration
+change against that baseline (``+1.2``, us) when it is at least 0.1 us,
+and the panel heading gives the layer's time with and without prefetch.
 The title names the schedule, device, TP and M; the caption gives the
 predicted step-time change (and measured results the schedule carries);
 the legend lists every mark. With a measured ``l2sched bench run`` result
 (``measured.MeasuredTimeline``), each panel also draws the measured layer on
 the same axis, under the predicted one.
+
+Long module: one SVG layout (rows, lanes, axis, caption, legend share the
+same geometry constants and y bookkeeping); split, each part would need the
+others' coordinates.
 """
 
 from __future__ import annotations
@@ -41,6 +53,9 @@ CLASS_NAMES = {"fill": "fill (side stream): window, bytes",
 STREAMS = ("main", "aux", "side")
 STREAM_NAMES = {"main": "main stream", "aux": "aux (shared expert)",
                 "side": "side (fills)"}
+#: An op's duration change against the no-prefetch run is written in its
+#: label from this size (us).
+MIN_DELTA_US = 0.1
 #: Findings that point at a time in the step, drawn on the picture.
 TIMED_CODES = ("L2S005", "L2S101", "L2S102", "L2S103", "L2S104", "L2S105",
                "L2S106", "L2S107")
@@ -59,7 +74,8 @@ class Bar:
     layer's start), ``cls`` (a ``COLOURS`` key), ``label`` (written in the bar
     when it fits, or in the label lane for fills), ``title`` (tooltip),
     ``faded`` (the next layer's op), ``dram`` (a fill's device-memory phase,
-    shaded), ``codes`` (findings on it), ``key`` (node id)."""
+    shaded), ``codes`` (findings on it), ``key`` (node id), ``delta`` (its
+    duration change against the no-prefetch run, us, or "")."""
 
     row: str
     t0: float
@@ -71,6 +87,13 @@ class Bar:
     dram: tuple[float, float] | None = None
     codes: list = field(default_factory=list)
     key: str = ""
+    delta: str = ""
+
+    @property
+    def text(self) -> str:
+        """The name drawn: the label, with the duration change against the
+        no-prefetch run when there is one."""
+        return f"{self.label} {self.delta}" if self.delta else self.label
 
 
 @dataclass
@@ -83,6 +106,7 @@ class Panel:
     overlaps: list = field(default_factory=list)
     measured: list | None = None
     measured_note: str = ""
+    baseline: list = field(default_factory=list)
 
 
 def _cls(d) -> str:
@@ -116,26 +140,60 @@ def predicted_panel(run, kind: str, layer: int) -> Panel:
     from l2sched.lint.graph import layer_graph
 
     g = layer_graph(run.sg, layer)
-    timing = run.sim.timing
+    timing, base = run.sim.timing, run.base.timing
     ids = [v for v in run.sg.nodes if v in g and timing[v].finish > timing[v].start]
     t0 = min(timing[v].start for v in ids if run.sg.nodes[v]["pos"] == layer)
     bars = []
     for v in ids:
         d, t = run.sg.nodes[v], timing[v]
         faded = d["pos"] != layer
+        delta = ""
         if d["cls"] == "fill":
             issue = d["fill"]
             label = f"{issue.window} {format_size(issue.nbytes)}"
             dram = None if t.dram_start is None else (t.dram_start - t0, t.dram_end - t0)
         else:
             label, dram = d["op"], None
+            if v in base:
+                dt = (t.finish - t.start) - (base[v].finish - base[v].start)
+                delta = f"{dt:+.1f}" if abs(dt) >= MIN_DELTA_US else ""
         title = (f"L{d['layer']} {label}: {t.start - t0:.1f}..{t.finish - t0:.1f} us"
+                 + (f" ({delta} us vs no prefetch)" if delta else "")
                  + (" (next layer)" if faded else ""))
-        bars.append(Bar(d["stream"], t.start - t0, t.finish - t0, _cls(d), label, title,
-                        faded, dram, key=v))
-    panel = Panel(f"layer {layer} ({kind})", bars)
+        bars.append(Bar(d["stream"], t.start - t0, t.finish - t0, _cls(d), label,
+                        title, faded, dram, key=v, delta=delta))
+    with_us, without_us, baseline = _layer_times(run, layer)
+    panel = Panel(f"layer {layer} ({kind}): {with_us:.1f} us with prefetch, "
+                  f"{without_us:.1f} us without "
+                  f"({format_signed(with_us - without_us, '+.1f')} us)", bars,
+                  baseline=baseline)
     _attach_findings(run, layer, panel, t0)
     return panel
+
+
+def _layer_times(run, layer: int) -> tuple[float, float, list]:
+    """``(us with prefetch, us without, no-prefetch main-stream bars)`` of
+    ``layer``: its time from its first op's start to the next layer's (to
+    its last op's finish for the last layer), and its main-stream ops as
+    the no-prefetch simulation places them (us from the layer's start)."""
+    def span(sg, timing):
+        mine = [v for v, d in sg.nodes.items() if d["pos"] == layer]
+        nxt = [v for v, d in sg.nodes.items() if d["pos"] == layer + 1]
+        start = min(timing[v].start for v in mine)
+        end = (min(timing[v].start for v in nxt) if nxt
+               else max(timing[v].finish for v in mine))
+        return start, end - start, mine
+
+    _, with_us, _ = span(run.sg, run.sim.timing)
+    b0, without_us, mine = span(run.base_sg, run.base.timing)
+    bars = []
+    for v in mine:
+        d, t = run.base_sg.nodes[v], run.base.timing[v]
+        if d["stream"] == "main" and d["cls"] != "fill" and t.finish > t.start:
+            bars.append(Bar("main", t.start - b0, t.finish - b0, _cls(d), d["op"],
+                            f"L{layer} {d['op']} without prefetch: {t.start - b0:.1f}.."
+                            f"{t.finish - b0:.1f} us", key=v))
+    return with_us, without_us, bars
 
 
 def _attach_findings(run, layer: int, panel: Panel, t0: float) -> None:
@@ -217,6 +275,8 @@ def _panel(p: Panel, out: list, y: int, scale: float, plot_w: float) -> int:
                f'font-weight="bold">{escape(p.heading)}</text>')
     y += 20
     y = _stream_rows(p.bars, p.overlaps, out, y, scale, plot_w, "predicted")
+    if p.baseline:
+        y = _baseline_row(p.baseline, out, y, scale, plot_w)
     if p.measured is not None:
         out.append(f'<text x="10" y="{y + 12}" font-size="11" fill="#444">'
                    f'{escape(p.measured_note)}</text>')
@@ -250,15 +310,14 @@ def _stream_rows(bars, overlaps, out: list, y: int, scale: float, plot_w: float,
                        f'width="{max(1.0, (b.dram[1] - b.dram[0]) * scale):.1f}" '
                        f'height="{3 * (ROW_H + ROW_GAP) - ROW_GAP}" '
                        f'fill="{COLOURS["fill"]}" fill-opacity="0.08"/>')
-    names = []
-    for b in bars:
-        names += _bar(b, out, rows[b.row], x(b.t0), max(1.0, (b.t1 - b.t0) * scale))
+    names = [_bar(b, out, rows[b.row], x(b.t0), max(1.0, (b.t1 - b.t0) * scale))
+             for b in bars]
     for code, row, a, b in overlaps:  # on top of the bars, under their names
         out.append(f'<rect class="overlap" x="{x(a):.1f}" y="{rows[row]}" '
                    f'width="{max(1.0, (b - a) * scale):.1f}" height="{ROW_H}" '
                    f'fill="url(#hatch)"><title>{code}: overlap {b - a:.1f} us'
                    f'</title></rect>')
-    out.extend(names)
+    out.extend(n for n, _ in names if n)
     fills = [(x(b.t0), b.label) for b in bars if b.cls == "fill"]
     placed = _pack(fills, plot_w)
     lane = rows["side"] + ROW_H + 4
@@ -270,12 +329,52 @@ def _stream_rows(bars, overlaps, out: list, y: int, scale: float, plot_w: float,
                    f'stroke-width="0.7"/><text class="fill-label" x="{px:.1f}" '
                    f'y="{ly}" font-size="10" fill="#7a2a14">{escape(text)}</text>')
     lines = 1 + max((line for line, _, _ in placed), default=-1)
+    lane += lines * LABEL_H + 2
+    # ops whose name does not fit in the bar: named in a lane of their own
+    unnamed = [b for b, (_, fits) in zip(bars, names) if b.cls != "fill" and not fits]
+    placed = _pack([(x(b.t0), b.text) for b in unnamed], plot_w)
+    in_order = sorted(unnamed, key=lambda b: (x(b.t0), b.text))  # _pack's order
+    for (line, px, text), b in zip(placed, in_order):
+        ly = lane + (line + 1) * LABEL_H - 3
+        src = x(b.t0) + max(1.0, (b.t1 - b.t0) * scale) / 2
+        colour = "#999" if b.faded else "#555"
+        out.append(f'<line x1="{src:.1f}" y1="{rows[b.row] + ROW_H}" x2="{px + 0.5:.1f}" '
+                   f'y2="{ly - 9}" stroke="{colour}" stroke-width="0.5" '
+                   f'stroke-dasharray="2,2"/><text class="op-label" x="{px:.1f}" '
+                   f'y="{ly}" font-size="10" fill="{colour}">{escape(text)}</text>')
+    lines = 1 + max((line for line, _, _ in placed), default=-1)
     return lane + lines * LABEL_H + 6
 
 
-def _bar(b: Bar, out: list, ry: int, bx: float, bw: float) -> list[str]:
-    """One bar into ``out``; returns its name's text element (drawn later,
-    on top) when the name fits in the bar (fills are named in the lane)."""
+def _baseline_row(bars, out: list, y: int, scale: float, plot_w: float) -> int:
+    """The no-prefetch row: the layer's main-stream ops as the lint
+    simulates them without fills, on the panel's axis; returns the next
+    free y."""
+    x = lambda t: LEFT + t * scale  # noqa: E731
+    out.append(f'<g class="baseline"><text x="10" y="{y + 14}" font-size="11">'
+               f'no prefetch: main stream</text><rect x="{LEFT}" y="{y}" '
+               f'width="{plot_w:.0f}" height="{ROW_H}" fill="#f4f4f4"/>')
+    names = []
+    for b in bars:
+        bx, bw = x(b.t0), max(1.0, (b.t1 - b.t0) * scale)
+        out.append(f'<rect class="bar base" x="{bx:.1f}" y="{y}" width="{bw:.1f}" '
+                   f'height="{ROW_H}" fill="{COLOURS.get(b.cls, "#999")}" '
+                   f'fill-opacity="0.5" stroke="#fff"><title>{escape(b.title)}</title>'
+                   f'</rect>')
+        if len(b.label) * CHAR_PX + 4 <= bw:
+            names.append(f'<text x="{bx + 2:.1f}" y="{y + 14}" font-size="10" '
+                         f'fill="#222">{escape(b.label)}</text>')
+    end = max((b.t1 for b in bars), default=0.0)
+    out.extend(names)
+    out.append(f'<line x1="{x(end):.1f}" y1="{y - 2}" x2="{x(end):.1f}" '
+               f'y2="{y + ROW_H + 2}" stroke="#333" stroke-width="1.5"/></g>')
+    return y + ROW_H + 8
+
+
+def _bar(b: Bar, out: list, ry: int, bx: float, bw: float) -> tuple[str, bool]:
+    """One bar into ``out``; returns ``(its name's text element, drawn
+    later on top, or "", whether the name fits in the bar)`` (fills are
+    named in their lane, other names that do not fit in the op lane)."""
     stroke = (f' stroke="{FINDING}" stroke-width="2"' if b.codes else ' stroke="#fff"')
     opacity = 0.35 if b.faded else 0.9
     title = b.title + (f" [{', '.join(b.codes)}]" if b.codes else "")
@@ -283,11 +382,11 @@ def _bar(b: Bar, out: list, ry: int, bx: float, bw: float) -> list[str]:
     out.append(f'<rect class="{cls}" x="{bx:.1f}" y="{ry}" width="{bw:.1f}" '
                f'height="{ROW_H}" fill="{COLOURS.get(b.cls, "#999")}" '
                f'fill-opacity="{opacity}"{stroke}><title>{escape(title)}</title></rect>')
-    if b.cls != "fill" and len(b.label) * CHAR_PX + 4 <= bw:
+    if b.cls != "fill" and len(b.text) * CHAR_PX + 4 <= bw:
         colour = "#222" if b.faded or b.cls in ("collective", "small") else "#fff"
-        return [(f'<text x="{bx + 2:.1f}" y="{ry + 14}" font-size="10" '
-                 f'fill="{colour}">{escape(b.label)}</text>')]
-    return []
+        return (f'<text class="op-name" x="{bx + 2:.1f}" y="{ry + 14}" font-size="10" '
+                f'fill="{colour}">{escape(b.text)}</text>'), True
+    return "", False
 
 
 def _pack(items, plot_w: float) -> list[tuple[int, float, str]]:
@@ -395,6 +494,10 @@ def _legend(out: list, y: int, width: int, measured: bool) -> int:
          "hatched: overlap a finding reports (L2S101/L2S102/L2S005)"),
         ((f'<rect width="12" height="12" fill="#fff" stroke="{FINDING}" '
           f'stroke-width="2"/>'), "red outline + code: a lint finding at that op or fill"),
+        (f'<rect width="12" height="12" fill="{COLOURS["gemm"]}" fill-opacity="0.5"/>',
+         "no prefetch row: the same ops simulated without fills; bar = its end"),
+        ('<text x="0" y="10" font-size="9" fill="#555">+1</text>',
+         "after an op's name: its duration change vs no prefetch (us)"),
     ]
     if measured:
         entries.append(('<rect width="12" height="12" fill="#bbb"/>',
