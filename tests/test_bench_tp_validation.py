@@ -1,4 +1,4 @@
-"""``l2sched bench tp --validation`` on the CPU (2 spawned ranks, gloo, meta
+"""``python -m lab bench tp --validation`` on the CPU (2 spawned ranks, gloo, meta
 tree, dry-run runtime): the validation arm set of ``bench run --validation``,
 each arm's plan compiled for the rank's own TP rank with the profile's fill
 kernels, the lockstep replay order (one shared seed, the same on every

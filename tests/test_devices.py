@@ -450,7 +450,7 @@ _GOOD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, 0.5] }"
      "ops.glm5nxt: unknown model 'glm5nxt'; did you mean 'glm5next'? (adapters: glm5next",
      ('[ops.glm5nxt."kda+moe"]', '[ops.glm5nxt."kda+moe"]')),
     (f'[ops."kda+moex"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
-     "ops.*.kda+moex: unknown layer kind 'kda+moex'",
+     "ops.kda+moex: unknown layer kind 'kda+moex'",
      ('[ops."kda+moex"]', '[ops."kda+moex"]')),
     ('[ops.glm5next]\n"kda+moe" = 3\n', "ops.glm5next.kda+moe: expected a table of ops",
      ('"kda+moe" = 3', "kda+moe")),

@@ -95,15 +95,35 @@ def cmd_tp(args) -> int:
     return 0
 
 
+#: The research commands and options that left ``l2sched bench`` for the lab.
+LAB_COMMANDS = ("report", "tp-report", "calibrate", "kernel")
+LAB_OPTIONS = ("--validation", "--perturbations", "--controls", "--bench-dir")
+LAB_NOTE = ("the research commands and arm sets are the lab's, run from a checkout of "
+            "the repository: python -m lab bench --help (lab/README.md)")
+
+
+def moved_to_lab(argv) -> str | None:
+    """The usage error for ``l2sched bench ARGV`` when it asks for a command
+    or option that moved to the lab (``python -m lab bench ...``), else
+    None."""
+    if argv and argv[0] in LAB_COMMANDS:
+        return f"'bench {argv[0]}' moved to the lab: python -m lab bench {argv[0]} ...; {LAB_NOTE}"
+    flags = [a.split("=")[0] for a in argv[1:] if a.split("=")[0] in LAB_OPTIONS]
+    if argv and argv[0] in ("run", "tp") and flags:
+        return (f"{', '.join(dict.fromkeys(flags))}: an option of the lab's "
+                f"'python -m lab bench {argv[0]}'; {LAB_NOTE}")
+    return None
+
+
 def add_cli(subparsers) -> None:
     """Register ``l2sched bench`` (``run``, ``tp``) on ``subparsers``."""
     p = subparsers.add_parser("bench", help="A/B timing of a schedule on a "
-                              "GLM-5.3-Flash-shaped decode step (GPU)")
+                              "GLM-5.3-Flash-shaped decode step (GPU)", epilog=LAB_NOTE)
     sub = p.add_subparsers(dest="bench_cmd", required=True)
     r = add_command(sub, "run", cmd_run, help="time the schedule against no prefetch "
-                    "on one GPU (all-reduces as idle intervals)")
+                    "on one GPU (all-reduces as idle intervals)", epilog=LAB_NOTE)
     run_arguments(r)
     t = add_command(sub, "tp", cmd_tp,
                     help="multi-GPU decode step with real all-reduces (one process "
-                         "per rank; --dry: CPU, gloo)")
+                         "per rank; --dry: CPU, gloo)", epilog=LAB_NOTE)
     tp_arguments(t)

@@ -17,6 +17,8 @@ from l2sched.cli.options import (
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
+from l2sched.device import load_device
+from l2sched.model.device_ops import check_device_ops
 from l2sched.units import format_size, format_table, plural
 
 
@@ -24,7 +26,6 @@ def default_kernel_label(schedule) -> str:
     """``default (MODE)``: the fill kernel of a window that names none, the
     device profile's ``[fill] default``; plain ``default`` when the profile
     cannot be read (its error is the lint's to report)."""
-    from l2sched.device import load_device
     try:
         return f"default ({load_device(schedule.device).fill_default})"
     except L2sError:
@@ -59,6 +60,7 @@ def cmd_check(args) -> int:
         return 1
     check_device_arg(args.device)  # one error naming --device, not one per file
     labels: dict[str, str] = {}  # device -> its default-kernel label, read once
+    checked: set[str] = set()
     failed = 0
     for path in args.files:
         try:
@@ -66,6 +68,9 @@ def cmd_check(args) -> int:
                             args.device)
             progress.stage(f"checking {path}")
             schedule_inventory(s, model_config)
+            if s.device not in checked:  # the profile's op tables against the model
+                check_device_ops(load_device(s.device), s.model)
+                checked.add(s.device)
         except L2sError as err:
             print(str(err), file=sys.stderr)
             failed += 1

@@ -1,7 +1,8 @@
 """The all-reduce model of a device profile (``[allreduce.tpN]``:
 ``latency_us + bytes / bandwidth`` per TP degree) and its fit to
-measurements (``l2sched bench tp-report --update-profile``; ``edit``
-writes the fitted table into the profile file). Units: bytes, us, GB/s =
+measurements (``l2sched profile --collectives N``, or the lab's ``python
+-m lab bench tp-report --update-profile``; ``edit`` writes the fitted table
+into the profile file). Units: bytes, us, GB/s =
 10^9 B/s."""
 
 from __future__ import annotations

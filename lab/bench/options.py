@@ -16,7 +16,9 @@ def lab_run_arguments(p) -> None:
     """Options of ``python -m lab bench run``: ``bench run``'s and the
     research arm sets."""
     run_arguments(p)
-    p.add_argument("--bench-dir", default=BENCH_DIR)
+    p.add_argument("--bench-dir", default=BENCH_DIR,
+                   help="deliberately bad schedules measured as extra arms (the verdict set; "
+                        "'' for none)")
     p.add_argument("--perturbations", action="store_true",
                    help="an A/A no-prefetch arm and perturbations of --schedule: "
                         "budgets +-25%%, its largest window removed, another fill kernel")

@@ -172,7 +172,7 @@ def validation(d: dict, predict=None, controls: tuple | None = None) -> dict:
     rows, floors = gain_rows(d, predict or lint_predictor(d, prof))
     if not floors:
         return {"status": f"no A/A arm ({AA_ARM}) in the result: not a validation "
-                          f"(run `l2sched bench tp --validation`)"}
+                          f"(run `python -m lab bench tp --validation`)"}
     out = validate(rows, controls)
     out.update(floors=floors, profile_measured=prof.is_measured,
                profile_provenance=dict(prof.provenance), profile_source=source,

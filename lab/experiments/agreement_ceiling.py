@@ -7,7 +7,7 @@ other runs ("leave one run out"), scored by the validation rules
         [--replays N,N,...] [--json-out OUT.json] [--md-out OUT.md]
         (from the repository root)
 
-RUN: `l2sched bench run --validation` results of the same arms on the same
+RUN: `python -m lab bench run --validation` results of the same arms on the same
 box, each from its own process (at least 3). Why: the three-way verdict's
 noise floor is an A/A comparison inside one run, but an arm's gain also moves
 between runs (each process captures its CUDA graphs anew). A predictor that
@@ -35,7 +35,7 @@ import shlex
 import statistics
 import sys
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from l2sched.profile import read_json_file  # noqa: E402
 from l2sched.profile.controls import is_control  # noqa: E402
 from lab.bench.calibrate_model import measured_gain_rows, none_rounds  # noqa: E402

@@ -27,9 +27,10 @@ Diagnostic only; results in benchmarks/results/h200-2026-12-01-diag-streams.md.
 """
 
 import argparse
+import os
 import sys
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 import torch  # noqa: E402
 
 from l2sched.profile import step  # noqa: E402

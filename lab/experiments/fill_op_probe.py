@@ -24,11 +24,12 @@ Units: us, MB = 10^6 B.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import SimpleNamespace
 
-sys.path.insert(0, ".")
-sys.path.insert(0, "lab/experiments")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its neighbours
 
 #: (layer kind, op) pairs the probe times: one-weight ops the shipped h200
 #: schedule fills (windows A, A_MLA and B).

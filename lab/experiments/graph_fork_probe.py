@@ -31,12 +31,13 @@ Needs torch with CUDA.
 """
 
 import argparse
+import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from probe_output import write_probe  # noqa: E402
 
 from l2sched.profile.timing import stats  # noqa: E402

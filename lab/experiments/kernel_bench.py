@@ -27,12 +27,13 @@ Medians over ``--reps`` repetitions; spreads as (p10, p90).
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime

@@ -9,12 +9,13 @@ fill (+20 us sleep), after touch + fill, and hot (read twice).
 """
 
 import json
+import os
 import sys
 
 import torch
 
-sys.path.insert(0, ".")
-sys.path.insert(0, "lab/experiments")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its neighbours
 from kernel_bench import MB, make_read, probe_setup, q, table_for  # noqa: E402
 
 from l2sched.runtime import kernel as K  # noqa: E402

@@ -10,10 +10,11 @@ Ranks by the fill time (us) at landing, then by the immediate fill+read time.
 
 import itertools
 import json
+import os
 import sys
 
-sys.path.insert(0, ".")
-sys.path.insert(0, "lab/experiments")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its neighbours
 from kernel_bench import MB, fill_profile, probe_setup  # noqa: E402
 
 from l2sched.runtime import kernel as K  # noqa: E402

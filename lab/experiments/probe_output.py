@@ -2,9 +2,10 @@
 result, both or neither (``l2sched.files.write_texts_atomically``)."""
 
 import json
+import os
 import sys
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from l2sched.files import write_texts_atomically  # noqa: E402
 
 

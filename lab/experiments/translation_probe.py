@@ -22,9 +22,10 @@ misses that the ops probe's cold time does not contain.
 """
 
 import argparse
+import os
 import sys
 
-sys.path.insert(0, ".")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 import torch  # noqa: E402
 
 from l2sched.profile.timing import TimingBench, gemm_consumer, stats  # noqa: E402
