@@ -68,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``l2sched`` console script and ``python -m
     l2sched``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from l2sched.cli.bench import moved_to_lab
+        moved = moved_to_lab(argv[1:])
+        if moved:
+            print(f"l2sched bench: error: {moved}", file=sys.stderr)
+            return 2
     return dispatch(build_parser(argv), argv)
 
 

@@ -342,7 +342,9 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
             continue
         if key == "allreduce_extra_us":  # the additive term of profiles before 2026-12-01
             problems.bad(table, key, "replaced by allreduce_slowdown (a fraction per us of "
-                         "overlap); re-run `l2sched bench tp-report RESULT --update-profile`")
+                         "overlap); measure it with `l2sched profile --collectives N` "
+                         "(or the lab's `python -m lab bench tp-report RESULT "
+                         "--update-profile`)")
             ok = False
             continue
         if key not in _FILL_KEYS:
