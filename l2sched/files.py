@@ -12,6 +12,7 @@ input files is refused. Failures are one-line ``L2sInputError``s.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -53,6 +54,24 @@ def read_input_text(path: str | os.PathLike, what: str = "file") -> str:
     except UnicodeDecodeError as e:
         raise _file_error(shown, f"not valid UTF-8 (byte 0x{data[e.start]:02x} "
                                  f"at offset {e.start})") from None
+
+
+def parse_json_text(text: str, shown: str, prefix: str = ""):
+    """``json.loads(text)`` of input file ``shown`` (a plan, a bench result).
+    Raises ``L2sInputError`` ``PREFIXnot JSON: ...`` at the line:col of the
+    problem, or at the file for values nested too deeply to read or an
+    integer literal of thousands of digits."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise L2sInputError(Diagnostic(f"{prefix}not JSON: {e.msg}",
+                                       Span.point(shown, e.lineno, e.colno))) from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise L2sInputError(Diagnostic(f"{prefix}not JSON: values nested too deeply "
+                                       "to read", Span.file(shown))) from None
+    except ValueError as e:  # int() of a literal of thousands of digits
+        raise L2sInputError(Diagnostic(f"{prefix}not JSON: {str(e).split(';')[0]}",
+                                       Span.file(shown))) from None
 
 
 def _file_error(shown: str, message: str) -> L2sInputError:

@@ -104,9 +104,9 @@ def test_item21_skip_reasons_name_the_extra():
 
 
 @pytest.mark.parametrize("content,message", [
-    ('{"a":1}', "1:1: not an l2sched plan: missing key 'issues'"),
+    ('{"a":1}', "1:1: not an l2sched plan: missing keys 'schedule', 'model', 'device'"),
     ('[]', "1:1: not an l2sched plan: expected a JSON object, got list"),
-    ('{"issues": 3}', "1:1: not an l2sched plan: issues: expected a list, got int"),
+    ('{"issues": 3}', "1:1: not an l2sched plan: missing keys 'schedule', 'model'"),
     ('{\n "issues": [', "2:13: not an l2sched plan: not JSON: Expecting value"),
 ])
 def test_item21_explain_names_what_is_wrong_with_a_plan(tmp_path, capsys, content,

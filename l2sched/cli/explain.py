@@ -4,13 +4,12 @@ stream would see without a GPU."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Sequence
 
 from l2sched.cli.compile import compile_schedule
-from l2sched.cli.options import add_command, add_schedule_args
+from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
 from l2sched.compiler.plan import Plan
-from l2sched.errors import Diagnostic, L2sInputError, L2sUsageError, Span
+from l2sched.errors import L2sUsageError
 from l2sched.lang.syntax import read_source
 if TYPE_CHECKING:
     from l2sched.runtime.dry_run import DryRunEvent
@@ -58,26 +57,20 @@ def left_over_line(plan: Plan) -> str:
 
 
 def _load_plan(args) -> Plan:
-    """The plan.json ``args.schedule`` names, checked against the options
-    that only apply to a .l2s schedule. Raises ``L2sUsageError``,
-    ``L2sInputError``."""
+    """The plan.json ``args.schedule`` names, checked against its schema and
+    its model (``--model-config``: the config it was compiled with) and
+    against the options that only apply to a .l2s schedule. Raises
+    ``L2sUsageError``, ``L2sInputError`` (every problem of the file, each at
+    the line and column of its value)."""
     # A plan is compiled already: schedule options would be ignored.
     given = [opt for opt, value in (("--set", args.overrides),
-                                    ("--model-config", args.model_config),
                                     ("--device", args.device))
              if value]
     if given:
         raise L2sUsageError(f"{' and '.join(given)} applies to a .l2s schedule, "
                             f"not to a plan ({args.schedule})")
-    try:
-        plan = Plan.from_json(read_source(args.schedule).removeprefix("\ufeff"))
-    except json.JSONDecodeError as e:
-        raise L2sInputError(Diagnostic(f"not an l2sched plan: not JSON: {e.msg}",
-                                       Span.point(args.schedule, e.lineno, e.colno))
-                            ) from None
-    except ValueError as e:  # Plan.from_json names the key
-        raise L2sInputError(Diagnostic(f"not an l2sched plan: {e}",
-                                       Span.point(args.schedule))) from None
+    plan = Plan.from_json(read_source(args.schedule).removeprefix("\ufeff"),
+                          args.schedule, model_config_arg(args.model_config))
     if args.tp_rank is not None and args.tp_rank != plan.tp_rank:
         raise L2sUsageError(f"--tp-rank {args.tp_rank}: {args.schedule} is a plan "
                             f"compiled for TP rank {plan.tp_rank}; compile the "

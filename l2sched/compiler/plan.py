@@ -19,7 +19,6 @@ runtime's rows ``(address, nbytes)`` and the kernel's table rows.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -147,82 +146,22 @@ class Plan:
         return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
-        """Inverse of ``to_json``. Raises ``ValueError`` with one line naming
-        what is wrong for anything else: not JSON, not an object, a missing
-        or unknown key (``missing key 'issues'``), a value of the wrong type
-        (``issues[3].ranges[0]: ...``), or a plan written before byte counts
-        were called ``nbytes`` (recompile it)."""
-        try:
-            d = json.loads(text)
-        except RecursionError:  # arrays or objects nested thousands deep
-            raise ValueError("not valid JSON: values nested too deeply to read") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
-        if '"length"' in text and any(
-                isinstance(r, dict) and "length" in r
-                for i in d.get("issues", ()) if isinstance(i, dict)
-                for r in i.get("ranges", ())):
-            raise ValueError("written by an older l2sched (ranges have 'length', "
-                             "not 'nbytes'); compile the schedule again")
-        d = dict(d)
+    def from_json(cls, text: str, path: str = "<plan>", model_config=None) -> "Plan":
+        """Inverse of ``to_json``, for a plan file ``path`` whose text is
+        ``text``: checked first against ``l2sched/data/plan.schema.json``
+        and against its model (hook points, layers, tensors and their
+        per-rank bytes in the inventory of ``model_config``, default the
+        model's embedded config; device profile names; an issue written
+        twice; bytes fetched twice; see ``compiler.plan_check``). Raises
+        ``L2sInputError`` with every problem at ``path:line:col`` of its
+        value."""
+        from l2sched.compiler.plan_check import check_plan_text
+
+        d = dict(check_plan_text(text, path, model_config))
         issues = tuple(
-            _record(WindowIssue, i, f"issues[{k}]", ranges=lambda v, w: tuple(
-                _record(ByteRange, r, f"{w}[{j}]") for j, r in _items(v, w)))
-            for k, i in _items(d.pop("issues", _MISSING), "issues"))
-        left = tuple(_record(LeftOver, x, f"left_over[{k}]")
-                     for k, x in _items(d.pop("left_over", _MISSING), "left_over"))
-        empty = tuple(_record(EmptyIssue, x, f"empty[{k}]",
-                              taken_by=lambda v, w: tuple(x for _, x in _items(v, w)))
-                      for k, x in _items(d.pop("empty", []), "empty"))
-        return _record(cls, d, "", issues=issues, left_over=left, empty=empty)
-
-
-_MISSING = object()
-
-
-def _items(value, where: str):
-    """``enumerate(value)`` for a JSON list at ``where``; ``ValueError``
-    when it is missing or not a list."""
-    if value is _MISSING:
-        raise ValueError(f"missing key '{where}'")
-    if not isinstance(value, list):
-        raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-    return enumerate(value)
-
-
-def _record(cls, value, where: str, **given):
-    """``cls(**value)`` for a JSON object at ``where`` (``given``: fields
-    already converted, or ``name -> convert(value, where)``); ``ValueError``
-    naming the missing or unknown key or the field of the wrong type."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{where or 'plan'}: expected an object, got "
-                         f"{type(value).__name__}")
-    prefix = f"{where}." if where else ""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown key '{prefix}{unknown[0]}'")
-    kw = {}
-    for name, f in fields.items():
-        if name in given and not callable(given[name]):
-            kw[name] = given[name]
-            continue
-        if name not in value:
-            if f.default is dataclasses.MISSING and \
-                    f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"missing key '{prefix}{name}'")
-            continue
-        v = value[name]
-        if name in given:
-            v = given[name](v, f"{prefix}{name}")
-        else:
-            want = {"int": int, "str": str, "bool": bool, "dict": dict}.get(
-                str(f.type).split("[")[0])
-            ok = want is None or (isinstance(v, want) and not (
-                want is int and isinstance(v, bool)))
-            if not ok:
-                raise ValueError(f"{prefix}{name}: expected {f.type}, got "
-                                 f"{type(v).__name__} {v!r}"[:200])
-        kw[name] = v
-    return cls(**kw)
+            WindowIssue(**{**i, "ranges": tuple(ByteRange(**r) for r in i["ranges"])})
+            for i in d.pop("issues"))
+        left = tuple(LeftOver(**x) for x in d.pop("left_over", ()))
+        empty = tuple(EmptyIssue(**{**x, "taken_by": tuple(x.get("taken_by", ()))})
+                      for x in d.pop("empty", ()))
+        return cls(**d, issues=issues, left_over=left, empty=empty)

@@ -14,11 +14,10 @@ summary (``--json-out``) has no per-op times and is refused.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import read_input_text
+from l2sched.files import parse_json_text, read_input_text
 from l2sched.lint.gantt import Bar
 
 
@@ -132,14 +131,7 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
                                            Span.file(path))) from None
     else:
         text = read_input_text(path, "bench result")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise L2sInputError(Diagnostic(f"not JSON: {e.msg}",
-                                       Span.point(path, e.lineno, e.colno))) from None
-    except RecursionError:  # arrays or objects nested thousands deep
-        raise L2sInputError(Diagnostic("not JSON: values nested too deeply to read",
-                                       Span.file(path))) from None
+    doc = parse_json_text(text, str(path))
 
     def bad(msg: str) -> L2sInputError:
         return L2sInputError(Diagnostic(msg, Span.file(path)))

@@ -1,0 +1,422 @@
+"""Reading a plan.json: its shape against ``l2sched/data/plan.schema.json``
+(``jsonschema``), then its values against the model it names (the adapter's
+hook catalogue, the per-rank inventory of the embedded config or
+``model_config``), the device profile names and itself (a window issued
+twice in a layer, bytes fetched twice in a step, a fill over its budget).
+
+Every problem is located at ``path:line:col`` of the JSON value it is about
+(an unknown key at the key, a missing key at the object that lacks it), and
+all of a file's problems are reported in one ``L2sInputError``.
+``json_spans`` is the locator: ``json`` keeps no positions, so it scans the
+text (already accepted by ``json.loads``) once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections import defaultdict
+from importlib import resources
+from json.decoder import scanstring
+from json.scanner import NUMBER_RE
+from typing import Any, Mapping
+
+from l2sched.device import device_names
+from l2sched.errors import DiagnosticSink, L2sError, L2sInputError, Span, line_col, suggest
+from l2sched.files import parse_json_text
+from l2sched.model.adapters import adapter_names, get_adapter
+from l2sched.model.config import default_config
+from l2sched.model.inventory import TPSplitError, analytical_inventory
+
+#: JSON paths are tuples of keys (str) and list indices (int).
+JsonPath = tuple
+
+_WS = re.compile(r"[ \t\n\r]*")
+_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+
+
+@functools.lru_cache(maxsize=1)
+def plan_schema() -> dict:
+    """The plan's JSON Schema (package data ``l2sched/data/plan.schema.json``)."""
+    return json.loads(resources.files("l2sched.data").joinpath(
+        "plan.schema.json").read_text(encoding="utf-8"))
+
+
+def json_spans(text: str) -> tuple[dict, dict, list]:
+    """Positions in ``text`` (valid JSON): ``values`` maps each JSON path to
+    ``(start, end)`` character offsets of its value, ``keys`` each object
+    member's path to the offset of its key, ``dups`` lists ``(path, key
+    offset)`` of a key written twice in one object (``json.loads`` keeps the
+    last, and so do ``values``/``keys``)."""
+    values: dict = {}
+    keys: dict = {}
+    dups: list = []
+
+    def ws(i: int) -> int:
+        return _WS.match(text, i).end()
+
+    def value(i: int, path: JsonPath) -> int:
+        i = ws(i)
+        start, c = i, text[i]
+        if c == "{":
+            i, seen = ws(i + 1), set()
+            while text[i] != "}":
+                kstart = i
+                k, i = scanstring(text, i + 1)
+                if k in seen:
+                    dups.append((path + (k,), kstart))
+                seen.add(k)
+                keys[path + (k,)] = kstart
+                i = ws(value(ws(i) + 1, path + (k,)))
+                if text[i] == ",":
+                    i = ws(i + 1)
+            end = i + 1
+        elif c == "[":
+            i, n = ws(i + 1), 0
+            while text[i] != "]":
+                i = ws(value(i, path + (n,)))
+                n += 1
+                if text[i] == ",":
+                    i = ws(i + 1)
+            end = i + 1
+        elif c == '"':
+            end = scanstring(text, i + 1)[1]
+        else:
+            m = NUMBER_RE.match(text, i)
+            end = m.end() if m else i + next(
+                (len(w) for w in _LITERALS if text.startswith(w, i)), 1)
+        values[path] = (start, end)
+        return end
+
+    try:
+        value(0, ())
+    except (RecursionError, IndexError, ValueError):  # nested too deep: no positions
+        pass
+    return values, keys, dups
+
+
+def path_text(path: JsonPath) -> str:
+    """``issues[3].ranges[0].nbytes`` for ``("issues", 3, "ranges", 0, "nbytes")``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def _short(v: Any) -> str:
+    """``v`` as JSON, a long number by its digit count, a long text cut."""
+    if isinstance(v, int) and not isinstance(v, bool) and len(str(abs(v))) > 20:
+        return f"a {len(str(abs(v)))}-digit number"
+    text = json.dumps(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TYPE_WORDS = {"integer": "an integer", "string": "a string", "boolean": "true or false",
+               "array": "a list", "object": "an object", "number": "a number"}
+
+
+#: What an enumerated field names, for its message.
+_ENUM_WORDS = {"kernel": "fill kernel", "policy": "cache policy", "reason": "reason"}
+
+
+def _json_type(v: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "list", dict: "object", type(None): "null"}.get(type(v), "value")
+
+
+class _Reporter:
+    """The diagnostics of one plan file, each at the text of its JSON path."""
+
+    def __init__(self, text: str, path: str):
+        self.path = path
+        self.sink = DiagnosticSink()
+        self.sink.add_source(path, text)
+        self.text = text
+        self.values, self.keys, self.dups = json_spans(text)
+        self.flagged: set[JsonPath] = set()
+
+    def span(self, path: JsonPath, at_key: bool = False) -> Span:
+        """The span of the value at ``path`` (its key with ``at_key``); the
+        nearest enclosing value that is written, else 1:1."""
+        p = tuple(path)
+        if at_key and p in self.keys:
+            start = self.keys[p]
+            end = scanstring(self.text, start + 1)[1]
+        else:
+            while p and p not in self.values:
+                p = p[:-1]
+            start, end = self.values.get(p, (0, 1))
+        line, col = line_col(self.text, start)
+        end_line, end_col = line_col(self.text, max(end, start + 1))
+        return Span(self.path, line, col, end_line, end_col)
+
+    def error(self, path: JsonPath, message: str, at_key: bool = False,
+              notes: tuple[str, ...] = ()) -> None:
+        self.flagged.add(tuple(path))
+        where = path_text(path)
+        self.sink.error(f"{where}: {message}" if where else message,
+                        self.span(path, at_key), notes=notes)
+
+    def ok(self, path: JsonPath) -> bool:
+        """True when no problem was reported at ``path`` or above it."""
+        p = tuple(path)
+        return not any(p[:i] in self.flagged for i in range(len(p) + 1))
+
+
+def _schema_problems(rep: _Reporter, data: Any) -> None:
+    """Every shape problem ``jsonschema`` finds, worded per keyword."""
+    import jsonschema  # a dependency of l2sched (pyproject); loaded when a plan is read
+
+    base = jsonschema.Draft202012Validator
+    # JSON Schema counts 45.0 as an integer; a plan's counts are written as integers
+    strict = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    validator = jsonschema.validators.extend(base, type_checker=strict)(plan_schema())
+    for err in validator.iter_errors(data):
+        path, v, kw = tuple(err.absolute_path), err.instance, err.validator
+        if kw == "type":
+            want = err.validator_value
+            rep.error(path, f"expected {_TYPE_WORDS.get(want, want)}, got "
+                      f"{_json_type(v)} {_short(v)}")
+        elif kw in ("minimum", "maximum"):
+            bound = err.validator_value
+            word = "at least" if kw == "minimum" else "at most"
+            if path[-1:] == ("nbytes",) and bound == -1:
+                rep.error(path, f"must be at least 1 (or -1 for the whole of a lazy "
+                          f"tensor), got {_short(v)}")
+            else:
+                rep.error(path, f"must be {word} {bound:,}, got {_short(v)}")
+        elif kw == "enum":
+            choices = [c for c in err.validator_value if isinstance(c, str)]
+            shown = ", ".join(c or '"" (the device profile\'s default)' for c in choices)
+            hint = suggest(v, [c for c in choices if c]) if isinstance(v, str) else ""
+            what = _ENUM_WORDS.get(path[-1] if path else "", "value")
+            rep.error(path, f"unknown {what} {_short(v)}{hint} (one of: {shown})")
+        elif kw == "required":
+            names = [n for n in err.validator_value if n not in v]
+            rep.error(path, ("" if path else "not an l2sched plan: ")
+                      + f"missing key{'s' if len(names) > 1 else ''} "
+                      + ", ".join(f"'{n}'" for n in names))
+        elif kw == "additionalProperties":
+            props = list(err.schema.get("properties", {}))
+            for k in v:
+                if k not in props:
+                    rep.error(path + (k,), f"unknown key{suggest(k, props)} "
+                              f"(keys: {', '.join(props)})", at_key=True)
+        elif kw == "minLength":
+            rep.error(path, "must not be empty")
+        elif kw == "minItems":
+            rep.error(path, "a fill fetches at least one byte range; got none")
+        else:  # pragma: no cover - every keyword the schema uses is worded above
+            rep.error(path, err.message)
+
+
+def _bad_layer(rep: _Reporter, path: JsonPath, layer: Any, count: int | None) -> bool:
+    """Report ``layer`` outside the model's layers; True when it is bad."""
+    if count is not None and isinstance(layer, int) and layer >= count:
+        rep.error(path, f"layer {layer} does not exist; the model has layers "
+                  f"0..{count - 1}")
+        return True
+    return False
+
+
+def _list(d: Any, key: str) -> list:
+    """``d[key]`` when ``d`` is an object and that is a list, else ``[]``."""
+    v = d.get(key) if isinstance(d, dict) else None
+    return v if isinstance(v, list) else []
+
+
+def _is_device_file(name: str) -> bool:
+    return name.endswith(".toml") or "/" in name or os.sep in name
+
+
+def _model_problems(rep: _Reporter, d: Mapping, model_config) -> None:
+    """The plan's values against its model, device names and itself."""
+    def get(path: JsonPath, typ):
+        cur: Any = d
+        for p in path:
+            try:
+                cur = cur[p]
+            except (KeyError, IndexError, TypeError):
+                return None
+        if not rep.ok(path) or not isinstance(cur, typ) or (
+                typ is int and isinstance(cur, bool)):
+            return None
+        return cur
+
+    model = get(("model",), str)
+    if model is not None and model not in adapter_names():
+        rep.error(("model",), f"unknown model adapter '{model}'"
+                  f"{suggest(model, adapter_names())} (adapters: "
+                  f"{', '.join(adapter_names())})")
+        model = None
+    device = get(("device",), str)
+    if device is not None and device not in device_names() and not _is_device_file(device):
+        rep.error(("device",), f"unknown device profile '{device}'"
+                  f"{suggest(device, device_names())} (shipped: "
+                  f"{', '.join(device_names())}, or a .toml file)")
+    tp, rank, ep = get(("tp",), int), get(("tp_rank",), int), get(("ep",), bool)
+    if tp is not None and rank is not None and rank >= tp:
+        rep.error(("tp_rank",), f"TP rank {rank} is outside 0..{tp - 1} (tp is {tp})")
+        rank = None
+    inventory = None
+    if model is not None and tp is not None and rank is not None and ep is not None:
+        try:
+            config = model_config if model_config is not None else default_config(model)
+            inventory = analytical_inventory(config, tp=tp, ep=ep, tp_rank=rank,
+                                             adapter=model)
+        except TPSplitError as e:
+            rep.error(("tp",), f"the model cannot run at tp {tp}: {e.reason}")
+        except (L2sError, KeyError, ValueError, OSError):
+            pass  # no embedded config for this model: its tensors are not checked
+    count = len(inventory.layers) if inventory is not None else None
+    num_layers = get(("num_layers",), int)
+    if count is not None and num_layers is not None and num_layers != count:
+        rep.error(("num_layers",), f"{model} ({inventory.model_name}) has {count} "
+                  f"decoder layers, not {num_layers}",
+                  notes=("a plan compiled with --model-config is read with the same "
+                         "--model-config",))
+        inventory = None  # its layers and tensors are another model's: not checked
+        count = None
+    if count is None:
+        count = num_layers
+    hooks = get_adapter(model).HOOKS_BY_NAME if model is not None else None
+
+    def check_hook(path: JsonPath) -> None:
+        hook = get(path, str)
+        if hooks is not None and hook is not None and hook not in hooks:
+            rep.error(path, f"unknown hook point '{hook}' of {model}"
+                      f"{suggest(hook, hooks)}")
+
+    def entry_of(path: JsonPath, layer_path: JsonPath):
+        """The inventory entry a ``tensor`` at ``path`` names, or None."""
+        layer, tensor = get(layer_path, int), get(path, str)
+        if inventory is None or layer is None or tensor is None or layer >= count:
+            return None
+        try:
+            return inventory.tensor(layer, tensor)
+        except KeyError:
+            names = [t.path for t in inventory.tensors(layer)]
+            rep.error(path, f"no tensor '{tensor}' in layer {layer} "
+                      f"({inventory.kinds[layer]}) of {model} at TP{tp}"
+                      f"{suggest(tensor, names)}")
+            return None
+
+    seen: dict = {}
+    fetched: dict = defaultdict(list)  # (layer, tensor) -> [(start, end, path)]
+    for k, issue in enumerate(_list(d, "issues")):
+        base = ("issues", k)
+        if not isinstance(issue, dict):
+            continue
+        layer = get(base + ("layer",), int)
+        _bad_layer(rep, base + ("layer",), layer, count)
+        check_hook(base + ("hook",))
+        key = (get(base + ("window",), str), layer, get(base + ("hook",), str))
+        if None not in key and key in seen:
+            rep.error(base, f"duplicates issues[{seen[key]}]: window '{key[0]}' is "
+                      f"issued at {key[2]} of layer {layer} twice")
+        if None not in key:
+            seen.setdefault(key, k)
+        total = 0
+        for j, r in enumerate(_list(issue, "ranges")):
+            rp = base + ("ranges", j)
+            if not isinstance(r, dict):
+                continue
+            rl = get(rp + ("layer",), int)
+            if _bad_layer(rep, rp + ("layer",), rl, count):
+                continue
+            if (layer is not None and rl is not None and count
+                    and rl not in (layer, (layer + 1) % count)):
+                rep.error(rp + ("layer",), f"a fill issued in layer {layer} fetches "
+                          f"tensors of layer {layer} or {(layer + 1) % count}, not {rl}")
+            off, nb = get(rp + ("offset",), int), get(rp + ("nbytes",), int)
+            lazy = get(rp + ("lazy",), bool) or False
+            if nb == 0:
+                rep.error(rp + ("nbytes",), "a range of 0 B (a fill range holds at "
+                          "least 1 byte)")
+            elif nb == -1 and not lazy:
+                rep.error(rp + ("nbytes",), "-1 (the whole tensor) is only for a lazy "
+                          "range (\"lazy\": true)")
+            entry = entry_of(rp + ("tensor",), rp + ("layer",))
+            if entry is None or off is None or nb is None:
+                continue
+            if lazy and not entry.lazy:
+                rep.error(rp + ("lazy",), f"'{entry.path}' is not a lazy tensor (it "
+                          f"exists before the first forward)")
+            size = entry.nbytes
+            if off >= size:
+                rep.error(rp + ("offset",), f"offset {off:,} is past the end of "
+                          f"'{entry.path}' ({size:,} B per rank at TP{tp})")
+            elif nb > 0 and off + nb > size:
+                rep.error(rp + ("nbytes",), f"offset {off:,} + nbytes {nb:,} runs past "
+                          f"the end of '{entry.path}' ({size:,} B per rank at TP{tp})")
+            else:
+                end = size if nb == -1 else off + nb
+                fetched[(rl, entry.path)].append((off, end, rp))
+                total += max(nb, 0)
+        budget = get(base + ("budget",), int)
+        if budget is not None and total > budget and rep.ok(base + ("ranges",)):
+            rep.error(base + ("budget",), f"the fill fetches {total:,} B, more than "
+                      f"its budget of {budget:,} B")
+    for (rl, tensor), spans in fetched.items():
+        spans.sort()
+        reach, owner = -1, None
+        for start, end, rp in spans:
+            if start < reach:
+                rep.error(rp + ("offset",), f"bytes {start:,}..{min(end, reach):,} of "
+                          f"'{tensor}' in layer {rl} are fetched twice in one step "
+                          f"(also by {path_text(owner)})")
+            if end > reach:
+                reach, owner = end, rp
+    for k, lo in enumerate(_list(d, "left_over")):
+        base = ("left_over", k)
+        if not isinstance(lo, dict):
+            continue
+        if _bad_layer(rep, base + ("layer",), get(base + ("layer",), int), count):
+            continue
+        fired = get(base + ("fired_in",), int)
+        if fired is not None and fired >= 0:
+            _bad_layer(rep, base + ("fired_in",), fired, count)
+        entry = entry_of(base + ("tensor",), base + ("layer",))
+        nb = get(base + ("nbytes",), int)
+        if entry is not None and nb is not None and nb > entry.nbytes:
+            rep.error(base + ("nbytes",), f"{nb:,} B is more than '{entry.path}' holds "
+                      f"({entry.nbytes:,} B per rank at TP{tp})")
+    for k, e in enumerate(_list(d, "empty")):
+        base = ("empty", k)
+        if isinstance(e, dict):
+            _bad_layer(rep, base + ("layer",), get(base + ("layer",), int), count)
+            check_hook(base + ("hook",))
+
+
+def check_plan_text(text: str, path: str = "<plan>", model_config=None) -> dict:
+    """The plan JSON ``text`` (of file ``path``) as a dict, after checking
+    its shape (``plan.schema.json``) and its values against its model
+    (``model_config``: the config it was compiled with; default the model's
+    embedded one). Raises ``L2sInputError`` with every problem, each at
+    ``path:line:col`` of the value; ``not an l2sched plan: ...`` for text
+    that is not JSON or not an object."""
+    data = parse_json_text(text, path, "not an l2sched plan: ")
+    rep = _Reporter(text, path)
+    if not isinstance(data, dict):
+        rep.error((), f"not an l2sched plan: expected a JSON object, got "
+                  f"{_json_type(data)}")
+        rep.sink.raise_if_errors(L2sInputError)
+    for dup, at in rep.dups:
+        rep.error(dup, "key written twice in one object (JSON keeps the last)",
+                  at_key=True)
+    old = [(("issues", k, "ranges", j), r) for k, i in enumerate(_list(data, "issues"))
+           for j, r in enumerate(_list(i, "ranges")) if isinstance(r, dict) and "length" in r]
+    if old:
+        rep.error(old[0][0] + ("length",), "written by an older l2sched (ranges have "
+                  "'length', not 'nbytes'); compile the schedule again", at_key=True)
+        rep.sink.raise_if_errors(L2sInputError)
+    try:
+        _schema_problems(rep, data)
+        _model_problems(rep, data, model_config)
+    except RecursionError:
+        rep.error(("meta",), "values nested too deeply to read")
+    rep.sink.raise_if_errors(L2sInputError)
+    return data
