@@ -16,9 +16,10 @@ error of a file, then raise once (see ``DiagnosticSink.raise_if_errors``).
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Sized
 
 
 @dataclass(frozen=True, order=True)
@@ -70,15 +71,19 @@ class Diagnostic:
     source_line: str | None = None
     notes: tuple[str, ...] = ()
 
-    def render(self) -> str:
-        """The compiler-style text: location, message, source line, caret, notes."""
+    def render(self, echo: bool = True) -> str:
+        """The compiler-style text: location, message, source line, caret,
+        notes; without ``echo`` no source line and caret (``render_all``
+        shows a source line once for the diagnostics under it)."""
         where = f"{self.span}: " if self.span else ""
         code = f"{self.code} " if self.code else ""
         sev = "" if self.severity == "error" and not self.code else f"{self.severity}: "
         lines = [f"{where}{sev}{code}{self.message}"]
-        if self.span is not None and self.source_line is not None \
+        if echo and self.span is not None and self.source_line is not None \
                 and not self.span.whole_file:
-            text = self.source_line.expandtabs(1)
+            # a tab becomes one blank (expandtabs(1)): the length is kept, so
+            # a long line is cut before the tabs are replaced
+            text = self.source_line
             start = max(self.span.column - 1, 0)
             if self.span.end_line == self.span.line:
                 width = max(self.span.end_column - self.span.column, 1)
@@ -86,6 +91,7 @@ class Diagnostic:
                 width = max(len(text) - start, 1)
             width = min(width, max(len(text) - start, 1))
             text, start, width = _clip(text, start, width)
+            text = text.expandtabs(1)
             lines.append("    " + text)
             lines.append("    " + " " * start + "^" * width)
         lines.extend(f"    note: {n}" for n in self.notes)
@@ -110,9 +116,62 @@ def _clip(text: str, start: int, width: int) -> tuple[str, int, int]:
     return head + text[lo:hi] + tail, start - lo + len(head), width
 
 
+#: How many diagnostics of one kind (``diagnostic_kind``) human output
+#: shows in full; the rest are counted in one line (as compilers cap an
+#: error flood). Machine outputs (``lint --format json|sarif``) keep all.
+MAX_PER_KIND = 20
+
+#: Quoted names and numbers, left out of a message to get its kind.
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+(?:[.,]\d+)*")
+
+
+def diagnostic_kind(d: Diagnostic) -> tuple[str, str]:
+    """What makes diagnostics "alike" for ``render_all``: the severity and
+    the rule code, or for a diagnostic without a code its message with
+    quoted names, numbers and a did-you-mean left out (``unknown hook point
+    '…'``)."""
+    if d.code:
+        return d.severity, d.code
+    text = d.message.split("; did you mean", 1)[0]
+    return d.severity, _VARYING.sub(
+        lambda m: m[0][0] + "…" + m[0][0] if m[0][0] in "'\"" else "…", text)
+
+
+def render_all(diagnostics: Iterable[Diagnostic], limit: int | None = MAX_PER_KIND,
+               hint: str = "") -> str:
+    """``diagnostics`` rendered for a person: the first ``limit`` of each
+    ``diagnostic_kind`` in full (None: all), a line longer than
+    ``MAX_ECHO`` (echoed as a cut) echoed once for the diagnostics that
+    follow each other on it (the later ones give only their ``line:col``;
+    a shorter line is echoed with each, its caret under it), then one line per capped kind: ``... and
+    49,980 more like this (L2S001)`` (``hint`` appended, e.g. ``;
+    --format json lists all``). Renders only what it shows: a flood of
+    50,000 costs little more than its first 20."""
+    out: list[str] = []
+    counts: dict[tuple[str, str], int] = {}
+    last_line = None
+    for d in diagnostics:
+        kind = diagnostic_kind(d)
+        seen = counts[kind] = counts.get(kind, 0) + 1
+        if limit is not None and seen > limit:
+            continue
+        here = (d.span.path, d.span.line) if d.span is not None and \
+            d.source_line is not None and not d.span.whole_file and \
+            len(d.source_line) > MAX_ECHO else None
+        out.append(d.render(echo=here is None or here != last_line))
+        last_line = here
+    for (sev, what), n in counts.items():
+        if limit is not None and n > limit:
+            label = what if what.startswith("L2S") else f"{sev}: {what}"
+            out.append(f"... and {n - limit:,} more like this ({label}){hint}")
+    return "\n".join(out)
+
+
 class L2sError(Exception):
     """Base of every error l2sched raises on bad input. ``diagnostics`` holds one
-    or more ``Diagnostic``; ``str(err)`` is their rendering joined by newlines."""
+    or more ``Diagnostic``; ``str(err)`` is their rendering (``render_all``:
+    a flood of one kind capped at ``MAX_PER_KIND``, made when first asked
+    for)."""
 
     def __init__(self, diagnostics: Diagnostic | Sequence[Diagnostic] | str):
         if isinstance(diagnostics, str):
@@ -120,7 +179,26 @@ class L2sError(Exception):
         elif isinstance(diagnostics, Diagnostic):
             diagnostics = [diagnostics]
         self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
-        super().__init__("\n".join(d.render() for d in self.diagnostics))
+        self._text: str | None = None
+        super().__init__(self.diagnostics)
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = render_all(self.diagnostics)
+        return self._text
+
+    def __reduce__(self):
+        # subclasses take other arguments (TPSplitError, L2sPluginError):
+        # rebuild from the state, not by calling __init__ again
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type, args: tuple, state: dict) -> "L2sError":
+    """An unpickled ``L2sError`` of class ``cls`` (``L2sError.__reduce__``)."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
     @property
     def span(self) -> Span | None:
@@ -213,10 +291,38 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     return line, offset - start + 1
 
 
+#: Did-you-mean searches over more than ``SPELL_LIST`` names that one
+#: stage makes (clang's ``-fspell-checking-limit``): each costs time in
+#: the number of names, so 50,000 unknown names among 50,000 windows would
+#: take quadratic time. Later ones give no suggestion; searches over
+#: shorter lists (hook points, keys, units) are always made. The count
+#: restarts with every ``DiagnosticSink`` and every command.
+SPELL_CHECK_LIMIT = 50
+SPELL_LIST = 200
+_spell_checks = 0
+
+
+def reset_spell_checks() -> None:
+    """Give the next stage its ``SPELL_CHECK_LIMIT`` searches again."""
+    global _spell_checks
+    _spell_checks = 0
+
+
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The closest of ``choices`` to ``name``: one equal but for case, else
-    the best with difflib ratio >= 0.6; None when none is close."""
+    the best with difflib ratio >= 0.6; None when none is close, and for
+    more than ``SPELL_LIST`` choices once ``SPELL_CHECK_LIMIT`` such
+    searches were made (``choices`` may then be a generator: at most
+    ``SPELL_LIST + 1`` of it is read)."""
+    global _spell_checks
+    if _spell_checks >= SPELL_CHECK_LIMIT:
+        if not isinstance(choices, Sized):
+            choices = list(itertools.islice(choices, SPELL_LIST + 1))
+        if len(choices) > SPELL_LIST:
+            return None
     choices = list(choices)
+    if len(choices) > SPELL_LIST:
+        _spell_checks += 1
     folded = [c for c in choices if c.lower() == name.lower()]
     best = folded or difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     return best[0] if best else None
@@ -240,6 +346,9 @@ class DiagnosticSink:
     #: message at the same place is recorded once (errors that follow from
     #: another one, reached twice, are not repeated).
     _seen: set = field(default_factory=set, repr=False)
+
+    def __post_init__(self):
+        reset_spell_checks()  # each stage gets its did-you-mean searches
 
     def add_source(self, path: str, text: str) -> None:
         """Remember ``text`` as the contents of ``path`` for caret lines

@@ -8,19 +8,22 @@ stage once the command has run ``AFTER_S`` seconds (2 s), and again whenever
 the stage changes or ``EVERY_S`` seconds pass: with ``rich`` (a status line
 with a spinner) when it is installed and stderr is a terminal, else plain
 lines ``l2sched lint: compiling 20,000 windows (3.1 s)``. Fast commands print
-nothing. ``L2SCHED_PROGRESS=0`` turns it off. Nothing here imports another
-l2sched module.
+nothing. ``L2SCHED_PROGRESS=0`` turns it off (any yes/no word of
+``l2sched.env``; another value is a usage error, exit 2). Commands with
+progress of their own (``fit``'s phases, ``bench``'s runs) ask ``enabled``
+too. Imports only ``l2sched.env``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import TextIO
+
+from l2sched.env import env_flag
 
 #: Seconds a command runs before its progress is shown.
 AFTER_S = 2.0
@@ -43,13 +46,13 @@ def current() -> str:
 
 
 def enabled(stream: TextIO) -> bool:
-    """Whether ``reporting`` shows progress on ``stream``:
-    ``L2SCHED_PROGRESS`` ``1``/``0`` decides; unset, only a terminal gets it
-    (so captured or piped stderr, CI logs and tests stay as they are)."""
-    env = os.environ.get("L2SCHED_PROGRESS", "")
-    if env in ("0", "1"):
-        return env == "1"
-    return bool(getattr(stream, "isatty", lambda: False)())
+    """Whether progress is shown on ``stream``: ``L2SCHED_PROGRESS``
+    decides when set (``1``/``true``/``yes``/``on`` or ``0``/``false``/
+    ``no``/``off``, ``env.env_flag``); unset, only a terminal gets it (so
+    captured or piped stderr, CI logs and tests stay as they are). Raises
+    ``L2sUsageError`` naming the variable for any other value."""
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return env_flag("L2SCHED_PROGRESS", default=tty)
 
 
 class Ticker:

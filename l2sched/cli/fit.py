@@ -11,26 +11,16 @@ import shlex
 import sys
 import time
 
-from l2sched.cli.options import add_command, device_profile_path, model_config_arg
+from l2sched.cli.options import (
+    add_command,
+    device_profile_path,
+    model_config_arg,
+    numbers as _numbers,
+)
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
+from l2sched.progress import enabled as progress_enabled
 from l2sched.units import FILL_MODES
-
-
-def _numbers(opt: str, text: str, kind=float) -> list:
-    """The comma-separated numbers of option ``opt``; ``L2sUsageError``
-    naming the option for anything else."""
-    if any(not x.strip() for x in text.split(",")):
-        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
-    try:
-        vals = [kind(x) for x in text.split(",")]
-    except ValueError:
-        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
-    if any(v != v or v in (float("inf"), float("-inf")) for v in vals):
-        raise L2sUsageError(f"{opt} takes finite numbers, got {text!r}")
-    return vals
 
 
 def parse_options(args):
@@ -118,15 +108,17 @@ def command_line(args, opts) -> str:
 
 
 class _Progress:
-    """Progress on stderr: a ``rich`` status line on a terminal when rich
-    is installed, else one plain line per phase."""
+    """Progress on stderr where ``l2sched.progress.enabled`` says so (a
+    terminal, or ``L2SCHED_PROGRESS=1``; never with ``-q``): a ``rich``
+    status line on a terminal when rich is installed, else one plain line
+    per phase."""
 
     def __init__(self, quiet: bool):
-        self.quiet = quiet
+        self.quiet = quiet or not progress_enabled(sys.stderr)
         self.t0 = time.monotonic()
         self.phase = ""
         self.status = None
-        if quiet or not sys.stderr.isatty():
+        if self.quiet or not sys.stderr.isatty():
             return
         try:
             from rich.console import Console

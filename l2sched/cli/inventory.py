@@ -11,7 +11,7 @@ from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.model.adapters import adapter_of_config
 from l2sched.model.config import load_model_config
-from l2sched.model.inventory import Inventory, analytical_inventory
+from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
 from l2sched.units import MiB, plural
 
 
@@ -74,7 +74,9 @@ def render_table(inv: Inventory) -> str:
 def cmd_inventory(args) -> int:
     """Print the table (or ``--json``). Returns 0, or 1 after printing an
     ``L2sError``; raises ``L2sUsageError`` for a ``--tp`` or ``--tp-rank``
-    out of range."""
+    out of range or a ``--tp`` the model does not split at (exit 2, as
+    ``fit --tp``; a schedule's ``tp`` line the model does not split at is
+    an error in the input, exit 1)."""
     if args.tp < 1:
         raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
     if not 0 <= args.tp_rank < args.tp:
@@ -86,6 +88,8 @@ def cmd_inventory(args) -> int:
         name = args.model_config or adapter.DEFAULT_MODEL_NAME
         inv = analytical_inventory(config, args.tp, args.ep, args.tp_rank,
                                    model_name=name, adapter=adapter.NAME)
+    except TPSplitError as e:  # --tp is an option: a usage error, exit 2 (as fit)
+        raise L2sUsageError(e.diagnostics[0].message) from None
     except L2sError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from l2sched import progress
-from l2sched.cli.options import add_command, add_schedule_args, check_device_arg
+from l2sched.cli.options import add_command, add_schedule_args, check_device_arg, numbers
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.measured import load_measured
@@ -26,30 +26,45 @@ def cmd_lint(args) -> int:
     JSON: one schedule's document, or ``{"schedules": [...], "errors": N}``
     for several; SARIF: one run with every schedule's results. Raises
     ``L2sUsageError`` for a ``--select``/``--ignore`` code no rule starts
-    with or ``--tokens`` below 1."""
+    with or a ``--tokens`` value below 1 (``token_counts``). Several
+    ``--tokens`` lint each schedule once per M (``_write_report``)."""
     for opt in ("select", "ignore"):
         for code in _codes(getattr(args, opt)):
             if not any(c.startswith(code) for c in rules.RULES):
                 raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
                                     f"(codes: {rules.code_ranges()})")
-    if args.tokens < 1:
-        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
-    docs: list = []  # per schedule: (LintRun, None) or (None, L2sError)
+    tokens = token_counts(args.tokens)
+    docs: list = []  # per schedule and M: (LintRun, None, path) or (None, L2sError, path)
     for path in args.schedules:
-        try:
-            docs.append((_lint_one(args, path), None))
-        except L2sUsageError:
-            raise
-        except L2sError as err:
-            print(str(err), file=sys.stderr)
-            docs.append((None, err))
-    _write_report(args, docs)
-    return 1 if any(err is not None or run.has_errors for run, err in docs) else 0
+        for m in tokens:
+            try:
+                docs.append((_lint_one(args, path, m), None, path))
+            except L2sUsageError:
+                raise
+            except L2sError as err:  # the same for every M: reported once
+                print(str(err), file=sys.stderr)
+                docs.append((None, err, path))
+                break
+    _write_report(args, docs, several=len(tokens) > 1)
+    return 1 if any(err is not None or run.has_errors for run, err, _ in docs) else 0
 
 
-def _lint_one(args, path: str):
-    """The ``LintRun`` of schedule ``path`` with the command's options
-    (calibrated when ``--calibrate`` names a trace). Raises ``L2sError``."""
+def token_counts(text: str) -> list[int]:
+    """``--tokens``: one decode batch size M, or several comma-separated
+    (``1,4,16,64``, as ``fit`` takes them). Raises ``L2sUsageError`` for
+    anything but whole numbers >= 1 without repeats."""
+    tokens = numbers("--tokens", text, int)
+    if min(tokens) < 1:
+        raise L2sUsageError(f"--tokens must be at least 1, got {text}")
+    if len(set(tokens)) != len(tokens):
+        raise L2sUsageError(f"--tokens names an M twice: {text}")
+    return tokens
+
+
+def _lint_one(args, path: str, tokens: int):
+    """The ``LintRun`` of schedule ``path`` at ``tokens`` with the
+    command's options (calibrated when ``--calibrate`` names a trace).
+    Raises ``L2sError``."""
     measured = None
     calib_rows: list = []
     if args.calibrate:
@@ -57,36 +72,44 @@ def _lint_one(args, path: str):
         from l2sched.lint.calibrate import calibrate_path
         measured, calib_rows = calibrate_path(args.calibrate, path, args.overrides,
                                               args.model_config, args.device,
-                                              tokens=args.tokens)
+                                              tokens=tokens)
     run = lint_path(path, args.overrides, args.model_config, args.device,
-                    tokens=args.tokens, graph_mode=args.graph_mode,
+                    tokens=tokens, graph_mode=args.graph_mode,
                     select=_codes(args.select), ignore=_codes(args.ignore),
                     measured=measured)
     run.calibration = calib_rows
     return run
 
 
-def _write_report(args, docs) -> None:
-    """Print the report of every ``(run, error)`` in ``docs`` (in
-    ``args.format``) to stdout."""
+def _write_report(args, docs, several: bool = False) -> None:
+    """Print the report of every ``(run, error, path)`` in ``docs`` (in
+    ``args.format``) to stdout. With ``several`` M (``--tokens 1,4``):
+    human output has a ``--tokens M:`` heading over each M's findings and
+    summary; JSON lists one document per schedule and M
+    (``{"schedules": [...]}``, each with its ``tokens``); SARIF has each
+    finding once (the same finding at several M is one result)."""
     progress.stage("writing the report")
     if args.format == "sarif":
-        items = [(run.findings, run.schedule.path) if run is not None else
-                 (report.input_error_findings(err), path)
-                 for (run, err), path in zip(docs, args.schedules)]
+        items, seen = [], set()
+        for run, err, path in docs:
+            found = run.findings if run is not None else report.input_error_findings(err)
+            fresh = [f for f in found if (f.code, f.message, f.span) not in seen]
+            seen.update((f.code, f.message, f.span) for f in found)
+            items.append((fresh, run.schedule.path if run is not None else path))
         sys.stdout.write(report.sarif_document(items))
         return
     if args.format == "json":
         texts = [report.to_json(run) if run is not None else
-                 report.input_error_json(path, err)
-                 for (run, err), path in zip(docs, args.schedules)]
+                 report.input_error_json(path, err) for run, err, path in docs]
         if len(texts) == 1:
             sys.stdout.write(texts[0])
         else:
             sys.stdout.write(report.json_documents(texts))
         return
-    for run, _ in docs:
+    for run, _, _ in docs:
         if run is not None:
+            if several:
+                sys.stdout.write(f"--tokens {run.tokens}:\n")
             sys.stdout.write(report.human(run, summary=not args.no_summary))
 
 
@@ -117,8 +140,13 @@ def _common(p, many: bool = False) -> None:
     else:
         p.add_argument("schedule", metavar="SCHEDULE")
     add_schedule_args(p)
-    p.add_argument("--tokens", type=int, default=1, metavar="N",
-                   help="decode tokens per step (default 1)")
+    if many:
+        p.add_argument("--tokens", default="1", metavar="M[,M...]",
+                       help="decode tokens per step, or several comma-separated "
+                            "(1,4,16,64: one report per M; default 1)")
+    else:
+        p.add_argument("--tokens", type=int, default=1, metavar="N",
+                       help="decode tokens per step (default 1)")
 
 
 def add_cli(sub) -> None:

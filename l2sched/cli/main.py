@@ -18,7 +18,7 @@ from typing import Sequence
 
 import l2sched
 from l2sched import progress
-from l2sched.errors import L2sError, L2sUsageError
+from l2sched.errors import L2sError, L2sUsageError, reset_spell_checks
 
 #: Subcommand -> the module of this package that registers it
 #: (``add_cli(subparsers)``), in the order ``l2sched --help`` lists them.
@@ -88,6 +88,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         # the options belong to the subcommand, whose usage says what it takes
         getattr(args, "parser", parser).error(
             f"unrecognized arguments: {' '.join(extra)}")
+    reset_spell_checks()
     try:
         # the GPU benchmarks run long and allocate through torch: leave the
         # collector on there

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Any, Callable
 
 from l2sched.errors import L2sInputError, L2sUsageError
@@ -35,7 +36,17 @@ def add_command(sub, name: str, handler: Callable[[Any], int], **kw
     unknown option)."""
     p = sub.add_parser(name, **kw)
     p.set_defaults(handler=handler, prog=p.prog, parser=p)
+    # ``--weights -1,2`` is a value (the command's own range check names
+    # it), not an unknown option: argparse takes only ``-1`` or ``-1.5`` for
+    # a negative number (no option of l2sched looks like one)
+    p._negative_number_matcher = NUMBER_LIST
     return p
+
+
+#: A negative number, or a comma-separated list of numbers starting with
+#: one (``-1``, ``-.5``, ``-1,2``, ``-1e3,4``): what argparse must read as an
+#: option's value, not as an option.
+NUMBER_LIST = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(,[-+]?[\w.]*)*$")
 
 
 def add_schedule_args(p: argparse.ArgumentParser) -> None:
@@ -94,3 +105,19 @@ def model_config_arg(path: str | None) -> dict | None:
     not given (each stage then uses the adapter's embedded config). Raises
     ``L2sModelError``."""
     return None if path is None else load_model_config(path)
+
+
+def numbers(opt: str, text: str, kind=float) -> list:
+    """The comma-separated numbers of option ``opt``; ``L2sUsageError``
+    naming the option for anything else."""
+    if any(not x.strip() for x in text.split(",")):
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
+    try:
+        vals = [kind(x) for x in text.split(",")]
+    except ValueError:
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
+    if any(v != v or v in (float("inf"), float("-inf")) for v in vals):
+        raise L2sUsageError(f"{opt} takes finite numbers, got {text!r}")
+    return vals

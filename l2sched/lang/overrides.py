@@ -10,6 +10,7 @@ file could not have said. ``--set`` arguments get spans of their own
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterator
 
 from l2sched.errors import DiagnosticSink, L2sSyntaxError, L2sUsageError, Span, suggest
 from l2sched.lang import nodes as n
@@ -78,10 +79,16 @@ def check_override_arg(arg: str) -> str | None:
 
 def override_keys(windows) -> list[str]:
     """Every key a ``set`` line may name, given the merged ``windows``."""
-    keys = list(SETTING_KEYS)
+    return list(iter_override_keys(windows))
+
+
+def iter_override_keys(windows) -> Iterator[str]:
+    """``override_keys`` one at a time (a did-you-mean that gives up on
+    many names reads only a few: ``errors.closest``)."""
+    yield from SETTING_KEYS
     for name in windows:
-        keys += [f"window.{name}.{k}" for k in WINDOW_KEYS]
-    return keys
+        for k in WINDOW_KEYS:
+            yield f"window.{name}.{k}"
 
 
 def apply_override(ov: n.Override, settings: dict, windows: dict,
@@ -134,5 +141,5 @@ def apply_override(ov: n.Override, settings: dict, windows: dict,
         if value is not None:
             win[_FIELD[wkey]] = value
         return
-    sink.error(f"unknown setting '{key}'{suggest(key, override_keys(windows))}",
+    sink.error(f"unknown setting '{key}'{suggest(key, iter_override_keys(windows))}",
                ov.key.span)

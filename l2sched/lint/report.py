@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import l2sched
+from l2sched.errors import render_all
 from l2sched.lint import rules
 from l2sched.units import format_signed, format_table, plural
 
@@ -170,7 +171,9 @@ def unverified_note(device) -> str:
 def human(run, summary: bool = True) -> str:
     """Compiler-style findings, the summary table and a count line."""
     sources = dict(run.schedule.sources)
-    out = [f.diagnostic(sources).render() for f in run.findings]
+    shown = render_all((f.diagnostic(sources) for f in run.findings),
+                       hint="; --format json lists all")
+    out = [shown] if shown else []
     if summary:
         if out:  # a blank line between the findings and the summary
             out.append("")

@@ -8,7 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from l2sched.compiler.compile import TargetExpander, pattern_matches
+from l2sched.compiler.compile import (
+    TargetExpander,
+    is_literal,
+    module_prefixes,
+    pattern_matches,
+)
 from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
 from l2sched.units import format_size
@@ -73,6 +78,18 @@ WRITTEN_BUFFERS: dict[str, str] = {
 }
 
 
+def _module_names(inventory, layers: tuple[int, ...]) -> tuple[set, set]:
+    """Every tensor path of ``layers`` with the modules that contain it
+    (``module_prefixes``): ``(of tensors created at load, of lazily
+    created ones)``, what a pattern without glob characters can match."""
+    eager: set[str] = set()
+    lazy: set[str] = set()
+    for tl in layers:
+        for e in inventory.tensors(tl):
+            (lazy if e.lazy else eager).update(module_prefixes(e.path))
+    return eager, lazy
+
+
 def check(run) -> list[Finding]:
     """L2S001 (a pattern matches nothing in any layer its window fires in),
     L2S003 (a pattern names a cache or buffer written right before use),
@@ -88,6 +105,7 @@ def check(run) -> list[Finding]:
             # one layer per distinct tensor list among the target's layers
             reps = {expander.sig[tl]: tl for tl in (
                 layer if t.scope == "this" else (layer + 1) % n for layer in w.layers)}
+            names = None
             for p in t.patterns:
                 written = [why for rx, why in _WRITTEN_RX if rx.fullmatch(p.text)]
                 if written:
@@ -95,12 +113,21 @@ def check(run) -> list[Finding]:
                                        f"'{p.text}': {written[0]}; it is written "
                                        f"right before it is read", p.span))
                     continue
-                hit = any(pattern_matches(p.text, e.path) and (t.lazy or not e.lazy)
-                          for tl in reps.values() for e in inventory.tensors(tl))
+                if is_literal(p.text):  # set lookups, not one match per tensor
+                    if names is None:  # once per target
+                        names = _module_names(inventory, tuple(reps.values()))
+                    eager, lazy = names
+                    hit = p.text in eager or (t.lazy and p.text in lazy)
+                    names_lazy = p.text in lazy
+                else:
+                    hit = any(pattern_matches(p.text, e.path) and (t.lazy or not e.lazy)
+                              for tl in reps.values() for e in inventory.tensors(tl))
+                    names_lazy = any(pattern_matches(p.text, e.path) and e.lazy
+                                    for tl in reps.values()
+                                    for e in inventory.tensors(tl))
                 if not hit:
                     lazy_hint = ""
-                    if any(pattern_matches(p.text, e.path) and e.lazy
-                           for tl in reps.values() for e in inventory.tensors(tl)):
+                    if names_lazy:
                         lazy_hint = " (it names lazily created tensors: write " \
                                     f"'{t.scope} lazy ...')"
                     where = ("the layers it fires in" if t.scope == "this" else
