@@ -255,3 +255,90 @@ def test_plan_from_json_raises_the_input_error(plan_dict):
     assert d.message == "tp: must be at least 1, got 0"
     assert (d.span.path, d.span.line, d.span.column) == (
         "p.json", 1, text.index('"tp": 0') + 7)
+
+
+# -- the same for values in the language and in device profiles -------------
+
+HEAD = "schedule t\nmodel glm5next\ndevice h200\ntp 4\n"
+WINDOW = "window A at attn.pre_all_reduce budget {b} layers moe {{ this self_attn.o_proj }}\n"
+
+
+@pytest.mark.parametrize("command", ["check", "lint", "compile"])
+@pytest.mark.parametrize("line,col,message", [
+    ("max_tokens 99999999999999999999", 12,
+     "max_tokens must be at most 2,147,483,647, got 20 digits"),
+    ("max_tokens 2147483648", 12, "max_tokens must be at most 2,147,483,647, got "
+     "2,147,483,648"),
+    ("set tp = 2048", 10, "tp must be at most 1,024, got 2,048"),
+])
+def test_whole_numbers_of_the_language_have_bounds(tmp_path, capsys, command, line,
+                                                   col, message):
+    """``max_tokens 99999999999999999999`` was accepted by check, lint and
+    compile and landed in the plan."""
+    f = tmp_path / "t.l2s"
+    f.write_text(HEAD + line + "\n" + WINDOW.format(b="10MB"))
+    out = tmp_path / "plan.json"
+    argv = [command, str(f)] + (["-o", str(out)] if command == "compile" else [])
+    assert main(argv) == 1
+    assert f"{f}:5:{col}: {message}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_max_tokens_at_its_bound_is_accepted(tmp_path, capsys):
+    f = tmp_path / "t.l2s"
+    f.write_text(HEAD + "max_tokens 2147483647\n" + WINDOW.format(b="10MB"))
+    out = tmp_path / "plan.json"
+    assert main(["compile", str(f), "-o", str(out)]) == 0
+    assert main(["explain", str(out), "--layer", "3"]) == 0
+
+
+@pytest.mark.parametrize("size", ["0MB", "0B", "0.0GiB"])
+def test_a_window_declared_with_budget_0_is_an_error(tmp_path, capsys, size):
+    """``budget 0MB`` passed with an info only (L2S201)."""
+    f = tmp_path / "t.l2s"
+    f.write_text(HEAD + WINDOW.format(b=size))
+    assert main(["check", str(f)]) == 1
+    assert (f"{f}:5:40: window 'A' has budget {size}: a window of 0 B fetches nothing; "
+            f"remove it, or switch it off in a variant with 'set window.A.budget = 0MB' "
+            f"(or --set window.A.budget=0MB)") in capsys.readouterr().err
+
+
+def test_an_override_to_0_b_still_switches_a_window_off(tmp_path, capsys):
+    """The documented way to switch a window off in a variant (the
+    research arms' ``window.X.budget=0MB``, ``profile.arms``) stays legal."""
+    f = tmp_path / "t.l2s"
+    f.write_text(HEAD + WINDOW.format(b="10MB"))
+    assert main(["check", str(f), "--set", "window.A.budget=0MB"]) == 0
+    g = tmp_path / "v.l2s"
+    g.write_text(f"schedule v\nextends \"{f.name}\"\nset window.A.budget = 0MB\n")
+    assert main(["check", str(g)]) == 0
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("l2_bytes", '"sixty"', "expected an integer in 0..10^15 (B), got 'sixty'"),
+    ("sms", "0", "expected an integer in 1..100000, got 0"),
+    ("date", '"yesterday"', "expected a date string YYYY-MM-DD, got 'yesterday'"),
+    ("quick", '"no"', "expected true or false, got 'no'"),
+    ("kept_from_base", "[1]", "expected a list of strings (section.key), got [1]"),
+    ("gpu", "7", "expected a non-empty string, got 7"),
+    ("l2_byte", "1", "unknown key; did you mean 'l2_bytes'?"),
+])
+def test_provenance_values_have_types(tmp_path, key, value, message):
+    """A profile's ``[provenance] l2_bytes = "sixty"`` was accepted."""
+    from l2sched.device import load_device
+    from l2sched.device.parse import DEVICES_DIR
+
+    text = (DEVICES_DIR / "h200.toml").read_text()
+    lines = text.splitlines()
+    at = lines.index("[provenance]") + 1
+    lines.insert(at, f"{key} = {value}")
+    if key != "l2_byte":
+        lines = [x for i, x in enumerate(lines)
+                 if i <= at or not x.startswith(f"{key} =")]
+    p = tmp_path / "p.toml"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(L2sInputError) as e:
+        load_device(str(p))
+    (d,) = e.value.diagnostics
+    assert (d.span.line, d.span.column) == (at + 1, 1)
+    assert d.message.startswith(f"provenance.{key}: {message}"), d.message

@@ -90,9 +90,12 @@ MAX_TP_DEGREE = 1024
 _TOP_KEYS = ("name", "description", "compute_capability", "gpu", "l2", "bandwidth",
              "latency", "allreduce", "fill", "ops", "provenance", "measured")
 #: Keys of the ``[gpu]`` table (what the driver reports about the GPU).
-_GPU_KEYS = ("names", "sm_count")
+_GPU_KEYS = ("names", "sm_count", "smem_per_block_optin_bytes")
 #: Most SMs a profile may name (a sanity bound, like the others).
 MAX_SMS = 100_000
+#: Most shared memory per thread block a profile may name (B; a sanity
+#: bound: 16 MiB, far above any GPU's opt-in limit).
+MAX_SMEM_PER_BLOCK = 1 << 24
 #: Optional keys of the number tables, parsed apart (``_parse_measured_tables``).
 _OPTIONAL_KEYS = {"l2": ("effective_bytes", "set_aside_stream_slowdown"),
                   "latency": ("fill_slowdown_scale",)}
@@ -400,7 +403,7 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
     prov = raw.get("provenance", {})
     if not isinstance(prov, dict):
         bad("provenance", "", "expected a table [provenance]")
-    else:
+    elif _check_provenance(prov, problems):
         values["provenance"] = dict(prov)
     meas = raw.get("measured", {})
     if not isinstance(meas, dict) or not all(isinstance(v, dict) for v in meas.values()):
@@ -419,6 +422,48 @@ def _parse_measured_tables(raw: Mapping[str, Any], problems: _Problems,
     _parse_ops(raw, problems, values)
 
 
+
+
+def _int_in(low: int, high: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+_TEXT = (lambda v: isinstance(v, str), "a string")
+#: Keys of ``[provenance]`` (what ``l2sched profile`` records,
+#: ``profile.probes.run_profile``): key -> (test, what the value must be).
+_PROVENANCE_KEYS: dict[str, tuple[Any, str]] = {
+    "gpu": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
+    "compute_capability": (lambda v: isinstance(v, list) and len(v) == 2 and all(
+        _int_in(0, 99)(x) for x in v), "[major, minor] (two integers 0..99)"),
+    "sms": (_int_in(1, MAX_SMS), f"an integer in 1..{MAX_SMS}"),
+    "l2_bytes": (_int_in(0, MAX_BYTES), "an integer in 0..10^15 (B)"),
+    "memory_bytes": (_int_in(0, MAX_BYTES), "an integer in 0..10^15 (B)"),
+    "set_aside_max_bytes": (_int_in(0, MAX_BYTES), "an integer in 0..10^15 (B)"),
+    "tp": (_int_in(1, MAX_TP_DEGREE), f"an integer in 1..{MAX_TP_DEGREE}"),
+    "quick": (lambda v: isinstance(v, bool), "true or false"),
+    "date": (lambda v: isinstance(v, str) and _is_iso_date(v), "a date string YYYY-MM-DD"),
+    "kept_from_base": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                       "a list of strings (section.key)"),
+    **{k: _TEXT for k in ("torch", "cuda", "cutlass_dsl", "driver", "command",
+                          "base_profile")},
+}
+
+
+def _check_provenance(prov: Mapping[str, Any], problems: _Problems) -> bool:
+    """Report every unknown key of ``[provenance]`` and every value of the
+    wrong type or out of range; True when there is none."""
+    ok = True
+    for key, v in prov.items():
+        if key not in _PROVENANCE_KEYS:
+            problems.bad("provenance", key, f"unknown key{suggest(key, _PROVENANCE_KEYS)} "
+                         f"(keys: {', '.join(_PROVENANCE_KEYS)})")
+            ok = False
+            continue
+        test, what = _PROVENANCE_KEYS[key]
+        if not test(v):
+            problems.bad("provenance", key, f"expected {what}, got {v!r}"[:300])
+            ok = False
+    return ok
 
 
 def _is_entry(v: Any) -> bool:
@@ -571,8 +616,9 @@ def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> No
 
 
 def _check_gpu(sec: Any, given: bool, problems: _Problems, values: dict) -> None:
-    """The optional ``[gpu]`` table: ``names`` (non-empty strings) and
-    ``sm_count`` (an integer, 1..``MAX_SMS``)."""
+    """The optional ``[gpu]`` table: ``names`` (non-empty strings),
+    ``sm_count`` (an integer, 1..``MAX_SMS``) and
+    ``smem_per_block_optin_bytes`` (an integer, 1..``MAX_SMEM_PER_BLOCK``)."""
     bad = problems.bad
     if not given:
         return
@@ -597,6 +643,14 @@ def _check_gpu(sec: Any, given: bool, problems: _Problems, values: dict) -> None
             bad("gpu", "sm_count", f"expected an integer, got {sms!r}")
         elif problems.in_range("gpu", "sm_count", sms, 1, MAX_SMS, ""):
             values["sm_count"] = sms
+    smem = sec.get("smem_per_block_optin_bytes")
+    if smem is not None:
+        if not isinstance(smem, int) or isinstance(smem, bool):
+            bad("gpu", "smem_per_block_optin_bytes", f"expected an integer (bytes), "
+                f"got {smem!r}")
+        elif problems.in_range("gpu", "smem_per_block_optin_bytes", smem, 1,
+                               MAX_SMEM_PER_BLOCK, "B"):
+            values["smem_per_block_optin_bytes"] = smem
 
 
 def _parse_fields(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:

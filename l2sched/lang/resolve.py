@@ -223,6 +223,14 @@ def _resolve_windows(draft: Draft, adapter, kinds, sink) -> list[Window]:
             spans["budget"] = w["budget"].span
             budget = size_bytes(w["budget"], sink, "budget")
             ok = ok and budget is not None
+            if budget == 0 and w["budget"] is w["node"].budget:
+                # 0 B is how a variant switches a window off: through an
+                # override ('set window.A.budget = 0MB', --set), not here
+                sink.error(f"window '{name}' has budget {w['budget'].text}: a window "
+                           f"of 0 B fetches nothing; remove it, or switch it off in a "
+                           f"variant with 'set window.{name}.budget = 0MB' (or --set "
+                           f"window.{name}.budget=0MB)", w["budget"].span)
+                ok = False
         layers, layers_ok = _window_layers(name, w, kinds, spans, sink,
                                            adapter.SELECTORS if adapter else None)
         if not layers_ok:

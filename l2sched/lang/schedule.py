@@ -27,6 +27,15 @@ SET_ASIDE_MAX = -1
 #: docs/sources.md#runtime-rules).
 DEFAULT_MAX_TOKENS = 256
 
+#: Largest ``max_tokens`` accepted: 2^31 - 1, the largest int32, since the
+#: runtime's gate and vLLM count a step's tokens in int32 (the plan schema,
+#: ``l2sched/data/plan.schema.json``, has the same bound).
+MAX_TOKENS_LIMIT = 2**31 - 1
+
+#: Largest ``tp`` accepted: the largest TP degree a device profile's
+#: ``[allreduce.tpN]`` table may name (``device.parse.MAX_TP_DEGREE``).
+MAX_TP = 1024
+
 #: Largest budget or set-aside accepted: 1 TB (10^12 B), above the memory
 #: of any device a schedule can target.
 MAX_SIZE_BYTES = 10**12

@@ -17,6 +17,8 @@ from l2sched.errors import DiagnosticSink, L2sError, Span, suggest
 from l2sched.lang import nodes as n
 from l2sched.lang.schedule import (
     MAX_SIZE_BYTES,
+    MAX_TOKENS_LIMIT,
+    MAX_TP,
     POLICIES,
     SELECTOR_ALL,
     SET_ASIDE_MAX,
@@ -50,13 +52,21 @@ def size_bytes(size: n.Size, sink: DiagnosticSink, what: str) -> int | None:
     return int(value)
 
 
-def _whole(value: n.Scalar, sink: DiagnosticSink, key: str, minimum: int) -> int | None:
+def _whole(value: n.Scalar, sink: DiagnosticSink, key: str, minimum: int,
+           maximum: int) -> int | None:
     if isinstance(value, n.Size) and not value.unit and "." not in value.number:
+        if len(value.number.lstrip("0")) > len(str(maximum)):  # no int() of 10^5 digits
+            sink.error(f"{key} must be at most {maximum:,}, got {len(value.number)} "
+                       f"digits", value.span)
+            return None
         number = int(value.number)
-        if number >= minimum:
-            return number
-        sink.error(f"{key} must be at least {minimum}, got {number}", value.span)
-        return None
+        if number < minimum:
+            sink.error(f"{key} must be at least {minimum}, got {number}", value.span)
+            return None
+        if number > maximum:
+            sink.error(f"{key} must be at most {maximum:,}, got {number:,}", value.span)
+            return None
+        return number
     sink.error(f"{key} takes a whole number, got '{_text(value)}'", value.span)
     return None
 
@@ -122,9 +132,10 @@ def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
     if key == "device":
         return _device(value, sink)
     if key == "tp":
-        return _whole(value, sink, "tp", 1)
+        return _whole(value, sink, "tp", 1, MAX_TP)
     if key == "max_tokens":
-        return _whole(value, sink, "max_tokens", 1)
+        # int32 token counts (MAX_TOKENS_LIMIT)
+        return _whole(value, sink, "max_tokens", 1, MAX_TOKENS_LIMIT)
     if key == "ep":
         got = _choice(value, sink, "ep value", ("on", "off"))
         return None if got is None else got == "on"
