@@ -231,9 +231,14 @@ def test_every_fill_mode_compiles_without_a_gpu(mode, shape):
 
 
 def test_kernel_spec_is_checked_and_keys_the_cache():
+    from l2sched.device.limits import DeviceLimits
     from l2sched.runtime import kernel as K
+    # the H200's limits (227 KiB per block, CUDA C Programming Guide, 9.0):
+    # 4 x 64 KiB + barriers does not fit; no limit is assumed without them
+    h200 = DeviceLimits(232_448, 132, 62_914_560, 39_321_600, (9, 0), "test")
     with pytest.raises(ValueError, match="copy mode"):
-        K.KernelSpec("copy", chunk=65536, stages=4).check()
+        K.KernelSpec("copy", chunk=65536, stages=4).check(h200)
+    assert K.KernelSpec("copy", chunk=65536, stages=4).check().stages == 4
     with pytest.raises(ValueError, match="unknown fill mode"):
         K.KernelSpec("dma").check()
     with pytest.raises(ValueError, match="multiple of 16"):

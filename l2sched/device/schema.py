@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from l2sched.device.allreduce import AllReduceModel
 from l2sched.device.interpolate import linear_points, log_interp
+from l2sched.device.limits import DeviceLimits
 
 #: The key of op tables in the layout before they were keyed by model
 #: (``[ops."KIND"]``, no model part): such a table names no model, so it
@@ -121,6 +122,11 @@ class DeviceProfile:
     ``(major, minor)``, ``gpu_names`` (device names, e.g. ``"NVIDIA
     H200"``), ``sm_count`` (streaming multiprocessors), and ``l2_bytes``;
     ``None``/empty when not given (then not compared).
+    ``smem_per_block_optin_bytes``: the GPU's opt-in shared memory per
+    thread block (``[gpu] smem_per_block_optin_bytes``, B; ``None`` when not
+    given); with ``sm_count``, ``l2_bytes``, ``set_aside_max_bytes`` and
+    ``compute_capability`` it makes ``limits``, the ``DeviceLimits`` a fill
+    kernel is fitted to when the GPU is not present.
     ``effective_l2_bytes``: the L2 bytes a re-read still hits (the measured
     knee, ``l2.effective_bytes``); ``ops``: measured per-op times per model
     (``model -> (layer kind, op) -> OpTimes``, ``[ops.MODEL."KIND"]``
@@ -170,6 +176,7 @@ class DeviceProfile:
     compute_capability: tuple[int, int] | None = None
     gpu_names: tuple[str, ...] = ()
     sm_count: int | None = None
+    smem_per_block_optin_bytes: int | None = None
     fill_modes: Mapping[str, FillMode] = field(default_factory=dict)
     fill_default: str = "bulk"
     effective_l2_bytes: int | None = None
@@ -193,9 +200,27 @@ class DeviceProfile:
         """The measured op times of adapter ``model`` (``(layer kind, op) ->
         OpTimes``, the ``[ops.MODEL."KIND"]`` tables); empty when the
         profile has none for it (the lint then uses the GEMM rates). A
-        table of the old layout, which names no model, serves any model
-        without its own."""
-        return self.ops.get(model) or self.ops.get(LEGACY_OPS_MODEL, {})
+        table of the old layout, which names no model, serves any model: its
+        entries stand where the model's own tables have none."""
+        own, legacy = self.ops.get(model), self.ops.get(LEGACY_OPS_MODEL)
+        if own and legacy:
+            return {**legacy, **own}
+        return own or legacy or {}
+
+    @property
+    def limits(self) -> DeviceLimits | None:
+        """The GPU's ``DeviceLimits`` as this profile gives them (``[gpu]``
+        ``smem_per_block_optin_bytes`` and ``sm_count``, ``l2.bytes``,
+        ``l2.set_aside_max_bytes``, ``compute_capability``); ``None`` when
+        the profile lacks the shared-memory limit, the SM count or the
+        compute capability."""
+        if (self.smem_per_block_optin_bytes is None or self.sm_count is None
+                or self.compute_capability is None):
+            return None
+        return DeviceLimits(self.smem_per_block_optin_bytes, self.sm_count,
+                            self.l2_bytes, self.set_aside_max_bytes,
+                            tuple(self.compute_capability),
+                            source=f"device profile {self.path or self.name}")
 
     @property
     def capacity_bytes(self) -> int:

@@ -132,4 +132,8 @@ def fit_text(result, search, *, device_arg: str, command: str, name: str,
     head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
                         searched_set_aside=search.opts.set_aside == "search",
                         model_label=label, set_aside_asked=search.opts.set_aside)
+    notes = [f"# Fill kernel {mode} not searched: {why} (runtime.kernel.fit_spec)."
+             for mode, why in sorted(getattr(search, "kernel_notes", {}).items())]
+    at = next((i for i, ln in enumerate(head) if ln.startswith("# Search:")), len(head))
+    head[at:at] = notes
     return format_text("\n".join(head) + "\n" + body)

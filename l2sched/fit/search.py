@@ -18,7 +18,9 @@ order, a local search, and the final judgement on the full model.
 3. **Local search.** From the best candidate, every single change: a budget
    up or down by each of ``steps``; dropping a window (and the rest of its
    chain); moving a chain's start by one group; the cache policy, the
-   set-aside (0 / max) and the fill kernel (unless ``--kernel`` fixes it).
+   set-aside (0 / max) and the fill kernel (unless ``--kernel`` fixes it;
+   only the kernels whose profile shape fits the profile's device limits,
+   ``fitting_kernels``).
    The best improving change is taken, for at most ``rounds`` rounds.
 4. **Final.** The ``finalists`` best distinct candidates are linted on the
    full model with every profile variant; the best whose lower bound is
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, noise_floor_us, profile_variants
 from l2sched.fit.caps import hook_caps
 from l2sched.fit.pool import BatchEvaluator
@@ -54,11 +57,34 @@ from l2sched.fit.space import (
 from l2sched.lang.formatter import format_file
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
+from l2sched.runtime.kernel import KernelSpec, fit_spec
 
 #: Smallest budget a window gets (B): 1 MB.
 MIN_BUDGET = 1_000_000
 #: Improvements below this (us) are ties.
 EPS_US = 1e-6
+
+
+def fitting_kernels(device) -> tuple[list[str], dict[str, str]]:
+    """The fill kernels of ``device`` (a ``DeviceProfile``) whose launch
+    shape (``[fill.MODE]``) fits the GPU's limits as the profile gives them
+    (``DeviceProfile.limits``; every kernel when it gives none), sorted, and
+    ``mode -> why not`` for the others. A shape that does not fit would be
+    fitted to another shape on that GPU (``runtime.kernel.fit_spec``), and
+    the profile's numbers are not that shape's, so the fit does not propose
+    it."""
+    limits = device.limits
+    ok: list[str] = []
+    why: dict[str, str] = {}
+    for mode, fm in sorted(device.fill_modes.items()):
+        spec = KernelSpec(mode, fm.grid, fm.threads, fm.chunk, fm.stages)
+        if limits is None or fit_spec(spec, limits) == spec:
+            ok.append(mode)
+            continue
+        why[mode] = (f"its shape {spec.shape_text()} does not fit the "
+                     f"{limits.smem_per_block_optin_bytes:,} B of shared memory per "
+                     f"block of device profile {device.name}")
+    return ok, why
 
 
 @dataclass(frozen=True)
@@ -166,6 +192,14 @@ class Search:
 
     def __init__(self, device, opts: FitOptions, progress=None):
         self.device = device
+        #: fill kernels not searched: mode -> why (``fitting_kernels``)
+        fitting, self.kernel_notes = fitting_kernels(device)
+        if opts.kernel in self.kernel_notes:
+            raise L2sUsageError(f"--kernel {opts.kernel}: "
+                                f"{self.kernel_notes[opts.kernel]}")
+        if not fitting:
+            raise L2sUsageError(f"device profile {device.name}: no fill kernel fits its "
+                                f"device limits ({'; '.join(self.kernel_notes.values())})")
         self.opts = opts
         self.size = QUICK_SIZE if opts.quick else DEFAULT_SIZE
         self.progress = progress or (lambda phase, done, total: None)
@@ -198,8 +232,9 @@ class Search:
         #: kind name -> the selector names of its layers (``kind_selector``)
         self.kind_selectors = {str(k): tuple(self.adapter.kind_selector(k))
                                for k in inv.kinds}
-        self.kernels = [opts.kernel] if opts.kernel else sorted(device.fill_modes)
-        self.kernel0 = opts.kernel or device.fill_default
+        self.kernels = [opts.kernel] if opts.kernel else fitting
+        self.kernel0 = opts.kernel or (device.fill_default if device.fill_default
+                                       in fitting else fitting[0])
         self.capacity = device.capacity_bytes
         self.caps: dict = {}
         self.seen: dict[str, Scored] = {}

@@ -58,6 +58,7 @@ from l2sched.profile.step_fill import probe_step_fill
 from l2sched.profile.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.runtime import kernel as K
+from l2sched.runtime.limits import read_device_limits
 
 MB = 10**6
 
@@ -169,7 +170,10 @@ def probe_fill(ctx) -> dict:
                 row["waits"][str(wait)] = {"us": got["us"], "landed": got["recovered"],
                                            "landed_p10_p90": got["recovered_p10_p90"]}
             rows.append(row)
-        out[mode] = {"shape": shape, "ffi": kern.ffi, "rows": rows}
+        # the shape that ran: fitted to the device's limits (runtime.kernel.fit_spec)
+        ran = {**shape, **{k: getattr(kern.spec, k)
+                           for k in ("grid", "threads", "chunk", "stages")}}
+        out[mode] = {"shape": ran, "ffi": kern.ffi, "rows": rows}
         ctx.progress.step(f"fill {mode}")
     return out
 
@@ -429,7 +433,8 @@ def run_profile(args, state: dict) -> dict:
                                                      sys.argv[1:2] == ["profile"]
                                                      else sys.argv[1:]),
             "quick": bool(args.quick), "tp": args.tp, "base_profile": base.name,
-            "set_aside_max_bytes": _set_aside_max(props)}
+            "set_aside_max_bytes": _set_aside_max(props),
+            "smem_per_block_optin_bytes": _smem_optin(props)}
     ctx = ProbeContext(torch, args, base, results)
     todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
@@ -454,18 +459,24 @@ def _driver_version() -> str:
         return ""
 
 
+def _smem_optin(props) -> int | None:
+    """The driver's opt-in shared memory per block (bytes;
+    ``runtime.limits.read_device_limits``, else torch's
+    ``shared_memory_per_block_optin``), or None."""
+    try:
+        return read_device_limits(0).smem_per_block_optin_bytes
+    except Exception:
+        v = getattr(props, "shared_memory_per_block_optin", None)
+        return int(v) if v else None
+
+
 def _set_aside_max(props) -> int | None:
     """The driver's maximum persisting-L2 set-aside (bytes), or None."""
     v = getattr(props, "persisting_l2_cache_max_size", None)
     if v:
         return int(v)
     try:
-        from cuda.bindings import driver as drv
-        drv.cuInit(0)
-        err, dev = drv.cuDeviceGet(0)
-        err, v = drv.cuDeviceGetAttribute(
-            drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev)
-        return int(v) if err == drv.CUresult.CUDA_SUCCESS else None
+        return read_device_limits(0).persisting_l2_max_bytes
     except Exception:
         return None
 

@@ -355,7 +355,13 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
              f"compute_capability = {toml_value(cc)}", "",
              # what the driver reported: the plugin installs only on such a GPU
              "[gpu]", f"names = {toml_value([prov.get('gpu', '')])}",
-             f"sm_count = {toml_value(prov.get('sms'))}", "", "[provenance]"]
+             f"sm_count = {toml_value(prov.get('sms'))}"]
+    # the driver's limit, in [gpu] only; the fill kernels' shapes are fitted
+    # to it (runtime.kernel.fit_spec)
+    smem = prov.pop("smem_per_block_optin_bytes", None)
+    if smem:
+        lines.append(f"smem_per_block_optin_bytes = {toml_value(int(smem))}")
+    lines += ["", "[provenance]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in prov.items() if v is not None]
     for s in ("l2", "bandwidth", "latency"):
         lines += ["", f"[{s}]"]

@@ -44,9 +44,12 @@ from typing import Callable
 from l2sched.units import ALIGN
 
 #: Bytes of dynamic shared memory the copy kernel keeps in front of its
-#: buffers for the mbarriers (one 8-byte barrier per stage), so the buffers
-#: start 1024-byte aligned.
+#: buffers for the mbarriers (one ``BARRIER_SLOT_BYTES`` barrier per stage,
+#: so at most 128 stages), so the buffers start 1024-byte aligned.
 BARRIER_BYTES = 1024
+#: Bytes of one mbarrier object (PTX ISA, "mbarrier": a 64-bit shared-memory
+#: object, 8-byte aligned).
+BARRIER_SLOT_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,16 @@ def _issue_fill(spec, ptx_policy):
 
 def _copy_fill(spec, ptx_policy):
     """The ``copy`` kernel: thread 0 of each CTA streams its chunks through
-    ``stages`` shared-memory buffers with TMA bulk copies."""
+    ``stages`` shared-memory buffers with TMA bulk copies.
+
+    The launch asks for ``copy_smem_bytes(spec)`` of dynamic shared memory;
+    above 48 KiB a kernel needs the ``cudaFuncAttributeMaxDynamicSharedMemorySize``
+    opt-in. CuTe DSL sets it on every kernel it emits, on every arch: its
+    kernel op carries ``cu_attrs`` with ``max_dynamic_shared_size_bytes =
+    #cuda.dev_max_shared_memory_optin`` (the loading device's opt-in maximum;
+    nvidia-cutlass-dsl 4.8.0, ``cutlass_dsl/cutlass.py``,
+    ``_generate_cuda_kernel_op``). ``runtime.kernel.get_kernel`` fits the
+    shape to that maximum before compiling (``fit_spec``)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Int8, Int32, Int64

@@ -31,6 +31,13 @@ generic CuTe DSL call path (28-45 us per call). ``PrefetchKernel.bind``
 fixes the table and stream once. Inside a CUDA graph replay the host cost
 is zero either way.
 
+Device limits are read from the GPU, never assumed: before a variant is
+compiled its shape is fitted to the device's ``DeviceLimits``
+(``runtime.limits.read_device_limits``: shared memory per block opt-in, SM
+count, L2, persisting-L2 maximum, compute capability; ``fit_spec``), so a
+copy kernel never asks for more shared memory than the device has (the
+SM120's 101,376 B per block takes 3 of the profile's 4 x 32 KiB stages).
+
 Nothing here imports torch or cutlass at module import. A device without
 CUDA or below compute capability 9.0, or cutlass missing, disables every
 kernel with ONE log line on the ``l2sched.kernel`` logger; a variant that
@@ -41,11 +48,14 @@ fails to compile is disabled alone (one log line). Callers get ``None`` from
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from l2sched.device.limits import DeviceLimits
 from l2sched.env import env_flag
 from l2sched.errors import L2sUsageError
-from l2sched.runtime.fill_kernels import FORMS, compile_fill, copy_smem_bytes
+from l2sched.runtime.fill_kernels import (BARRIER_BYTES, BARRIER_SLOT_BYTES, FORMS,
+                                          compile_fill, copy_smem_bytes)
+from l2sched.runtime.limits import read_device_limits
 from l2sched.units import ALIGN, CACHE_POLICIES, FILL_MODES
 
 log = logging.getLogger("l2sched.kernel")
@@ -79,10 +89,13 @@ H200_LOAD_SHAPE = {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}
 #: Threads a CTA may have (CUDA C Programming Guide, "Compute capabilities":
 #: 1024 on every compute capability this project runs on).
 MAX_THREADS = 1024
-#: Largest dynamic shared memory a CTA may use on sm_90 (227 KiB, CUDA C
-#: Programming Guide, "Compute capabilities", H100/H200): bounds a copy-mode
-#: kernel's ``stages * chunk``.
-MAX_SMEM_BYTES = 227 * 1024
+#: Dynamic shared memory (B) a block may use on every CUDA device without
+#: opting in (CUDA C Programming Guide, "Compute capabilities": 48 KiB); the
+#: bound of a copy kernel when the device's limits cannot be read.
+PORTABLE_SMEM_BYTES = 48 * 1024
+#: Smallest chunk (B) a copy kernel is fitted down to: what ``KernelSpec``
+#: and ``fill_kernels`` accept (a positive multiple of ``units.ALIGN``).
+MIN_COPY_CHUNK = ALIGN
 
 
 @dataclass(frozen=True)
@@ -94,7 +107,9 @@ class KernelSpec:
     CTA; ``chunk`` bytes per request (a positive multiple of 16); ``stages``
     shared-memory buffers of ``chunk`` bytes (``copy`` mode; 1 otherwise);
     ``policy`` a cache policy (``PTX_POLICY``). ``check()`` raises
-    ``ValueError`` naming the bad field."""
+    ``ValueError`` naming the bad field; ``check(limits)`` also checks the
+    shared memory against a device's ``DeviceLimits`` (``fit_spec`` makes a
+    copy shape fit instead). No device's limit is assumed here."""
 
     mode: str = "bulk"
     grid: int = DEFAULT_GRID
@@ -103,8 +118,10 @@ class KernelSpec:
     stages: int = 1
     policy: str = "evict_last"
 
-    def check(self) -> "KernelSpec":
-        """This spec, after checking every field. Raises ``ValueError``."""
+    def check(self, limits: DeviceLimits | None = None) -> "KernelSpec":
+        """This spec, after checking every field and, given ``limits``,
+        that its shared memory (``smem_bytes``) fits the device's opt-in
+        limit per block. Raises ``ValueError``."""
         if not any(mode == self.mode for mode, _ in FORMS):
             raise ValueError(f"unknown fill mode {self.mode!r} (known: "
                              f"{', '.join(FILL_MODES)})")
@@ -122,10 +139,72 @@ class KernelSpec:
                              f"got {self.threads}")
         if self.chunk <= 0 or self.chunk % ALIGN:
             raise ValueError(f"chunk {self.chunk} is not a positive multiple of {ALIGN}")
-        if self.mode == "copy" and copy_smem_bytes(self) > MAX_SMEM_BYTES:
-            raise ValueError(f"copy mode: stages x chunk = {self.stages * self.chunk} B "
-                             f"does not fit {MAX_SMEM_BYTES} B of shared memory")
+        if self.mode == "copy" and self.stages * BARRIER_SLOT_BYTES > BARRIER_BYTES:
+            raise ValueError(f"copy mode: stages must be at most "
+                             f"{BARRIER_BYTES // BARRIER_SLOT_BYTES} (one "
+                             f"{BARRIER_SLOT_BYTES}-byte mbarrier each in "
+                             f"{BARRIER_BYTES} B), got {self.stages}")
+        if limits is not None and self.smem_bytes > limits.smem_per_block_optin_bytes:
+            raise ValueError(f"copy mode: stages x chunk + barriers = {self.smem_bytes:,} B "
+                             f"does not fit the {limits.smem_per_block_optin_bytes:,} B of "
+                             f"shared memory per block of the device ({limits.source})")
         return self
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory (B) the kernel asks for at launch:
+        ``stages * chunk + BARRIER_BYTES`` for ``copy``, 0 otherwise."""
+        return copy_smem_bytes(self) if self.mode == "copy" else 0
+
+    def shape_text(self) -> str:
+        """``copy grid=66 threads=32 chunk=32768 stages=4 (132,096 B shared
+        memory)``."""
+        smem = f" ({self.smem_bytes:,} B shared memory)" if self.smem_bytes else ""
+        return (f"{self.mode} grid={self.grid} threads={self.threads} "
+                f"chunk={self.chunk} stages={self.stages}{smem}")
+
+
+def fit_spec(spec: KernelSpec, limits: DeviceLimits) -> KernelSpec | None:
+    """``spec`` made to fit ``limits``: unchanged when its shared memory
+    (``KernelSpec.smem_bytes``) fits the device's opt-in limit per block;
+    else a copy shape with fewer stages (same chunk), and when even one
+    stage does not fit, one stage of a smaller chunk (halved, a multiple of
+    ``units.ALIGN``, never below ``MIN_COPY_CHUNK``); ``None`` when nothing
+    fits. No log line (``get_kernel`` logs; the fit and the lint ask
+    this for a device that is not present)."""
+    room = limits.smem_per_block_optin_bytes
+    if spec.smem_bytes <= room:
+        return spec
+    for stages in range(spec.stages - 1, 0, -1):
+        cand = replace(spec, stages=stages)
+        if cand.smem_bytes <= room:
+            return cand
+    chunk = spec.chunk
+    while chunk > MIN_COPY_CHUNK:
+        chunk = max(MIN_COPY_CHUNK, chunk // 2 // ALIGN * ALIGN)
+        cand = replace(spec, stages=1, chunk=chunk)
+        if cand.smem_bytes <= room:
+            return cand
+    return None
+
+
+def fit_spec_logged(spec: KernelSpec, limits: DeviceLimits) -> KernelSpec | None:
+    """``fit_spec`` with one log line when the shape changes (INFO: the
+    original and the fitted shape) or nothing fits (WARNING: the kernel is
+    not built, so it is never launched with more shared memory than the
+    device has)."""
+    got = fit_spec(spec, limits)
+    where = (f"{limits.smem_per_block_optin_bytes:,} B of shared memory per block "
+             f"(sm_{limits.compute_capability[0]}{limits.compute_capability[1]}, "
+             f"{limits.source})")
+    if got is None:
+        log.warning("l2sched: fill kernel %s not built: no copy shape of at most "
+                    "%d stages and a chunk of at least %d B fits the %s",
+                    spec.shape_text(), spec.stages, MIN_COPY_CHUNK, where)
+    elif got != spec:
+        log.info("l2sched: fill kernel %s does not fit the %s; fitted to %s",
+                 spec.shape_text(), where, got.shape_text())
+    return got
 
 
 _lock = threading.Lock()
@@ -267,16 +346,25 @@ def _ffi_available() -> bool:
 
 
 def get_kernel(device_index: int = 0, spec: KernelSpec | None = None, *,
-               check_device: bool = True, ffi: bool | None = None, **shape
+               check_device: bool = True, ffi: bool | None = None,
+               limits: DeviceLimits | None = None, **shape
                ) -> "PrefetchKernel | None":
     """The compiled fill kernel ``spec`` for device ``device_index``, compiled
     on first use and cached per ``(device_index, spec, ffi)``; ``None`` when
     prefetch is disabled or this variant failed to compile (reason logged
     once). ``shape`` (``mode``, ``grid``, ``threads``, ``chunk``, ``stages``,
-    ``policy``) builds the spec when none is given. ``check_device=False``
-    skips the CUDA/capability check (compile-only use on a CPU host with
-    ``CUTE_DSL_ARCH`` set). ``ffi``: ``None`` = TVM-FFI when available, else
-    generic; ``True``/``False`` force one path (benchmarks). Never raises."""
+    ``policy``) builds the spec when none is given. Before compiling, the
+    spec is fitted to the device's limits (``fit_spec_logged``: a copy shape
+    that needs more shared memory per block than the device allows gets
+    fewer stages or a smaller chunk, one INFO line, or is refused, one
+    WARNING): ``limits``, else the live device's
+    (``runtime.limits.read_device_limits``; when they cannot be read, the
+    48 KiB every device allows). The returned kernel's ``spec`` is the
+    fitted one. ``check_device=False`` skips the CUDA/capability check and
+    the live limits (compile-only use on a CPU host with ``CUTE_DSL_ARCH``
+    set; ``limits`` still applies). ``ffi``: ``None`` = TVM-FFI when
+    available, else generic; ``True``/``False`` force one path
+    (benchmarks). Never raises."""
     try:
         spec = (spec or KernelSpec(**shape)).check()
     except (TypeError, ValueError) as e:
@@ -293,6 +381,14 @@ def get_kernel(device_index: int = 0, spec: KernelSpec | None = None, *,
             if not ok:
                 disable(why)
                 return None
+            if limits is None:
+                limits = _live_limits(device_index, spec)
+        if limits is not None:
+            fitted = fit_spec_logged(spec, limits)
+            if fitted is None:
+                _cache[ckey] = None
+                return None
+            spec = fitted
         try:
             import cutlass  # noqa: F401
             import cutlass.cute  # noqa: F401
@@ -306,6 +402,23 @@ def get_kernel(device_index: int = 0, spec: KernelSpec | None = None, *,
         kern = _compile_first(device_index, spec, paths)
         _cache[ckey] = kern
         return kern
+
+
+def _live_limits(device_index: int, spec: KernelSpec) -> DeviceLimits | None:
+    """The live device's limits; when the driver cannot be asked, the
+    limits every device meets (``PORTABLE_SMEM_BYTES``; one WARNING, only
+    when ``spec`` needs shared memory), else ``None``."""
+    try:
+        return read_device_limits(device_index)
+    except Exception as e:
+        if not spec.smem_bytes:
+            return None
+        log.warning("l2sched: device %d's limits not readable (%s: %s); fitting fill "
+                    "kernel %s to the %d B of shared memory every device allows",
+                    device_index, type(e).__name__, e, spec.shape_text(),
+                    PORTABLE_SMEM_BYTES)
+        return DeviceLimits(PORTABLE_SMEM_BYTES, 1, 0, 0, (0, 0),
+                            source="no driver: the portable limit")
 
 
 def _compile_first(device_index: int, spec: KernelSpec, paths) -> "PrefetchKernel | None":

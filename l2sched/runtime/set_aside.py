@@ -122,6 +122,13 @@ class _Driver:
             self.dev)))
         self.limit = drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 
+    def attribute(self, name: str) -> int:
+        """``cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_<name>)`` of this
+        device."""
+        attr = getattr(self.drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return int(self.ok(self.drv.cuDeviceGetAttribute(attr, self.dev),
+                           f"cuDeviceGetAttribute({name})"))
+
     def ok(self, res, what: str = "driver call"):
         if res[0] != self.drv.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"{what}: {res[0]}")

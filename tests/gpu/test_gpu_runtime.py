@@ -508,3 +508,40 @@ def test_deferred_launch_captures_every_fill_and_replays_bitwise(mode):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(y_static, ref)
+
+
+def test_issue32_live_limits_are_the_devices():
+    """Issue 32: the device limits are read from the GPU (the driver) and
+    agree with torch's device properties; on the lent H200 they are the
+    H200's: 232,448 B opt-in shared memory per block (227 KiB, CUDA C
+    Programming Guide, compute capability 9.0), 132 SMs, L2 62,914,560 B,
+    persisting-L2 maximum 39,321,600 B (the h200 profile). The shipped copy
+    shape compiles and launches with the fitted (here: unchanged) shape."""
+    from l2sched.device import load_device
+    from l2sched.runtime.limits import read_device_limits
+    lim = read_device_limits(0)
+    p = torch.cuda.get_device_properties(0)
+    assert lim.sm_count == p.multi_processor_count
+    assert lim.l2_bytes == p.L2_cache_size
+    assert lim.compute_capability == (p.major, p.minor)
+    optin = getattr(p, "shared_memory_per_block_optin", None)
+    if optin is not None:
+        assert lim.smem_per_block_optin_bytes == optin
+    if p.name == "NVIDIA H200":
+        assert (lim.smem_per_block_optin_bytes, lim.sm_count, lim.l2_bytes,
+                lim.persisting_l2_max_bytes, lim.compute_capability) == \
+            (232_448, 132, 62_914_560, 39_321_600, (9, 0))
+        h = load_device("h200").limits
+        assert (h.smem_per_block_optin_bytes, h.sm_count, h.l2_bytes,
+                h.persisting_l2_max_bytes) == (lim.smem_per_block_optin_bytes,
+                                               lim.sm_count, lim.l2_bytes,
+                                               lim.persisting_l2_max_bytes)
+    fm = load_device("h200").fill_mode("copy")
+    kern = K.get_kernel(0, mode="copy", grid=fm.grid, threads=fm.threads,
+                        chunk=fm.chunk, stages=fm.stages)
+    assert kern is not None, K.disabled_reason()
+    assert kern.spec.smem_bytes <= lim.smem_per_block_optin_bytes
+    x = torch.empty(1 << 22, dtype=torch.uint8, device="cuda")
+    tab = torch.tensor([[x.data_ptr(), x.numel()]], dtype=torch.int64, device="cuda")
+    kern.launch(tab.data_ptr(), 0, 1, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
