@@ -89,16 +89,14 @@ def main(argv=None) -> int:
     meta = {"date": date, "python": platform.python_version(), "cpus": os.cpu_count(),
             "repeat": args.repeat, "patterns": args.patterns, "windows": args.windows,
             "command": "python benchmarks/floods.py " + " ".join(argv or sys.argv[1:])}
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"floods-{date}")
-    with open(base + ".json", "w", encoding="utf-8") as f:
-        json.dump({**meta, "rows": rows}, f, indent=1)
-        f.write("\n")
-    with open(base + ".md", "w", encoding="utf-8") as f:
-        f.write(f"# Error floods, {date}\n\n`{meta['command'].strip()}` on "
-                f"{meta['cpus']} CPUs, Python {meta['python']}: whole-process wall "
-                f"time, median of {args.repeat}; output = stdout + stderr bytes "
-                f"(human).\n\n{text}\n")
+    md = (f"# Error floods, {date}\n\n`{meta['command'].strip()}` on {meta['cpus']} "
+          f"CPUs, Python {meta['python']}: whole-process wall time, median of "
+          f"{args.repeat}; output = stdout + stderr bytes (human).\n\n{text}\n")
+    base = Path(args.out) / f"floods-{date}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1)
+                                         + "\n", encoding="utf-8")
+    base.with_suffix(".md").write_text(md, encoding="utf-8")
     print(f"wrote {base}.json and {base}.md", file=sys.stderr)
     return 0
 
