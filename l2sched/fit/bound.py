@@ -22,7 +22,8 @@ The bound is "measured" only as far as the spreads are: ``BoundInfo`` lists
 which numbers came from ``[measured]`` and which got the fixed pessimism, and
 the fitted schedule's header says so.
 
-Noise floor (``noise_floor_us``): the A/A floors of the out-of-sample
+Noise floor (``noise_floor_us``, defined in ``l2sched.lint.noise`` and
+shared with the lint's L2S110 and the vLLM plugin's gate): the A/A floors of the out-of-sample
 validation run on the lent H200, ``benchmarks/results/h200-2026-12-01-
 validation-2.md`` ("Noise floor per M from the A/A arm (90th percentile of
 |A/A gain| over resampled rounds): M=1: 3.9 us, M=4: 17.2 us, M=16: 17.3 us,
@@ -34,14 +35,15 @@ Units: microseconds (us), bytes (B), GB/s = 10^9 B/s.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
-#: A/A noise floors (us) per decode-token count M, measured on one H200
-#: (benchmarks/results/h200-2026-12-01-validation-2.md, "Noise floor per M").
-AA_NOISE_FLOOR_US = {1: 3.9, 4: 17.2, 16: 17.3, 64: 31.1}
-#: Where ``AA_NOISE_FLOOR_US`` comes from (quoted in the fitted header).
-AA_NOISE_FLOOR_SOURCE = "benchmarks/results/h200-2026-12-01-validation-2.md"
+# the noise floor lives with the lint (its L2S110 and the vLLM plugin's gate
+# judge a predicted loss with the same floor); re-exported here
+from l2sched.lint.noise import (  # noqa: F401
+    AA_NOISE_FLOOR_SOURCE,
+    AA_NOISE_FLOOR_US,
+    noise_floor_us,
+)
 
 #: Numbers whose pessimistic direction for a prefetch gain is known:
 #: ``[measured]`` key (``MODE`` = every fill kernel) -> (direction,
@@ -207,14 +209,3 @@ def profile_variants(device) -> tuple[list[Variant], BoundInfo]:
     if any(_spread(device, k) is not None for k in AMBIGUOUS):
         out.append(Variant("high", pessimistic_profile(device, "high")[0]))
     return out, info
-
-
-def noise_floor_us(tokens: int, floors: dict[int, float] | None = None) -> float:
-    """The noise floor (us) at ``tokens`` decode tokens: ``floors`` (default
-    ``AA_NOISE_FLOOR_US``) at that M, else at the measured M nearest in
-    log(M) (the smaller M on a tie)."""
-    table = floors or AA_NOISE_FLOOR_US
-    if tokens in table:
-        return table[tokens]
-    best = min(table, key=lambda m: (abs(math.log(m) - math.log(tokens)), m))
-    return table[best]

@@ -1,7 +1,7 @@
 """The lint rules: a registry of rule families, like ruff's.
 
 Each family module (``targets``, ``modes``, ``timing``, ``size``,
-``left_over``) holds, per rule code, its ``Rule`` record (name, severity,
+``gain``, ``left_over``) holds, per rule code, its ``Rule`` record (name, severity,
 the documentation ``docs/lint.md`` prints: what, why, example, fix) and one
 ``check(run)`` that returns the family's ``Finding``s for a ``LintRun``.
 ``RULES`` maps every code to its ``Rule``; ``check_all`` runs the families
@@ -13,7 +13,7 @@ pattern that named a tensor).
 
 from __future__ import annotations
 
-from l2sched.lint.rules import left_over, modes, size, targets, timing
+from l2sched.lint.rules import gain, left_over, modes, size, targets, timing
 from l2sched.lint.rules.base import (
     REGISTRY,
     Finding,
@@ -36,7 +36,7 @@ INPUT_ERROR = Rule(
     fix=("run `l2sched check` on the file and fix what it reports."))
 
 #: Rule families in the order their checks run.
-FAMILIES = (targets, modes, timing, size, left_over)
+FAMILIES = (targets, modes, timing, size, gain, left_over)
 
 #: code -> ``Rule``, sorted by code.
 RULES: dict[str, Rule] = dict(sorted(REGISTRY.items()))
@@ -53,7 +53,7 @@ def check_all(run) -> list[Finding]:
 
 def code_ranges() -> str:
     """The rule codes as runs of one family each: ``L2S000-L2S006,
-    L2S101-L2S108, L2S201`` (what ``--select``/``--ignore`` can start
+    L2S101-L2S110, L2S201`` (what ``--select``/``--ignore`` can start
     with)."""
     families: dict[str, list[str]] = {}
     for code in RULES:
