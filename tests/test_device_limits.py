@@ -20,6 +20,7 @@ from l2sched.device import DEVICES_DIR, load_device
 from l2sched.device.limits import DeviceLimits
 from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.runtime import kernel as K
+from l2sched.runtime import set_aside
 from l2sched.runtime import limits as RL
 from l2sched.runtime.fill_kernels import BARRIER_BYTES
 
@@ -74,14 +75,11 @@ def live(monkeypatch):
     compiled = []
 
     def install(lim: DeviceLimits):
-        cuda = types.ModuleType("cuda")
-        bindings = types.ModuleType("cuda.bindings")
         drv = FakeDriver(lim)
-        bindings.driver = drv
-        cuda.bindings = bindings
-        monkeypatch.setitem(sys.modules, "cuda", cuda)
-        monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
-        monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+        # the driver through set_aside's accessor, not sys.modules: a module
+        # imported meanwhile (tvm_ffi) would keep a fake cuda.bindings.driver
+        monkeypatch.setattr(set_aside, "_driver", lambda: drv)
+        monkeypatch.setattr(K, "_ffi_available", lambda: False)
         monkeypatch.setitem(sys.modules, "cutlass", types.ModuleType("cutlass"))
         monkeypatch.setitem(sys.modules, "cutlass.cute", types.ModuleType("cutlass.cute"))
         monkeypatch.setattr(K, "device_supported", lambda i=0: (True, ""))

@@ -234,132 +234,185 @@ def _is_device_file(name: str) -> bool:
 
 def _model_problems(rep: _Reporter, d: Mapping, model_config) -> None:
     """The plan's values against its model, device names and itself."""
-    def get(path: JsonPath, typ):
-        cur: Any = d
+    check = _ModelCheck(rep, d, model_config)
+    overlaps: dict = defaultdict(list)  # (layer, tensor) -> [(start, end, path)]
+    seen: dict = {}
+    for k, issue in enumerate(_list(d, "issues")):
+        if isinstance(issue, dict):
+            check.issue(("issues", k), issue, seen, overlaps)
+    _twice_fetched(rep, overlaps)
+    for k, lo in enumerate(_list(d, "left_over")):
+        if isinstance(lo, dict):
+            check.left_over(("left_over", k))
+    for k, e in enumerate(_list(d, "empty")):
+        base = ("empty", k)
+        if isinstance(e, dict):
+            _bad_layer(rep, base + ("layer",), check.get(base + ("layer",), int), check.count)
+            check.hook(base + ("hook",))
+
+
+class _ModelCheck:
+    """What ``_model_problems`` checks a plan against: its model adapter,
+    the inventory of its model at its TP layout (None when the model has no
+    embedded config, or the plan's layer count is another model's), the
+    layer count, the hook catalogue; the header's problems are reported
+    when it is made."""
+
+    def __init__(self, rep: _Reporter, d: Mapping, model_config):
+        self.rep, self.d = rep, d
+        get = self.get
+        model = get(("model",), str)
+        if model is not None and model not in adapter_names():
+            rep.error(("model",), f"unknown model adapter '{model}'"
+                      f"{suggest(model, adapter_names())} (adapters: "
+                      f"{', '.join(adapter_names())})")
+            model = None
+        device = get(("device",), str)
+        if device is not None and device not in device_names() and \
+                not _is_device_file(device):
+            rep.error(("device",), f"unknown device profile '{device}'"
+                      f"{suggest(device, device_names())} (shipped: "
+                      f"{', '.join(device_names())}, or a .toml file)")
+        tp, rank, ep = get(("tp",), int), get(("tp_rank",), int), get(("ep",), bool)
+        if tp is not None and rank is not None and rank >= tp:
+            rep.error(("tp_rank",), f"TP rank {rank} is outside 0..{tp - 1} (tp is {tp})")
+            rank = None
+        self.model, self.tp = model, tp
+        self.inventory = None
+        if model is not None and tp is not None and rank is not None and ep is not None:
+            try:
+                config = model_config if model_config is not None else default_config(model)
+                self.inventory = analytical_inventory(config, tp=tp, ep=ep, tp_rank=rank,
+                                                      adapter=model)
+            except TPSplitError as e:
+                rep.error(("tp",), f"the model cannot run at tp {tp}: {e.reason}")
+            except (L2sError, KeyError, ValueError, OSError):
+                pass  # no embedded config for this model: its tensors are not checked
+        inv = self.inventory
+        count = len(inv.layers) if inv is not None else None
+        num_layers = get(("num_layers",), int)
+        if count is not None and num_layers is not None and num_layers != count:
+            rep.error(("num_layers",), f"{model} ({inv.model_name}) has {count} "
+                      f"decoder layers, not {num_layers}",
+                      notes=("a plan compiled with --model-config is read with the same "
+                             "--model-config",))
+            self.inventory = None  # its layers and tensors are another model's
+            count = None
+        self.count = num_layers if count is None else count
+        self.hooks = get_adapter(model).HOOKS_BY_NAME if model is not None else None
+
+    def get(self, path: JsonPath, typ):
+        """The value at ``path`` when it is there, of type ``typ`` and not
+        already reported by the schema check; else None."""
+        cur: Any = self.d
         for p in path:
             try:
                 cur = cur[p]
             except (KeyError, IndexError, TypeError):
                 return None
-        if not rep.ok(path) or not isinstance(cur, typ) or (
+        if not self.rep.ok(path) or not isinstance(cur, typ) or (
                 typ is int and isinstance(cur, bool)):
             return None
         return cur
 
-    model = get(("model",), str)
-    if model is not None and model not in adapter_names():
-        rep.error(("model",), f"unknown model adapter '{model}'"
-                  f"{suggest(model, adapter_names())} (adapters: "
-                  f"{', '.join(adapter_names())})")
-        model = None
-    device = get(("device",), str)
-    if device is not None and device not in device_names() and not _is_device_file(device):
-        rep.error(("device",), f"unknown device profile '{device}'"
-                  f"{suggest(device, device_names())} (shipped: "
-                  f"{', '.join(device_names())}, or a .toml file)")
-    tp, rank, ep = get(("tp",), int), get(("tp_rank",), int), get(("ep",), bool)
-    if tp is not None and rank is not None and rank >= tp:
-        rep.error(("tp_rank",), f"TP rank {rank} is outside 0..{tp - 1} (tp is {tp})")
-        rank = None
-    inventory = None
-    if model is not None and tp is not None and rank is not None and ep is not None:
-        try:
-            config = model_config if model_config is not None else default_config(model)
-            inventory = analytical_inventory(config, tp=tp, ep=ep, tp_rank=rank,
-                                             adapter=model)
-        except TPSplitError as e:
-            rep.error(("tp",), f"the model cannot run at tp {tp}: {e.reason}")
-        except (L2sError, KeyError, ValueError, OSError):
-            pass  # no embedded config for this model: its tensors are not checked
-    count = len(inventory.layers) if inventory is not None else None
-    num_layers = get(("num_layers",), int)
-    if count is not None and num_layers is not None and num_layers != count:
-        rep.error(("num_layers",), f"{model} ({inventory.model_name}) has {count} "
-                  f"decoder layers, not {num_layers}",
-                  notes=("a plan compiled with --model-config is read with the same "
-                         "--model-config",))
-        inventory = None  # its layers and tensors are another model's: not checked
-        count = None
-    if count is None:
-        count = num_layers
-    hooks = get_adapter(model).HOOKS_BY_NAME if model is not None else None
+    def hook(self, path: JsonPath) -> None:
+        """A hook point name at ``path`` must be in the model's catalogue."""
+        hook = self.get(path, str)
+        if self.hooks is not None and hook is not None and hook not in self.hooks:
+            self.rep.error(path, f"unknown hook point '{hook}' of {self.model}"
+                           f"{suggest(hook, self.hooks)}")
 
-    def check_hook(path: JsonPath) -> None:
-        hook = get(path, str)
-        if hooks is not None and hook is not None and hook not in hooks:
-            rep.error(path, f"unknown hook point '{hook}' of {model}"
-                      f"{suggest(hook, hooks)}")
-
-    def entry_of(path: JsonPath, layer_path: JsonPath):
+    def entry(self, path: JsonPath, layer_path: JsonPath):
         """The inventory entry a ``tensor`` at ``path`` names, or None."""
-        layer, tensor = get(layer_path, int), get(path, str)
-        if inventory is None or layer is None or tensor is None or layer >= count:
+        layer, tensor = self.get(layer_path, int), self.get(path, str)
+        inv = self.inventory
+        if inv is None or layer is None or tensor is None or layer >= self.count:
             return None
         try:
-            return inventory.tensor(layer, tensor)
+            return inv.tensor(layer, tensor)
         except KeyError:
-            names = [t.path for t in inventory.tensors(layer)]
-            rep.error(path, f"no tensor '{tensor}' in layer {layer} "
-                      f"({inventory.kinds[layer]}) of {model} at TP{tp}"
-                      f"{suggest(tensor, names)}")
+            names = [t.path for t in inv.tensors(layer)]
+            self.rep.error(path, f"no tensor '{tensor}' in layer {layer} "
+                           f"({inv.kinds[layer]}) of {self.model} at TP{self.tp}"
+                           f"{suggest(tensor, names)}")
             return None
 
-    seen: dict = {}
-    fetched: dict = defaultdict(list)  # (layer, tensor) -> [(start, end, path)]
-    for k, issue in enumerate(_list(d, "issues")):
-        base = ("issues", k)
-        if not isinstance(issue, dict):
-            continue
+    def issue(self, base: JsonPath, issue: dict, seen: dict, fetched: dict) -> None:
+        """One issue: its layer and hook, a repeat of an earlier one, each
+        range (``range``), its bytes against its budget."""
+        rep, get = self.rep, self.get
         layer = get(base + ("layer",), int)
-        _bad_layer(rep, base + ("layer",), layer, count)
-        check_hook(base + ("hook",))
+        _bad_layer(rep, base + ("layer",), layer, self.count)
+        self.hook(base + ("hook",))
         key = (get(base + ("window",), str), layer, get(base + ("hook",), str))
         if None not in key and key in seen:
             rep.error(base, f"duplicates issues[{seen[key]}]: window '{key[0]}' is "
                       f"issued at {key[2]} of layer {layer} twice")
         if None not in key:
-            seen.setdefault(key, k)
+            seen.setdefault(key, base[1])
         total = 0
         for j, r in enumerate(_list(issue, "ranges")):
-            rp = base + ("ranges", j)
-            if not isinstance(r, dict):
-                continue
-            rl = get(rp + ("layer",), int)
-            if _bad_layer(rep, rp + ("layer",), rl, count):
-                continue
-            if (layer is not None and rl is not None and count
-                    and rl not in (layer, (layer + 1) % count)):
-                rep.error(rp + ("layer",), f"a fill issued in layer {layer} fetches "
-                          f"tensors of layer {layer} or {(layer + 1) % count}, not {rl}")
-            off, nb = get(rp + ("offset",), int), get(rp + ("nbytes",), int)
-            lazy = get(rp + ("lazy",), bool) or False
-            if nb == 0:
-                rep.error(rp + ("nbytes",), "a range of 0 B (a fill range holds at "
-                          "least 1 byte)")
-            elif nb == -1 and not lazy:
-                rep.error(rp + ("nbytes",), "-1 (the whole tensor) is only for a lazy "
-                          "range (\"lazy\": true)")
-            entry = entry_of(rp + ("tensor",), rp + ("layer",))
-            if entry is None or off is None or nb is None:
-                continue
-            if lazy and not entry.lazy:
-                rep.error(rp + ("lazy",), f"'{entry.path}' is not a lazy tensor (it "
-                          f"exists before the first forward)")
-            size = entry.nbytes
-            if off >= size:
-                rep.error(rp + ("offset",), f"offset {off:,} is past the end of "
-                          f"'{entry.path}' ({size:,} B per rank at TP{tp})")
-            elif nb > 0 and off + nb > size:
-                rep.error(rp + ("nbytes",), f"offset {off:,} + nbytes {nb:,} runs past "
-                          f"the end of '{entry.path}' ({size:,} B per rank at TP{tp})")
-            else:
-                end = size if nb == -1 else off + nb
-                fetched[(rl, entry.path)].append((off, end, rp))
-                total += max(nb, 0)
+            if isinstance(r, dict):
+                total += self.range(base + ("ranges", j), layer, fetched)
         budget = get(base + ("budget",), int)
         if budget is not None and total > budget and rep.ok(base + ("ranges",)):
             rep.error(base + ("budget",), f"the fill fetches {total:,} B, more than "
                       f"its budget of {budget:,} B")
+
+    def range(self, rp: JsonPath, layer, fetched: dict) -> int:
+        """One byte range of an issue fired in ``layer``; its span goes into
+        ``fetched``. Returns its bytes counted against the budget."""
+        rep, get, count, tp = self.rep, self.get, self.count, self.tp
+        rl = get(rp + ("layer",), int)
+        if _bad_layer(rep, rp + ("layer",), rl, count):
+            return 0
+        if (layer is not None and rl is not None and count
+                and rl not in (layer, (layer + 1) % count)):
+            rep.error(rp + ("layer",), f"a fill issued in layer {layer} fetches "
+                      f"tensors of layer {layer} or {(layer + 1) % count}, not {rl}")
+        off, nb = get(rp + ("offset",), int), get(rp + ("nbytes",), int)
+        lazy = get(rp + ("lazy",), bool) or False
+        if nb == 0:
+            rep.error(rp + ("nbytes",), "a range of 0 B (a fill range holds at "
+                      "least 1 byte)")
+        elif nb == -1 and not lazy:
+            rep.error(rp + ("nbytes",), "-1 (the whole tensor) is only for a lazy "
+                      "range (\"lazy\": true)")
+        entry = self.entry(rp + ("tensor",), rp + ("layer",))
+        if entry is None or off is None or nb is None:
+            return 0
+        if lazy and not entry.lazy:
+            rep.error(rp + ("lazy",), f"'{entry.path}' is not a lazy tensor (it "
+                      f"exists before the first forward)")
+        size = entry.nbytes
+        if off >= size:
+            rep.error(rp + ("offset",), f"offset {off:,} is past the end of "
+                      f"'{entry.path}' ({size:,} B per rank at TP{tp})")
+        elif nb > 0 and off + nb > size:
+            rep.error(rp + ("nbytes",), f"offset {off:,} + nbytes {nb:,} runs past "
+                      f"the end of '{entry.path}' ({size:,} B per rank at TP{tp})")
+        else:
+            fetched[(rl, entry.path)].append((off, size if nb == -1 else off + nb, rp))
+            return max(nb, 0)
+        return 0
+
+    def left_over(self, base: JsonPath) -> None:
+        """One left-over entry: its layers and its bytes against the tensor."""
+        rep, get = self.rep, self.get
+        if _bad_layer(rep, base + ("layer",), get(base + ("layer",), int), self.count):
+            return
+        fired = get(base + ("fired_in",), int)
+        if fired is not None and fired >= 0:
+            _bad_layer(rep, base + ("fired_in",), fired, self.count)
+        entry = self.entry(base + ("tensor",), base + ("layer",))
+        nb = get(base + ("nbytes",), int)
+        if entry is not None and nb is not None and nb > entry.nbytes:
+            rep.error(base + ("nbytes",), f"{nb:,} B is more than '{entry.path}' holds "
+                      f"({entry.nbytes:,} B per rank at TP{self.tp})")
+
+
+def _twice_fetched(rep: _Reporter, fetched: dict) -> None:
+    """Bytes of one tensor fetched by two ranges of one step."""
     for (rl, tensor), spans in fetched.items():
         spans.sort()
         reach, owner = -1, None
@@ -370,25 +423,6 @@ def _model_problems(rep: _Reporter, d: Mapping, model_config) -> None:
                           f"(also by {path_text(owner)})")
             if end > reach:
                 reach, owner = end, rp
-    for k, lo in enumerate(_list(d, "left_over")):
-        base = ("left_over", k)
-        if not isinstance(lo, dict):
-            continue
-        if _bad_layer(rep, base + ("layer",), get(base + ("layer",), int), count):
-            continue
-        fired = get(base + ("fired_in",), int)
-        if fired is not None and fired >= 0:
-            _bad_layer(rep, base + ("fired_in",), fired, count)
-        entry = entry_of(base + ("tensor",), base + ("layer",))
-        nb = get(base + ("nbytes",), int)
-        if entry is not None and nb is not None and nb > entry.nbytes:
-            rep.error(base + ("nbytes",), f"{nb:,} B is more than '{entry.path}' holds "
-                      f"({entry.nbytes:,} B per rank at TP{tp})")
-    for k, e in enumerate(_list(d, "empty")):
-        base = ("empty", k)
-        if isinstance(e, dict):
-            _bad_layer(rep, base + ("layer",), get(base + ("layer",), int), count)
-            check_hook(base + ("hook",))
 
 
 def check_plan_text(text: str, path: str = "<plan>", model_config=None) -> dict:

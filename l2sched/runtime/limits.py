@@ -3,7 +3,7 @@ driver (``cuda.bindings.driver.cuDeviceGetAttribute``, through the same
 driver wrapper as the persisting-L2 set-aside, ``runtime.set_aside``) when
 fill kernels are chosen and built (``runtime.kernel.get_kernel``) and when
 ``l2sched profile`` records them. Read once per device and process; nothing
-is imported at module import (tests put a fake driver in ``sys.modules``).
+is imported at module import (tests hand ``set_aside`` a fake driver).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from l2sched.device.limits import DeviceLimits
-from l2sched.runtime.set_aside import _Driver
+from l2sched.runtime.set_aside import DeviceDriver
 
 _lock = threading.Lock()
 _cache: dict[int, DeviceLimits] = {}
@@ -25,7 +25,7 @@ def read_device_limits(device_index: int = 0) -> DeviceLimits:
         got = _cache.get(device_index)
         if got is not None:
             return got
-        d = _Driver(device_index)
+        d = DeviceDriver(device_index)
         got = DeviceLimits(
             smem_per_block_optin_bytes=d.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
             sm_count=d.attribute("MULTIPROCESSOR_COUNT"),

@@ -110,8 +110,11 @@ def _capturing() -> bool:
         return False
 
 
-class _Driver:
-    """The driver calls, on device ``index``'s primary context."""
+class DeviceDriver:
+    """The CUDA driver calls l2sched makes, on device ``index``'s primary
+    context (``cuda.bindings.driver``, imported on first use): the
+    persisting-L2 limit (``max``, bytes) and device attributes
+    (``attribute``). Raises ``RuntimeError`` naming a failed call."""
 
     def __init__(self, index: int):
         self.drv = drv = _driver()
@@ -187,7 +190,7 @@ def apply_set_aside(device_index: int, nbytes: int, owner: str = DEFAULT_OWNER,
     with _lock:
         dev = _ledger.get(device_index)
         try:
-            d = _Driver(device_index)
+            d = DeviceDriver(device_index)
             if dev is None:
                 dev = _Device(previous=d.get())
                 dev.in_force = dev.previous
@@ -234,7 +237,7 @@ def release_set_aside(device_index: int, owner: str = DEFAULT_OWNER, *,
             return None
         rest = {o: v for o, v in dev.requests.items() if o != owner}
         try:
-            d = _Driver(device_index)
+            d = DeviceDriver(device_index)
             top = _largest(rest.values())
             want = (d.max if top < 0 else min(top, d.max)) if rest else dev.previous
             got = dev.in_force if want == dev.in_force else d.set(want)
@@ -261,7 +264,7 @@ def reset_persisting_lines(device_index: int) -> bool:
     otherwise stay protected for whatever runs next. Returns whether the
     driver did it; never raises (a refusal is one log line)."""
     try:
-        d = _Driver(device_index)
+        d = DeviceDriver(device_index)
         d._in_context(lambda: d.ok(d.drv.cuCtxResetPersistingL2Cache(),
                                    "cuCtxResetPersistingL2Cache"))
     except Exception as e:
