@@ -17,6 +17,8 @@ Units: bytes (B), microseconds (us), GB/s = 10^9 B/s.
 
 from __future__ import annotations
 
+from l2sched.runtime.kernel import KernelSpec, fit_spec
+
 #: Margin over a hook's idle-window bytes (see the module docstring).
 CAP_MARGIN = 1.25
 
@@ -69,3 +71,25 @@ def fire_time(timing, pos: int, ops, position: float) -> float:
     if j < 0:
         return timing[f"{pos}:{ops[0].name}"].start
     return timing[f"{pos}:{ops[j].name}"].finish
+
+
+def fitting_kernels(device) -> tuple[list[str], dict[str, str]]:
+    """The fill kernels of ``device`` (a ``DeviceProfile``) whose launch
+    shape (``[fill.MODE]``) fits the GPU's limits as the profile gives them
+    (``DeviceProfile.limits``; every kernel when it gives none), sorted, and
+    ``mode -> why not`` for the others. A shape that does not fit would be
+    fitted to another shape on that GPU (``runtime.kernel.fit_spec``), and
+    the profile's numbers are not that shape's, so the fit does not propose
+    it."""
+    limits = device.limits
+    ok: list[str] = []
+    why: dict[str, str] = {}
+    for mode, fm in sorted(device.fill_modes.items()):
+        spec = KernelSpec(mode, fm.grid, fm.threads, fm.chunk, fm.stages)
+        if limits is None or fit_spec(spec, limits) == spec:
+            ok.append(mode)
+            continue
+        why[mode] = (f"its shape {spec.shape_text()} does not fit the "
+                     f"{limits.smem_per_block_optin_bytes:,} B of shared memory per "
+                     f"block of device profile {device.name}")
+    return ok, why

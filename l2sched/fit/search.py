@@ -20,7 +20,7 @@ order, a local search, and the final judgement on the full model.
    chain); moving a chain's start by one group; the cache policy, the
    set-aside (0 / max) and the fill kernel (unless ``--kernel`` fixes it;
    only the kernels whose profile shape fits the profile's device limits,
-   ``fitting_kernels``).
+   ``caps.fitting_kernels``).
    The best improving change is taken, for at most ``rounds`` rounds.
 4. **Final.** The ``finalists`` best distinct candidates are linted on the
    full model with every profile variant; the best whose lower bound is
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, noise_floor_us, profile_variants
-from l2sched.fit.caps import hook_caps
+from l2sched.fit.caps import fitting_kernels, hook_caps
 from l2sched.fit.pool import BatchEvaluator
 from l2sched.fit.space import (
     BUDGET_STEP,
@@ -57,34 +57,11 @@ from l2sched.fit.space import (
 from l2sched.lang.formatter import format_file
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
-from l2sched.runtime.kernel import KernelSpec, fit_spec
 
 #: Smallest budget a window gets (B): 1 MB.
 MIN_BUDGET = 1_000_000
 #: Improvements below this (us) are ties.
 EPS_US = 1e-6
-
-
-def fitting_kernels(device) -> tuple[list[str], dict[str, str]]:
-    """The fill kernels of ``device`` (a ``DeviceProfile``) whose launch
-    shape (``[fill.MODE]``) fits the GPU's limits as the profile gives them
-    (``DeviceProfile.limits``; every kernel when it gives none), sorted, and
-    ``mode -> why not`` for the others. A shape that does not fit would be
-    fitted to another shape on that GPU (``runtime.kernel.fit_spec``), and
-    the profile's numbers are not that shape's, so the fit does not propose
-    it."""
-    limits = device.limits
-    ok: list[str] = []
-    why: dict[str, str] = {}
-    for mode, fm in sorted(device.fill_modes.items()):
-        spec = KernelSpec(mode, fm.grid, fm.threads, fm.chunk, fm.stages)
-        if limits is None or fit_spec(spec, limits) == spec:
-            ok.append(mode)
-            continue
-        why[mode] = (f"its shape {spec.shape_text()} does not fit the "
-                     f"{limits.smem_per_block_optin_bytes:,} B of shared memory per "
-                     f"block of device profile {device.name}")
-    return ok, why
 
 
 @dataclass(frozen=True)
