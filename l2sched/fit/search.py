@@ -19,9 +19,8 @@ order, a local search, and the final judgement on the full model.
    up or down by each of ``steps``; dropping a window (and the rest of its
    chain); moving a chain's start by one group; the cache policy, the
    set-aside (0 / max) and the fill kernel (unless ``--kernel`` fixes it;
-   only the kernels whose profile shape fits the profile's device limits,
-   ``caps.fitting_kernels``).
-   The best improving change is taken, for at most ``rounds`` rounds.
+   only kernels whose shape fits the device, ``caps.fitting_kernels``). The
+   best improving change is taken, for at most ``rounds`` rounds.
 4. **Final.** The ``finalists`` best distinct candidates are linted on the
    full model with every profile variant; the best whose lower bound is
    feasible everywhere wins, unless its objective does not beat the noise
@@ -43,17 +42,8 @@ from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, noise_floor_us, profile_variants
 from l2sched.fit.caps import fitting_kernels, hook_caps
 from l2sched.fit.pool import BatchEvaluator
-from l2sched.fit.space import (
-    BUDGET_STEP,
-    MIN_GAP_US,
-    STREAMING_CLASSES,
-    Candidate,
-    Chain,
-    Link,
-    build_streams,
-    candidate_tree,
-    chain_valid,
-)
+from l2sched.fit.space import (BUDGET_STEP, MIN_GAP_US, STREAMING_CLASSES, Candidate,
+                                Chain, Link, build_streams, candidate_tree, chain_valid)
 from l2sched.lang.formatter import format_file
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
