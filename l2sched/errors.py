@@ -246,7 +246,10 @@ class L2sPluginError(L2sError):
     """A reason for the vLLM plugin to leave prefetch off on one TP rank,
     logged as one line: ``what`` is the short reason (``bad configuration``,
     ``unsupported hardware``, ``install failed``, ...), ``detail`` the
-    specifics (may be empty)."""
+    specifics (may be empty); ``level``: the line's log level (40, ERROR;
+    ``vllm.loss_gate.PredictedLoss``: WARNING, nothing failed)."""
+
+    level = 40
 
     def __init__(self, what: str, detail: str = ""):
         super().__init__(f"{what}: {detail}" if detail else what)

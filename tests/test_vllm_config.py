@@ -62,7 +62,7 @@ def test_item14_schema_is_a_json_schema_with_every_key():
 
     jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
     assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
-                                                "device"}
+                                                "device", "on_predicted_loss"}
     assert CONFIG_SCHEMA["additionalProperties"] is False
 
 
@@ -186,3 +186,32 @@ def test_item15_commas_between_overrides_get_a_clear_error():
     err = _bad(None, {"L2SCHED_SCHEDULE": "x.l2s",
                       "L2SCHED_SET": "window.B.budget=25MB,window.C.budget=7.5MB"})
     assert "L2SCHED_SET" in err.detail and "';'" in err.detail, err.detail
+
+
+def test_issue31_capture_sizes():
+    import types
+
+    from l2sched.vllm.loss_gate import MAX_SIZES, capture_sizes
+
+    def cfg(sizes):
+        return types.SimpleNamespace(compilation_config=types.SimpleNamespace(
+            cudagraph_capture_sizes=sizes))
+
+    assert capture_sizes(None, 256) == (1, 4, 16, 64)  # the measured floors' M
+    assert capture_sizes(cfg([]), 8) == (1, 4)
+    assert capture_sizes(cfg([4, 1, 2, 2, 512]), 256) == (1, 2, 4)
+    many = capture_sizes(cfg([1, 2, 4] + list(range(8, 513, 8))), 256)
+    assert len(many) <= MAX_SIZES and many[:5] == (1, 2, 4, 8, 16)
+    assert many[-1] == 256
+
+
+def test_issue31_on_predicted_loss_setting():
+    section = {"schedule": "x.l2s"}
+    assert read_config({"l2sched": section}, {}).on_predicted_loss == "off"
+    got = read_config({"l2sched": dict(section, on_predicted_loss="warn")}, {})
+    assert got.on_predicted_loss == "warn"
+    env = {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_ON_PREDICTED_LOSS": "warn"}
+    assert read_config(None, env).on_predicted_loss == "warn"
+    for bad in ({"l2sched": dict(section, on_predicted_loss="error")}, None):
+        with pytest.raises(L2sPluginError, match="on_predicted_loss|ON_PREDICTED_LOSS"):
+            read_config(bad, dict(env, L2SCHED_ON_PREDICTED_LOSS="error"))

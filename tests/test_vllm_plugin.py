@@ -273,6 +273,19 @@ def _reload_scenario(model, cfg, records, base):
     return out
 
 
+def _loss_lint(schedule, inventory, **kw):
+    """A stand-in ``run_lint``: the real lint, plus an L2S110 finding (23.4
+    us predicted loss) at M=4."""
+    from l2sched.lint import run_lint
+    from l2sched.lint.rules.base import Finding
+
+    run = run_lint(schedule, inventory, **kw)
+    if kw.get("tokens") == 4:
+        run.findings.append(Finding("L2S110", "stand-in predicted loss", None,
+                                    {"tokens": 4, "loss_us": 23.4}))
+    return run
+
+
 def _rank_scenario(ctx):
     """Runs in each rank process (see the module docstring)."""
     import tempfile
@@ -413,6 +426,29 @@ def _rank_scenario(ctx):
             vllm_plugin.run_lint = real_lint
         out["lint_warn"] = {"installed": len(vllm_plugin.INSTALLED),
                             "records": list(records)}
+        for inst in vllm_plugin.INSTALLED:
+            inst.remove()
+        vllm_plugin.INSTALLED.clear()
+        # issue 31: a plan predicted slower at a captured M (a stand-in lint
+        # reporting L2S110 at M=4) is refused with one line; warn installs
+        out["loss"] = {}
+        for mode in ("off", "warn"):
+            vllm_plugin.run_lint = _loss_lint
+            try:
+                section = dict(PLUGIN_SECTION)
+                if mode == "warn":
+                    section["on_predicted_loss"] = "warn"
+                cfg.additional_config = {"l2sched": section}
+                records.clear()
+                loader_utils.process_weights_after_loading(
+                    model, cfg.model_config, torch.device("cpu"))
+            finally:
+                vllm_plugin.run_lint = real_lint
+            out["loss"][mode] = {"installed": len(vllm_plugin.INSTALLED),
+                                 "records": list(records)}
+            for inst in vllm_plugin.INSTALLED:
+                inst.remove()
+            vllm_plugin.INSTALLED.clear()
         for inst in vllm_plugin.INSTALLED:
             inst.remove()
         vllm_plugin.INSTALLED.clear()
@@ -648,3 +684,39 @@ def test_read_config_sources():
         "y.l2s", ("tp=2",), "dry-run", "additional-config")
     with pytest.raises(L2sPluginError):
         read_config({"l2sched": {"set": {}}}, {})
+
+
+def test_issue31_predicted_loss_keeps_prefetch_off(ranks):
+    """A plan the lint predicts slower at a captured M (L2S110) is not
+    installed: one WARNING line per rank in the issue's form."""
+    for r in ranks:
+        got = r["loss"]["off"]
+        assert got["installed"] == 0, got["records"]
+        off = [x for x in got["records"] if "prefetch OFF" in x]
+        assert off == [f"WARNING l2sched: TP rank {r['rank']}/2: prefetch OFF: "
+                       "predicted slower at M=4 by 23 us (lower bound); "
+                       "on_predicted_loss=warn installs anyway"], got["records"]
+        assert not [x for x in got["records"] if " installed, backend" in x]
+
+
+def test_issue31_on_predicted_loss_warn_installs(ranks):
+    for r in ranks:
+        got = r["loss"]["warn"]
+        assert got["installed"] == 1, got["records"]
+        warn = [x for x in got["records"] if "predicted slower" in x
+                and x.startswith("WARNING")]
+        assert warn == [f"WARNING l2sched: TP rank {r['rank']}/2: predicted slower at "
+                        "M=4 by 23 us (lower bound); installing anyway "
+                        "(on_predicted_loss=warn)"], got["records"]
+        summary = [x for x in got["records"] if " installed, backend" in x]
+        assert len(summary) == 1 and "overridden: on_predicted_loss warn" in summary[0]
+        assert not [x for x in got["records"] if "prefetch OFF" in x]
+
+
+def test_issue31_plan_predicted_faster_installs(ranks):
+    """The real lint predicts the tiny model's plan faster at every M: the
+    default gate installs it (the activation above) without a loss line."""
+    for r in ranks:
+        assert not [x for x in r["activation_log"] if "predicted slower" in x]
+        assert [x for x in r["activation_log"] if " installed, backend" in x]
+

@@ -25,6 +25,7 @@ from l2sched.errors import L2sPluginError, suggest
 ENV_SCHEDULE, ENV_SET = "L2SCHED_SCHEDULE", "L2SCHED_SET"
 ENV_BACKEND, ENV_LINT = "L2SCHED_BACKEND", "L2SCHED_LINT"
 ENV_DEVICE = "L2SCHED_DEVICE"
+ENV_ON_PREDICTED_LOSS = "L2SCHED_ON_PREDICTED_LOSS"
 
 #: Runtime backends the plugin offers.
 BACKENDS = ("cuda", "dry-run")
@@ -32,6 +33,10 @@ BACKENDS = ("cuda", "dry-run")
 #: to install (the default), ``warn`` installs anyway with a logged override,
 #: ``off`` does not lint.
 LINT_MODES = ("error", "warn", "off")
+#: What the gate does with a plan predicted slower than no prefetch at a
+#: captured batch size (L2S110, ``vllm.loss_gate``): ``off`` keeps prefetch
+#: off (the default), ``warn`` installs anyway with a logged override.
+LOSS_MODES = ("off", "warn")
 
 #: The JSON schema of ``additional_config["l2sched"]``.
 CONFIG_SCHEMA: dict[str, Any] = {
@@ -52,6 +57,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "lint": {"enum": [True, False, *LINT_MODES]},
         "device": {"type": "string", "minLength": 1,
                    "description": "device profile: a shipped name or a .toml path"},
+        "on_predicted_loss": {"enum": list(LOSS_MODES)},
     },
 }
 
@@ -62,8 +68,8 @@ class PluginConfig:
     ``KEY=VALUE`` strings (the CLI's ``--set``), ``backend`` (``cuda`` or
     ``dry-run``), ``lint`` (``LINT_MODES``), ``device`` (a device profile
     name or ``.toml`` path replacing the schedule's, ``None`` = the
-    schedule's) and ``source`` (``additional-config`` or ``env``) for the
-    log lines."""
+    schedule's), ``source`` (``additional-config`` or ``env``) for the
+    log lines, and ``on_predicted_loss`` (``LOSS_MODES``)."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
@@ -71,6 +77,7 @@ class PluginConfig:
     lint: str = "error"
     device: str | None = None
     source: str = "env"
+    on_predicted_loss: str = "off"
 
 
 def _bad(detail: str) -> L2sPluginError:
@@ -147,7 +154,8 @@ def _from_section(section: Any) -> PluginConfig:
         else lint
     return PluginConfig(section["schedule"], overrides,
                         section.get("backend", "cuda"), lint,
-                        section.get("device"), "additional-config")
+                        section.get("device"), "additional-config",
+                        section.get("on_predicted_loss", "off"))
 
 
 # --------------------------------------------------------------------------
@@ -202,7 +210,11 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
         raise _bad(f"{ENV_BACKEND}={env.get(ENV_BACKEND)!r}: expected "
                    f"{' or '.join(BACKENDS)}")
     device = (env.get(ENV_DEVICE) or "").strip() or None
-    return PluginConfig(path, sets, backend, _env_lint(env), device, "env")
+    loss = (env.get(ENV_ON_PREDICTED_LOSS) or "").strip().lower() or "off"
+    if loss not in LOSS_MODES:
+        raise _bad(f"{ENV_ON_PREDICTED_LOSS}={env.get(ENV_ON_PREDICTED_LOSS)!r}: "
+                   f"expected {' or '.join(LOSS_MODES)}")
+    return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss)
 
 
 def read_config(additional_config: Mapping | None,
@@ -210,7 +222,7 @@ def read_config(additional_config: Mapping | None,
     """The ``PluginConfig`` from ``additional_config["l2sched"]`` when that
     section exists (the environment is then not read), else from the
     environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
-    ``L2SCHED_LINT``, ``L2SCHED_DEVICE``; ``environ`` default
+    ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``; ``environ`` default
     ``os.environ``); ``None`` when neither names a schedule. Raises
     ``L2sPluginError("bad configuration", ...)`` naming the bad key or
     variable."""
