@@ -31,7 +31,8 @@ happens. See ``docs/vllm.md``.
 
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
 step), ``sites`` (hook sites and ``install_plan``), ``step_info`` (what the
-gate needs to know about vLLM's forward).
+gate needs to know about vLLM's forward), ``drift`` (a vLLM name missing:
+one WARNING line, prefetch off).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ import importlib.util
 import logging
 import sys
 import threading
+
+from l2sched.vllm import drift as _drift
 
 log = logging.getLogger("l2sched.vllm")
 
@@ -64,7 +67,15 @@ _reload_depth = threading.local()
 class _PostImportPatcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Runs the patch of a vLLM module in ``_PATCHES`` right after that module
     is imported, before any other module does ``from ... import name`` (so
-    they bind the wrapped function)."""
+    they bind the wrapped function).
+
+    It never waits for a module that does not exist: ``register()`` gives it
+    only modules ``module_exists`` finds in the installed vLLM (the others
+    are a ``drift`` line at once), and a pending module whose import finds
+    no spec is a ``drift`` line and is dropped. The finder takes itself off
+    ``sys.meta_path`` when nothing is pending. A module that exists but is
+    never imported in this process (the GPU worker in the API server) keeps
+    it waiting at the cost of one set lookup per import."""
 
     def __init__(self):
         self.pending = set(_PATCHES)
@@ -79,10 +90,17 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         finally:
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
+            self._give_up(fullname)
             return None
         self._inner[fullname] = spec.loader
         spec.loader = self
         return spec
+
+    def _give_up(self, name: str) -> None:
+        self.pending.discard(name)
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        _drift.drift(f"module {name}", _moved(name))
 
     def create_module(self, spec):
         return self._inner[spec.name].create_module(spec)
@@ -93,7 +111,11 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.pending.discard(name)
         if not self.pending and self in sys.meta_path:
             sys.meta_path.remove(self)
-        _PATCHES[name](module)
+        try:
+            _PATCHES[name](module)
+        except Exception as e:  # never break vLLM's import
+            log.warning("l2sched: patching %s failed: %s: %s", name,
+                        type(e).__name__, e)
 
 
 def register() -> None:
@@ -104,7 +126,13 @@ def register() -> None:
     each weight-reload path (``reload_weights``, ``finalize_layerwise_reload``,
     ``Worker.wake_up``). It does not read the configuration here:
     ``additional_config`` is only known once a model is loaded; with no
-    schedule configured the wrappers do nothing."""
+    schedule configured the wrappers do nothing.
+
+    vLLM drift: a module of ``_PATCHES`` that the installed vLLM does not
+    have (``module_exists``, which imports nothing), or a patch target missing
+    in its module, is one WARNING line naming it and the vLLM version
+    (``drift``), and prefetch stays off in this process; the import finder
+    waits only for modules that exist. Never raises."""
     global _registered
     with _lock:
         if _registered:
@@ -112,18 +140,27 @@ def register() -> None:
         _registered = True
     try:
         later = []
+        if not _drift.module_exists("vllm"):  # nothing to patch, nothing drifted
+            return
         for name, patch in _PATCHES.items():
             mod = sys.modules.get(name)
             if mod is not None:
                 patch(mod)
-            else:
+            elif _drift.module_exists(name):
                 later.append(name)
+            else:
+                _drift.drift(f"module {name}", _moved(name))
         if later:
             finder = _PostImportPatcher()
             finder.pending = set(later)
             sys.meta_path.insert(0, finder)
     except Exception as e:  # never break vLLM start-up
         log.warning("l2sched: plugin not registered: %s: %s", type(e).__name__, e)
+
+
+def _moved(module: str) -> str:
+    what = _PATCH_TARGETS.get(module)
+    return f"moved? l2sched patches its {what}" if what else "moved?"
 
 
 def _rebind(original, wrapped, name: str) -> None:
@@ -139,7 +176,7 @@ def _patch_loader_utils(utils) -> None:
     """Wrap ``utils.process_weights_after_loading`` and rebind the name in
     loader modules that already imported the original."""
     global _original_pwal
-    original = getattr(utils, "process_weights_after_loading", None)
+    original = _target(utils, "process_weights_after_loading")
     if original is None or getattr(original, "__l2sched__", False):
         return
     _original_pwal = original
@@ -156,6 +193,19 @@ def _patch_loader_utils(utils) -> None:
     _mark(process_weights_after_loading, original)
     utils.process_weights_after_loading = process_weights_after_loading
     _rebind(original, process_weights_after_loading, "process_weights_after_loading")
+
+
+def _target(module, *attrs):
+    """``module.attr[.attr...]``, or ``None`` after a ``drift`` line naming
+    the full dotted name when it is missing (renamed or moved in this
+    vLLM)."""
+    obj = module
+    for a in attrs:
+        obj = getattr(obj, a, None)
+        if obj is None:
+            _drift.drift(".".join((module.__name__,) + attrs), "moved?")
+            return None
+    return obj
 
 
 def _mark(wrapper, original) -> None:
@@ -190,7 +240,7 @@ def _after_reload(original, model_of):
 
 
 def _patch_function(module, name: str, model_of) -> None:
-    original = getattr(module, name, None)
+    original = _target(module, name)
     if original is None or getattr(original, "__l2sched__", False):
         return
     wrapped = _after_reload(original, model_of)
@@ -218,8 +268,8 @@ def _patch_inplace(module) -> None:
 
 def _patch_gpu_worker(module) -> None:
     """``Worker.wake_up(self, tags)``: the weights are back after a sleep."""
+    original = _target(module, "Worker", "wake_up")
     cls = getattr(module, "Worker", None)
-    original = getattr(cls, "wake_up", None)
     if original is None or getattr(original, "__l2sched__", False):
         return
 
@@ -229,6 +279,11 @@ def _patch_gpu_worker(module) -> None:
 
     cls.wake_up = _after_reload(original, model_of)
 
+
+#: vLLM module -> the name its patch wraps (for the drift line).
+_PATCH_TARGETS = {LOADER_UTILS: "process_weights_after_loading",
+                  RELOAD_LAYERWISE: "finalize_layerwise_reload",
+                  RELOAD_INPLACE: "reload_weights", GPU_WORKER: "Worker.wake_up"}
 
 #: vLLM module -> its patch (applied at registration, or right after the
 #: module's import).

@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from l2sched.attrs import resolve_path
 from l2sched.errors import L2sPluginError
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.install import HookSite, install
+from l2sched.vllm.drift import VllmDrift, refuse_drift
+
+__all__ = ["Installed", "VllmDrift", "hook_sites", "install_plan", "missing_sites",
+           "refuse_drift"]
 
 
 @dataclass
@@ -78,6 +83,38 @@ def hook_sites(kind, model: str = DEFAULT_ADAPTER) -> dict:
     return sites
 
 
+def missing_sites(layers, keys, plan, sites) -> list[str]:
+    """The hook sites ``plan`` uses that the live ``layers`` lack (a module
+    path that does not resolve, a module hook on something that is not a
+    module, a wrapped method that is missing or not callable), one entry per
+    site: ``PATH`` (``.ATTRIBUTE``) ``on layer(s) N[, M]`` with the hook
+    point."""
+    missing: dict[tuple, list[int]] = {}
+    for wi in plan.issues:
+        if not 0 <= wi.layer < len(layers):
+            continue
+        site = sites.get((keys[wi.layer], wi.hook))
+        if site is None or site.optional:
+            continue
+        try:
+            obj = resolve_path(layers[wi.layer], site.path)
+        except AttributeError:
+            obj = None
+        if site.kind == "wrap_method":
+            ok = obj is not None and callable(getattr(obj, site.attribute, None))
+        else:
+            ok = obj is not None and hasattr(obj, "register_forward_hook")
+        if not ok:
+            what = site.path + (f".{site.attribute}" if site.attribute else "")
+            where = missing.setdefault((what or "<decoder layer>", wi.hook,
+                                        type(layers[wi.layer]).__name__), [])
+            if wi.layer not in where:
+                where.append(wi.layer)
+    return [f"{what} of {cls} (hook point {hook}) on layer"
+            f"{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls))}"
+            for (what, hook, cls), ls in missing.items()]
+
+
 def install_plan(decoder_layers, inventory, plan, runtime,
                  join_every_layer: bool = False) -> Installed:
     """Install ``plan`` into ``decoder_layers`` (the model's decoder-layer
@@ -90,7 +127,9 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     ``join_every_layer``: a join at the end of every decoder layer instead,
     so the side stream's
     work never spans a layer boundary in a captured graph. Raises
-    ``L2sPluginError`` (``unsupported model``, ``install failed``), having
+    ``L2sPluginError`` (``unsupported model``, ``install failed``), or
+    ``l2sched.vllm.drift.VllmDrift`` when a hook site the plan uses is missing on
+    the live layers (``missing_sites``: vLLM moved or renamed it), having
     installed nothing."""
     layers = list(decoder_layers)
     kinds = list(inventory.kinds)
@@ -100,6 +139,9 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     keys = [str(k) for k in kinds]
     sites = {(str(k), hook): site for k in {str(k): k for k in kinds}.values()
              for hook, site in hook_sites(k, inventory.model).items()}
+    gone = missing_sites(layers, keys, plan, sites)
+    if gone:
+        raise VllmDrift("hook site " + "; ".join(gone), "moved?")
     out = Installed(plan, runtime)
     try:
         out.installations.append(install(

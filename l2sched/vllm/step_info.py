@@ -1,7 +1,9 @@
 """What the runtime's gate needs to know about vLLM's forward in progress
 (``vllm_step_info``): tokens, prefill, the CUDA-graph mode, and whether the
 forward is an uncaptured warm-up inside vLLM's ``graph_capture``
-(``track_graph_capture``)."""
+(``track_graph_capture``). The vLLM names read here are in
+``drift.NAMES``: resolved before anything is installed, a missing one is a
+drift line and prefetch stays off."""
 
 from __future__ import annotations
 
