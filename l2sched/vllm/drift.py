@@ -3,7 +3,8 @@ the import finder waits for, a hook site, a name the gate reads) is missing
 in the installed vLLM. Each is one WARNING line per process naming it and
 ``vllm.__version__`` (``drift``), and prefetch is off in that process
 (``DRIFT``; ``plugin.activate_after_load`` installs nothing). Standard
-library only: ``register()`` uses it before vLLM has loaded a model.
+library and ``l2sched.errors`` only: ``register()`` uses it before vLLM has
+loaded a model.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import importlib.machinery
 import logging
 import sys
 import threading
+
+from l2sched.errors import L2sPluginError
 
 #: The plugin's logger (``plugin.log``: vLLM's ``init_logger`` of the same
 #: name), so a drift line at registration shares vLLM's format and level.
@@ -41,20 +44,28 @@ NAMES = ("vllm.config.get_current_vllm_config_or_none",
 DRIFT: dict[str, str] = {}
 
 
-class VllmDrift(Exception):
+class VllmDrift(L2sPluginError):
     """A name the plugin needs is missing in the installed vLLM: ``target``
     (what was looked for) and ``why`` (a short reason, ``moved?`` by
-    default). ``report`` logs it: the one WARNING line."""
+    default). The plugin logs it as its ``prefetch OFF`` line, at WARNING
+    (``refuse_drift``'s, whose names were logged already: DEBUG)."""
+
+    level = logging.WARNING
 
     def __init__(self, target: str, why: str = "moved?"):
-        super().__init__(f"{target} ({why})")
+        super().__init__(f"vLLM {vllm_version()} has no {target} ({why}); l2sched "
+                         f"supports vllm=={SUPPORTED_VLLM}")
         self.target, self.why = target, why
 
-    def report(self, rank_txt: str = "") -> None:
-        """The WARNING line (``drift``; once per target and process; none
-        for ``refuse_drift``'s, whose names were logged already)."""
-        if self.target:
-            drift(self.target, self.why, "" if "?" in rank_txt else rank_txt)
+
+def record(target: str, why: str = "moved?") -> bool:
+    """Note ``target`` in ``DRIFT`` (prefetch off in this process); True when
+    it is new (its line is still to be logged)."""
+    with _lock:
+        if target in DRIFT:
+            return False
+        DRIFT[target] = why
+        return True
 
 
 def vllm_version() -> str:
@@ -78,15 +89,11 @@ def drift(target: str, why: str = "moved?", rank_txt: str = "") -> bool:
     (``rank_txt``, e.g. ``TP rank 0/4``, when known). Prefetch is then off in
     this process (``DRIFT``). Returns True when this call logged the line.
     Never raises."""
-    with _lock:
-        if target in DRIFT:
-            return False
-        DRIFT[target] = why
+    if not record(target, why):
+        return False
     who = f"{rank_txt}: " if rank_txt else ""
     try:
-        _vllm_log.warning("l2sched: %sprefetch OFF: vLLM %s has no %s (%s); l2sched "
-                          "supports vllm==%s", who, vllm_version(), target, why,
-                          SUPPORTED_VLLM)
+        _vllm_log.warning("l2sched: %sprefetch OFF: %s", who, VllmDrift(target, why))
     except Exception:  # pragma: no cover - a broken handler must not break vLLM
         pass
     _drop_installed()
@@ -139,7 +146,7 @@ def check_vllm_names(names, rank_txt: str = "") -> bool:
         try:
             resolve_vllm_name(name)
         except VllmDrift as e:
-            e.report(rank_txt)
+            drift(e.target, e.why, rank_txt)
             ok = False
     return ok
 
@@ -187,7 +194,9 @@ def drifted() -> bool:
 
 
 def refuse_drift() -> None:
-    """Raise ``VllmDrift`` (its names logged already: nothing more to say)
-    when ``drifted``: prefetch stays off."""
+    """Raise ``VllmDrift`` at DEBUG (its names were logged already) when
+    ``drifted``: prefetch stays off."""
     if drifted():
-        raise VllmDrift("")
+        err = VllmDrift(", ".join(DRIFT), "logged before")
+        err.level = logging.DEBUG
+        raise err

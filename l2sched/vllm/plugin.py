@@ -42,7 +42,8 @@ from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
-from l2sched.vllm.sites import Installed, VllmDrift, install_plan, refuse_drift
+from l2sched.vllm.loss_gate import loss_gate
+from l2sched.vllm.sites import Installed, install_plan, refuse_drift
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 
 try:  # vLLM's logger convention, so the lines share vLLM's format and level.
@@ -133,10 +134,9 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     Reads the configuration (``config``, else ``vllm_config`` /
     the current vLLM config's ``additional_config`` and the environment);
     returns ``None`` when no schedule is configured, the model is not a
-    GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (logged as
-    one line for this rank, prefetch off; a malformed configuration is
-    ``bad configuration`` naming the key). On success returns the
-    ``Installed`` handle (also in ``INSTALLED``).
+    GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (one line
+    for this rank, prefetch off; ``bad configuration`` names the key; vLLM
+    drift: ``docs/vllm.md``). On success returns the ``Installed`` handle.
 
     A model that has an installation already (a weight reload: a second
     ``process_weights_after_loading``, ``reload_weights``, a wake-up; see
@@ -152,7 +152,7 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
     try:
         if previous is not None:
             previous.remove()
-        refuse_drift()  # a vLLM name this needs is missing: VllmDrift (drift.py)
+        refuse_drift()  # a vLLM name it needs is missing (vllm/drift.py)
         vllm_config = vllm_config or _current_vllm_config()
         if config is None and not _configured(vllm_config, environ):
             if previous is not None:
@@ -179,10 +179,8 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         how = "reinstalled after a weight reload: " if previous else ""
         log.info("l2sched: %s: %s%s", rank_txt, how, installed.summary)
         return installed
-    except VllmDrift as e:  # one WARNING line per missing vLLM name and process
-        e.report(rank_txt)
-    except L2sPluginError as e:
-        log.error("l2sched: %s: prefetch OFF: %s%s", rank_txt, e, gone)
+    except L2sPluginError as e:  # ERROR; a predicted loss (nothing failed): WARNING
+        log.log(e.level, "l2sched: %s: prefetch OFF: %s%s", rank_txt, e, gone)
     except Exception as e:  # never raise into vLLM
         log.error("l2sched: %s: prefetch OFF: unexpected %s: %s%s", rank_txt,
                   type(e).__name__, str(e).splitlines()[0] if str(e) else "", gone)
@@ -286,6 +284,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
     lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
                       tp_rank, f"TP rank {tp_rank}/{tp}",
                       plan=plan if lint_schedule is schedule else None)
+    lint_note += loss_gate(cfg, run_lint, vllm_config, (tp, tp_rank), log, lint_schedule,
+                           inventory, profile, model_config, plan, schedule)
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
     runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}",

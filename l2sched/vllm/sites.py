@@ -13,10 +13,9 @@ from l2sched.attrs import resolve_path
 from l2sched.errors import L2sPluginError
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.install import HookSite, install
-from l2sched.vllm.drift import VllmDrift, refuse_drift
+from l2sched.vllm.drift import VllmDrift, record, refuse_drift
 
-__all__ = ["Installed", "VllmDrift", "hook_sites", "install_plan", "missing_sites",
-           "refuse_drift"]
+__all__ = ["Installed", "hook_sites", "install_plan", "missing_sites", "refuse_drift"]
 
 
 @dataclass
@@ -127,10 +126,10 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     ``join_every_layer``: a join at the end of every decoder layer instead,
     so the side stream's
     work never spans a layer boundary in a captured graph. Raises
-    ``L2sPluginError`` (``unsupported model``, ``install failed``), or
-    ``l2sched.vllm.drift.VllmDrift`` when a hook site the plan uses is missing on
-    the live layers (``missing_sites``: vLLM moved or renamed it), having
-    installed nothing."""
+    ``L2sPluginError`` (``unsupported model``, ``install failed``; a
+    ``drift.VllmDrift`` at WARNING when a hook site the plan uses is missing
+    on the live layers, ``missing_sites``: vLLM moved or renamed it, and
+    prefetch stays off in the process), having installed nothing."""
     layers = list(decoder_layers)
     kinds = list(inventory.kinds)
     if len(layers) != len(kinds):
@@ -141,7 +140,8 @@ def install_plan(decoder_layers, inventory, plan, runtime,
              for hook, site in hook_sites(k, inventory.model).items()}
     gone = missing_sites(layers, keys, plan, sites)
     if gone:
-        raise VllmDrift("hook site " + "; ".join(gone), "moved?")
+        record("hook site " + "; ".join(gone))
+        raise VllmDrift("hook site " + "; ".join(gone))
     out = Installed(plan, runtime)
     try:
         out.installations.append(install(
