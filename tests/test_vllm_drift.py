@@ -83,6 +83,7 @@ def _within(seconds: float, fn):
 # (b) a moved module: one WARNING, no finder waits for it
 
 
+@pytest.mark.skipif(not _OK, reason=_WHY)  # the finder works under vllm
 def test_moved_module_is_one_warning_and_no_finder(fresh_registration, monkeypatch,
                                                    caplog):
     moved = "vllm.model_executor.model_loader.utils_moved_l2sched_test"
@@ -101,6 +102,7 @@ def test_moved_module_is_one_warning_and_no_finder(fresh_registration, monkeypat
     assert len(_warnings(caplog, "prefetch OFF")) == 1
 
 
+@pytest.mark.skipif(not _OK, reason=_WHY)  # the finder works under vllm
 def test_moved_module_makes_find_spec_none(fresh_registration, monkeypatch, caplog):
     """The module is there by name but ``find_spec`` cannot find it (moved
     between the check and the import): the finder gives up at its import,
