@@ -77,12 +77,16 @@ SHIPPED = "schedules/glm53-flash-h200-tp4.l2s"
 LINT_ERROR = "schedules/bench/fill-over-experts.l2s"
 
 #: arm name -> ``additional_config["l2sched"]`` (None: no l2sched section).
+#: The forced arms install the shipped schedule even where the plugin's
+#: predicted-loss gate would keep it off (docs/vllm.md): measuring that loss
+#: in the engine is what they are for.
+FORCED = {"on_predicted_loss": "warn"}
 ARMS = {
     "off": None,
-    "shipped": {"schedule": SHIPPED, "set": {"tp": "1"}},
-    "copy": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "copy"}},
-    "load": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "load"}},
-    "bulk": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "bulk"}},
+    "shipped": {"schedule": SHIPPED, "set": {"tp": "1"}, **FORCED},
+    "copy": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "copy"}, **FORCED},
+    "load": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "load"}, **FORCED},
+    "bulk": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "bulk"}, **FORCED},
     # `l2sched fit` for the reduced model at TP1 on the h200 profile, written
     # at run time (``fit_reduced``); the committed FITTED is for the full model
     "fit": {"schedule": "fit.l2s"},
