@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from l2sched.cli import main
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.fit import FitOptions, Search, fit_text
-from l2sched.fit.bound import AA_NOISE_FLOOR_US, noise_floor_us, profile_variants
+from l2sched.fit.bound import profile_variants
+from l2sched.lint.noise import AA_NOISE_FLOOR_US, noise_floor_us
 from l2sched.fit.evaluate import HARD_WARNINGS, Evaluator, max_pending_bytes, \
     surrogate_layers
 from l2sched.lang.resolve import load_schedule, load_schedule_text

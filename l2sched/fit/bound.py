@@ -22,8 +22,7 @@ The bound is "measured" only as far as the spreads are: ``BoundInfo`` lists
 which numbers came from ``[measured]`` and which got the fixed pessimism, and
 the fitted schedule's header says so.
 
-Noise floor (``noise_floor_us``, defined in ``l2sched.lint.noise`` and
-shared with the lint's L2S110 and the vLLM plugin's gate): the A/A floors of the out-of-sample
+Noise floor (``l2sched.lint.noise.noise_floor_us``, the fit's, shared with the lint's L2S110 and the vLLM plugin's gate): the A/A floors of the out-of-sample
 validation run on the lent H200, ``benchmarks/results/h200-2026-12-01-
 validation-2.md`` ("Noise floor per M from the A/A arm (90th percentile of
 |A/A gain| over resampled rounds): M=1: 3.9 us, M=4: 17.2 us, M=16: 17.3 us,
@@ -36,14 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-
-# the noise floor lives with the lint (its L2S110 and the vLLM plugin's gate
-# judge a predicted loss with the same floor); re-exported here
-from l2sched.lint.noise import (  # noqa: F401
-    AA_NOISE_FLOOR_SOURCE,
-    AA_NOISE_FLOOR_US,
-    noise_floor_us,
-)
 
 #: Numbers whose pessimistic direction for a prefetch gain is known:
 #: ``[measured]`` key (``MODE`` = every fill kernel) -> (direction,

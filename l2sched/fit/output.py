@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from l2sched.fit.bound import AA_NOISE_FLOOR_SOURCE, AMBIGUOUS, MIN_PESSIMISTIC_SLOWDOWN
+from l2sched.fit.bound import AMBIGUOUS, MIN_PESSIMISTIC_SLOWDOWN
+from l2sched.lint.noise import AA_NOISE_FLOOR_SOURCE
 from l2sched.fit.space import Candidate
 from l2sched.lang.formatter import format_text
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter

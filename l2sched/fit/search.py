@@ -39,12 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from l2sched.errors import L2sUsageError
-from l2sched.fit.bound import BoundInfo, noise_floor_us, profile_variants
+from l2sched.fit.bound import BoundInfo, profile_variants
 from l2sched.fit.caps import fitting_kernels, hook_caps
 from l2sched.fit.pool import BatchEvaluator
 from l2sched.fit.space import (BUDGET_STEP, MIN_GAP_US, STREAMING_CLASSES, Candidate,
                                 Chain, Link, build_streams, candidate_tree, chain_valid)
 from l2sched.lang.formatter import format_file
+from l2sched.lint.noise import noise_floor_us
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
 

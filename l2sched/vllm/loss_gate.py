@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sPluginError
 from l2sched.lint.noise import AA_NOISE_FLOOR_US
 
@@ -104,9 +105,10 @@ def loss_gate(cfg, lint, vllm_config, rank: tuple, log, lint_schedule, inventory
     if cfg.lint == "off":
         return ""
     tp, tp_rank = rank
+    if lint_schedule is not schedule:  # another set-aside: its plan, compiled once
+        plan = compile_plan(lint_schedule, inventory, tp_rank)
     found = predicted_losses(
         lint, capture_sizes(vllm_config, schedule.max_tokens),
         schedule=lint_schedule, inventory=inventory, device=profile, graph_mode="full",
-        model_config=model_config, tp_rank=tp_rank,
-        plan=plan if lint_schedule is schedule else None)
+        model_config=model_config, tp_rank=tp_rank, plan=plan)
     return gate(cfg.on_predicted_loss, found, f"TP rank {tp_rank}/{tp}", log)
