@@ -206,7 +206,7 @@ def test_ffi_kernel_calls_the_bare_tvm_ffi_function():
         "slot = getattr(f, '__self__', None) is not None and "
         "isinstance(f.__self__, tvm_ffi.Function)\n"
         "assert bare or slot, type(f)\n"
-        "assert callable(k.bind(0, 0))\n"
+        "assert callable(k.bind(0, 0, 0))\n"
         "print('ok')\n")
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -277,3 +277,42 @@ def test_item01_retire_disables_for_good():
     rt.retire()
     rt.retire()
     assert not rt.issue(0) and rt.stats.skipped == {"disabled": 1}
+
+
+def test_issue31_switch_in_the_dry_run_backend():
+    """The run-time switch: off, an eager step issues nothing (skip
+    ``switched-off``) while a captured step still records every launch,
+    moving 0 bytes (its kernels exit at once until switched on); on again,
+    both move their bytes. No recapture is needed to switch."""
+    plan = _plan()
+    rt = DryRunRuntime(plan)
+    assert rt.fills_on and rt.switch(False) and not rt.fills_on
+    n = len(plan.issues)
+    rt.set_step(StepInfo(num_tokens=1))
+    for i in range(n):
+        assert not rt.issue(i)
+    rt.join()
+    assert [e.op for e in rt.events] == ["skip"] * n
+    assert {e.reason for e in rt.events} == {"switched-off"}
+    assert rt.stats.skipped == {"switched-off": n}
+    rt.clear()
+    rt.set_step(StepInfo(num_tokens=1, graph_mode="full", capturing=True))
+    for i in range(n):
+        assert rt.issue(i)
+    rt.join()
+    launches = [e for e in rt.events if e.op == "launch"]
+    assert len(launches) == n and all(e.nbytes == 0 and e.reason == "switched-off"
+                                      for e in launches)
+    assert rt.events[-1].op == "join"
+    rt.clear()
+    assert rt.switch(True)
+    for step in (StepInfo(num_tokens=1), StepInfo(num_tokens=1, graph_mode="full",
+                                                  capturing=True)):
+        rt.set_step(step)
+        for i in range(n):
+            assert rt.issue(i)
+        rt.join()
+    launches = [e for e in rt.events if e.op == "launch"]
+    assert len(launches) == 2 * n
+    assert sum(e.nbytes for e in launches) == 2 * sum(wi.nbytes for wi in plan.issues)
+    assert "switched-off" not in {e.reason for e in launches}

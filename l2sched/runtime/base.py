@@ -13,6 +13,11 @@ A runtime serves one ``Plan`` on one device. The installer
 * ``join()`` once per model forward: the current stream waits on the side
   stream's last fill (before any pipeline-parallel early return, and before
   a capture ends, else the capture ends forked).
+
+``switch(on)`` is the run-time switch (``runtime.switch``): switched off,
+an eager forward issues nothing (gate reason ``switched-off``) while a
+capture still records every fill, whose kernels then exit at once on each
+replay until the switch is turned on again; no recapture either way.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class RuntimeBase:
         self.rows: list[list[tuple[int, int]]] = [[] for _ in plan.issues]
         self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
         self.enabled = True
+        #: the run-time switch (``switch``): fills move bytes when True
+        self.fills_on = True
         # the thread that issued first: the only one that issues and joins
         # (``other_thread``)
         self._thread: int | None = None
@@ -93,6 +100,13 @@ class RuntimeBase:
             log.warning("l2sched: plan %r: fills from a second thread skipped "
                         "(one runtime serves the forwards of one thread)",
                         self.plan.schedule)
+        return True
+
+    def switch(self, on: bool) -> bool:
+        """Turn this plan's fills on or off at run time (``runtime.switch``).
+        Returns False, changing nothing, when the switch cannot be written
+        now (the CUDA backend during a capture)."""
+        self.fills_on = bool(on)
         return True
 
     def set_step(self, step: StepInfo) -> None:

@@ -23,6 +23,7 @@ from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
+from l2sched.runtime.switch import SwitchWord
 from l2sched.runtime.table import FillTable
 
 log = logging.getLogger("l2sched.runtime")
@@ -99,6 +100,7 @@ class CudaRuntime(RuntimeBase):
         self.kernels: dict[K.KernelSpec, K.PrefetchKernel] = {}
         self.side = None
         self.fork_join = None
+        self.switch_word: SwitchWord | None = None
         self._ready = False
         self._pending = False
         self.defer_launch = defer_launch
@@ -151,10 +153,12 @@ class CudaRuntime(RuntimeBase):
             self.fork_join = ForkJoin(torch, dev, self.side, self.sync)
             self.sync = self.fork_join.sync
             self.table.allocate(torch, dev)
+            self.switch_word = SwitchWord(torch, dev, on=self.fills_on)
             self._launches = {}
             for spec, kern in self.kernels.items():
                 self._launches[spec] = kern.bind(self.table.device_ptr,
-                                                 self.side.cuda_stream)
+                                                 self.side.cuda_stream,
+                                                 self.switch_word.ptr)
             self._launch_of = [self._launches[s] for s in self.specs]
             if self.plan.set_aside != 0:
                 capturing = bool(torch.cuda.is_current_stream_capturing())
@@ -195,7 +199,8 @@ class CudaRuntime(RuntimeBase):
         if new is None:
             return False
         self.kernels[spec] = new
-        self._launches[spec] = new.bind(self.table.device_ptr, self.side.cuda_stream)
+        self._launches[spec] = new.bind(self.table.device_ptr, self.side.cuda_stream,
+                                        self.switch_word.ptr)
         self._launch_of = [self._launches[s] for s in self.specs]
         return True
 
@@ -208,6 +213,18 @@ class CudaRuntime(RuntimeBase):
         if not self.prepare():
             return False
         return self._flush()
+
+    def switch(self, on: bool) -> bool:
+        """``RuntimeBase.switch``: writes the device switch word every fill
+        kernel reads (``runtime.switch.SwitchWord.set``), so CUDA graphs
+        captured earlier fill or not from their next replay. Before
+        ``prepare`` only the state is kept (the word is made with it).
+        Returns False, changing nothing, during a capture."""
+        word = self.switch_word
+        if word is not None and not word.set(on):
+            return False
+        self.fills_on = bool(on)
+        return True
 
     def _flush(self) -> bool:
         if not self.table.dirty or not self.enabled:
@@ -251,6 +268,9 @@ class CudaRuntime(RuntimeBase):
         d = self._decision()
         if not d.issue:
             self._skip(d.reason)
+            return False
+        if not self.fills_on and not self.fork_join.is_capturing():
+            self._skip("switched-off")  # eager: the host knows; launch nothing
             return False
         if self.table.dirty and not self._flush():
             if not self._warned_dirty:
@@ -340,6 +360,13 @@ class CudaRuntime(RuntimeBase):
         self._retired = True
         self.enabled = False
         self.close()
+        word = self.switch_word
+        if word is not None:
+            try:  # graphs captured earlier: their kernels exit at once
+                word.set(False)
+            except Exception as e:  # never raise into the host program
+                log.warning("l2sched: retired plan %r: switch not written: %s: %s",
+                            self.plan.schedule, type(e).__name__, e)
         if self._ready and self.table.device_ptr:
             self.table.clear()
             try:

@@ -15,8 +15,9 @@ from l2sched.runtime.gate import StepInfo
 @dataclass(frozen=True)
 class DryRunEvent:
     """One recorded action. ``op`` is ``fork`` (current stream -> side stream),
-    ``launch`` (a fill of ``nbytes`` bytes over ``rows`` table rows), ``skip``
-    (gate said no; ``reason``) or ``join`` (current stream waits on the side
+    ``launch`` (a fill of ``nbytes`` bytes over ``rows`` table rows; reason
+    ``switched-off``: captured while the run-time switch is off, so it moves
+    0 bytes until switched on), ``skip`` (gate said no; ``reason``) or ``join`` (current stream waits on the side
     stream). ``order`` counts events from 0."""
 
     order: int
@@ -65,8 +66,15 @@ class DryRunRuntime(RuntimeBase):
         rows = self.rows[i]
         nbytes = sum(n for _, n in rows) if rows else wi.nbytes
         nrows = len(rows) if rows else len(wi.ranges)
+        reason = d.reason
+        if not self.fills_on:
+            if d.reason != "full-capture":  # eager: nothing to launch
+                self._skip("switched-off")
+                self._rec("skip", wi, reason="switched-off")
+                return False
+            nbytes, reason = 0, "switched-off"  # captured; exits at once
         self._rec("fork", wi)
-        self._rec("launch", wi, nbytes=nbytes, rows=nrows, reason=d.reason)
+        self._rec("launch", wi, nbytes=nbytes, rows=nrows, reason=reason)
         self.stats.issued += 1
         self.stats.bytes_issued += nbytes
         self._pending = True

@@ -31,8 +31,13 @@ keyed by (mode, whether the policy is a cache hint); the lab registers the
 forms only its experiments use (``lab/kernels.py``: ``line``, ``touch``,
 plain instructions without a cache hint) with ``register_form``. PTX forms: PTX ISA 8.x, sections "cp.async.bulk",
 "cp.async.bulk.prefetch", "mbarrier", "createpolicy". The kernel's
-parameters are a raw table pointer and two int32 row bounds, so one compiled
-variant serves every table.
+parameters are a raw table pointer, the address of an int32 switch word and
+two int32 row bounds, so one compiled variant serves every table.
+
+The switch word (the run-time switch, ``runtime.switch``): every worker
+reads it before it moves a byte; when its low bit is 0 the kernel walks no
+row and exits at once. A captured CUDA graph keeps the word's address, so
+writing the word turns the graph's fills on or off without a recapture.
 """
 
 # No "from __future__ import annotations": CuTe DSL resolves the kernel's
@@ -47,6 +52,8 @@ from l2sched.units import ALIGN
 #: buffers for the mbarriers (one ``BARRIER_SLOT_BYTES`` barrier per stage,
 #: so at most 128 stages), so the buffers start 1024-byte aligned.
 BARRIER_BYTES = 1024
+#: Alignment (bytes) of the int32 switch word the kernels read.
+SWITCH_ALIGN = 4
 #: Bytes of one mbarrier object (PTX ISA, "mbarrier": a 64-bit shared-memory
 #: object, 8-byte aligned).
 BARRIER_SLOT_BYTES = 8
@@ -120,9 +127,10 @@ def compile_fill(spec, ptx_policy: str | None, ffi: bool):
     """Trace and compile the fill kernel of ``spec`` (a
     ``runtime.kernel.KernelSpec``) with the PTX cache-policy qualifier
     ``ptx_policy`` (``None`` = no cache hint); ``ffi`` compiles for TVM-FFI
-    calls. Returns the compiled callable ``f(table_ptr, row_begin, row_end,
-    stream)``. Raises on any failure (the caller turns it into one log
-    line)."""
+    calls. Returns the compiled callable ``f(table_ptr, switch_ptr,
+    row_begin, row_end, stream)`` (``switch_ptr``: an int32 word, low bit 1 =
+    fill, 0 = exit at once). Raises on any failure (the caller turns it into
+    one log line)."""
     import cutlass.cute as cute
     from cutlass import Int32, Int64
 
@@ -132,11 +140,24 @@ def compile_fill(spec, ptx_policy: str | None, ffi: bool):
         fill = _issue_fill(spec, ptx_policy)
     import cuda.bindings.driver as cuda_drv
     ptr = cute.runtime.make_ptr(Int64, 0, cute.AddressSpace.gmem, assumed_align=ALIGN)
+    switch = cute.runtime.make_ptr(Int32, 0, cute.AddressSpace.gmem,
+                                   assumed_align=SWITCH_ALIGN)
     if ffi:
         stream_arg = cute.runtime.make_fake_stream()
-        return cute.compile(fill, ptr, Int32(0), Int32(0), stream_arg,
+        return cute.compile(fill, ptr, switch, Int32(0), Int32(0), stream_arg,
                             options="--enable-tvm-ffi")
-    return cute.compile(fill, ptr, Int32(0), Int32(0), cuda_drv.CUstream(0))
+    return cute.compile(fill, ptr, switch, Int32(0), Int32(0), cuda_drv.CUstream(0))
+
+
+def _rows_to_walk(switch, row_begin, row_end):
+    """The end of the rows a worker walks: ``row_end`` when the switch
+    word's low bit is set, else ``row_begin`` (nothing). Traced inside a
+    kernel."""
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    on = Int32(cute.make_tensor(switch, cute.make_layout(1))[0]) & Int32(1)
+    return row_begin + (row_end - row_begin) * on
 
 
 def _policy(llvm, Int64, ptx_policy):
@@ -170,15 +191,17 @@ def _issue_fill(spec, ptx_policy):
         return Int32(res) if issue_res == "i32" else Int32(0)
 
     @cute.kernel
-    def fill_kernel(table: cute.Pointer, row_begin: Int32, row_end: Int32):
+    def fill_kernel(table: cute.Pointer, switch: cute.Pointer, row_begin: Int32,
+                    row_end: Int32):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         worker = Int32(bid) * threads + Int32(tid)
         rows = cute.make_tensor(table, cute.make_layout((row_end, 2), stride=(2, 1)))
+        stop = _rows_to_walk(switch, row_begin, row_end)
         pol = _policy(llvm, Int64, ptx_policy)
         phase = Int32(0)
         acc = Int32(0)
-        for r in cutlass.range(row_begin, row_end, 1):
+        for r in cutlass.range(row_begin, stop, 1):
             addr = Int64(rows[r, 0]) & Int64(-ALIGN)
             nbytes = Int64(rows[r, 1]) & Int64(-ALIGN)
             nchunks = Int32((nbytes + (chunk - 1)) // chunk)
@@ -200,8 +223,9 @@ def _issue_fill(spec, ptx_policy):
             rows[0, 0] = Int64(acc)
 
     @cute.jit
-    def fill(table: cute.Pointer, row_begin: Int32, row_end: Int32, stream):
-        fill_kernel(table, row_begin, row_end).launch(
+    def fill(table: cute.Pointer, switch: cute.Pointer, row_begin: Int32,
+             row_end: Int32, stream):
+        fill_kernel(table, switch, row_begin, row_end).launch(
             grid=(grid, 1, 1), block=(threads, 1, 1), stream=stream)
 
     return fill
@@ -229,11 +253,13 @@ def _copy_fill(spec, ptx_policy):
     copy_asm = FORMS[("copy", ptx_policy is not None)](chunk, ptx_policy).asm
 
     @cute.kernel
-    def copy_kernel(table: cute.Pointer, row_begin: Int32, row_end: Int32):
+    def copy_kernel(table: cute.Pointer, switch: cute.Pointer, row_begin: Int32,
+                    row_end: Int32):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         if tid == 0:
             rows = cute.make_tensor(table, cute.make_layout((row_end, 2), stride=(2, 1)))
+            stop = _rows_to_walk(switch, row_begin, row_end)
             bars = cute.arch.get_dyn_smem(Int64, alignment=BARRIER_BYTES)
             base = cute.arch.get_dyn_smem(Int8, alignment=BARRIER_BYTES)
             buffers = (base + BARRIER_BYTES).toint()  # 32-bit shared address
@@ -243,7 +269,7 @@ def _copy_fill(spec, ptx_policy):
             pol = _policy(llvm, Int64, ptx_policy)
             issued = Int32(0)
             phase = Int32(0)
-            for r in cutlass.range(row_begin, row_end, 1):
+            for r in cutlass.range(row_begin, stop, 1):
                 addr = Int64(rows[r, 0]) & Int64(-ALIGN)
                 nbytes = Int64(rows[r, 1]) & Int64(-ALIGN)
                 nchunks = Int32((nbytes + (chunk - 1)) // chunk)
@@ -271,8 +297,9 @@ def _copy_fill(spec, ptx_policy):
                     cute.arch.mbarrier_wait(bars + s, ((issued - 1 - s) // stages) % 2)
 
     @cute.jit
-    def fill(table: cute.Pointer, row_begin: Int32, row_end: Int32, stream):
-        copy_kernel(table, row_begin, row_end).launch(
+    def fill(table: cute.Pointer, switch: cute.Pointer, row_begin: Int32,
+             row_end: Int32, stream):
+        copy_kernel(table, switch, row_begin, row_end).launch(
             grid=(grid, 1, 1), block=(threads, 1, 1), smem=smem_bytes, stream=stream)
 
     return fill

@@ -54,8 +54,9 @@ from l2sched.device.limits import DeviceLimits
 from l2sched.env import env_flag
 from l2sched.errors import L2sUsageError
 from l2sched.runtime.fill_kernels import (BARRIER_BYTES, BARRIER_SLOT_BYTES, FORMS,
-                                          compile_fill, copy_smem_bytes)
+                                          SWITCH_ALIGN, compile_fill, copy_smem_bytes)
 from l2sched.runtime.limits import read_device_limits
+from l2sched.runtime.switch import always_on
 from l2sched.units import ALIGN, CACHE_POLICIES, FILL_MODES
 
 log = logging.getLogger("l2sched.kernel")
@@ -257,10 +258,12 @@ def device_supported(device_index: int = 0) -> tuple[bool, str]:
 
 @dataclass
 class PrefetchKernel:
-    """One compiled variant. ``launch(table_ptr, row_begin, row_end, stream)``
-    enqueues the fill of rows ``[row_begin, row_end)`` of the int64 ``[rows, 2]``
-    (address, nbytes) table at device address ``table_ptr`` on the CUDA stream
-    whose raw handle is ``stream`` (``torch.cuda.Stream.cuda_stream``).
+    """One compiled variant. ``launch(table_ptr, row_begin, row_end, stream,
+    switch_ptr)`` enqueues the fill of rows ``[row_begin, row_end)`` of the
+    int64 ``[rows, 2]`` (address, nbytes) table at device address
+    ``table_ptr`` on the CUDA stream whose raw handle is ``stream``
+    (``torch.cuda.Stream.cuda_stream``), gated by the switch word at
+    ``switch_ptr`` (``runtime.switch``).
     ``key`` is ``(device_index, spec)``: everything that defines the variant;
     ``compile_s`` is the compile time in seconds; ``ffi`` says whether calls go
     through TVM-FFI."""
@@ -270,38 +273,41 @@ class PrefetchKernel:
     compiled: object
     ffi: bool
     compile_s: float
-    _generic_args: object = None  # (make_ptr, Int64, gmem, CUstream) for the fallback path
+    _generic_args: object = None  # (make_ptr, Int64, Int32, gmem, CUstream): generic path
 
     def __post_init__(self):
         self._ffi_call = _direct_ffi_call(self.compiled) if self.ffi else None
 
-    def launch(self, table_ptr: int, row_begin: int, row_end: int, stream: int) -> None:
-        """Enqueue the fill (asynchronous; capturable in a CUDA graph)."""
-        if self.ffi:
-            self._ffi_call(table_ptr, row_begin, row_end, stream)
-            return
-        make_ptr, i64, gmem, custream = self._generic_args
-        self.compiled(make_ptr(i64, table_ptr, gmem, assumed_align=ALIGN),
-                      row_begin, row_end, custream(stream))
+    def launch(self, table_ptr: int, row_begin: int, row_end: int, stream: int,
+               switch_ptr: int | None = None) -> None:
+        """Enqueue the fill (asynchronous; capturable in a CUDA graph).
+        ``switch_ptr``: device address of the int32 switch word the kernel
+        reads first (``runtime.switch``; None: the device's always-on
+        word). A bound launch (``bind``) costs less per call."""
+        self.bind(table_ptr, stream, switch_ptr)(row_begin, row_end)
 
-    def bind(self, table_ptr: int, stream: int):
-        """``launch`` with the table (device address) and the stream (raw
-        handle) fixed: returns ``f(row_begin, row_end)``. The generic path's
-        pointer and ``CUstream`` objects are built here once instead of per
-        call (about 1 us each on the host)."""
+    def bind(self, table_ptr: int, stream: int, switch_ptr: int | None = None):
+        """``launch`` with the table (device address), the stream (raw
+        handle) and the switch word (device address; None: always on) fixed:
+        returns ``f(row_begin, row_end)``. The generic path's pointer and
+        ``CUstream`` objects are built here once instead of per call (about
+        1 us each on the host)."""
+        if switch_ptr is None:
+            switch_ptr = always_on(self.key[0])
         if self.ffi:
             call = self._ffi_call
 
             def launch_ffi(row_begin: int, row_end: int) -> None:
-                call(table_ptr, row_begin, row_end, stream)
+                call(table_ptr, switch_ptr, row_begin, row_end, stream)
             return launch_ffi
-        make_ptr, i64, gmem, custream = self._generic_args
+        make_ptr, i64, i32, gmem, custream = self._generic_args
         compiled = self.compiled
         ptr = make_ptr(i64, table_ptr, gmem, assumed_align=ALIGN)
+        sw = make_ptr(i32, switch_ptr, gmem, assumed_align=SWITCH_ALIGN)
         cu = custream(stream)
 
         def launch_generic(row_begin: int, row_end: int) -> None:
-            compiled(ptr, row_begin, row_end, cu)
+            compiled(ptr, sw, row_begin, row_end, cu)
         return launch_generic
 
 
@@ -401,7 +407,15 @@ def get_kernel(device_index: int = 0, spec: KernelSpec | None = None, *,
             paths = (ffi,)
         kern = _compile_first(device_index, spec, paths)
         _cache[ckey] = kern
-        return kern
+    if kern is not None and check_device:
+        try:  # made here, outside any capture, not at a first launch inside one
+            always_on(device_index)
+        except Exception as e:
+            log.warning("l2sched: fill kernel %s: no switch word on device %d "
+                        "(%s: %s); it stays off", spec.shape_text(), device_index,
+                        type(e).__name__, e)
+            return None
+    return kern
 
 
 def _live_limits(device_index: int, spec: KernelSpec) -> DeviceLimits | None:
@@ -448,12 +462,13 @@ def _compile_first(device_index: int, spec: KernelSpec, paths) -> "PrefetchKerne
 
 
 def _generic_args():
-    """``(make_ptr, Int64, gmem, CUstream)`` for the generic launch path."""
+    """``(make_ptr, Int64, Int32, gmem, CUstream)`` for the generic launch
+    path."""
     import cuda.bindings.driver as cuda_drv
     import cutlass
     import cutlass.cute as cute
-    return (cute.runtime.make_ptr, cutlass.Int64, cute.AddressSpace.gmem,
-            cuda_drv.CUstream)
+    return (cute.runtime.make_ptr, cutlass.Int64, cutlass.Int32,
+            cute.AddressSpace.gmem, cuda_drv.CUstream)
 
 
 def fallback_to_generic(kern: PrefetchKernel) -> PrefetchKernel | None:
