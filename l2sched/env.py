@@ -8,6 +8,7 @@ silently true.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping
 
 from l2sched.errors import L2sUsageError
@@ -34,3 +35,12 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None,
         return False
     raise L2sUsageError(f"{name}={env.get(name)!r}: expected one of "
                         f"{'/'.join(YES_WORDS)} (yes) or {'/'.join(NO_WORDS)} (no)")
+
+
+def env_path(name: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The path environment variable ``name`` holds (in ``environ``,
+    default ``os.environ``), surrounding blanks dropped and a leading ``~``
+    expanded; ``None`` when it is unset or blank."""
+    env = os.environ if environ is None else environ
+    text = (env.get(name) or "").strip()
+    return Path(os.path.expanduser(text)) if text else None

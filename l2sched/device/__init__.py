@@ -20,7 +20,12 @@ the name or path a schedule or ``--device`` writes.
 
 from l2sched.device.allreduce import AllReduceModel, fit_allreduce
 from l2sched.device.edit import profile_table_header, write_allreduce_model
-from l2sched.device.identity import GpuIdentity, identity_mismatches, matching_profiles
+from l2sched.device.identity import (
+    GpuIdentity,
+    identity_mismatches,
+    matching_profiles,
+    profile_for_gpu,
+)
 from l2sched.device.overlap import slowdown_for_extra
 from l2sched.device.parse import (
     DEVICES_DIR,
@@ -38,6 +43,6 @@ __all__ = [
     "AllReduceModel", "DEFAULT_BULK_SHAPE", "DEVICES_DIR", "DeviceProfile", "FillMode",
     "GpuIdentity", "OpTimes", "device_names", "fit_allreduce", "identity_mismatches",
     "load_device", "load_device_text", "matching_profiles", "parse_device", "profile_error",
-    "profile_path", "profile_table_header", "read_profile_text", "slowdown_for_extra",
-    "write_allreduce_model",
+    "profile_for_gpu", "profile_path", "profile_table_header", "read_profile_text",
+    "slowdown_for_extra", "write_allreduce_model",
 ]

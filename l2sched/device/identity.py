@@ -61,3 +61,11 @@ def matching_profiles(gpu: GpuIdentity) -> list[str]:
     """Names of the shipped profiles that describe ``gpu`` (no
     ``identity_mismatches``), sorted."""
     return [n for n in device_names() if not identity_mismatches(load_device(n), gpu)]
+
+
+def profile_for_gpu(gpu: GpuIdentity) -> str | None:
+    """The name of the first shipped profile (sorted by name) that
+    describes ``gpu`` (``matching_profiles``) and was measured by ``l2sched
+    profile`` (``DeviceProfile.is_measured``; an estimate from published
+    numbers does not count); ``None`` when there is none."""
+    return next((n for n in matching_profiles(gpu) if load_device(n).is_measured), None)

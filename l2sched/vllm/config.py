@@ -1,6 +1,9 @@
 """What a user asks the vLLM plugin for: ``--additional-config
 '{"l2sched": {...}}'`` (``vllm_config.additional_config``) or the
 ``L2SCHED_*`` environment variables, read into a ``PluginConfig``.
+``"schedule": "auto"`` (``L2SCHED_SCHEDULE=auto``) asks for a schedule
+fitted to the live engine (``vllm.auto``) instead of a file; it takes no
+``set`` overrides.
 
 One source, never a mix: when ``additional_config`` has an ``l2sched``
 section it is the whole configuration (every key; a key it leaves out takes
@@ -26,6 +29,9 @@ ENV_SCHEDULE, ENV_SET = "L2SCHED_SCHEDULE", "L2SCHED_SET"
 ENV_BACKEND, ENV_LINT = "L2SCHED_BACKEND", "L2SCHED_LINT"
 ENV_DEVICE = "L2SCHED_DEVICE"
 ENV_ON_PREDICTED_LOSS = "L2SCHED_ON_PREDICTED_LOSS"
+#: The ``schedule`` value that asks for a fitted schedule (``vllm.auto``);
+#: a file of that name is ``./auto``.
+AUTO = "auto"
 
 #: Runtime backends the plugin offers.
 BACKENDS = ("cuda", "dry-run")
@@ -47,7 +53,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "schedule": {"type": "string", "minLength": 1,
-                     "description": "path of the .l2s schedule"},
+                     "description": 'path of the .l2s schedule, or "auto" (fit '
+                                    'one for the live engine)'},
         "set": {"type": ["object", "array"],
                 "additionalProperties": {"type": ["string", "number"]},
                 "items": {"type": "string"},
@@ -64,7 +71,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PluginConfig:
-    """What the user asked for: ``schedule`` path, ``overrides`` as
+    """What the user asked for: ``schedule`` path (or ``AUTO``,
+    ``is_auto``), ``overrides`` as
     ``KEY=VALUE`` strings (the CLI's ``--set``), ``backend`` (``cuda`` or
     ``dry-run``), ``lint`` (``LINT_MODES``), ``device`` (a device profile
     name or ``.toml`` path replacing the schedule's, ``None`` = the
@@ -78,6 +86,18 @@ class PluginConfig:
     device: str | None = None
     source: str = "env"
     on_predicted_loss: str = "off"
+
+    @property
+    def is_auto(self) -> bool:
+        """True for ``"schedule": "auto"``: fit the schedule (``vllm.auto``)."""
+        return self.schedule == AUTO
+
+
+def _no_set_with_auto(where: str) -> L2sPluginError:
+    """The error for overrides given with ``"schedule": "auto"``."""
+    return _bad(f'{where}: not with "schedule": "auto" (the fit chooses every '
+                "setting; to change one, write the fitted schedule to a file, "
+                "l2sched check it with the overrides, and name that file)")
 
 
 def _bad(detail: str) -> L2sPluginError:
@@ -114,7 +134,8 @@ def _schema_problem(err) -> str:
         return (f"additional_config {path}.{extra}: unknown key{suggest(extra, keys)} "
                 f"(keys: {', '.join(keys)})")
     if kind == "minLength":
-        return f"additional_config {path}: must not be empty"
+        hint = ' (a .l2s path, or "auto")' if path == "l2sched.schedule" else ""
+        return f"additional_config {path}: must not be empty{hint}"
     if kind == "enum":
         choices = " or ".join(_shown(c) for c in err.validator_value).replace('"', "'")
         return f"additional_config {path}: must be {choices}, {got}"
@@ -145,6 +166,8 @@ def _from_section(section: Any) -> PluginConfig:
     if errors:
         raise _bad("; ".join(dict.fromkeys(_schema_problem(e) for e in errors)))
     sets = section.get("set") or {}
+    if sets and section["schedule"] == AUTO:
+        raise _no_set_with_auto("additional_config l2sched.set")
     if isinstance(sets, Mapping):
         overrides = tuple(f"{k}={v}" for k, v in sets.items())
     else:
@@ -201,6 +224,8 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
     if not path:
         return None
     sets = parse_set_env(env.get(ENV_SET, ""))
+    if sets and path == AUTO:
+        raise _no_set_with_auto(f"{ENV_SET}={env.get(ENV_SET)!r}")
     if any(_COMMA_JOINED.search(s) for s in sets):
         raise _bad(f"{ENV_SET}={env.get(ENV_SET)!r}: separate overrides with ';', "
                    "not ',' (a comma belongs to a layer selector), e.g. "
