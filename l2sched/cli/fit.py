@@ -59,7 +59,7 @@ def parse_options(args):
                       weights=tuple(weights) if weights else None, kernel=args.kernel,
                       noise_floor=floors, quick=args.quick, jobs=args.jobs,
                       model_config=model_config_arg(args.model_config),
-                      set_aside=args.set_aside)
+                      set_aside=args.set_aside, allow_unmeasured=args.allow_unmeasured)
 
 
 def load_profile(arg: str, kernel: str | None):
@@ -102,6 +102,8 @@ def command_line(args, opts) -> str:
         parts += ["--set-aside", args.set_aside]
     if args.quick:
         parts.append("--quick")
+    if args.allow_unmeasured:
+        parts.append("--allow-unmeasured")
     if args.output:
         parts += ["-o", args.output]
     return shlex.join(parts)
@@ -183,8 +185,11 @@ def cmd_fit(args) -> int:
         write_texts_atomically([(args.output, text)])
     else:
         sys.stdout.write(text)
+    _warn_unmeasured(result, opts.tp)
     if not args.quiet:
-        if result.candidate is None:
+        if result.withheld is not None:
+            what = "NO PREFETCH (windows withheld: unmeasured terms, above)"
+        elif result.candidate is None:
             best = ("no candidate had a lower bound" if result.best_rejected is None else
                     f"best lower bound {result.best_rejected:+.1f} us (weighted)")
             what = f"NO PREFETCH; {best}"
@@ -195,6 +200,23 @@ def cmd_fit(args) -> int:
               f"{time.monotonic() - t0:.1f} s"
               + (f"; wrote {args.output}" if args.output else ""), file=sys.stderr)
     return 0
+
+
+def _warn_unmeasured(result, tp: int) -> None:
+    """Lines on stderr (also with ``-q``) when the answer rests on a term
+    not measured on the box (``fit.unmeasured``): windows withheld, or
+    written UNVERIFIED with ``--allow-unmeasured``."""
+    w = result.withheld
+    if w is not None:
+        n = sum(len(c.links) for c in w.candidate.chains)
+        print(f"l2sched fit: UNMEASURED: no windows written at TP{tp}: the best candidate "
+              f"({n} windows, objective {w.objective:+.1f} us) rests on terms not "
+              "measured on this box (--allow-unmeasured writes it):", file=sys.stderr)
+    elif result.unmeasured_blocking:
+        print(f"l2sched fit: UNVERIFIED: the windows written at TP{tp} rest on terms not "
+              "measured on this box:", file=sys.stderr)
+    for why in result.unmeasured_blocking:
+        print(f"l2sched fit:   {why}", file=sys.stderr)
 
 
 def add_cli(sub) -> None:
@@ -223,6 +245,10 @@ def add_cli(sub) -> None:
                         "GLM-5.3-Flash config)")
     p.add_argument("--quick", action="store_true",
                    help="a smaller search (about a third of the default's time)")
+    p.add_argument("--allow-unmeasured", action="store_true",
+                   help="write the windows even when their gain rests on a term not "
+                        "measured on this box (at TP > 1 a fill-vs-all-reduce slowdown; a "
+                        "--quick profile); the header says UNVERIFIED")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (the output does not depend on it; default: "
                         "up to 2)")

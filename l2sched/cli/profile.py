@@ -68,8 +68,12 @@ def cmd_profile(args) -> int:
     if coll is not None:
         from l2sched.profile.collectives import collectives_markdown, state_source
         from l2sched.profile.collective_terms import collective_terms_text
+        from l2sched.profile.origins import record_collectives
         try:
             text, lines = collective_terms_text(coll, text, state_source(args.state))
+            text = record_collectives(text, args.out, derived, lines,
+                                      str(got["provenance"].get("date", "")),
+                                      state_source(args.state))
         except ValueError as e:  # e.g. no all-reduce curve can be fitted: keep the rest
             lines = [f"the collective part is not written: {e}"]
         for line in lines:
@@ -112,7 +116,9 @@ def add_cli(sub) -> None:
     p.add_argument("--state", default="", metavar="STATE.json",
                    help="raw probe results; an existing file is resumed")
     p.add_argument("--base", default="h200", metavar="NAME_OR_TOML",
-                   help="profile whose unmeasured numbers are kept (default h200)")
+                   help="profile whose unmeasured numbers are kept when it describes this "
+                        "GPU; for another GPU they get conservative values, named in the "
+                        "profile's [origin] table (default h200)")
     p.add_argument("--name", default="", help="profile name (default: the base's)")
     p.add_argument("--tp", type=int, default=4,
                    help="TP degree of the inventory whose op shapes are timed")

@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from l2sched.device.allreduce import AllReduceModel
 from l2sched.device.interpolate import log_interp
+from l2sched.device.provenance import check_origin_entry, origin_from_entry, profile_fields
 from l2sched.device.schema import (DEFAULT_BULK_SHAPE, LEGACY_OPS_MODEL, DeviceProfile,
                                     FillMode, OpTimes)
 from l2sched.device.toml_keys import KeyIndex
@@ -88,7 +89,7 @@ _ALLREDUCE_RANGES = {"latency_us": (0, MAX_US, "us"),
 MAX_TP_DEGREE = 1024
 #: Top-level keys and tables of a profile.
 _TOP_KEYS = ("name", "description", "compute_capability", "gpu", "l2", "bandwidth",
-             "latency", "allreduce", "fill", "ops", "provenance", "measured")
+             "latency", "allreduce", "fill", "ops", "provenance", "measured", "origin")
 #: Keys of the ``[gpu]`` table (what the driver reports about the GPU).
 _GPU_KEYS = ("names", "sm_count", "smem_per_block_optin_bytes")
 #: Most SMs a profile may name (a sanity bound, like the others).
@@ -248,11 +249,39 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     ar = _parse_allreduce(raw.get("allreduce"), problems)
     _parse_fill(raw.get("fill"), "fill" in raw, problems, values)
     _parse_measured_tables(raw, problems, values)
-    if problems.found:
-        # in file order; problems without a line (a missing key) last
-        raise L2sInputError(sorted(problems.found, key=lambda d: (
-            d.span.line == 0, d.span.line, d.span.column)))
-    return DeviceProfile(path=path, allreduce=ar, source_text=text, **values)
+    origin = _parse_origin(raw, problems, values)
+    if not problems.found:
+        got = DeviceProfile(path=path, allreduce=ar, source_text=text, **values)
+        known = set(profile_fields(got))
+        for key in origin:
+            if key not in known:
+                problems.bad("origin", key, f"names no field of this profile"
+                             f"{suggest(key, sorted(known))}")
+        if not problems.found:
+            return got
+    # in file order; problems without a line (a missing key) last
+    raise L2sInputError(sorted(problems.found, key=lambda d: (
+        d.span.line == 0, d.span.line, d.span.column)))
+
+
+def _parse_origin(raw: Mapping[str, Any], problems: _Problems, values: dict) -> dict:
+    """The ``[origin]`` table (``l2sched.device.provenance``): one entry per
+    field, ``"section.key" = {kind = ..., ...}``; sets ``values["origins"]``
+    and returns the raw table (its keys are checked against the profile's
+    fields once the profile is built)."""
+    sec = raw.get("origin", {})
+    if not isinstance(sec, dict):
+        problems.bad("origin", "", "expected a table [origin] of {kind, ...} entries")
+        return {}
+    good = {}
+    for key, entry in sec.items():
+        wrong = check_origin_entry(entry)
+        for inner, msg in wrong:
+            problems.bad("origin", key, msg, inner=inner)
+        if not wrong:
+            good[key] = origin_from_entry(key, entry)
+    values["origins"] = good
+    return sec
 
 
 def profile_error(device_profile: DeviceProfile,

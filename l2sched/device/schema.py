@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from l2sched.device.allreduce import AllReduceModel
 from l2sched.device.interpolate import linear_points, log_interp
 from l2sched.device.limits import DeviceLimits
+from l2sched.device.provenance import FieldOrigin
 
 #: The key of op tables in the layout before they were keyed by model
 #: (``[ops."KIND"]``, no model part): such a table names no model, so it
@@ -153,6 +154,9 @@ class DeviceProfile:
     for one built in code). ``notes``: what the reader did that the file
     should say itself (op tables of the old layout, ``[ops."KIND"]``, read
     under ``parse.LEGACY_OPS_MODEL``, any model's; ``legacy_ops`` is then True).
+    ``origins``: the ``[origin]`` table, field -> ``FieldOrigin`` (where
+    each number came from; ``provenance.field_origins`` fills in the fields
+    a file without one leaves out).
     """
 
     name: str
@@ -188,6 +192,7 @@ class DeviceProfile:
     source_text: str = field(default="", repr=False, compare=False)
     notes: tuple[str, ...] = ()
     legacy_ops: bool = False
+    origins: Mapping[str, FieldOrigin] = field(default_factory=dict)
 
     @property
     def is_measured(self) -> bool:

@@ -36,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from l2sched.device.provenance import field_origins, generic_key
+
 #: Numbers whose pessimistic direction for a prefetch gain is known:
 #: ``[measured]`` key (``MODE`` = every fill kernel) -> (direction,
 #: fixed factor used when the profile has no p10/p90 for it, what it is).
@@ -99,48 +101,66 @@ class BoundInfo:
         return self.profile_measured and bool(self.measured)
 
 
-def _spread(device, key: str) -> tuple[float, float] | None:
-    """``(p10/median, p90/median)`` of ``[measured][key]``, or None."""
+def _ends(device, key: str) -> tuple[float, float, str] | None:
+    """``(low, high, what)`` of the run-to-run spread recorded for field
+    ``key``: its ``[measured]`` p10/p90 and its ``[origin]`` entry's
+    p10/p90 and ``repeats`` together (``what``: ``p10/p90``, ``repeats``
+    or both); None without one."""
+    vals, what = [], []
     m = (device.measured or {}).get(key) or {}
-    med, p10, p90 = m.get("median"), m.get("p10"), m.get("p90")
-    if not all(isinstance(v, (int, float)) for v in (med, p10, p90)) or med <= 0:
+    if all(isinstance(m.get(k), (int, float)) for k in ("p10", "p90")):
+        vals += [m["p10"], m["p90"]]
+        what.append("p10/p90")
+    o = field_origins(device).get(key)
+    if o is not None and o.spread() is not None:
+        vals += list(o.spread())
+        what.append("repeats" if o.repeats else "p10/p90")
+    if len(vals) < 2:
         return None
-    return p10 / med, p90 / med
+    return min(vals), max(vals), " and ".join(dict.fromkeys(what))
 
 
-def _factor(device, key: str, info: BoundInfo, shown: str | None = None) -> float:
-    """The pessimistic factor of a ``DIRECTIONAL`` number (``key`` may name
-    one fill kernel: ``fill.copy.effect``)."""
-    generic = key
-    parts = key.split(".")
-    if parts[0] == "fill" and len(parts) == 3:
-        generic = f"fill.MODE.{parts[2]}"
-    direction, fixed, _what = DIRECTIONAL[generic]
-    spread = _spread(device, key)
+def _factor(device, key: str, info: BoundInfo, value: float,
+            shown: str | None = None) -> float:
+    """The pessimistic factor (corner / ``value``) of a ``DIRECTIONAL``
+    number (``key`` may name one fill kernel: ``fill.copy.effect``): the
+    fixed factor of ``DIRECTIONAL`` applied to the pessimistic end of the
+    recorded run-to-run spread (``_ends``: the low end for a number whose
+    smaller value is pessimistic, the high end otherwise, or the value
+    itself when it lies beyond), else to the value. So two profiles of one
+    box whose values differ within their recorded spread get the same
+    corner."""
+    direction, fixed, _what = DIRECTIONAL[generic_key(key)]
+    ends = _ends(device, key)
     label = shown or key
-    if spread is not None:
-        info.measured.append(f"{label}: {'p10' if direction == 'low' else 'p90'}")
-        return spread[0] if direction == "low" else spread[1]
     info.fixed.append(f"{label} x{fixed:g}")
-    return fixed
+    if ends is None or not value:
+        return fixed
+    lo, hi, what = ends
+    end = min(lo, value) if direction == "low" else max(hi, value)
+    info.measured.append(f"{label}: {'low' if direction == 'low' else 'high'} end of "
+                         f"{what}")
+    return fixed * end / value
 
 
 def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
     """The ``FillMode`` ``fm`` of kernel ``mode`` at its pessimistic end."""
-    eff = _factor(device, f"fill.{mode}.effect", info)
-    slow = max(fm.slowdown * _factor(device, f"fill.{mode}.slowdown", info),
+    eff = _factor(device, f"fill.{mode}.effect", info, fm.effect)
+    slow = max(fm.slowdown * _factor(device, f"fill.{mode}.slowdown", info, fm.slowdown),
                MIN_PESSIMISTIC_SLOWDOWN)
     return dataclasses.replace(
         fm, effect=min(1.0, fm.effect * eff),
         landed=tuple((mb, min(1.0, y * eff)) for mb, y in fm.landed),
-        gbps=fm.gbps * _factor(device, f"fill.{mode}.gbps", info),
-        launch_us=fm.launch_us * _factor(device, f"fill.{mode}.launch_us", info),
+        gbps=fm.gbps * _factor(device, f"fill.{mode}.gbps", info, fm.gbps),
+        launch_us=fm.launch_us * _factor(device, f"fill.{mode}.launch_us", info,
+                                         fm.launch_us),
         slowdown=slow,
         gemm_slowdown=None if fm.gemm_slowdown is None else max(
-            fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info),
+            fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info,
+                                       fm.gemm_slowdown),
             MIN_PESSIMISTIC_SLOWDOWN),
         allreduce_slowdown=fm.allreduce_slowdown * _factor(
-            device, f"fill.{mode}.allreduce_slowdown", info))
+            device, f"fill.{mode}.allreduce_slowdown", info, fm.allreduce_slowdown))
 
 
 def _pessimistic_ops(device, info: BoundInfo) -> dict:
@@ -172,22 +192,26 @@ def pessimistic_profile(device, corner: str = "low") -> tuple[object, BoundInfo]
     changes: dict = {"fill_modes": fills, "ops": _pessimistic_ops(device, info)}
     for key, attr in (("bandwidth.gemm_l2_gbps", "gemm_l2_gbps"),
                       ("l2.evict_normal_survival", "evict_normal_survival")):
-        changes[attr] = getattr(device, attr) * _factor(device, key, info)
+        v = getattr(device, attr)
+        changes[attr] = v * _factor(device, key, info, v)
     changes["evict_last_protected_bytes"] = int(
         device.evict_last_protected_bytes
-        * _factor(device, "l2.evict_last_protected_bytes", info))
+        * _factor(device, "l2.evict_last_protected_bytes", info,
+                  device.evict_last_protected_bytes))
     if device.effective_l2_bytes:
         changes["effective_l2_bytes"] = int(
-            device.effective_l2_bytes * _factor(device, "l2.effective_bytes", info))
-    ar = _factor(device, "allreduce.latency_us", info, "allreduce.tpN.latency_us")
+            device.effective_l2_bytes * _factor(device, "l2.effective_bytes", info,
+                                                device.effective_l2_bytes))
+    ar = _factor(device, "allreduce.latency_us", info, 0.0, "allreduce.tpN.latency_us")
     changes["allreduce"] = {tp: dataclasses.replace(m, latency_us=m.latency_us * ar)
                             for tp, m in device.allreduce.items()}
     for key, attr in AMBIGUOUS.items():
-        spread = _spread(device, key)
-        if spread is not None:
-            info.measured.append(f"{key}: {'p10' if corner == 'low' else 'p90'}")
-            changes[attr] = getattr(device, attr) * (spread[0] if corner == "low"
-                                                     else spread[1])
+        ends = _ends(device, key)
+        if ends is not None:
+            v = getattr(device, attr)
+            info.measured.append(f"{key}: {'low' if corner == 'low' else 'high'} end of "
+                                 f"{ends[2]}")
+            changes[attr] = min(ends[0], v) if corner == "low" else max(ends[1], v)
     return dataclasses.replace(device, **changes), info
 
 
@@ -197,6 +221,6 @@ def profile_variants(device) -> tuple[list[Variant], BoundInfo]:
     ``AMBIGUOUS`` number; with the ``BoundInfo`` of ``low``."""
     low, info = pessimistic_profile(device, "low")
     out = [Variant("median", device), Variant("low", low)]
-    if any(_spread(device, k) is not None for k in AMBIGUOUS):
+    if any(_ends(device, k) is not None for k in AMBIGUOUS):
         out.append(Variant("high", pessimistic_profile(device, "high")[0]))
     return out, info

@@ -24,7 +24,7 @@ def _generic(items: list[str]) -> list[str]:
         g = re.sub(r"^fill\.(bulk|copy|load)\.", "fill.MODE.", item)
         key = g.split(":")[0]
         if key in AMBIGUOUS:
-            g = f"{key}: p10 and p90"
+            g = f"{key}: low and high ends of {g.split(' end of ')[-1]}"
         if g.startswith(("fill.MODE.slowdown", "fill.MODE.gemm_slowdown")):
             g += f" (at least {MIN_PESSIMISTIC_SLOWDOWN:g})"
         if g not in out:
@@ -61,6 +61,31 @@ def profile_line(device, device_arg: str) -> list[str]:
             "# every prediction below, and the bound, is unverified until it is."]
 
 
+def unmeasured_lines(result, tp: int) -> list[str]:
+    """The header lines about terms not measured on the box
+    (``fit.unmeasured``): why windows were withheld, or that the written
+    ones are UNVERIFIED, and every unmeasured term the answer rests on."""
+    out = []
+    w = result.withheld
+    if w is not None:
+        n = sum(len(c.links) for c in w.candidate.chains)
+        out += [f"# UNMEASURED: no windows written. The best candidate ({n} windows, "
+                f"objective {w.objective:+.1f} us, lower bound per M "
+                + " / ".join(f"{lb:+.1f}" for _m, _w, _med, lb, _f in w.rows)
+                + " us) rests on:"]
+        out += [f"#   {why}" for why in w.unmeasured_blocking]
+        out += ["# `l2sched fit --allow-unmeasured` writes its windows, marked UNVERIFIED.",
+                "#"]
+    elif result.unmeasured_blocking:
+        out += ["# UNVERIFIED (--allow-unmeasured): the gain rests on terms not measured "
+                "on this box:"]
+        out += [f"#   {why}" for why in result.unmeasured_blocking] + ["#"]
+    if result.unmeasured:
+        out += _wrap(f"# Not measured on this box (TP{tp}; docs/devices.md#where-every-"
+                     "number-came-from):", list(result.unmeasured)) + ["#"]
+    return out
+
+
 def header_lines(result, device, device_arg: str, command: str, tp: int,
                  floor_source: str, searched_set_aside: bool = True,
                  model_label: str = "",
@@ -75,7 +100,8 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
         model_label = f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})"
     lines = [f"# {model_label} TP{tp} weight-prefetch schedule written by "
              "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
-    if result.candidate is None:
+    lines += unmeasured_lines(result, tp)
+    if result.candidate is None and result.withheld is None:
         best = ("every candidate was infeasible or lost more than the noise floor at "
                 "some M" if result.best_rejected is None else
                 f"the best candidate's lower bound was {result.best_rejected:+.1f} us")
@@ -99,7 +125,8 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
     lines.append("# Lower bound: the smallest gain over the profile variants "
                  f"{', '.join(result.variants)}.")
     if result.info.from_measurements:
-        lines += _wrap("#   From measured p10/p90 ([measured]):", measured)
+        lines += _wrap("#   From recorded run-to-run spreads ([measured] p10/p90, [origin] "
+                       "repeats):", measured)
     else:
         lines.append("#   NOT from measurements: the profile has no measured spreads; "
                      "fixed pessimism only.")

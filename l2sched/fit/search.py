@@ -40,7 +40,9 @@ from dataclasses import dataclass
 
 from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, profile_variants
+from l2sched.device.provenance import unmeasured_terms
 from l2sched.fit.caps import fitting_kernels, hook_caps
+from l2sched.fit.unmeasured import gate_unmeasured
 from l2sched.fit.pool import BatchEvaluator
 from l2sched.fit.space import (BUDGET_STEP, MIN_GAP_US, STREAMING_CLASSES, Candidate,
                                 Chain, Link, build_streams, candidate_tree, chain_valid)
@@ -96,7 +98,7 @@ class FitOptions:
     no-prefetch step 3.5-22% slower (benchmarks/results/
     h200-2026-12-01-fit-proof.md). ``device_ref``: the schedule's
     ``device`` value, a profile file's path (None = the profile's shipped
-    name)."""
+    name). ``allow_unmeasured``: windows even on unmeasured terms (``fit.unmeasured``)."""
 
     tp: int = 4
     tokens: tuple[int, ...] = (1, 4, 16, 64)
@@ -110,6 +112,7 @@ class FitOptions:
     max_tokens: int = 256
     set_aside: str = "0"
     device_ref: str | None = None
+    allow_unmeasured: bool = False
 
     def weight(self, m: int) -> float:
         """The weight of M = ``m``."""
@@ -151,6 +154,9 @@ class FitResult:
     best_rejected: float | None = None
     variants: tuple[str, ...] = ()
     layers: tuple[int, int] = (0, 0)
+    unmeasured: tuple[str, ...] = ()  # these three: fit.unmeasured
+    unmeasured_blocking: tuple[str, ...] = ()
+    withheld: "FitResult | None" = None
 
 
 class Search:
@@ -159,8 +165,7 @@ class Search:
     got. ``run()`` returns the ``FitResult``."""
 
     def __init__(self, device, opts: FitOptions, progress=None):
-        self.device = device
-        #: fill kernels not searched: mode -> why (``fitting_kernels``)
+        self.device = device  # kernel_notes: fill kernels not searched, mode -> why
         fitting, self.kernel_notes = fitting_kernels(device)
         if opts.kernel in self.kernel_notes:
             raise L2sUsageError(f"--kernel {opts.kernel}: "
@@ -177,8 +182,7 @@ class Search:
             self.adapter = adapter_of_config(opts.model_config)
         else:
             self.adapter = get_adapter(DEFAULT_ADAPTER)
-        #: the adapter's name, the fitted schedule's ``model``
-        self.model = self.adapter.NAME
+        self.model = self.adapter.NAME  # the fitted schedule's ``model``
         config = opts.model_config if opts.model_config is not None \
             else default_config(self.model)
         self.variants, self.info = profile_variants(device)
@@ -426,12 +430,15 @@ class Search:
         if best is None or best[1] <= floor:
             rows = [(m, self.opts.weight(m), 0.0, 0.0, self.opts.floor(m))
                     for m in self.opts.tokens]
-            return FitResult(None, rows, 0.0, best_rejected=best and best[1], **common)
+            why = tuple(unmeasured_terms(self.device, self.opts.tp, set(self.kernels)))
+            return FitResult(None, rows, 0.0, best_rejected=best and best[1],
+                             unmeasured=why, **common)
         s, obj, ev = best
         rows = [(m, self.opts.weight(m), ev.gains["median"][m],
                  min(ev.gains[v][m] for v in names), self.opts.floor(m))
                 for m in self.opts.tokens]
-        return FitResult(s.candidate, rows, obj, **common)
+        return gate_unmeasured(FitResult(s.candidate, rows, obj, **common), self.device,
+                               self.opts)
 
     def run(self) -> FitResult:
         """Caps, greedy pass, local search, final judgement."""

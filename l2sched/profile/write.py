@@ -11,7 +11,6 @@ synthetic results.
 
 from __future__ import annotations
 
-import json
 import statistics
 from typing import Any
 
@@ -21,6 +20,7 @@ from l2sched.profile.gaps import step_gap_markdown
 from l2sched.profile.step import MODEL
 from l2sched.profile.step_fill import apply_step_fill, step_fill_markdown
 from l2sched.device import slowdown_for_extra
+from l2sched.profile.origins import apply_base_policy, origin_table, toml_value
 
 MB = 10**6
 
@@ -42,8 +42,8 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     probe measures); ``inventory``: the analytical inventory the op probe
     ran (weight bytes per op, for the GEMM rate fit). A dict of sections ->
     {key: value}, ``fill`` (mode -> table), ``ops``, ``measured``
-    (``section.key`` -> {probe, median, p10, p90}) and ``kept`` (keys
-    copied from the base)."""
+    (``section.key`` -> {probe, median, p10, p90}), ``kept`` and
+    ``origins`` (``origins.apply_base_policy``)."""
     measured: dict[str, dict] = {}
     kept: list[str] = []
     l2 = res.get("l2", {})
@@ -113,8 +113,8 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     _kept_latency(base, sec, kept, measured)
     kept.append("allreduce")
     default = default_fill_mode(modes, base)
-    return {"sections": sec, "fill": modes, "fill_default": default,
-            "ops": _op_table(ops), "measured": measured, "kept": kept}
+    return apply_base_policy({"sections": sec, "fill": modes, "fill_default": default, "ops":
+                              _op_table(ops), "measured": measured, "kept": kept}, base, prov)
 
 
 def _kept_latency(base, sec: dict, kept: list, measured: dict) -> None:
@@ -323,22 +323,6 @@ def _op_table(ops: dict) -> dict:
     return out
 
 
-def toml_value(v: Any) -> str:
-    """``v`` (bool, number, str, list, dict) as an inline TOML value."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k) if not k.isidentifier() else k} = "
-                                f"{toml_value(x)}" for k, x in v.items()) + " }"
-    return json.dumps(str(v))
-
-
 def profile_toml(name: str, description: str, provenance: dict, derived: dict,
                  base) -> str:
     """The TOML text of the measured profile ``name``."""
@@ -350,7 +334,9 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
              "GB/s = 10^9 B/s, microseconds (us).",
              "# Every measured number has its probe (and median/p10/p90) in [measured];",
              f"# provenance.kept_from_base lists the numbers kept from profile "
-             f"{base.name} (not measured by the probes).", "",
+             f"{base.name} (not measured by the probes); [origin] says where each came from.",
+             *(["# A --quick profile: not for fitting (no step_fill probe; `l2sched fit` "
+                "writes no windows from it)."] if prov.get("quick") else []), "",
              f"name = {toml_value(name)}", f"description = {toml_value(description)}",
              f"compute_capability = {toml_value(cc)}", "",
              # what the driver reported: the plugin installs only on such a GPU
@@ -370,19 +356,21 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
     for mode, tab in derived["fill"].items():
         lines += [f"[fill.{mode}]"] + [f"{k} = {toml_value(v)}" for k, v in tab.items()]
     lines += ["", "[allreduce]", 'model = "latency_plus_bandwidth"']
-    for deg, m in sorted(base.allreduce.items()):
-        lines += [f"[allreduce.tp{deg}]", f"latency_us = {m.latency_us!r}",
-                  f"busbw_gbps = {m.busbw_gbps!r}"]
-        if m.measured:
-            lines.append(f'measured = "{m.measured}"')
-        if m.source:
-            lines.append(f"source = {toml_value(m.source)}")
+    tables = derived.get("allreduce") or {d: (m.latency_us, m.busbw_gbps, m.measured,
+                                              m.source) for d, m in base.allreduce.items()}
+    for deg, (lat, bw, when, src) in sorted(tables.items()):
+        lines += [f"[allreduce.tp{deg}]", f"latency_us = {lat!r}", f"busbw_gbps = {bw!r}"]
+        if when:
+            lines.append(f'measured = "{when}"')
+        if src:
+            lines.append(f"source = {toml_value(src)}")
     for kind, per in derived["ops"].items():
         lines += ["", f'[ops.{MODEL}."{kind}"]']
         lines += [f'"{op}" = {toml_value(v)}' for op, v in per.items()]
     lines += ["", "[measured]"]
     lines += [f'"{k}" = {toml_value(v)}' for k, v in derived["measured"].items()]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + "\n".join(origin_table(text, f"{name}.toml", derived)) + "\n"
 
 
 def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
