@@ -87,6 +87,11 @@ ARMS = {
     "copy": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "copy"}, **FORCED},
     "load": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "load"}, **FORCED},
     "bulk": {"schedule": SHIPPED, "set": {"tp": "1", "kernel": "bulk"}, **FORCED},
+    # issue 31: the shipped schedule installed and captured with its run-time
+    # switch off (kernels exit at once): its cost against no plugin at all
+    "shipped-off": {"schedule": SHIPPED, "set": {"tp": "1"}, "fills": "off", **FORCED},
+    # issue 31: the plugin fits the live engine (vllm/auto.py)
+    "auto": {"schedule": "auto"},
     # `l2sched fit` for the reduced model at TP1 on the h200 profile, written
     # at run time (``fit_reduced``); the committed FITTED is for the full model
     "fit": {"schedule": "fit.l2s"},
@@ -182,6 +187,7 @@ def arm_section(name: str, out: Path) -> dict | None:
     sec = json.loads(json.dumps(spec))
     sec["schedule"] = (str(out / "missing.l2s") if name == "bad-path" else
                        str(out / sec["schedule"]) if name == "fit" else
+                       sec["schedule"] if sec["schedule"] == "auto" else
                        str(ROOT / sec["schedule"]))
     return sec
 
@@ -374,8 +380,8 @@ class Arm:
 # --------------------------------------------------------------------------
 # log checks
 
-SUMMARY = re.compile(r"l2sched: TP rank 0/1: schedule (\S+) \(.*\) installed, "
-                     r"backend (\S+), device (\S+), (lint [^:]+: \d+ errors, \d+ warnings|"
+SUMMARY = re.compile(r"l2sched: TP rank 0/1: schedule (\S+) \(.*\) installed"
+                     r"(?: switched off \(fills off\))?, backend (\S+), device (\S+), (lint [^:]+: \d+ errors, \d+ warnings|"
                      r"lint off|lint unavailable)")
 OFF_LINE = re.compile(r"l2sched: TP rank 0/1: prefetch OFF: (.*)")
 BACKEND = re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+?)(?: attention)? backend")

@@ -62,7 +62,8 @@ def test_item14_schema_is_a_json_schema_with_every_key():
 
     jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
     assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
-                                                "device", "on_predicted_loss"}
+                                                "device", "on_predicted_loss",
+                                                "fills"}
     assert CONFIG_SCHEMA["additionalProperties"] is False
 
 
@@ -215,3 +216,16 @@ def test_issue31_on_predicted_loss_setting():
     for bad in ({"l2sched": dict(section, on_predicted_loss="error")}, None):
         with pytest.raises(L2sPluginError, match="on_predicted_loss|ON_PREDICTED_LOSS"):
             read_config(bad, dict(env, L2SCHED_ON_PREDICTED_LOSS="error"))
+
+
+def test_issue31_fills_switch_from_section_and_env():
+    from l2sched.vllm.config import read_config
+
+    assert read_config({"l2sched": {"schedule": "x.l2s"}}).fills == "on"
+    assert read_config({"l2sched": {"schedule": "x.l2s", "fills": "off"}}).fills == "off"
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s",
+                            "L2SCHED_FILLS": " OFF "}).fills == "off"
+    err = _bad({"l2sched": {"schedule": "x.l2s", "fills": "maybe"}})
+    assert "additional_config l2sched.fills: must be 'on' or 'off'" in err.detail
+    with pytest.raises(L2sPluginError, match="L2SCHED_FILLS='sometimes': expected on or off"):
+        read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_FILLS": "sometimes"})

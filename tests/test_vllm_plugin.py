@@ -452,8 +452,66 @@ def _rank_scenario(ctx):
         for inst in vllm_plugin.INSTALLED:
             inst.remove()
         vllm_plugin.INSTALLED.clear()
+        out["switch"] = _switch_scenario(model, cfg, records, base, loader_utils)
+        out["auto"] = _auto_scenario(model, cfg, records, loader_utils, d)
     cfg.additional_config = {}
     return out
+
+
+def _auto_scenario(model, cfg, records, loader_utils, tmpdir):
+    """Issue 31 item 2: ``"schedule": "auto"`` fits the live tiny model at
+    TP2 on the h200 profile (dry-run backend: no GPU identity to match),
+    twice: the second activation reads the first one's cache entry."""
+    import torch
+
+    from l2sched.vllm import plugin as vllm_plugin
+
+    os.environ["L2SCHED_CACHE_DIR"] = os.path.join(tmpdir, "auto-cache")
+    got = []
+    for _ in range(2):
+        cfg.additional_config = {"l2sched": {"schedule": "auto", "backend": "dry-run",
+                                             "device": "h200"}}
+        records.clear()
+        loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                   torch.device("cpu"))
+        got.append({"records": list(records), "installed": len(vllm_plugin.INSTALLED)})
+        for inst in vllm_plugin.INSTALLED:
+            inst.remove()
+        vllm_plugin.INSTALLED.clear()
+    return got
+
+
+def _switch_scenario(model, cfg, records, base, loader_utils):
+    """Issue 31 item 3: installed with ``"fills": "off"``, eager forwards
+    launch nothing (gate reason ``switched-off``); the worker extension's
+    RPC method switches on (launches resume, output unchanged) and off."""
+    import torch
+    import vllm_forward as vf
+
+    from l2sched.vllm import plugin as vllm_plugin
+    from l2sched.vllm.switch import PrefetchSwitchExtension, prefetch_state
+
+    cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, fills="off")}
+    records.clear()
+    loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                               torch.device("cpu"))
+    got = {"records": list(records), "installed": len(vllm_plugin.INSTALLED),
+           "state0": prefetch_state().as_dict(), "rounds": []}
+    rt = vllm_plugin.INSTALLED[-1].runtime
+    rpc = PrefetchSwitchExtension()
+    for on in (None, True, False):
+        answer = None if on is None else rpc.l2sched_set_prefetch(on)
+        rt.clear()
+        same = vf.output_bytes(vf.decode_forward(model, cfg)) == base
+        got["rounds"].append({
+            "answer": answer, "same": same,
+            "launches": sum(1 for e in rt.events if e.op == "launch"),
+            "switched_off": sum(1 for e in rt.events if e.reason == "switched-off")})
+    got["issues"] = len(rt.plan.issues)
+    for inst in vllm_plugin.INSTALLED:
+        inst.remove()
+    vllm_plugin.INSTALLED.clear()
+    return got
 
 
 @pytest.fixture(scope="module")
@@ -720,3 +778,54 @@ def test_issue31_plan_predicted_faster_installs(ranks):
         assert not [x for x in r["activation_log"] if "predicted slower" in x]
         assert [x for x in r["activation_log"] if " installed, backend" in x]
 
+
+
+def test_issue31_fills_off_installs_switched_off_and_rpc_switches(ranks):
+    """Issue 31 item 3 with vLLM's real model: ``"fills": "off"`` installs
+    (one summary line saying so) and eager forwards launch nothing; the
+    worker extension's ``l2sched_set_prefetch(True)`` makes every issue
+    launch again, ``False`` stops them; outputs bitwise the same."""
+    for r in ranks:
+        got = r["switch"]
+        assert got["installed"] == 1, got["records"]
+        summary = [x for x in got["records"] if "installed switched off" in x]
+        assert len(summary) == 1, got["records"]
+        assert got["state0"]["installed"] == 1 and got["state0"]["on"] == 0
+        off0, on, off1 = got["rounds"]
+        assert off0["launches"] == 0 and off0["switched_off"] == got["issues"] > 0
+        assert on["answer"] == {"installed": 1, "on": 1, "refused": 0,
+                                "schedules": on["answer"]["schedules"]}
+        assert on["launches"] == got["issues"] and on["switched_off"] == 0
+        assert off1["answer"]["on"] == 0 and off1["launches"] == 0
+        assert all(x["same"] for x in got["rounds"])
+
+
+def test_issue31_auto_fits_the_live_model_once_and_caches(ranks):
+    """``"schedule": "auto"``: the first activation fits (one line saying
+    what it chose: windows and the predicted gain, or no prefetch with the
+    fit's lower bound), the second reads the cache; the same answer both
+    times, on both ranks."""
+    import re
+
+    answers = []
+    for r in ranks:
+        first, second = r["auto"]
+        lines = []
+        # the first activation fits on one rank; the other may wait for its
+        # lock and read the entry it wrote
+        for got, hows in ((first, ("(fitted in ", "(from the cache, ")),
+                          (second, ("(from the cache, ",))):
+            auto = [x for x in got["records"] if "l2sched:" in x and "auto:" in x]
+            assert auto, got["records"]
+            if got["installed"]:
+                assert any(h in x for x in auto for h in hows), auto
+                assert any(" installed, backend dry-run" in x for x in got["records"])
+            else:
+                off = [x for x in got["records"] if "prefetch OFF: auto: no prefetch" in x]
+                assert len(off) == 1 and off[0].startswith("INFO"), got["records"]
+                assert any(h in off[0] for h in hows) and "lower bound" in off[0], off
+            lines.append(re.sub(r" \((fitted in|from the cache,) [^)]*\)", "", auto[0]))
+        assert first["installed"] == second["installed"]
+        assert lines[0] == lines[1]
+        answers.append(first["installed"])
+    assert len(set(answers)) == 1

@@ -25,7 +25,7 @@ from l2sched.errors import L2sError, L2sUsageError, reset_spell_checks
 COMMANDS = {"check": "check", "fmt": "fmt", "inventory": "inventory",
             "compile": "compile", "explain": "explain", "lint": "lint",
             "timeline": "lint", "fit": "fit", "profile": "profile", "bench": "bench",
-            "docs": "docs"}
+            "verify": "verify", "docs": "docs"}
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -90,10 +90,11 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
             f"unrecognized arguments: {' '.join(extra)}")
     reset_spell_checks()
     try:
-        # the GPU benchmarks run long and allocate through torch: leave the
-        # collector on there
-        gc_pause = _no_cyclic_gc() if " bench" not in args.prog \
-            else contextlib.nullcontext()
+        # the GPU benchmarks and verify's engine run long and allocate
+        # through torch: leave the collector on there
+        gc_pause = _no_cyclic_gc() if not any(
+            w in args.prog for w in (" bench", " verify")) else contextlib.nullcontext()
+        args.argv = list(argv)
         with progress.reporting(args.prog), gc_pause:
             return int(args.handler(args) or 0)
     except L2sUsageError as err:

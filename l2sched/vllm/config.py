@@ -32,6 +32,7 @@ ENV_ON_PREDICTED_LOSS = "L2SCHED_ON_PREDICTED_LOSS"
 #: The ``schedule`` value that asks for a fitted schedule (``vllm.auto``);
 #: a file of that name is ``./auto``.
 AUTO = "auto"
+ENV_FILLS = "L2SCHED_FILLS"
 
 #: Runtime backends the plugin offers.
 BACKENDS = ("cuda", "dry-run")
@@ -43,6 +44,10 @@ LINT_MODES = ("error", "warn", "off")
 #: captured batch size (L2S110, ``vllm.loss_gate``): ``off`` keeps prefetch
 #: off (the default), ``warn`` installs anyway with a logged override.
 LOSS_MODES = ("off", "warn")
+#: The run-time switch at install (``runtime.switch``): ``on`` (default) or
+#: ``off`` (installed and captured, kernels exit at once until switched on:
+#: ``l2sched.vllm.switch``).
+FILL_STATES = ("on", "off")
 
 #: The JSON schema of ``additional_config["l2sched"]``.
 CONFIG_SCHEMA: dict[str, Any] = {
@@ -65,6 +70,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "device": {"type": "string", "minLength": 1,
                    "description": "device profile: a shipped name or a .toml path"},
         "on_predicted_loss": {"enum": list(LOSS_MODES)},
+        "fills": {"enum": list(FILL_STATES)},
     },
 }
 
@@ -77,7 +83,8 @@ class PluginConfig:
     ``dry-run``), ``lint`` (``LINT_MODES``), ``device`` (a device profile
     name or ``.toml`` path replacing the schedule's, ``None`` = the
     schedule's), ``source`` (``additional-config`` or ``env``) for the
-    log lines, and ``on_predicted_loss`` (``LOSS_MODES``)."""
+    log lines, ``on_predicted_loss`` (``LOSS_MODES``) and ``fills``, the
+    run-time switch at install (``FILL_STATES``)."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
@@ -86,6 +93,7 @@ class PluginConfig:
     device: str | None = None
     source: str = "env"
     on_predicted_loss: str = "off"
+    fills: str = "on"
 
     @property
     def is_auto(self) -> bool:
@@ -178,7 +186,8 @@ def _from_section(section: Any) -> PluginConfig:
     return PluginConfig(section["schedule"], overrides,
                         section.get("backend", "cuda"), lint,
                         section.get("device"), "additional-config",
-                        section.get("on_predicted_loss", "off"))
+                        section.get("on_predicted_loss", "off"),
+                        section.get("fills", "on"))
 
 
 # --------------------------------------------------------------------------
@@ -239,7 +248,12 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
     if loss not in LOSS_MODES:
         raise _bad(f"{ENV_ON_PREDICTED_LOSS}={env.get(ENV_ON_PREDICTED_LOSS)!r}: "
                    f"expected {' or '.join(LOSS_MODES)}")
-    return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss)
+    fills = (env.get(ENV_FILLS) or "").strip().lower() or "on"
+    if fills not in FILL_STATES:
+        raise _bad(f"{ENV_FILLS}={env.get(ENV_FILLS)!r}: expected "
+                   f"{' or '.join(FILL_STATES)}")
+    return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss,
+                        fills)
 
 
 def read_config(additional_config: Mapping | None,
@@ -247,7 +261,8 @@ def read_config(additional_config: Mapping | None,
     """The ``PluginConfig`` from ``additional_config["l2sched"]`` when that
     section exists (the environment is then not read), else from the
     environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
-    ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``; ``environ`` default
+    ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``,
+    ``L2SCHED_FILLS``; ``environ`` default
     ``os.environ``); ``None`` when neither names a schedule. Raises
     ``L2sPluginError("bad configuration", ...)`` naming the bad key or
     variable."""

@@ -30,18 +30,14 @@ from l2sched.errors import (
 from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
-from l2sched.device import DeviceProfile, load_device
-from l2sched.device import (
-    GpuIdentity,
-    identity_mismatches,
-    matching_profiles,
-)
+from l2sched.device import DeviceProfile
 from l2sched.model.inventory import live_inventory
-from l2sched.runtime import kernel as K
 from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
+from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
+from l2sched.vllm.device_check import first_line as _first_line
 from l2sched.vllm.loss_gate import loss_gate
 from l2sched.vllm.sites import Installed, install_plan, refuse_drift
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
@@ -212,16 +208,6 @@ def reactivate(model) -> Installed | None:
     return activate_after_load(model, prev.vllm_config, config=prev.config)
 
 
-def _first_line(err) -> str:
-    diags = getattr(err, "diagnostics", ())
-    if diags:
-        d = diags[0]
-        where = f"{d.span}: " if d.span else ""
-        more = f" (+{len(diags) - 1} more)" if len(diags) > 1 else ""
-        return f"{where}{d.message}{more}"
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
 def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
               previous: Installed | None) -> Installed:
     """Everything from the schedule to the installed plan, for one rank
@@ -242,7 +228,10 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
     model_config = hf.to_dict() if hf is not None else None
 
     try:
-        schedule = load_schedule(cfg.schedule, cfg.overrides, model_config)
+        schedule = (_auto(cfg, vllm_config, model_config, tp, tp_rank, ep) if cfg.is_auto
+                    else load_schedule(cfg.schedule, cfg.overrides, model_config))
+    except L2sPluginError:
+        raise
     except L2sInputError as e:
         raise L2sPluginError(f"cannot read schedule {cfg.schedule!r}",
                           _first_line(e)) from None
@@ -290,12 +279,54 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
         lint_note = f"{lint_note} ({aside_note})"
     runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}",
                            profile)
+    runtime.switch(cfg.fills == "on")  # outside a capture: the post-load step
     installed = install_plan(layers, inventory, plan, runtime)
     if previous is not None:
         installed.bind_now()
     installed.lint = lint_note
     installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
     return installed
+
+
+class AutoNoPrefetch(L2sPluginError):
+    """``"schedule": "auto"`` chose no prefetch (the fit's answer: logged at
+    INFO) or could not fit (no measured profile, EP on: WARNING)."""
+
+
+def _auto(cfg: PluginConfig, vllm_config, model_config, tp: int, tp_rank: int,
+          ep: bool):
+    """The ``Schedule`` that ``"schedule": "auto"`` fits for this engine
+    (``vllm.auto.auto_schedule``: the live model config, TP/EP, the device
+    profile (the plugin's ``device``, else the shipped measured profile of
+    this GPU, ``device.profile_for_gpu``), vLLM's capture sizes up to the
+    fit's largest M), its choice logged in one INFO line per rank. Raises
+    ``AutoNoPrefetch`` for no prefetch, ``L2sPluginError`` when the fit
+    fails."""
+    from l2sched.device import load_device, profile_for_gpu
+    from l2sched.fit.search import FitOptions
+    from l2sched.vllm.auto import auto_schedule
+    from l2sched.vllm.loss_gate import capture_sizes
+
+    gpu = None
+    name = cfg.device
+    if cfg.backend == "cuda":
+        import torch
+        gpu = gpu_identity(torch.cuda.current_device())
+        name = name or profile_for_gpu(gpu)
+    profile = None
+    if name is not None:
+        profile = device_profile(cfg.backend, name)  # checks it is this GPU's
+        if name.endswith(".toml"):
+            name = os.path.abspath(name)
+    choice = auto_schedule(model_config or {}, tp, ep, profile, name or "",
+                           tokens=capture_sizes(vllm_config, FitOptions.max_tokens),
+                           gpu=gpu)
+    if not choice.prefetch:
+        err = AutoNoPrefetch(choice.summary)
+        err.level = 20 if choice.reason == "no prefetch" else 30  # INFO, WARNING
+        raise err
+    log.info("l2sched: TP rank %d/%d: %s", tp_rank, tp, choice.summary)
+    return choice.schedule(model_config)
 
 
 def _refuse_split_batch(vllm_config) -> None:
@@ -321,57 +352,6 @@ def _log_diagnostics(err, tp_rank: int) -> None:
     """The full compiler-style diagnostics, once (TP rank 0)."""
     if tp_rank == 0:
         log.warning("l2sched: diagnostics:\n%s", err)
-
-
-def gpu_identity(device_index: int) -> GpuIdentity:
-    """What the driver reports about CUDA device ``device_index``
-    (``torch.cuda.get_device_properties``: name, L2 bytes, SM count,
-    compute capability)."""
-    import torch
-
-    p = torch.cuda.get_device_properties(device_index)
-    return GpuIdentity(str(p.name), int(p.L2_cache_size),
-                       int(p.multi_processor_count), (int(p.major), int(p.minor)))
-
-
-def device_profile(backend: str, wanted: str) -> DeviceProfile:
-    """The device profile to lint with: ``wanted`` (the plugin's ``device``
-    setting, else the schedule's ``device``: a shipped name or a ``.toml``
-    path), after checking that it describes this rank's GPU
-    (``gpu_identity.identity_mismatches``: name, L2 size, SM count, compute
-    capability). The dry-run backend checks no GPU.
-
-    Raises ``L2sPluginError``: ``bad device profile`` (the profile does not
-    load), ``unsupported hardware`` (no CUDA device, compute capability
-    below 9.0), ``device mismatch`` (the GPU is not the profile's; the
-    detail names what differs and any shipped profile that matches)."""
-    try:
-        profile = load_device(wanted)
-    except L2sError as e:
-        raise L2sPluginError("bad device profile", _first_line(e)) from None
-    if backend == "dry-run":
-        return profile
-    import torch
-
-    if not torch.cuda.is_available():
-        raise L2sPluginError("unsupported hardware", "no CUDA device in this process "
-                          "(use backend dry-run to check a schedule on CPU)")
-    dev = torch.cuda.current_device()
-    ok, why = K.device_supported(dev)
-    if not ok:
-        raise L2sPluginError("unsupported hardware", why)
-    gpu = gpu_identity(dev)
-    differs = identity_mismatches(profile, gpu)
-    if not differs:
-        return profile
-    match = matching_profiles(gpu)
-    hint = (f"the shipped profile {match[0]} matches this GPU: use a schedule "
-            f"written for it, or lint this one with \"device\": \"{match[0]}\""
-            if match else "no shipped profile matches this GPU: write one "
-            "(docs/devices.md) and name it with \"device\": \"PATH.toml\"")
-    raise L2sPluginError("device mismatch", f"device profile {wanted} describes "
-                         f"another GPU than this one, {gpu.describe()} "
-                         f"({'; '.join(differs)}); {hint}")
 
 
 def _lint(cfg: PluginConfig, schedule, inventory, model_config,
@@ -494,7 +474,8 @@ def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
     left = sum(lo.nbytes for lo in plan.left_over)
     over = ", ".join(cfg.overrides)
     return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
-            f") installed, backend {cfg.backend}, device {device}, {lint_note}: "
+            f") installed{'' if cfg.fills == 'on' else ' switched off (fills off)'}, "
+            f"backend {cfg.backend}, device {device}, {lint_note}: "
             f"{len(plan.issues)} issues, {format_size(total)} per decode step "
             f"[{windows}]; windows per layer kind [{kinds}]; left over "
             f"{format_size(left)}")

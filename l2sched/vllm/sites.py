@@ -26,7 +26,7 @@ class Installed:
     reference to the top-level model) and ``config``/``vllm_config`` (what it
     was installed with), to find and redo it at a weight reload.
     ``remove()`` takes every hook out; ``retire()`` also retires the
-    runtime."""
+    runtime; ``switch(on)`` turns the fills on or off at run time."""
 
     plan: Any
     runtime: Any
@@ -51,6 +51,12 @@ class Installed:
         idempotent."""
         self.remove()
         self.runtime.retire()
+
+    def switch(self, on: bool) -> bool:
+        """The run-time switch of this plan's fills (``runtime.switch``):
+        CUDA graphs captured with them fill or not from their next replay.
+        Returns False, changing nothing, during a capture."""
+        return self.runtime.switch(on)
 
     def bind_now(self) -> None:
         """Bind every range to its tensor now and write the rows where the

@@ -545,3 +545,69 @@ def test_issue32_live_limits_are_the_devices():
     tab = torch.tensor([[x.data_ptr(), x.numel()]], dtype=torch.int64, device="cuda")
     kern.launch(tab.data_ptr(), 0, 1, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("shape", [COPY, {"mode": "load", "grid": 1056, "threads": 128,
+                                          "chunk": 128}])
+def test_issue31_switch_word_stops_a_fill_at_once(shape):
+    """A fill kernel reads its switch word first: with the word 0 a 256 MiB
+    fill (copy and load modes wait until the lines land) ends in a small
+    fraction of the time it takes with the word 1."""
+    from l2sched.runtime.switch import SwitchWord
+
+    kern = K.get_kernel(0, **shape)
+    assert kern is not None, K.disabled_reason()
+    buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    table = torch.tensor([(buf.data_ptr(), buf.numel())], dtype=torch.int64,
+                         device="cuda")
+    word = SwitchWord(torch, 0)
+    s = torch.cuda.Stream()
+    launch = kern.bind(table.data_ptr(), s.cuda_stream, word.ptr)
+
+    def timed(on):
+        assert word.set(on)
+        times = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(s)
+            launch(0, 1)
+            b.record(s)
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        return sorted(times)[2]
+
+    on, off = timed(True), timed(False)
+    assert off < 0.25 * on, (on, off)
+
+
+def test_issue31_switch_in_a_captured_graph_without_recapture():
+    """One FULL graph captured with the plan's fills: replays with the switch
+    off, on and off again stay bitwise equal to the reference; switching
+    inside a capture is refused and changes nothing."""
+    layers = _model()
+    plan = _plan(len(layers))
+    x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
+    xs = [torch.randn(8, D, dtype=torch.bfloat16, device="cuda") for _ in range(3)]
+    refs = [_fwd(layers, x) for x in xs]
+    rt = CudaRuntime(plan, **COPY)
+    with install(layers, plan, SITES, rt):
+        rt.set_step(StepInfo(num_tokens=8, graph_mode="full"))
+        _fwd(layers, x_static)  # eager: binds every row
+        torch.cuda.synchronize()
+        assert rt.switch(False) and not rt.fills_on
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y_static = _fwd(layers, x_static)
+            refused = rt.switch(True)
+        assert not refused and not rt.fills_on
+        assert rt.stats.issued >= 2 * len(plan.issues) - 1  # captured while off
+        issued = rt.stats.issued
+        _fwd(layers, x_static)  # eager while off: nothing launched
+        assert rt.stats.issued == issued and rt.stats.skipped.get("switched-off")
+    for on in (False, True, False, True):
+        assert rt.switch(on)
+        for x, ref in zip(xs, refs):
+            x_static.copy_(x)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(y_static, ref)

@@ -1,0 +1,220 @@
+"""``l2sched verify``: a schedule's gain measured inside vLLM's offline
+engine, prefetch switched on and off in one engine (``l2sched.vllm.verify``),
+beside the lint's prediction. Options follow ``vllm bench latency`` where
+they fit (``--batch-size``, ``--input-len``, ``--output-len``,
+``--num-iters``, ``--num-iters-warmup``, ``--output-json``, ``--load-format``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from l2sched import progress
+from l2sched.cli.options import SetAction, add_command, numbers
+from l2sched.errors import L2sError, L2sUsageError
+from l2sched.files import check_output_path
+
+#: File names whose presence says a model directory holds weights.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def _model_dir(text: str) -> Path:
+    """The model directory (``config.json`` inside) that ``MODEL`` names: a
+    directory or its ``config.json``. Raises ``L2sUsageError``."""
+    p = Path(text)
+    if p.is_file() and p.name == "config.json":
+        p = p.parent
+    if not (p / "config.json").is_file():
+        raise L2sUsageError(f"MODEL: no config.json in {text!r} (give a Hugging Face "
+                            "model directory or its config.json)")
+    return p
+
+
+def _engine_args(items: list[str]) -> dict:
+    """``--engine-arg KEY=JSON`` (repeatable) -> keyword arguments of
+    ``vllm.LLM``; a value that is not JSON is taken as a string."""
+    out = {}
+    for it in items:
+        key, eq, val = it.partition("=")
+        if not eq or not key.strip():
+            raise L2sUsageError(f"--engine-arg takes KEY=VALUE, got {it!r}")
+        try:
+            out[key.strip()] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key.strip()] = val
+    return out
+
+
+def predicted_gains(args, config: dict, batches: list[int]) -> tuple[dict, str]:
+    """The lint's predicted gain (us per decode step, no prefetch minus
+    prefetch; positive = faster) of the schedule at each batch size, for the
+    engine's model config, and a note ("" or why there is none: ``auto``,
+    or the lint's error)."""
+    if args.schedule == "auto":
+        return {}, "schedule auto: the plugin fits at start-up; see its log line"
+    from l2sched.lang.resolve import load_schedule
+    from l2sched.lint.run import lint_path
+
+    sets = list(args.overrides) + [f"tp={args.tp}", f"ep={'on' if args.ep else 'off'}"]
+    load_schedule(args.schedule, sets, config)  # a bad schedule: exit 1, no engine
+    out = {}
+    try:
+        for m in batches:
+            run = lint_path(args.schedule, sets, str(args.model_dir / "config.json"),
+                            args.device, tokens=m, graph_mode="full")
+            out[m] = round(run.step_period("base") - run.step_period("sim"), 3)
+    except L2sError as e:
+        return {}, f"no prediction: {str(e).splitlines()[0]}"
+    return out, ""
+
+
+def _check_args(args) -> list[int]:
+    """The batch sizes, after checking every option before any work.
+    Raises ``L2sUsageError``."""
+    batches = [int(b) for b in numbers("--batch-size", args.batch_size, int)]
+    if any(b < 1 for b in batches):
+        raise L2sUsageError(f"--batch-size takes positive integers, got {args.batch_size}")
+    if args.output_len < 8:
+        raise L2sUsageError("--output-len must be at least 8 (the short call makes a "
+                            "quarter of it)")
+    if args.num_iters < 1 or args.num_iters_warmup < 0 or args.tp < 1:
+        raise L2sUsageError("--num-iters >= 1, --num-iters-warmup >= 0, --tp >= 1")
+    args.model_dir = _model_dir(args.model)
+    check_output_path(args.output_json)
+    return batches
+
+
+def _plugin_section(args) -> dict:
+    """``additional_config["l2sched"]`` of the engine: the schedule (an
+    absolute path, or ``auto``), the overrides and TP, the device profile,
+    and ``on_predicted_loss: warn`` (verify measures: a schedule predicted
+    to lose is installed so that its loss is measured)."""
+    if args.schedule == "auto":
+        section = {"schedule": "auto"}
+    else:
+        section = {"schedule": str(Path(args.schedule).resolve()),
+                   "set": list(args.overrides) + [f"tp={args.tp}"]}
+    section["on_predicted_loss"] = "warn"
+    if args.device:
+        section["device"] = args.device
+    return section
+
+
+def _start(args, batches: list[int], load_format: str, engine_args: dict):
+    """The started ``verify_engine.VllmEngine``, or ``None`` after one line
+    on stderr when vLLM's engine did not start. Raises ``L2sUsageError``
+    without vLLM."""
+    from l2sched.vllm.verify_engine import start_engine
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise L2sUsageError("needs vLLM 0.33.0 and a GPU: pip install -e '.[vllm,gpu]'"
+                            ) from None
+    try:
+        return start_engine(str(args.model_dir), tp=args.tp, ep=args.ep,
+                            section=_plugin_section(args), load_format=load_format,
+                            max_batch=max(batches), input_len=args.input_len,
+                            output_len=args.output_len, engine_args=engine_args)
+    except Exception as e:  # vLLM's own error; its log above says more
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"l2sched verify: vLLM's engine did not start: {type(e).__name__}: "
+              f"{first}", file=sys.stderr)
+        return None
+
+
+def cmd_verify(args) -> int:
+    """Run the measurement and write the report. Returns 0 when it ran and
+    token ids were equal (or ``auto`` chose no prefetch: nothing to
+    measure), 1 when they differed, the engine did not start or a worker
+    has no installed schedule (the engine's log says why), 2 for usage
+    errors."""
+    from l2sched.vllm import verify as V
+    from l2sched.vllm.verify_engine import SwitchFailed
+
+    batches = _check_args(args)
+    config = json.loads((args.model_dir / "config.json").read_text())
+    engine_args = _engine_args(args.engine_arg)
+    load_format = args.load_format or (
+        "auto" if any(f.suffix in WEIGHT_SUFFIXES for f in args.model_dir.iterdir())
+        else "dummy")
+    progress.stage("linting the schedule at each batch size")
+    predicted, note = predicted_gains(args, config, batches)
+    progress.stage("starting vLLM's engine")
+    engine = _start(args, batches, load_format, engine_args)
+    if engine is None:
+        return 1
+    installed = engine.state()
+    if args.schedule == "auto" and not any(w.get("installed") for w in installed):
+        print("l2sched verify: schedule auto installed nothing on any worker (the "
+              "plugin's 'prefetch OFF: auto: ...' line in the log above says what the "
+              "fit answered); nothing to measure", file=sys.stderr)
+        return 0
+    try:
+        results = V.measure(engine, batches, output_len=args.output_len,
+                            rounds=args.num_iters, warmup=args.num_iters_warmup,
+                            on_progress=progress.stage)
+    except SwitchFailed as e:
+        print(f"l2sched verify: {e}", file=sys.stderr)
+        return 1
+    summaries = []
+    for r in results:
+        r.predicted_gain_us = predicted.get(r.batch)
+        summaries.append(r.summary())
+    settings = {"model": str(args.model_dir), "tp": args.tp, "ep": args.ep,
+                "load_format": load_format, "input_len": args.input_len,
+                "output_len": args.output_len, "num_iters": args.num_iters,
+                "num_iters_warmup": args.num_iters_warmup, "schedule": args.schedule,
+                "set": list(args.overrides), "device": args.device,
+                "engine_args": engine_args, **({"prediction": note} if note else {})}
+    rep = V.Report("l2sched " + shlex.join(args.argv), settings, installed, summaries)
+    md = V.write_report(rep, Path(args.output_json))
+    sys.stdout.write(V.render_markdown(rep))
+    print(f"l2sched verify: wrote {args.output_json} and {md}", file=sys.stderr)
+    return 0 if all(s["tokens_equal"] for s in summaries) else 1
+
+
+def add_cli(sub) -> None:
+    """Register ``verify MODEL --schedule X.l2s|auto ...``."""
+    p = add_command(
+        sub, "verify", cmd_verify,
+        help="measure a schedule's gain inside vLLM's engine (needs a GPU)",
+        description="Start vLLM's offline engine with the l2sched plugin, switch "
+                    "prefetch on and off in the one engine (interleaved rounds, an "
+                    "A/A pair for the noise) at each batch size, and write the "
+                    "decode step times, the gain, the lint's prediction and a "
+                    "verdict (faster / same / slower) as JSON + markdown.")
+    p.add_argument("model", metavar="MODEL",
+                   help="Hugging Face model directory (or its config.json); "
+                        "without weight files the engine uses dummy weights")
+    p.add_argument("--schedule", required=True, metavar="PATH|auto",
+                   help="the .l2s schedule, or auto (the plugin fits one)")
+    p.add_argument("--set", dest="overrides", action=SetAction, default=[],
+                   metavar="KEY=VALUE", help="override a schedule value (repeatable)")
+    p.add_argument("--device", metavar="NAME_OR_FILE",
+                   help="device profile (default: the schedule's)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor-parallel size (default 1)")
+    p.add_argument("--ep", action="store_true", help="expert parallel")
+    p.add_argument("--batch-size", default="1,4,16,64", metavar="M[,M...]",
+                   help="decode batch sizes (default 1,4,16,64)")
+    p.add_argument("--input-len", type=int, default=32, metavar="N",
+                   help="prompt tokens (default 32)")
+    p.add_argument("--output-len", type=int, default=64, metavar="N",
+                   help="new tokens of the long call; the short call makes a quarter "
+                        "(default 64)")
+    p.add_argument("--num-iters", type=int, default=5, metavar="N",
+                   help="timed rounds per batch size (default 5)")
+    p.add_argument("--num-iters-warmup", type=int, default=1, metavar="N",
+                   help="untimed rounds first (default 1)")
+    p.add_argument("--load-format", default=None,
+                   help="vLLM load format (default: auto with weight files, else dummy)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=JSON",
+                   help="extra vllm.LLM keyword argument (repeatable), e.g. "
+                        "--engine-arg 'compilation_config={\"cudagraph_capture_sizes\":[1,4]}'")
+    p.add_argument("--output-json", default="l2sched-verify.json", metavar="PATH",
+                   help="JSON report; the markdown goes beside it (.md) "
+                        "(default l2sched-verify.json)")

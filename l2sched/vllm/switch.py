@@ -1,0 +1,75 @@
+"""The run-time switch of the installed schedules (``runtime.switch``): turn
+prefetch on or off in a running engine with no recapture.
+
+In the process that holds the model (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+or code running inside a worker): ``set_prefetch(False)``. From the process
+that made ``vllm.LLM``, through vLLM's worker RPC: start the engine with
+``worker_extension_cls=WORKER_EXTENSION`` and call
+``llm.collective_rpc("l2sched_set_prefetch", args=(False,))`` (one answer per
+worker). The plugin option ``"fills": "off"`` installs a schedule switched
+off (``plugin``).
+
+Switching writes one device word per installation and waits for it
+(outside a capture only); a CUDA graph captured with the fills keeps them,
+and they move bytes again from the replay after ``set_prefetch(True)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The qualified name to pass as vLLM's ``worker_extension_cls``.
+WORKER_EXTENSION = "l2sched.vllm.switch.PrefetchSwitchExtension"
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    """What one process holds: ``installed`` schedules, how many of them are
+    ``on`` after the call, ``refused`` switches (a capture was in
+    progress), and their names (``schedules``)."""
+
+    installed: int
+    on: int
+    refused: int
+    schedules: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        """JSON form (what ``collective_rpc`` returns per worker)."""
+        return {"installed": self.installed, "on": self.on, "refused": self.refused,
+                "schedules": list(self.schedules)}
+
+
+def _installed() -> list:
+    from l2sched.vllm.plugin import INSTALLED
+
+    return [i for i in INSTALLED if i.model is None or i.model() is not None]
+
+
+def set_prefetch(on: bool) -> SwitchState:
+    """Switch the fills of every schedule installed in this process on or
+    off (``Installed.switch``). A switch refused during a capture changes
+    nothing for that installation and is counted in ``refused``."""
+    live = _installed()
+    refused = sum(0 if inst.switch(on) else 1 for inst in live)
+    return prefetch_state(refused)
+
+
+def prefetch_state(refused: int = 0) -> SwitchState:
+    """The switch state of this process's installed schedules."""
+    live = _installed()
+    return SwitchState(len(live), sum(1 for i in live if i.runtime.fills_on),
+                       refused, tuple(i.plan.schedule for i in live))
+
+
+class PrefetchSwitchExtension:
+    """vLLM worker extension (``worker_extension_cls``): the switch as
+    worker methods, for ``LLM.collective_rpc``. Methods take no state of
+    the worker; each returns ``SwitchState.as_dict()`` of its process."""
+
+    def l2sched_set_prefetch(self, on: bool) -> dict:
+        """``set_prefetch(on)`` in this worker."""
+        return set_prefetch(bool(on)).as_dict()
+
+    def l2sched_prefetch_state(self) -> dict:
+        """``prefetch_state()`` in this worker."""
+        return prefetch_state().as_dict()

@@ -1,0 +1,88 @@
+"""The engine ``l2sched verify`` measures: vLLM's offline ``LLM`` with the
+l2sched plugin configured and the switch worker extension
+(``switch.WORKER_EXTENSION``), wrapped as a ``verify.Engine``. Imports vLLM
+only inside ``start_engine``."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from l2sched.vllm.switch import WORKER_EXTENSION
+
+
+class SwitchFailed(RuntimeError):
+    """A worker has no installed schedule, or refused the switch."""
+
+
+class VllmEngine:
+    """``verify.Engine`` over a started ``vllm.LLM``: fixed prompts of
+    ``input_len`` token ids per batch size (seeded, so every arm decodes the
+    same prompts), greedy sampling with ``ignore_eos``."""
+
+    def __init__(self, llm, sampling_params_cls, input_len: int, vocab: int):
+        self.llm = llm
+        self._sp = sampling_params_cls
+        self.input_len = input_len
+        self.vocab = vocab
+        self._prompts: dict[int, list] = {}
+
+    def prompts(self, batch: int) -> list:
+        """The ``batch`` prompts (token ids in ``[100, vocab - 100)``)."""
+        if batch not in self._prompts:
+            rng = random.Random(1_000_003 * batch + self.input_len)
+            hi = max(self.vocab - 100, 101)
+            self._prompts[batch] = [
+                {"prompt_token_ids": [rng.randrange(100, hi)
+                                      for _ in range(self.input_len)]}
+                for _ in range(batch)]
+        return self._prompts[batch]
+
+    def generate(self, batch: int, max_tokens: int) -> tuple[float, list]:
+        """``verify.Engine.generate``."""
+        sp = self._sp(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
+                      detokenize=False)
+        ps = self.prompts(batch)
+        t0 = time.perf_counter()
+        outs = self.llm.generate(ps, sp, use_tqdm=False)
+        dt = time.perf_counter() - t0
+        return dt, [list(o.outputs[0].token_ids) for o in outs]
+
+    def state(self) -> list[dict]:
+        """Every worker's ``switch.SwitchState`` as a dict."""
+        return list(self.llm.collective_rpc("l2sched_prefetch_state"))
+
+    def switch(self, on: bool) -> None:
+        """``verify.Engine.switch``. Raises ``SwitchFailed``."""
+        answers = self.llm.collective_rpc("l2sched_set_prefetch", args=(bool(on),))
+        for rank, a in enumerate(answers):
+            if not a.get("installed"):
+                raise SwitchFailed(f"worker {rank} has no installed schedule (its "
+                                   "'prefetch OFF' line in the engine log says why)")
+            if a.get("refused"):
+                raise SwitchFailed(f"worker {rank} refused the switch (a CUDA graph "
+                                   "capture was in progress)")
+
+
+def start_engine(model: str, *, tp: int, ep: bool, section: dict, load_format: str,
+                 max_batch: int, input_len: int, output_len: int,
+                 engine_args: dict) -> VllmEngine:
+    """Start ``vllm.LLM`` for ``model`` (a directory with ``config.json``)
+    with the plugin section ``section`` (``additional_config["l2sched"]``),
+    the switch extension, ``tensor_parallel_size=tp``, expert parallel
+    ``ep``, ``max_num_seqs >= max_batch``, ``seed=0``, no tokenizer; then
+    ``engine_args`` (``vllm.LLM`` keyword arguments) override any of these.
+    Raises whatever vLLM raises."""
+    from vllm import LLM, SamplingParams
+
+    kwargs = dict(model=model, load_format=load_format, skip_tokenizer_init=True,
+                  seed=0, tensor_parallel_size=tp, enable_expert_parallel=ep,
+                  max_num_seqs=max(max_batch, 1),
+                  max_model_len=input_len + output_len + 16,
+                  worker_extension_cls=WORKER_EXTENSION,
+                  additional_config={"l2sched": section})
+    kwargs.update(engine_args)
+    llm = LLM(**kwargs)
+    hf = llm.llm_engine.model_config.hf_text_config
+    vocab = int(getattr(hf, "vocab_size", 32000) or 32000)
+    return VllmEngine(llm, SamplingParams, input_len, vocab)
