@@ -416,6 +416,12 @@ def log_checks(name: str, lines: list[str], section: dict | None,
     elif section is None:
         l2 = [ln for ln in lines if "l2sched:" in ln]
         add("no l2sched line", not l2, l2[0][-160:] if l2 else "")
+    elif section.get("schedule") == "auto" and not summaries:
+        # auto may answer no prefetch: one INFO line with the fit's bound
+        auto = [o for o in offs if o.startswith("auto: no prefetch")]
+        add("auto: one 'prefetch OFF: auto: no prefetch' line (the fit's answer)",
+            len(offs) == 1 and len(auto) == 1 and not disabled,
+            (offs or disabled or ["no auto line"])[0][:400])
     else:
         m = SUMMARY.search(summaries[0]) if summaries else None
         add("one plugin summary line (TP rank 0/1, backend cuda)",
