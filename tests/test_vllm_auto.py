@@ -141,6 +141,9 @@ def test_second_call_reads_the_cache(tmp_path, fits):
     assert "auto: no prefetch for h200, TP1 EP off, M=1: best lower bound" in \
         first.summary and "fitted in" in first.summary
     assert first.path is not None and first.path.is_file()
+    assert first.off_error().level == logging.INFO
+    with pytest.raises(ValueError, match="no schedule to load: auto: no prefetch"):
+        first.schedule(CONFIG)
     second = auto_schedule(CONFIG, 1, False, H200, "h200", tokens=(1,),
                            cache_dir=tmp_path)
     assert len(fits) == 1, "the second call ran a fit"
@@ -207,8 +210,10 @@ def test_no_measured_profile_is_prefetch_off(tmp_path, fits):
     got = auto_schedule(CONFIG, 1, False, None, "", tokens=(1,), cache_dir=tmp_path,
                         gpu=gpu)
     assert got.text is None and got.reason == "no profile" and not fits
-    assert got.summary.startswith("auto: prefetch off: no measured device profile for "
-                                  "NVIDIA B300 (sm_103, 148 SMs")
+    assert got.summary.startswith("auto: no measured device profile for NVIDIA B300 "
+                                  "(sm_103, 148 SMs")
+    off = got.off_error()
+    assert off.level == logging.WARNING and str(off) == got.summary
     assert "`l2sched profile" in got.summary and "\n" not in got.summary
     # an estimate profile (not measured) is no profile either
     est = load_device("sm120-rtx-pro-6000-maxq")
@@ -298,3 +303,46 @@ def test_config_refuses_set_with_auto(extra, env, words):
     with pytest.raises(L2sPluginError) as e:
         read_config(extra, env)
     assert e.value.what == "bad configuration" and words in str(e.value)
+
+
+# --------------------------------------------------------------------------
+# with vLLM's own config objects
+
+
+_LIVE = r"""
+import json, sys, tempfile
+sys.path.insert(0, "tests")
+from vllm_cpu import engine_config, shim_platform_env, write_model_dir
+shim_platform_env()
+from l2sched.device import load_device
+from l2sched.vllm.auto import auto_schedule
+from l2sched.vllm.loss_gate import capture_sizes
+config = json.load(open("l2sched/data/glm53-flash-config.json"))
+vllm_config = engine_config(write_model_dir(config, tempfile.mkdtemp()), 1, False)
+live = vllm_config.model_config.hf_text_config.to_dict()
+tokens = capture_sizes(vllm_config, 256)
+got = [auto_schedule(live, 1, False, load_device("h200"), "h200", tokens=tokens,
+                     cache_dir=sys.argv[1]) for _ in range(2)]
+print(json.dumps({"tokens": tokens, "cached": [c.cached for c in got],
+                  "reason": got[0].reason, "summary": got[0].summary}))
+"""
+
+
+@pytest.mark.vllm
+def test_vllm_hf_config_is_fitted_and_cached(tmp_path):
+    """The dict the plugin passes (vLLM 0.33.0's ``hf_text_config.to_dict()``
+    of the GLM-5.3-Flash config, with the capture sizes of its engine config)
+    fits, and the second call reads the cache."""
+    from vllm_cpu import vllm_available
+
+    ok, why = vllm_available()
+    if not ok:
+        pytest.skip(why)
+    r = subprocess.run([sys.executable, "-c", _LIVE, str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["tokens"] == [1, 4, 16, 64]  # eager: the M of the measured floors
+    assert out["cached"] == [False, True] and out["reason"] == "no prefetch"
+    assert out["summary"].startswith("auto: no prefetch for h200, TP1 EP off, "
+                                     "M=1,4,16,64: best lower bound")

@@ -29,13 +29,17 @@ for a cache problem. TP ranks that start together fit once: the first takes
 a lock (``fcntl.flock`` on ``<entry>.lock``), the others wait for it and
 read its entry.
 
-Times (this repository's 2-core CPU machine, 2026-12-02, ``jobs`` 1, the
-12 sizes vLLM 0.33.0 captures by default up to M = 256): the GLM-5.3-Flash
-config at TP1 on ``h200`` fits in about 8 s (no prefetch), at TP4 in about
-9 s; the SM120 estimate at TP4, whose search goes deepest (6 windows, 461
-evaluations), in 21 s. So the default search size meets the issue's 30 s
-and nothing is given up against ``l2sched fit``. A cache hit is a few
-milliseconds.
+Times (CPU seconds of one core of this repository's 2-core machine,
+2026-12-03, ``jobs`` 1, the GLM-5.3-Flash config, the 12 sizes vLLM 0.33.0
+captures by default up to M = 256): on ``h200`` the fit answers no prefetch
+in 7.9 s at TP1 and 9.3 s at TP4 with ``l2sched fit``'s default size. Where
+it finds windows the search goes deeper: on the ``h200`` profile with the
+fills' all-reduce slowdown at 0 (the profile the ``-fit-idle`` schedule was
+fitted on), TP4, the default size took 32.5 s (492 evaluations, objective
++879.8 us); ``AUTO_SIZE`` (3 local-search rounds) 22.1 s (326, +834.8 us:
+5% less lower-bound gain), ``--quick`` 7.8 s (112, +561.4 us: 36% less).
+So ``auto`` searches with ``AUTO_SIZE``; on ``h200`` at TP1 and TP4 its
+answer is the default's. A cache hit is a few milliseconds.
 """
 
 from __future__ import annotations
@@ -71,6 +75,10 @@ log = logging.getLogger("l2sched.vllm.auto")
 ENV_CACHE_DIR = "L2SCHED_CACHE_DIR"
 #: The layout of a cache entry; a change makes every older entry a miss.
 CACHE_FORMAT = 1
+#: The search's size: ``l2sched fit``'s default (``DEFAULT_SIZE``) with 3
+#: local-search rounds instead of 6, so the deepest first fit measured stays
+#: within the issue's 30 s (see the module docstring for the numbers).
+AUTO_SIZE = dataclasses.replace(DEFAULT_SIZE, rounds=3)
 #: Worker processes of the fit: 1, so a vLLM worker starts no process pool
 #: (the answer does not depend on it, docs/fit.md).
 JOBS = 1
@@ -84,6 +92,15 @@ FIT_CODE = ("lang", "model", "device", "compiler", "lint", "fit", "data",
 #: and which transformers wrote it (``_name_or_path``, ``_commit_hash``, any
 #: key starting with ``_``, ``transformers_version``).
 VOLATILE_CONFIG_KEYS = ("transformers_version",)
+
+
+class AutoOff(L2sPluginError):
+    """Prefetch stays off by ``auto``'s answer (``AutoChoice.off_error``):
+    logged as the plugin's one "prefetch OFF" line at ``level``."""
+
+    def __init__(self, summary: str, level: int):
+        super().__init__(summary)
+        self.level = level
 
 
 @dataclass(frozen=True)
@@ -109,6 +126,12 @@ class AutoChoice:
     def prefetch(self) -> bool:
         """True when the choice has windows to install."""
         return self.text is not None
+
+    def off_error(self) -> "AutoOff":
+        """The plugin's "prefetch OFF" error for a choice without a schedule:
+        ``summary`` as its line, at INFO for ``no prefetch`` (the fit
+        decided; nothing is wrong), else at WARNING."""
+        return AutoOff(self.summary, 20 if self.reason == "no prefetch" else 30)
 
     def schedule(self, model_config: Mapping | None = None,
                  overrides: Sequence[str] = ()):
@@ -193,7 +216,7 @@ def key_parts(model_config: Mapping, tp: int, ep: bool,
             "tp": int(tp), "ep": bool(ep),
             "profile": profile_digest(device_profile), "device": str(device_name),
             "tokens": [int(m) for m in tokens],
-            "search": [repr(DEFAULT_SIZE), FitOptions.max_tokens, FitOptions.set_aside]}
+            "search": [repr(AUTO_SIZE), FitOptions.max_tokens, FitOptions.set_aside]}
 
 
 def cache_key(model_config: Mapping, tp: int, ep: bool, device_profile: DeviceProfile,
@@ -234,12 +257,13 @@ def _windows_text(candidate, search: Search) -> str:
 
 def _summary(result, search: Search, what: str) -> str:
     """The one line of a fit's answer (without its timing)."""
+    if result.candidate is None and result.best_rejected is None:
+        return (f"auto: no prefetch for {what}: every candidate was infeasible or "
+                "predicted slower than no prefetch beyond the noise floor at some M")
     if result.candidate is None:
-        best = ("no candidate had a lower bound (every one infeasible or slower "
-                "beyond the noise floor at some M)" if result.best_rejected is None
-                else f"best lower bound {result.best_rejected:+.1f} us (weighted)")
-        return (f"auto: no prefetch for {what}: {best}, not above the noise floor "
-                f"{result.floor:.1f} us")
+        return (f"auto: no prefetch for {what}: best lower bound "
+                f"{result.best_rejected:+.1f} us (weighted), not above the noise "
+                f"floor {result.floor:.1f} us")
     gains = ", ".join(f"M={m} {med:+.1f}/{lb:+.1f}"
                       for m, _w, med, lb, _f in result.rows)
     return (f"auto: {_windows_text(result.candidate, search)} for {what}; predicted "
@@ -276,7 +300,7 @@ def auto_schedule(model_config: Mapping, tp: int, ep: bool,
     ``ep``: expert parallelism on; ``device_profile``: the measured profile
     of this GPU (``None`` when none matches it; ``device.profile_for_gpu``);
     ``device_name``: how the schedule's ``device`` line names it (a shipped
-    name, or the ``.toml`` file's absolute path); ``tokens``: the decode
+    name, or the ``.toml`` file's path, made absolute); ``tokens``: the decode
     batch sizes M the engine captures up to ``max_tokens`` (increasing,
     1..256; ``vllm.loss_gate.capture_sizes``); ``cache_dir``: default
     ``default_cache_dir(environ)``; ``gpu``: the GPU, named in the no-profile line.
@@ -293,15 +317,19 @@ def auto_schedule(model_config: Mapping, tp: int, ep: bool,
         which = gpu.describe() if gpu is not None else "this GPU"
         have = ("" if device_profile is None else
                 f" (profile {device_profile.name} is an estimate, not measured)")
-        return _off(f"auto: prefetch off: no measured device profile for {which}"
+        return _off(f"auto: no measured device profile for {which}"
                     f"{have}; measure one with `l2sched profile --out my-box.toml` "
                     "and name it with \"device\": \"/path/my-box.toml\"", "no profile")
     if ep:
-        return _off("auto: prefetch off: `l2sched fit` models tensor parallelism "
-                    "without expert parallelism, and this server runs EP on; fit with "
-                    "EP off, or write a schedule with `ep on` and name it",
+        return _off("auto: `l2sched fit` models tensor parallelism without expert "
+                    "parallelism, and this server runs EP on; serve without "
+                    "--enable-expert-parallel, or write a schedule with `ep on` and "
+                    "name it",
                     "unsupported layout")
     tokens = _check_tokens(tokens)
+    if device_name != device_profile.name and (
+            os.sep in device_name or device_name.endswith(".toml")):
+        device_name = os.path.abspath(device_name)  # the cached file lives elsewhere
     key = cache_key(model_config, tp, ep, device_profile, device_name, tokens)
     where = Path(cache_dir) if cache_dir is not None else default_cache_dir(environ)
     stem = where / _stem(device_profile, tp, ep, key)
@@ -327,6 +355,7 @@ def _fit(model_config, tp, device_profile, device_name, tokens, key, stem: Path,
         ref = None if device_name == device_profile.name else device_name
         search = Search(device_profile, FitOptions(
             tp=tp, tokens=tokens, jobs=JOBS, model_config=config, device_ref=ref))
+        search.size = AUTO_SIZE  # FitOptions has no size (only quick)
         result = search.run()
     except L2sError as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
