@@ -101,7 +101,8 @@ def test_output_is_canonical_checks_and_lints(quick_h200, capsys):
         assert run("lint", path, "--tokens", str(m), capsys=capsys)[0] == 0
     text = quick_h200[0].read_text(encoding="utf-8")
     assert "measured by `l2sched profile` on 2026-12-01" in text
-    assert "From measured p10/p90 ([measured]): bandwidth.dram_read_gbps" in text
+    assert "From recorded run-to-run spreads ([measured] p10/p90, [origin] repeats):" in text
+    assert "bandwidth.dram_read_gbps: low and high ends of p10/p90" in text
     assert re.search(r"^# Command: l2sched fit --device \S+h200-idle.toml --tp 4 --tokens "
                      r"1,4,16,64 --quick -o \S+quick0.l2s$", text, flags=re.M)
     rows = re.findall(r"^#   (\d+) +1 +([+-]\d+\.\d) +([+-]\d+\.\d) +(\d+\.\d)$",
@@ -248,9 +249,9 @@ def test_pessimistic_variants():
     assert [v.name for v in variants] == ["median", "low", "high"]
     low, high = variants[1].device, variants[2].device
     m = h200.measured["bandwidth.dram_read_gbps"]
-    # the profile's value moved by the measured p10/median and p90/median
-    assert low.dram_read_gbps == pytest.approx(h200.dram_read_gbps * m["p10"] / m["median"])
-    assert high.dram_read_gbps == pytest.approx(h200.dram_read_gbps * m["p90"] / m["median"])
+    # the ends of the recorded spread (issue 32: the same for any value inside it)
+    assert low.dram_read_gbps == pytest.approx(m["p10"])
+    assert high.dram_read_gbps == pytest.approx(m["p90"])
     copy, lcopy = h200.fill_modes["copy"], low.fill_modes["copy"]
     assert lcopy.effect == pytest.approx(copy.effect * 0.8)
     assert lcopy.landed[1][1] == pytest.approx(copy.landed[1][1] * 0.8)
@@ -344,7 +345,10 @@ def test_committed_fitted_schedules(device, capsys):
     assert run("fmt", "--check", str(path), capsys=capsys)[0] == 0
     assert run("check", "-q", str(path), capsys=capsys)[0] == 0
     lint_clean(text, load_device(device))
-    assert f"# Command: l2sched fit --device {device} --tp 4 --tokens 1,4,16,64 -o " \
+    # the SM120 estimate's fill-vs-all-reduce slowdown is not measured: its
+    # windows are written only with --allow-unmeasured (issue 32)
+    flag = "--allow-unmeasured " if device.startswith("sm120") else ""
+    assert f"# Command: l2sched fit --device {device} --tp 4 --tokens 1,4,16,64 {flag}-o " \
         f"schedules/{path.name}" in text
     if device.startswith("sm120"):
         assert "ESTIMATE, unverified" in text and "UNVERIFIED" in text
