@@ -258,8 +258,9 @@ def _windows_text(candidate, search: Search) -> str:
 def _summary(result, search: Search, what: str) -> str:
     """The one line of a fit's answer (without its timing)."""
     if result.candidate is None and result.best_rejected is None:
-        return (f"auto: no prefetch for {what}: every candidate was infeasible or "
-                "predicted slower than no prefetch beyond the noise floor at some M")
+        return (f"auto: no prefetch for {what}: no lower bound (every candidate was "
+                "infeasible, or its lower bound below minus the noise floor at some "
+                f"M); noise floor {result.floor:.1f} us")
     if result.candidate is None:
         return (f"auto: no prefetch for {what}: best lower bound "
                 f"{result.best_rejected:+.1f} us (weighted), not above the noise "
