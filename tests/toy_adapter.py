@@ -183,6 +183,9 @@ class ToyAdapter:
     def core_state_bytes(self, tokens: int, tp: int) -> int:
         return 0
 
+    def routing(self, config: Mapping[str, Any]) -> tuple[int, int]:
+        return config["num_experts_per_tok"], config["n_routed_experts"]
+
     def decoder_layers(self, model):
         return getattr(model, "layers", model)
 

@@ -39,6 +39,15 @@ from extras import TORCH_MISSING, VLLM_MISSING
 ARCHITECTURE = "Glm5NextForCausalLM"
 MODEL_TYPE = "glm5_next_text"
 
+#: Architecture -> (``model_type``, module and class vLLM 0.33.0 builds it
+#: from): the models the tests build.
+MODELS = {
+    "Glm5NextForCausalLM": ("glm5_next_text", "vllm.models.glm5next",
+                            "Glm5NextForCausalLM"),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", "vllm.model_executor.models.qwen3_moe",
+                            "Qwen3MoeForCausalLM"),
+}
+
 
 def vllm_available() -> tuple[bool, str]:
     """``(True, "")`` when ``vllm`` is importable in this interpreter, else
@@ -60,12 +69,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_model_dir(config: dict, directory: str) -> str:
-    """Write ``config`` as ``directory/config.json`` with the architecture and
-    model type vLLM needs; returns ``directory``."""
+def write_model_dir(config: dict, directory: str,
+                    architecture: str = ARCHITECTURE) -> str:
+    """Write ``config`` as ``directory/config.json`` with the architecture
+    (a key of ``MODELS``) and model type vLLM needs; returns ``directory``."""
     cfg = dict(config)
-    cfg["architectures"] = [ARCHITECTURE]
-    cfg["model_type"] = MODEL_TYPE
+    cfg["architectures"] = [architecture]
+    cfg["model_type"] = MODELS[architecture][0]
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=1)
@@ -156,24 +166,28 @@ class RankContext:
     vllm_config: Any = None
     model: Any = None
     extra: dict = field(default_factory=dict)
+    architecture: str = ARCHITECTURE
 
     def build(self):
-        """Construct ``Glm5NextForCausalLM`` on ``self.device`` (bf16 default
+        """Construct the model class of ``self.architecture`` (``MODELS``;
+        default ``Glm5NextForCausalLM``) on ``self.device`` (bf16 default
         dtype) and return it. Shims 2 and 3 are applied here."""
         if self.model is not None:
             return self.model
+        import importlib
+
         import torch
         from vllm.config import set_current_vllm_config
         from vllm.utils.torch_utils import set_default_torch_dtype
 
         shim_sparse_backend()
         shim_workspace_manager()
-        from vllm.models.glm5next import Glm5NextForCausalLM
+        _, module, name = MODELS[self.architecture]
+        cls = getattr(importlib.import_module(module), name)
 
         with set_current_vllm_config(self.vllm_config):
             with set_default_torch_dtype(torch.bfloat16), torch.device(self.device):
-                self.model = Glm5NextForCausalLM(vllm_config=self.vllm_config,
-                                                 prefix="")
+                self.model = cls(vllm_config=self.vllm_config, prefix="")
         return self.model
 
 
@@ -196,7 +210,8 @@ def plugin_log_records() -> list[str]:
 
 
 def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
-               port: int, fn: Callable[[RankContext], Any], queue) -> None:
+               port: int, fn: Callable[[RankContext], Any], queue,
+               architecture: str = ARCHITECTURE) -> None:
     try:
         shim_platform_env()
         shim_sparse_backend()
@@ -213,7 +228,8 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
                 world_size=tp, rank=rank, local_rank=rank,
                 distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
             initialize_model_parallel(tp, 1)
-            ctx = RankContext(rank, tp, ep, device, model_dir, cfg)
+            ctx = RankContext(rank, tp, ep, device, model_dir, cfg,
+                              architecture=architecture)
             result = fn(ctx)
         queue.put((rank, True, result))
     except BaseException:  # report everything to the parent, never hang it
@@ -222,10 +238,11 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
 
 def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
               ep: bool = False, device: str = "meta",
-              timeout: float = 600.0) -> list[Any]:
+              timeout: float = 600.0,
+              architecture: str = ARCHITECTURE) -> list[Any]:
     """Spawn ``tp`` rank processes that each build the real model setting for
-    ``config`` (a HF text-config dict) and return ``fn(ctx)``; the results in
-    rank order. ``fn`` must be a module-level function and its result
+    ``config`` (a HF text-config dict) as ``architecture`` (a key of
+    ``MODELS``) and return ``fn(ctx)``; the results in rank order. ``fn`` must be a module-level function and its result
     picklable. Raises ``RuntimeError`` with the rank's traceback when a rank
     fails, or when the ranks do not finish within ``timeout`` seconds."""
     import multiprocessing as mp
@@ -234,10 +251,11 @@ def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="l2sched-vllm-") as d:
-        model_dir = write_model_dir(config, os.path.join(d, "model"))
+        model_dir = write_model_dir(config, os.path.join(d, "model"), architecture)
         port = free_port()
         procs = [ctx.Process(target=_rank_main,
-                             args=(r, tp, ep, device, model_dir, port, fn, q),
+                             args=(r, tp, ep, device, model_dir, port, fn, q,
+                                   architecture),
                              daemon=True) for r in range(tp)]
         for p in procs:
             p.start()

@@ -1,6 +1,7 @@
-"""``l2sched docs hooks|lint [--file PATH] [--check]``: generated
-documentation. ``docs/hooks.md`` (the hook catalogue and decode timeline)
-is generated whole from the adapter; in ``docs/lint.md`` the rule sections
+"""``l2sched docs hooks|lint [--model NAME] [--file PATH] [--check]``:
+generated documentation. ``docs/hooks.md`` (the hook catalogue and decode
+timeline; ``docs/hooks-NAME.md`` for adapter NAME) is generated whole from
+the adapter; in ``docs/lint.md`` the rule sections
 between the two ``LINT_RULES_*`` markers are generated from the rule
 registry. Tests compare the committed files with these functions."""
 
@@ -16,7 +17,7 @@ from l2sched.errors import Diagnostic, L2sInputError, Span
 from l2sched.files import check_output_path, read_input_text, write_text_atomically
 from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
-from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_names, get_adapter
 from l2sched.model.config import default_config
 from l2sched.model.inventory import analytical_inventory
 
@@ -29,12 +30,14 @@ LINT_RULES_END = "<!-- end of generated rules -->"
 def hooks_md_text(model: str = DEFAULT_ADAPTER) -> str:
     """The text of ``docs/hooks.md``: adapter ``model``'s generator
     (``hooks_markdown``) with the bytes each op reads per GPU at TP4 on its
-    embedded config."""
+    embedded config (``-`` for a layer kind that config has no layer of)."""
     adapter = get_adapter(model)
     inv = analytical_inventory(default_config(model), 4, False, adapter=model)
     first = {str(k): i for i, k in reversed(list(enumerate(inv.kinds)))}
 
     def op_bytes(kind, op) -> str:
+        if str(kind) not in first:  # a kind the embedded config has no layer of
+            return "-"
         have = {t.path: t for t in inv.layers[first[str(kind)]]}
         reads = [have[p] for p in op.reads if p in have]
         if any(t.experts for t in reads):
@@ -78,14 +81,22 @@ def lint_md_text(current: str, path: str = "docs/lint.md") -> str:
     return head + "\n\n" + rules_markdown(rule_example_output) + "\n" + current[end:]
 
 
+def default_doc_path(which: str, model: str = DEFAULT_ADAPTER) -> str:
+    """Where ``l2sched docs WHICH [--model MODEL]`` writes: ``docs/WHICH.md``
+    (the default adapter's hooks, the lint rules), ``docs/hooks-MODEL.md``
+    for another adapter's hook catalogue."""
+    return f"docs/{which}.md" if which != "hooks" or model == DEFAULT_ADAPTER \
+        else f"docs/hooks-{model}.md"
+
+
 def cmd_docs(args) -> int:
     """Regenerate (or with ``--check`` compare) one document; exit 1 when
     ``--check`` finds it out of date."""
-    path = f"docs/{args.which}.md" if args.file is None else args.file
+    path = default_doc_path(args.which, args.model) if args.file is None else args.file
     if not args.check:
         check_output_path(path)
     if args.which == "hooks":
-        new = hooks_md_text()
+        new = hooks_md_text(args.model)
         old = read_input_text(path, "document") if args.check else None
     else:
         old = read_input_text(path, "document")
@@ -107,7 +118,11 @@ def add_cli(sub) -> None:
                     help="regenerate the generated documentation (hooks.md, the "
                          "rules of lint.md)")
     p.add_argument("which", choices=("hooks", "lint"))
+    p.add_argument("--model", default=DEFAULT_ADAPTER, choices=adapter_names(),
+                   help=f"the adapter whose hook catalogue `hooks` writes (default "
+                        f"{DEFAULT_ADAPTER}: docs/hooks.md; another: "
+                        f"docs/hooks-MODEL.md)")
     p.add_argument("--file", metavar="PATH",
-                   help="the document (default: docs/WHICH.md)")
+                   help="the document (default: docs/WHICH.md, docs/hooks-MODEL.md)")
     p.add_argument("--check", action="store_true",
                    help="do not write; exit 1 when the document is out of date")

@@ -54,8 +54,8 @@ def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: in
     on ``device_profile`` (a ``DeviceProfile``).
 
     ``model_config``: the HF text config (default: the one embedded for the
-    schedule's model) for hidden size and routing (``num_experts_per_tok``,
-    ``n_routed_experts``); ``measured``: ``(layer kind, op) -> us`` per-op
+    schedule's model) for hidden size and routing (the adapter's
+    ``routing``); ``measured``: ``(layer kind, op) -> us`` per-op
     times (``lint.calibrate``); ``base_cache``: a dict the caller keeps
     across calls on the same inventory and config, holding the no-prefetch
     simulations by (tokens, profile, TP, measured) so that many schedules
@@ -67,9 +67,9 @@ def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: in
         plan = compile_plan(schedule, inventory, tp_rank)
     step_plan = plan if tokens <= schedule.max_tokens else dataclasses.replace(plan, issues=())
     hidden = int(cfg["hidden_size"])
-    routing = dict(tokens=tokens, top_k=int(cfg.get("num_experts_per_tok", 8)),
-                   n_experts=int(cfg.get("n_routed_experts", 0)))
     adapter = get_adapter(schedule.model)
+    top_k, n_experts = adapter.routing(cfg)
+    routing = dict(tokens=tokens, top_k=top_k, n_experts=n_experts)
     progress.stage(f"building the step graph of {plural(len(step_plan.issues), 'fill')}")
     key = (tokens, id(device_profile), schedule.tp, id(measured))
     cached = base_cache.get(key) if base_cache is not None else None

@@ -22,6 +22,7 @@ from l2sched.model.adapters.protocol import ModelAdapter, missing_members
 #: adapter name (as written after ``model`` in a schedule) -> module path.
 ADAPTERS: dict[str, str] = {
     "glm5next": "l2sched.model.adapters.glm5next",
+    "qwen3_moe": "l2sched.model.adapters.qwen3_moe",
 }
 
 #: The adapter product code uses when none is named (the embedded config of

@@ -148,7 +148,7 @@ class ModelAdapter(Protocol):
     ``kind_selector``, ``subset_config``. Hooks (language, compiler, lint,
     vLLM install): ``HOOKS``, ``HOOKS_BY_NAME``. Timeline (lint, fit):
     ``decode_timeline``, ``condition_holds``, ``core_state_bytes``,
-    ``consumption_order``. Tensors (inventory): ``DTYPE_BYTES``,
+    ``consumption_order``, ``routing``. Tensors (inventory): ``DTYPE_BYTES``,
     ``layer_specs``. Live model (``live_inventory``, the vLLM plugin):
     ``DECODER_LAYER_PATHS``, ``decoder_layers``, ``live_layer_kind``,
     ``EXCLUDED_BUFFERS``, ``canonical_path``, ``lazy_paths``,
@@ -245,6 +245,13 @@ class ModelAdapter(Protocol):
                         tp: int, ep: bool) -> bool:
         """Whether an op's ``condition`` holds in layer ``layer`` of
         ``n_layers`` at TP ``tp``. Raises ``KeyError`` for an unknown one."""
+        ...
+
+    def routing(self, config: Mapping[str, Any]) -> tuple[int, int]:
+        """``(experts per token, routed experts)`` of a validated config (the
+        lint's expected expert-stream bytes; GLM ``num_experts_per_tok`` and
+        ``n_routed_experts``, Qwen3-MoE ``num_experts``); ``(k, 0)`` for a
+        model without routed experts."""
         ...
 
     def core_state_bytes(self, tokens: int, tp: int) -> int:

@@ -31,6 +31,7 @@ from l2sched.model.adapters.glm5next.config import (
     DEFAULT_CONFIG,
     DEFAULT_MODEL_NAME,
     default_config_text,
+    routing,
     subset_config,
     validate_config,
 )
@@ -112,5 +113,5 @@ __all__ = [
     "decoder_layers", "default_config_text", "derive_lazy", "expert_range",
     "hooks_markdown", "is_replicated", "kind_selector", "layer_kinds",
     "layer_specs", "lazy_paths", "live_layer_kind", "live_spec", "model_dtype",
-    "subset_config", "validate_config",
+    "routing", "subset_config", "validate_config",
 ]

@@ -65,6 +65,13 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
                 err(key, "entries must be strings")
 
 
+def routing(config: Mapping[str, Any]) -> tuple[int, int]:
+    """``(experts per token, routed experts)`` of a validated config:
+    ``num_experts_per_tok`` (8 when absent, GLM-5.3-Flash's) and
+    ``n_routed_experts``."""
+    return int(config.get("num_experts_per_tok", 8)), int(config["n_routed_experts"])
+
+
 def subset_config(config: Mapping[str, Any], kinds: Sequence, keep: Sequence[int]) -> dict:
     """The text config of the model made of layers ``keep`` of ``config``
     (``kinds``: the ``LayerKind`` of every layer of the full model): its
