@@ -31,9 +31,12 @@ class SwitchWord:
     def __init__(self, torch, device: int, on: bool = True):
         self._torch = torch
         self.device = device
-        self.tensor = torch.ones(1, dtype=torch.int32, device=device)
-        if not on:
-            self.tensor.zero_()
+        # a normal tensor even when made inside a forward under
+        # torch.inference_mode (vLLM's): an inference tensor refuses the
+        # in-place write of ``set`` outside that mode (H200 run, 2026-12-03)
+        with torch.inference_mode(False):
+            self.tensor = torch.full((1,), 1 if on else 0, dtype=torch.int32,
+                                     device=device)
         self.ptr = int(self.tensor.data_ptr())
         self.on = on
 
@@ -45,7 +48,7 @@ class SwitchWord:
         torch = self._torch
         if torch.cuda.is_current_stream_capturing():
             return False
-        with torch.cuda.device(self.device):
+        with torch.cuda.device(self.device), torch.inference_mode(False):
             self.tensor.fill_(1 if on else 0)
             torch.cuda.current_stream(self.device).synchronize()
         self.on = bool(on)

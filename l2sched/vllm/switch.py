@@ -16,7 +16,10 @@ and they move bytes again from the replay after ``set_prefetch(True)``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+log = logging.getLogger("l2sched.vllm")
 
 #: The qualified name to pass as vLLM's ``worker_extension_cls``.
 WORKER_EXTENSION = "l2sched.vllm.switch.PrefetchSwitchExtension"
@@ -47,10 +50,19 @@ def _installed() -> list:
 
 def set_prefetch(on: bool) -> SwitchState:
     """Switch the fills of every schedule installed in this process on or
-    off (``Installed.switch``). A switch refused during a capture changes
-    nothing for that installation and is counted in ``refused``."""
+    off (``Installed.switch``). A switch refused during a capture (or that
+    failed: one WARNING line) changes nothing for that installation and is
+    counted in ``refused``. Never raises."""
     live = _installed()
-    refused = sum(0 if inst.switch(on) else 1 for inst in live)
+    refused = 0
+    for inst in live:
+        try:
+            ok = inst.switch(on)
+        except Exception as e:  # never raise into vLLM's worker
+            log.warning("l2sched: switching plan %r %s failed: %s: %s",
+                        inst.plan.schedule, "on" if on else "off", type(e).__name__, e)
+            ok = False
+        refused += 0 if ok else 1
     return prefetch_state(refused)
 
 

@@ -54,7 +54,11 @@ class VllmEngine:
 
     def switch(self, on: bool) -> None:
         """``verify.Engine.switch``. Raises ``SwitchFailed``."""
-        answers = self.llm.collective_rpc("l2sched_set_prefetch", args=(bool(on),))
+        try:
+            answers = self.llm.collective_rpc("l2sched_set_prefetch", args=(bool(on),))
+        except Exception as e:  # the worker's traceback is in the engine log
+            raise SwitchFailed(f"the switch RPC failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
         for rank, a in enumerate(answers):
             if not a.get("installed"):
                 raise SwitchFailed(f"worker {rank} has no installed schedule (its "

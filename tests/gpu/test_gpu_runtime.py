@@ -611,3 +611,17 @@ def test_issue31_switch_in_a_captured_graph_without_recapture():
             g.replay()
             torch.cuda.synchronize()
             assert torch.equal(y_static, ref)
+
+
+def test_issue31_switch_word_made_under_inference_mode_switches_outside_it():
+    """vLLM runs forwards under torch.inference_mode, where the runtime makes
+    its switch word at the first fill; the switch RPC writes it outside that
+    mode (an inference tensor would refuse the in-place write)."""
+    from l2sched.runtime.switch import SwitchWord
+
+    with torch.inference_mode():
+        word = SwitchWord(torch, 0)
+    assert word.set(False) and int(word.tensor.item()) == 0
+    with torch.inference_mode():
+        assert word.set(True)
+    assert int(word.tensor.item()) == 1
