@@ -83,6 +83,8 @@ def live(monkeypatch):
         monkeypatch.setitem(sys.modules, "cutlass", types.ModuleType("cutlass"))
         monkeypatch.setitem(sys.modules, "cutlass.cute", types.ModuleType("cutlass.cute"))
         monkeypatch.setattr(K, "device_supported", lambda i=0: (True, ""))
+        # the always-on switch word needs a real device; its address is unused here
+        monkeypatch.setattr(K, "always_on", lambda i: 0x1000)
 
         def compile_first(dev, spec, paths):
             compiled.append(spec)

@@ -6,6 +6,7 @@ the profile, and each moving the lint's prediction the right way."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 import re
@@ -328,7 +329,8 @@ def test_shipping_a_record_changes_only_what_the_probe_derives(tmp_path, monkeyp
     assert dev.op_times("glm5next")[("kda+moe", "attn.o_proj")].step_gap_us == (pytest.approx(2.0, abs=0.01),)
     assert "ops.kda+moe.attn.o_proj.step_gap_us" in dev.measured
     # the rest of the text is untouched, and shipping again gives the same text
-    changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
+    changed = [d[2:] for d in difflib.ndiff(text.splitlines(), new.splitlines())
+               if d[:2] in ("- ", "+ ")]
     assert all(line.startswith(('"', "landed", "effect")) for line in changed)
     assert ship.ship(new, rec, "h200.toml")[0] == new
     # the script: a state without a step_fill record, one without per-op records, or
