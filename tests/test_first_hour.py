@@ -133,8 +133,9 @@ def test_item21_counts_agree_with_their_nouns(tmp_path, capsys):
 
     assert plural(1, "window") == "1 window" and plural(0, "window") == "0 windows"
     p = tmp_path / "one.l2s"
-    # a window the model predicts to pay on this device: no finding at all
-    # (on h200 it is predicted slower, L2S110)
+    # a window the model predicts to pay on this device: no finding but the
+    # info naming the profile's unmeasured terms (L2S112; the sm120 profile
+    # is an estimate); on h200 it is predicted slower, L2S110
     p.write_text("schedule one\nmodel glm5next\ndevice sm120-rtx-pro-6000-maxq\ntp 4\n"
                  "window A at attn.after_first_proj budget 17MB layers kda & moe {\n"
                  "    this self_attn.o_proj\n}\n")
@@ -142,7 +143,8 @@ def test_item21_counts_agree_with_their_nouns(tmp_path, capsys):
     assert "prefetch at <= 256 tokens, fill kernel default (bulk), 1 window\n" in capsys.readouterr().out
     assert main(["lint", str(p)]) == 0
     out = capsys.readouterr().out
-    assert out.rstrip().endswith(f"{p}: 0 errors, 0 warnings, 0 info")
+    assert out.rstrip().endswith(f"{p}: 0 errors, 0 warnings, 1 info")
+    assert out.count("info: L2S112") == 1
     assert "(1 token):" in out
 
 
