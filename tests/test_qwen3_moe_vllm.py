@@ -135,6 +135,31 @@ def _cpu_substitutions(model, trace: list) -> None:
     ps.GroupCoordinator.all_reduce = all_reduce
 
 
+def fill_weights(model) -> None:
+    """Deterministic weights: N(0, 0.02), norms around 1."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            v = torch.randn(p.shape, generator=g) * 0.02 + (1.0 if "norm" in name else 0)
+            p.copy_(v.to(p.dtype))
+
+
+def record_events(rt, trace: list) -> None:
+    """Append each event of the dry-run runtime ``rt`` to ``trace`` as
+    ``("l2s", op, window, layer, hook)`` when it happens, between the
+    GEMMs and all-reduces the substitutions record."""
+    rec = rt._rec
+
+    def record(op, wi=None, **kw):
+        rec(op, wi, **kw)
+        e = rt.events[-1]
+        trace.append(("l2s", e.op, e.window, e.layer, e.hook))
+
+    rt._rec = record
+
+
 def _forward(model, cfg):
     import torch
     from vllm.forward_context import BatchDescriptor, set_forward_context
@@ -174,11 +199,7 @@ def _rank(ctx) -> dict:
                 "forward") else callable(target) and hasattr(target, "__self__"))
             if not ok:
                 problems.append(f"layer {i} {h.name}: {inst.target}")
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            v = torch.randn(p.shape, generator=g) * 0.02 + (1.0 if "norm" in name else 0)
-            p.copy_(v.to(p.dtype))
+    fill_weights(model)
     trace: list = []
     _cpu_substitutions(model, trace)
     plain = _forward(model, ctx.vllm_config)
@@ -187,14 +208,7 @@ def _rank(ctx) -> dict:
     plan = compile_plan(schedule, live, ctx.rank)
     rt = DryRunRuntime(plan)
     rt.set_step(StepInfo(num_tokens=TOKENS))
-    rec = rt._rec
-
-    def record(op, wi=None, **kw):
-        rec(op, wi, **kw)
-        e = rt.events[-1]
-        trace.append(("l2s", e.op, e.window, e.layer, e.hook))
-
-    rt._rec = record
+    record_events(rt, trace)
     installed = install_plan(AD.decoder_layers(model), live, plan, rt)
     trace.clear()
     try:

@@ -129,6 +129,8 @@ class ToyAdapter:
     HOOKS_BY_NAME = {h.name: h for h in HOOKS}
     DECODER_LAYER_PATHS = ("layers",)
     EXCLUDED_BUFFERS = ()
+    COMPILED_MODULES = ()  # ToyForCausalLM runs as Python
+    PIPELINE_PARALLEL_REFUSAL = "the toy model has no pipeline-parallel layout"
 
     def default_config_text(self) -> str:
         return json.dumps(CONFIG)

@@ -131,7 +131,8 @@ def shim_workspace_manager() -> None:
     init_workspace_manager(torch.device("cpu"))
 
 
-def engine_config(model_dir: str, tp: int, ep: bool):
+def engine_config(model_dir: str, tp: int, ep: bool, pp: int = 1,
+                  engine_kw: dict | None = None):
     """The ``VllmConfig`` for building (not serving) the model.
 
     Shim 4, ``enable_prefix_caching=False``: otherwise config creation fails
@@ -140,23 +141,29 @@ def engine_config(model_dir: str, tp: int, ep: bool):
     mode still sets a block size). ``kernel_config.enable_jit_warmup=False``
     skips registering tilelang mHC warmups (no GPU to warm up).
     ``load_format="dummy"`` and ``skip_tokenizer_init`` because there are no
-    weights or tokenizer files."""
+    weights or tokenizer files. ``pp``: the pipeline-parallel size;
+    ``engine_kw``: further ``EngineArgs`` (they replace the ones above, e.g.
+    ``enforce_eager=False`` for vLLM's default compilation mode)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    args = EngineArgs(
+    kw = dict(
         model=model_dir, skip_tokenizer_init=True, enforce_eager=True,
         dtype="bfloat16", max_model_len=4096, max_num_batched_tokens=4096,
         max_num_seqs=8, load_format="dummy", tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
         enable_expert_parallel=bool(ep), enable_prefix_caching=False,
         kernel_config={"enable_jit_warmup": False})
+    kw.update(engine_kw or {})
+    args = EngineArgs(**kw)
     return args.create_engine_config()
 
 
 @dataclass
 class RankContext:
-    """What ``fn`` gets inside a rank process: the rank, TP size, EP flag,
-    device (``meta`` = no memory) and the model directory; ``build()`` builds
-    the real model (once) inside the current vLLM config and process group."""
+    """What ``fn`` gets inside a rank process: the rank (global: ``pp_rank *
+    tp + tp rank``), TP size, EP flag, device (``meta`` = no memory) and the
+    model directory, the PP size ``pp``; ``build()`` builds the real model
+    (once) inside the current vLLM config and process group."""
 
     rank: int
     tp: int
@@ -167,6 +174,7 @@ class RankContext:
     model: Any = None
     extra: dict = field(default_factory=dict)
     architecture: str = ARCHITECTURE
+    pp: int = 1
 
     def build(self):
         """Construct the model class of ``self.architecture`` (``MODELS``;
@@ -211,7 +219,8 @@ def plugin_log_records() -> list[str]:
 
 def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
                port: int, fn: Callable[[RankContext], Any], queue,
-               architecture: str = ARCHITECTURE) -> None:
+               architecture: str = ARCHITECTURE, pp: int = 1,
+               engine_kw: dict | None = None) -> None:
     try:
         shim_platform_env()
         shim_sparse_backend()
@@ -221,15 +230,15 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
             initialize_model_parallel,
         )
 
-        cfg = engine_config(model_dir, tp, ep)
+        cfg = engine_config(model_dir, tp, ep, pp, engine_kw)
         with set_current_vllm_config(cfg):
-            # Shim 5, gloo: one process per TP rank, CPU collectives.
+            # Shim 5, gloo: one process per rank, CPU collectives.
             init_distributed_environment(
-                world_size=tp, rank=rank, local_rank=rank,
+                world_size=tp * pp, rank=rank, local_rank=rank,
                 distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
-            initialize_model_parallel(tp, 1)
+            initialize_model_parallel(tp, pp)
             ctx = RankContext(rank, tp, ep, device, model_dir, cfg,
-                              architecture=architecture)
+                              architecture=architecture, pp=pp)
             result = fn(ctx)
         queue.put((rank, True, result))
     except BaseException:  # report everything to the parent, never hang it
@@ -239,10 +248,13 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
 def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
               ep: bool = False, device: str = "meta",
               timeout: float = 600.0,
-              architecture: str = ARCHITECTURE) -> list[Any]:
-    """Spawn ``tp`` rank processes that each build the real model setting for
+              architecture: str = ARCHITECTURE, pp: int = 1,
+              engine_kw: dict | None = None) -> list[Any]:
+    """Spawn ``tp * pp`` rank processes (``pp``: pipeline-parallel size) that
+    each build the real model setting for
     ``config`` (a HF text-config dict) as ``architecture`` (a key of
-    ``MODELS``) and return ``fn(ctx)``; the results in rank order. ``fn`` must be a module-level function and its result
+    ``MODELS``), with ``engine_kw`` as further ``EngineArgs``
+    (``engine_config``), and return ``fn(ctx)``; the results in rank order. ``fn`` must be a module-level function and its result
     picklable. Raises ``RuntimeError`` with the rank's traceback when a rank
     fails, or when the ranks do not finish within ``timeout`` seconds."""
     import multiprocessing as mp
@@ -255,14 +267,14 @@ def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
         port = free_port()
         procs = [ctx.Process(target=_rank_main,
                              args=(r, tp, ep, device, model_dir, port, fn, q,
-                                   architecture),
-                             daemon=True) for r in range(tp)]
+                                   architecture, pp, engine_kw),
+                             daemon=True) for r in range(tp * pp)]
         for p in procs:
             p.start()
         results: dict[int, Any] = {}
         errors = []
         try:
-            while len(results) + len(errors) < tp:
+            while len(results) + len(errors) < tp * pp:
                 try:
                     rank, ok, value = q.get(timeout=timeout)
                 except queue_mod.Empty:
@@ -281,4 +293,4 @@ def run_ranks(fn: Callable[[RankContext], Any], config: dict, tp: int,
                     p.join(5)
         if errors:
             raise RuntimeError("\n".join(errors))
-        return [results[r] for r in range(tp)]
+        return [results[r] for r in range(tp * pp)]

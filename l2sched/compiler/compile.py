@@ -103,15 +103,20 @@ def _entries(inventory, layer: int):
     return inventory.tensors(layer)
 
 
-def expand_targets(window: Window, layer: int, inventory) -> list[tuple[int, object]]:
+def expand_targets(window: Window, layer: int, inventory,
+                   own: range | None = None) -> list[tuple[int, object]]:
     """The inventory entries ``window`` names when it fires in ``layer``, in
     fill order: targets in source order, each expanded in the inventory's
-    consumption order, without repeats. Returns ``(target_layer, entry)``."""
+    consumption order, without repeats. Returns ``(target_layer, entry)``.
+    ``own``: the layers this rank runs (pipeline parallel); a ``next``
+    target outside them (another rank's layer) names nothing."""
     count = len(inventory.layers)
     out: list[tuple[int, object]] = []
     seen: set[tuple[int, str]] = set()
     for target in window.targets:
         tl = layer if target.scope == "this" else (layer + 1) % count
+        if own is not None and tl not in own:
+            continue
         wanted = pattern_set(tuple(p.text for p in target.patterns))
         unwanted = pattern_set(tuple(p.text for p in target.excludes))
         for entry in _entries(inventory, tl):
@@ -133,10 +138,11 @@ class TargetExpander:
     same tensors (every layer of one kind) give the same expansion, so a
     window that fires in 45 layers matches its patterns against the tensor
     paths of 2-3 layer kinds, not 45 times. Same results as
-    ``expand_targets``."""
+    ``expand_targets`` (``own``: the rank's layers, as there)."""
 
-    def __init__(self, inventory):
+    def __init__(self, inventory, own: range | None = None):
         self.inventory = inventory
+        self.own = own
         self.count = len(inventory.layers)
         ids: dict = {}
         # layer -> small int naming its contents (paths and lazy flags)
@@ -147,12 +153,13 @@ class TargetExpander:
     def expand(self, window: Window, layer: int) -> list[tuple[int, object]]:
         """``expand_targets(window, layer, inventory)``."""
         nxt = (layer + 1) % self.count
-        key = (window.index, window.name, self.sig[layer], self.sig[nxt])
+        mine = self.own is None or nxt in self.own
+        key = (window.index, window.name, self.sig[layer], self.sig[nxt], mine)
         picks = self.cache.get(key)
         if picks is None:
             picks = self.cache[key] = [
                 (tl != layer, self.inventory.tensors(tl).index(e))
-                for tl, e in expand_targets(window, layer, self.inventory)]
+                for tl, e in expand_targets(window, layer, self.inventory, self.own)]
         tensors = (self.inventory.tensors(layer), self.inventory.tensors(nxt))
         return [(nxt if is_next else layer, tensors[is_next][i]) for is_next, i in picks]
 
@@ -241,10 +248,16 @@ def _queue_targets(w: Window, layer: int, expander: TargetExpander,
 
 
 def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
-                 hook_order: dict[str, int] | None = None) -> Plan:
+                 hook_order: dict[str, int] | None = None,
+                 layers: range | None = None) -> Plan:
     """Compile ``schedule`` for TP rank ``tp_rank`` against ``inventory``
     (``l2sched.model.inventory.Inventory``: per layer, tensors in consumption
     order with ``path``, ``nbytes``, ``lazy`` and optional ``view_of``).
+
+    ``layers``: the decoder layers this rank runs under pipeline parallelism
+    (default: all). Windows fire only in them, and a ``next`` target of the
+    rank's last layer (another rank's layer, or the wrap to layer 0) names
+    nothing: no fill crosses a PP rank.
 
     Returns a ``Plan`` whose issues are ordered as the side stream sees them
     in one decode step. Raises ``L2sCompileError`` when the inventory's layer
@@ -276,8 +289,8 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
         for i in w.layers:
             fires[i].append(w)
     layer_sets = {w.name: set(w.layers) for w in schedule.windows}
-    expander = TargetExpander(inventory)
-    for layer in range(count):
+    expander = TargetExpander(inventory, layers)
+    for layer in range(count) if layers is None else layers:
         active = sorted(fires.get(layer, ()),
                         key=lambda w: (hook_order[w.hook], w.index))
         carried: dict[str, list[ByteRange]] = defaultdict(list)

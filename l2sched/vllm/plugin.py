@@ -1,14 +1,17 @@
-"""The vLLM plugin's post-load step: per TP rank, compile and install an
-L2-prefetch schedule into the loaded GLM-5.3 model (``activate_after_load``).
+"""The vLLM plugin's post-load step: per rank, compile and install an
+L2-prefetch schedule into the loaded model of any adapter
+(``activate_after_load``).
 
-Per TP rank, after loading: the configuration (``vllm.config``) -> live
-inventory of the rank's own module tree -> ``compile_plan`` -> lint with the
-device profile of the rank's GPU (an error refuses to install) ->
-``vllm.sites.install_plan`` with the join as a forward post-hook on the last
-decoder layer (it runs before ``Glm5NextModel.forward``'s pipeline-parallel
-early return) -> one summary log line. Every failure is one log line per
-rank, prefetch stays off for that rank, and nothing is raised into vLLM.
-``l2sched.vllm.register`` (the entry point) arranges for this to run.
+Per rank, after loading: the configuration (``vllm.config``) -> the layout
+checks (``vllm.layout``: micro-batching, torch.compile, pipeline
+parallelism) -> live inventory of the rank's own module tree (under PP, of
+the layers it runs) -> ``compile_plan`` -> lint with the device profile of
+the rank's GPU (an error refuses to install) -> ``vllm.sites.install_plan``
+with the join as a forward post-hook on the rank's last real decoder layer
+(it runs before the model's pipeline-parallel early return) -> one summary
+log line. Every failure is one log line per rank, prefetch stays off for
+that rank, and nothing is raised into vLLM. ``l2sched.vllm.register`` (the
+entry point) arranges for this to run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from l2sched.compiler.compile import compile_plan
+from l2sched.device.provenance import unmeasured_terms
 from l2sched.errors import (
     L2sError,
     L2sInputError,
@@ -31,13 +35,22 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.device import DeviceProfile
-from l2sched.model.inventory import live_inventory
 from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
 from l2sched.vllm.device_check import first_line as _first_line
+from l2sched.vllm.layout import (
+    Layout,
+    own_layers,
+    parallel_layout,
+    rank_inventory,
+    refuse_compiled,
+    refuse_pipeline_parallel,
+    refuse_split_batch,
+    text_config_dict,
+)
 from l2sched.vllm.loss_gate import loss_gate
 from l2sched.vllm.sites import Installed, install_plan, refuse_drift
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
@@ -79,21 +92,6 @@ def _current_vllm_config():
         return None
 
 
-def _tp_layout(vllm_config) -> tuple[int, int, bool, int]:
-    """``(tp, tp_rank, ep, pp)`` of this process."""
-    from vllm.distributed import (
-        get_tensor_model_parallel_rank,
-        get_tensor_model_parallel_world_size,
-    )
-
-    tp = get_tensor_model_parallel_world_size()
-    rank = get_tensor_model_parallel_rank()
-    pc = getattr(vllm_config, "parallel_config", None)
-    ep = bool(getattr(pc, "enable_expert_parallel", False)) and tp > 1
-    pp = int(getattr(pc, "pipeline_parallel_size", 1) or 1)
-    return tp, rank, ep, pp
-
-
 def _decoder_layers(model, ad):
     """The decoder-layer list of ``model``, a model of adapter ``ad`` (its
     ``DECODER_LAYER_PATHS``). Raises ``L2sPluginError``."""
@@ -129,8 +127,8 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
 
     Reads the configuration (``config``, else ``vllm_config`` /
     the current vLLM config's ``additional_config`` and the environment);
-    returns ``None`` when no schedule is configured, the model is not a
-    GLM-5.3 architecture (e.g. an MTP drafter), or anything failed (one line
+    returns ``None`` when no schedule is configured, no adapter serves the
+    model's class (e.g. an MTP drafter), or anything failed (one line
     for this rank, prefetch off; ``bad configuration`` names the key; vLLM
     drift: ``docs/vllm.md``). On success returns the ``Installed`` handle.
 
@@ -160,13 +158,12 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
                       ", ".join(supported_architectures()))
             return None
         _route_library_logs()
-        tp, tp_rank, ep, pp = _tp_layout(vllm_config)
-        rank_txt = f"TP rank {tp_rank}/{tp}"
+        layout = parallel_layout(vllm_config)
+        rank_txt = layout.rank_txt
         if config is None:
             extra = getattr(vllm_config, "additional_config", None) or {}
             config = read_config(extra, environ)
-        installed = _activate(model, vllm_config, config, (tp, tp_rank, ep, pp),
-                              previous)
+        installed = _activate(model, vllm_config, config, layout, previous)
         installed.model, installed.config = weakref.ref(model), config
         installed.vllm_config = vllm_config
         if previous is not None:
@@ -208,27 +205,72 @@ def reactivate(model) -> Installed | None:
     return activate_after_load(model, prev.vllm_config, config=prev.config)
 
 
-def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
+def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
               previous: Installed | None) -> Installed:
     """Everything from the schedule to the installed plan, for one rank
-    (``layout``: tp, tp_rank, ep, pp); ``previous``: the installation a
+    (``layout``: its TP/EP/PP layout); ``previous``: the installation a
     reload replaces (its hooks are out already). Raises
     ``L2sPluginError``."""
-    tp, tp_rank, ep, pp = layout
+    tp, tp_rank = layout.tp, layout.tp_rank
     if cfg.backend not in ("cuda", "dry-run"):
         raise L2sPluginError("bad configuration", f"backend {cfg.backend!r} is not "
                           "'cuda' or 'dry-run'")
-    if pp > 1:
-        raise L2sPluginError("unsupported layout", f"pipeline parallel size {pp} "
-                          "(vLLM gates PP off for GLM-5.3; l2sched supports PP=1)")
-    _refuse_split_batch(vllm_config)
     ad = adapter_for(type(model).__name__)
+    refuse_pipeline_parallel(ad, layout)
+    refuse_split_batch(vllm_config)
+    refuse_compiled(model, ad, vllm_config)
     layers = _decoder_layers(model, ad)
-    hf = getattr(getattr(vllm_config, "model_config", None), "hf_text_config", None)
-    model_config = hf.to_dict() if hf is not None else None
+    own = own_layers(layers) if layout.pp > 1 else range(len(layers))
+    model_config = text_config_dict(vllm_config)
+    schedule = _schedule(cfg, vllm_config, model_config, layout)
+    device = cfg.device or schedule.device
+    profile = device_profile(cfg.backend, device)
+    if schedule.model != ad.NAME:
+        raise L2sPluginError(
+            "schedule/model mismatch", f"{schedule.name} is for model "
+            f"{schedule.model}, this server runs {type(model).__name__} ({ad.NAME})")
+    inventory = rank_inventory(layers, own, model_config, layout, type(model).__name__,
+                               ad)
+    try:  # under PP only the rank's own layers, and no fill of another rank's
+        plan = compile_plan(schedule, inventory, tp_rank,
+                            layers=None if len(own) == len(layers) else own)
+    except L2sError as e:
+        _log_diagnostics(e, tp_rank)
+        raise L2sPluginError("compile failed", _first_line(e)) from None
+    owner = f"plan {schedule.name} of model {id(model):#x}"
+    lint_schedule, aside_note = schedule, ""
+    if cfg.backend == "cuda":
+        import torch
+        lint_schedule, aside_note = set_aside_for_lint(
+            schedule, torch.cuda.current_device(), owner)
+    # the set-aside variant compiles to the same issues (compile_plan reads
+    # the set-aside into the plan only)
+    lint_plan = plan if lint_schedule is schedule else replace(
+        plan, set_aside=lint_schedule.set_aside)
+    lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
+                      tp_rank, layout.rank_txt, plan=lint_plan)
+    lint_note += loss_gate(cfg, run_lint, vllm_config, (tp, tp_rank), log, lint_schedule,
+                           inventory, profile, model_config, lint_plan, lint_schedule)
+    if aside_note:
+        lint_note = f"{lint_note} ({aside_note})"
+    runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, profile)
+    runtime.switch(cfg.fills == "on")  # outside a capture: the post-load step
+    installed = install_plan(layers, inventory, plan, runtime, join_layer=own[-1])
+    if previous is not None:
+        installed.bind_now()
+    installed.lint = lint_note
+    installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note,
+                                 _unmeasured(profile, tp, plan, schedule, cfg))
+    return installed
 
+
+def _schedule(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
+    """The resolved schedule of ``cfg`` (a file, or ``auto``'s fit) for the
+    live ``model_config``, checked against the server's TP/EP ``layout``.
+    Raises ``L2sPluginError`` (diagnostics logged once, TP rank 0)."""
+    tp, tp_rank, ep = layout.tp, layout.tp_rank, layout.ep
     try:
-        schedule = (_auto(cfg, vllm_config, model_config, tp, tp_rank, ep) if cfg.is_auto
+        schedule = (_auto(cfg, vllm_config, model_config, layout) if cfg.is_auto
                     else load_schedule(cfg.schedule, cfg.overrides, model_config))
     except L2sPluginError:
         raise
@@ -250,42 +292,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: tuple,
             f"{'on' if schedule.ep else 'off'}, this server runs tp {tp} ep "
             f"{'on' if ep else 'off'} (fix it with \"set\": {{\"tp\": \"{tp}\"}} "
             "or the matching schedule)")
-
-    device = cfg.device or schedule.device
-    profile = device_profile(cfg.backend, device)
-    if schedule.model != ad.NAME:
-        raise L2sPluginError(
-            "schedule/model mismatch", f"{schedule.name} is for model "
-            f"{schedule.model}, this server runs {type(model).__name__} ({ad.NAME})")
-    inventory = live_inventory(layers, tp, ep, tp_rank,
-                               model_name=type(model).__name__, adapter=ad.NAME)
-    try:
-        plan = compile_plan(schedule, inventory, tp_rank)
-    except L2sError as e:
-        _log_diagnostics(e, tp_rank)
-        raise L2sPluginError("compile failed", _first_line(e)) from None
-    owner = f"plan {schedule.name} of model {id(model):#x}"
-    lint_schedule, aside_note = schedule, ""
-    if cfg.backend == "cuda":
-        import torch
-        lint_schedule, aside_note = set_aside_for_lint(
-            schedule, torch.cuda.current_device(), owner)
-    lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
-                      tp_rank, f"TP rank {tp_rank}/{tp}",
-                      plan=plan if lint_schedule is schedule else None)
-    lint_note += loss_gate(cfg, run_lint, vllm_config, (tp, tp_rank), log, lint_schedule,
-                           inventory, profile, model_config, plan, schedule)
-    if aside_note:
-        lint_note = f"{lint_note} ({aside_note})"
-    runtime = _runtime_for(cfg.backend, plan, owner, previous, f"TP rank {tp_rank}/{tp}",
-                           profile)
-    runtime.switch(cfg.fills == "on")  # outside a capture: the post-load step
-    installed = install_plan(layers, inventory, plan, runtime)
-    if previous is not None:
-        installed.bind_now()
-    installed.lint = lint_note
-    installed.summary = _summary(schedule, plan, inventory, cfg, device, lint_note)
-    return installed
+    return schedule
 
 
 class AutoNoPrefetch(L2sPluginError):
@@ -293,8 +300,7 @@ class AutoNoPrefetch(L2sPluginError):
     INFO) or could not fit (no measured profile, EP on: WARNING)."""
 
 
-def _auto(cfg: PluginConfig, vllm_config, model_config, tp: int, tp_rank: int,
-          ep: bool):
+def _auto(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
     """The ``Schedule`` that ``"schedule": "auto"`` fits for this engine
     (``vllm.auto.auto_schedule``: the live model config, TP/EP, the device
     profile (the plugin's ``device``, else the shipped measured profile of
@@ -302,7 +308,7 @@ def _auto(cfg: PluginConfig, vllm_config, model_config, tp: int, tp_rank: int,
     fit's largest M), its choice logged in one INFO line per rank. Raises
     ``AutoNoPrefetch`` for no prefetch, ``L2sPluginError`` when the fit
     fails."""
-    from l2sched.device import load_device, profile_for_gpu
+    from l2sched.device import profile_for_gpu
     from l2sched.fit.search import FitOptions
     from l2sched.vllm.auto import auto_schedule
     from l2sched.vllm.loss_gate import capture_sizes
@@ -318,34 +324,15 @@ def _auto(cfg: PluginConfig, vllm_config, model_config, tp: int, tp_rank: int,
         profile = device_profile(cfg.backend, name)  # checks it is this GPU's
         if name.endswith(".toml"):
             name = os.path.abspath(name)
-    choice = auto_schedule(model_config or {}, tp, ep, profile, name or "",
+    choice = auto_schedule(model_config or {}, layout.tp, layout.ep, profile, name or "",
                            tokens=capture_sizes(vllm_config, FitOptions.max_tokens),
                            gpu=gpu)
     if not choice.prefetch:
         err = AutoNoPrefetch(choice.summary)
         err.level = 20 if choice.reason == "no prefetch" else 30  # INFO, WARNING
         raise err
-    log.info("l2sched: TP rank %d/%d: %s", tp_rank, tp, choice.summary)
+    log.info("l2sched: %s: %s", layout.rank_txt, choice.summary)
     return choice.schedule(model_config)
-
-
-def _refuse_split_batch(vllm_config) -> None:
-    """Raise ``L2sPluginError("unsupported layout")`` when dual-batch overlap
-    (``enable_dbo``) or micro-batching (``ubatch_size > 1``) is on: vLLM
-    0.33.0's ubatch wrapper (``v1/worker/gpu_ubatch_wrapper.py``) runs each
-    micro-batch's forward in its own thread while the main thread holds the
-    capture, and a plan's fills are one sequence per forward on one side
-    stream (each micro-batch would fetch the same layers again, racing the
-    other's fork and join)."""
-    pc = getattr(vllm_config, "parallel_config", None)
-    dbo = bool(getattr(pc, "enable_dbo", False))
-    ubatch = int(getattr(pc, "ubatch_size", 0) or 0)
-    if dbo or ubatch > 1:
-        raise L2sPluginError(
-            "unsupported layout", f"micro-batching (enable_dbo={dbo}, "
-            f"ubatch_size={ubatch}) runs model forwards in worker threads; l2sched "
-            "prefetches for one forward thread (serve without --enable-dbo / "
-            "--ubatch-size)")
 
 
 def _log_diagnostics(err, tp_rank: int) -> None:
@@ -454,9 +441,32 @@ def _make_runtime(backend: str, plan, owner: str, device_profile):
                         step_provider=vllm_step_info, **kw)
 
 
+#: At most this many unmeasured terms are named in the summary line.
+UNMEASURED_SHOWN = 3
+
+
+def _unmeasured(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
+    """The summary's note on the device-profile terms the lint and the loss
+    gate rest on that were not measured on the box the profile describes
+    (``device.provenance.unmeasured_terms`` at TP ``tp`` for the fill
+    kernels of ``plan``'s issues): ``""`` when all were (or with the lint
+    off), else ``N unmeasured profile terms: KEY (ORIGIN), ...`` with at
+    most ``UNMEASURED_SHOWN`` named."""
+    if cfg.lint == "off" or not plan.issues:
+        return ""
+    modes = {wi.kernel or schedule.kernel or profile.fill_default for wi in plan.issues}
+    terms = unmeasured_terms(profile, tp, modes)
+    if not terms:
+        return ""
+    more = len(terms) - UNMEASURED_SHOWN
+    shown = ", ".join(terms[:UNMEASURED_SHOWN]) + (f", {more} more" if more > 0 else "")
+    return f"; {len(terms)} unmeasured profile term{'s' if len(terms) > 1 else ''}: {shown}"
+
+
 def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
-             lint_note: str) -> str:
-    """The one summary line: bytes per window, windows per layer kind."""
+             lint_note: str, unmeasured: str = "") -> str:
+    """The one summary line: bytes per window, windows per layer kind, and
+    ``unmeasured`` (``_unmeasured``) at its end."""
     per_window: dict[str, list[int]] = defaultdict(list)
     kinds_windows: dict[str, list[str]] = defaultdict(list)
     for wi in plan.issues:
@@ -478,4 +488,4 @@ def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
             f"backend {cfg.backend}, device {device}, {lint_note}: "
             f"{len(plan.issues)} issues, {format_size(total)} per decode step "
             f"[{windows}]; windows per layer kind [{kinds}]; left over "
-            f"{format_size(left)}")
+            f"{format_size(left)}{unmeasured}")

@@ -121,7 +121,8 @@ def missing_sites(layers, keys, plan, sites) -> list[str]:
 
 
 def install_plan(decoder_layers, inventory, plan, runtime,
-                 join_every_layer: bool = False) -> Installed:
+                 join_every_layer: bool = False,
+                 join_layer: int | None = None) -> Installed:
     """Install ``plan`` into ``decoder_layers`` (the model's decoder-layer
     list, indexed like the inventory): one ``runtime.install.install`` of
     the whole plan, its hook sites keyed by (layer kind, hook point) (they
@@ -131,7 +132,11 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     (before a model's pipeline-parallel early return).
     ``join_every_layer``: a join at the end of every decoder layer instead,
     so the side stream's
-    work never spans a layer boundary in a captured graph. Raises
+    work never spans a layer boundary in a captured graph. ``join_layer``:
+    the index of the layer whose exit joins instead of the last one (under
+    pipeline parallelism the rank's last real layer: the layers after it
+    are other ranks' placeholders, and the join must run before the rank
+    returns its intermediate tensors, so a capture never ends forked). Raises
     ``L2sPluginError`` (``unsupported model``, ``install failed``; a
     ``drift.VllmDrift`` at WARNING when a hook site the plan uses is missing
     on the live layers, ``missing_sites``: vLLM moved or renamed it, and
@@ -152,7 +157,8 @@ def install_plan(decoder_layers, inventory, plan, runtime,
     try:
         out.installations.append(install(
             layers, plan, sites, runtime, layer_keys=keys,
-            join_on=list(layers) if join_every_layer else "last_layer"))
+            join_on=(list(layers) if join_every_layer else "last_layer"
+                     if join_layer is None else layers[join_layer])))
     except Exception as e:
         out.remove()
         raise L2sPluginError("install failed", f"{type(e).__name__}: {e}") from None

@@ -152,7 +152,8 @@ class ModelAdapter(Protocol):
     ``layer_specs``. Live model (``live_inventory``, the vLLM plugin):
     ``DECODER_LAYER_PATHS``, ``decoder_layers``, ``live_layer_kind``,
     ``EXCLUDED_BUFFERS``, ``canonical_path``, ``lazy_paths``,
-    ``derive_lazy``, ``live_spec``. Docs: ``hooks_markdown``.
+    ``derive_lazy``, ``live_spec``, ``COMPILED_MODULES``,
+    ``PIPELINE_PARALLEL_REFUSAL``. Docs: ``hooks_markdown``.
     """
 
     #: The adapter's name, as written after ``model`` in a schedule and
@@ -192,6 +193,17 @@ class ModelAdapter(Protocol):
     DECODER_LAYER_PATHS: Sequence[str]
     #: Buffer names (last path component) the live inventory leaves out.
     EXCLUDED_BUFFERS: Sequence[str]
+    #: Attribute paths, from the top-level vLLM model object, of the modules
+    #: vLLM compiles with ``torch.compile`` (its ``@support_torch_compile``
+    #: classes, e.g. Qwen3-MoE's ``model``: ``Qwen3MoeModel``); empty when
+    #: the decoder layers run as Python (GLM-5.3). Under a compiling
+    #: ``compilation_config.mode`` Dynamo traces the hooks of such a module
+    #: instead of running them, so the vLLM plugin refuses to install.
+    COMPILED_MODULES: Sequence[str]
+    #: Why the vLLM plugin refuses pipeline parallelism (PP > 1) for this
+    #: model, with its source (GLM-5.3: vLLM 0.33.0 gates PP off); ``""``
+    #: when each PP rank may plan and install its own layers.
+    PIPELINE_PARALLEL_REFUSAL: str
 
     def default_config_text(self) -> str:
         """The text (JSON) of the config embedded for this adapter."""

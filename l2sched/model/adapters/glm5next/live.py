@@ -23,6 +23,24 @@ from l2sched.model.adapters.glm5next.timeline import decode_reads
 #: a ``Glm5NextForConditionalGeneration``, a ``Glm5NextModel``.
 DECODER_LAYER_PATHS = ("model.layers", "language_model.model.layers", "layers")
 
+#: No GLM-5.3 module is a ``@support_torch_compile`` class in vLLM 0.33.0
+#: (``models/glm5next/common/model.py``: ``Glm5NextModel`` is a plain
+#: ``nn.Module``), and vLLM serves it with breakable CUDA graphs, which set
+#: ``compilation_config.mode`` to NONE (``config/vllm.py:76-90, 842-870``):
+#: its decoder layers run as Python and the hooks run at every forward.
+COMPILED_MODULES: tuple[str, ...] = ()
+
+#: vLLM 0.33.0 gates pipeline parallelism off for GLM-5.3: both classes
+#: inherit ``SupportsPP`` (so the config check passes), but neither has
+#: ``make_empty_intermediate_tensors``, which a non-first PP rank's model
+#: runner calls (``v1/worker/gpu_model_runner.py:5742``; "PP is gated off
+#: for GLM-5.3-Flash", ``models/glm5next/common/model.py:836``, ``:1235``),
+#: and the deferred mHC state would be dropped between PP ranks (``:835-840``).
+PIPELINE_PARALLEL_REFUSAL = ("vLLM 0.33.0 gates PP off for GLM-5.3 (no "
+                             "make_empty_intermediate_tensors, "
+                             "models/glm5next/common/model.py:836); l2sched "
+                             "supports PP=1 for it")
+
 
 def decoder_layers(model: Any) -> Any:
     """The decoder-layer ``ModuleList`` of a ``Glm5NextForCausalLM``

@@ -45,7 +45,9 @@ from l2sched.model.adapters.qwen3_moe.kinds import (
     layer_kinds,
 )
 from l2sched.model.adapters.qwen3_moe.live import (
+    COMPILED_MODULES,
     DECODER_LAYER_PATHS,
+    PIPELINE_PARALLEL_REFUSAL,
     decoder_layers,
     derive_lazy,
     lazy_paths,
@@ -94,6 +96,7 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 
 
 __all__ = [
+    "COMPILED_MODULES", "PIPELINE_PARALLEL_REFUSAL",
     "ALL_KINDS", "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
     "DECODER_LAYER_PATHS", "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES",
     "EXCLUDED_BUFFERS", "HOOKS", "HOOKS_BY_NAME", "HOOK_GRAPH_MODES", "HookPoint",

@@ -21,6 +21,17 @@ from l2sched.model.adapters.qwen3_moe.timeline import decode_reads
 #: (``.model.layers``) or a ``Qwen3MoeModel`` (``.layers``).
 DECODER_LAYER_PATHS = ("model.layers", "layers")
 
+#: ``Qwen3MoeModel`` (the ``.model`` of a ``Qwen3MoeForCausalLM``) is a
+#: ``@support_torch_compile`` class (``qwen3_moe.py:434``): under vLLM's
+#: default ``compilation_config.mode`` Dynamo traces its decoder layers.
+COMPILED_MODULES = ("model",)
+
+#: ``Qwen3MoeForCausalLM`` supports PP (``SupportsPP``, ``qwen3_moe.py:543``;
+#: layers of other PP ranks are ``PPMissingLayer`` placeholders,
+#: ``model_executor/models/utils.py`` ``make_layers``): each rank plans and
+#: installs its own layers.
+PIPELINE_PARALLEL_REFUSAL = ""
+
 
 def decoder_layers(model: Any) -> Any:
     """The decoder-layer ``ModuleList`` of a ``Qwen3MoeForCausalLM`` or a
