@@ -12,14 +12,15 @@ from __future__ import annotations
 import types
 
 import pytest
+from extras import VLLM_MISSING
+from test_qwen3_moe_vllm import ARCH
+from test_qwen3_moe_vllm import TINY as QWEN3_TINY
 
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sPluginError
 from l2sched.lang.resolve import load_schedule_text
 from l2sched.model.adapters import get_adapter
 from l2sched.model.inventory import analytical_inventory
-from test_qwen3_moe_vllm import ARCH
-from test_qwen3_moe_vllm import TINY as QWEN3_TINY
 
 #: The reduced Qwen3-MoE config of the live tests (4 layers, layer 0 dense).
 TINY = {**QWEN3_TINY, "architectures": [ARCH], "model_type": "qwen3_moe"}
@@ -72,7 +73,6 @@ def test_all_layers_is_the_whole_model_plan():
 
 
 def test_pp_refusal_comes_from_the_adapter():
-    vllm = pytest.importorskip("vllm")  # noqa: F841 - layout imports vLLM lazily
     from l2sched.vllm.layout import Layout, refuse_pipeline_parallel
 
     glm, qwen = get_adapter("glm5next"), get_adapter("qwen3_moe")
@@ -98,7 +98,7 @@ def test_compiled_modules_under_vllms_compilation_modes(mode, qwen, glm):
     ``COMPILED_MODULES`` module counts as compiled unless vLLM's decorator
     set its ``do_not_compile`` (as it does for NONE and STOCK, where the model
     runner compiles the whole model instead)."""
-    pytest.importorskip("vllm")
+    pytest.importorskip("vllm", reason=VLLM_MISSING)
     from vllm.config import CompilationConfig, CompilationMode
 
     from l2sched.vllm.layout import compiled_module, refuse_compiled
