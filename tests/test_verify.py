@@ -100,11 +100,13 @@ def test_cli_refuses_before_starting_an_engine(tmp_path, capsys):
     cfg.write_text(json.dumps({"architectures": ["Glm5NextForCausalLM"]}))
     assert main(["verify", str(tmp_path), "--schedule", "x.l2s",
                  "--batch-size", "0,4"]) == 2
-    assert "--batch-size takes positive integers" in capsys.readouterr().err
+    assert "--batch-size takes distinct positive integers" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path), "--schedule", "x.l2s",
+                 "--batch-size", "4,4"]) == 2
     assert main(["verify", str(cfg), "--schedule", "x.l2s", "--output-len", "4"]) == 2
     assert main(["verify", str(cfg), "--schedule", "x.l2s",
                  "--engine-arg", "noequals"]) == 2
-    assert "--engine-arg takes KEY=VALUE" in capsys.readouterr().err
+    assert "--engine-arg takes KEY=JSON" in capsys.readouterr().err
 
 
 def test_cli_bad_schedule_is_an_input_error_naming_the_file(tmp_path, capsys):
@@ -117,3 +119,52 @@ def test_cli_bad_schedule_is_an_input_error_naming_the_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "nope.l2s" in err
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--num-iters", "0"], "--num-iters must be at least 1, got 0"),
+    (["--tp", "0"], "--tp must be at least 1, got 0"),
+    (["--input-len", "0"], "--input-len must be at least 1"),
+    (["--engine-arg", "tensor_parallel_size=2"], "set by verify itself"),
+    (["--engine-arg", "compilation_config={bad"], "the value is not JSON"),
+    (["--output-json", "/dev/null"], "--output-json: a .json file path"),
+    (["--output-json", "report.md"], "--output-json: a .json file path"),
+    (["--schedule", "auto", "--set", "window.B.budget=1MB"], "not with --schedule auto"),
+])
+def test_cli_usage_errors_name_the_option(tmp_path, capsys, extra, words):
+    from l2sched.model.config import default_config
+
+    (tmp_path / "config.json").write_text(json.dumps(default_config()))
+    args = ["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s"]
+    assert main(args + extra) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_cli_checks_the_markdown_path_and_the_model_config_up_front(tmp_path, capsys):
+    from l2sched.model.config import default_config
+
+    (tmp_path / "config.json").write_text(json.dumps(default_config()))
+    (tmp_path / "v.md").mkdir()
+    args = ["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s"]
+    assert main(args + ["--output-json", str(tmp_path / "v.json")]) == 1
+    assert "v.md:1:1: cannot write: is a directory" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    assert main(["verify", str(bad), "--schedule", "x.l2s",
+                 "--output-json", str(tmp_path / "r.json")]) == 1
+    assert "config.json:1:2" in capsys.readouterr().err
+    assert main(args + ["--device", "nodev", "--output-json", str(tmp_path / "r.json")]) == 1
+    assert "nodev" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_switch_words_are_strict():
+    from l2sched.vllm.switch import PrefetchSwitchExtension, switch_value
+
+    assert switch_value("OFF") is False and switch_value(" on ") is True
+    assert switch_value(True) is True
+    for bad in ("maybe", None, 2, 0):
+        with pytest.raises(ValueError):
+            switch_value(bad)
+    assert PrefetchSwitchExtension().l2sched_set_prefetch("off")["installed"] == 0

@@ -227,5 +227,9 @@ def test_issue31_fills_switch_from_section_and_env():
                             "L2SCHED_FILLS": " OFF "}).fills == "off"
     err = _bad({"l2sched": {"schedule": "x.l2s", "fills": "maybe"}})
     assert "additional_config l2sched.fills: must be 'on' or 'off'" in err.detail
-    with pytest.raises(L2sPluginError, match="L2SCHED_FILLS='sometimes': expected on or off"):
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_FILLS": "0"}).fills == "off"
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_FILLS": "yes"}).fills == "on"
+    with pytest.raises(L2sPluginError, match="L2SCHED_FILLS='sometimes': expected on"):
         read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_FILLS": "sometimes"})
+    err = _bad({"l2sched": {"schedule": "x.l2s", "fills": None}})
+    assert "got null" in err.detail and "null null" not in err.detail

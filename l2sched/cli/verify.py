@@ -14,7 +14,7 @@ from pathlib import Path
 
 from l2sched import progress
 from l2sched.cli.options import SetAction, add_command, numbers
-from l2sched.errors import L2sError, L2sUsageError
+from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path
 
 #: File names whose presence says a model directory holds weights.
@@ -33,58 +33,104 @@ def _model_dir(text: str) -> Path:
     return p
 
 
+#: ``vllm.LLM`` arguments verify sets itself (``--engine-arg`` may not).
+OWN_ENGINE_ARGS = ("model", "tensor_parallel_size", "enable_expert_parallel",
+                   "additional_config", "worker_extension_cls", "load_format")
+
+
 def _engine_args(items: list[str]) -> dict:
     """``--engine-arg KEY=JSON`` (repeatable) -> keyword arguments of
-    ``vllm.LLM``; a value that is not JSON is taken as a string."""
+    ``vllm.LLM``. Raises ``L2sUsageError`` for a missing ``=``, a value that
+    is not JSON (a string is ``'KEY="text"'``) or a key of
+    ``OWN_ENGINE_ARGS``."""
     out = {}
     for it in items:
         key, eq, val = it.partition("=")
-        if not eq or not key.strip():
-            raise L2sUsageError(f"--engine-arg takes KEY=VALUE, got {it!r}")
+        key = key.strip()
+        if not eq or not key:
+            raise L2sUsageError(f"--engine-arg takes KEY=JSON, got {it!r}")
+        if key in OWN_ENGINE_ARGS:
+            raise L2sUsageError(f"--engine-arg {key}: set by verify itself (MODEL, "
+                                "--tp, --ep, --schedule, --load-format)")
         try:
-            out[key.strip()] = json.loads(val)
-        except json.JSONDecodeError:
-            out[key.strip()] = val
+            out[key] = json.loads(val)
+        except json.JSONDecodeError as e:
+            raise L2sUsageError(f"--engine-arg {key}: the value is not JSON ({e.msg} at "
+                                f"column {e.colno}); write a string as {key}='\"text\"'"
+                                ) from None
     return out
 
 
 def predicted_gains(args, config: dict, batches: list[int]) -> tuple[dict, str]:
     """The lint's predicted gain (us per decode step, no prefetch minus
     prefetch; positive = faster) of the schedule at each batch size, for the
-    engine's model config, and a note ("" or why there is none: ``auto``,
-    or the lint's error)."""
+    engine's model config, and a note ("" or why there is none: ``auto``).
+    Raises ``L2sError`` for a bad schedule, device profile or model config
+    (before any engine starts)."""
     if args.schedule == "auto":
         return {}, "schedule auto: the plugin fits at start-up; see its log line"
     from l2sched.lang.resolve import load_schedule
     from l2sched.lint.run import lint_path
 
-    sets = list(args.overrides) + [f"tp={args.tp}", f"ep={'on' if args.ep else 'off'}"]
+    sets = _schedule_sets(args)
     load_schedule(args.schedule, sets, config)  # a bad schedule: exit 1, no engine
     out = {}
-    try:
-        for m in batches:
-            run = lint_path(args.schedule, sets, str(args.model_dir / "config.json"),
-                            args.device, tokens=m, graph_mode="full")
-            out[m] = round(run.step_period("base") - run.step_period("sim"), 3)
-    except L2sError as e:
-        return {}, f"no prediction: {str(e).splitlines()[0]}"
+    for m in batches:  # an L2sError (device profile, config, TP split): exit 1
+        run = lint_path(args.schedule, sets, str(args.model_dir / "config.json"),
+                        args.device, tokens=m, graph_mode="full")
+        out[m] = round(run.step_period("base") - run.step_period("sim"), 3)
     return out, ""
 
 
+def _schedule_sets(args) -> list[str]:
+    """The overrides verify applies (the user's, then TP and EP)."""
+    return list(args.overrides) + [f"tp={args.tp}", f"ep={'on' if args.ep else 'off'}"]
+
+
 def _check_args(args) -> list[int]:
-    """The batch sizes, after checking every option before any work.
-    Raises ``L2sUsageError``."""
+    """The batch sizes, after checking every option before any work (the
+    report's two paths included). Raises ``L2sUsageError``; ``L2sError``
+    for a model config that does not read."""
+    from l2sched.cli.options import check_device_arg, model_config_arg
+
     batches = [int(b) for b in numbers("--batch-size", args.batch_size, int)]
-    if any(b < 1 for b in batches):
-        raise L2sUsageError(f"--batch-size takes positive integers, got {args.batch_size}")
-    if args.output_len < 8:
-        raise L2sUsageError("--output-len must be at least 8 (the short call makes a "
-                            "quarter of it)")
-    if args.num_iters < 1 or args.num_iters_warmup < 0 or args.tp < 1:
-        raise L2sUsageError("--num-iters >= 1, --num-iters-warmup >= 0, --tp >= 1")
+    if any(b < 1 for b in batches) or len(set(batches)) != len(batches):
+        raise L2sUsageError("--batch-size takes distinct positive integers, got "
+                            f"{args.batch_size}")
+    for opt, value, low in (("--output-len", args.output_len, 8),
+                            ("--num-iters", args.num_iters, 1),
+                            ("--num-iters-warmup", args.num_iters_warmup, 0),
+                            ("--input-len", args.input_len, 1)):
+        if value < low:
+            why = " (the short call makes a quarter of it)" if opt == "--output-len" else ""
+            raise L2sUsageError(f"{opt} must be at least {low}{why}, got {value}")
+    if args.tp is not None and args.tp < 1:
+        raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
+    if args.schedule == "auto" and args.overrides:
+        raise L2sUsageError("--set: not with --schedule auto (the fit chooses every "
+                            "setting)")
     args.model_dir = _model_dir(args.model)
-    check_output_path(args.output_json)
+    out = Path(args.output_json)
+    if str(out).startswith("/dev/") or out.suffix != ".json":
+        raise L2sUsageError(f"--output-json: a .json file path (the markdown goes "
+                            f"beside it, .md), got {args.output_json!r}")
+    check_output_path(out)
+    check_output_path(out.with_suffix(".md"))
+    model_config_arg(str(args.model_dir / "config.json"))  # file:line:col errors
+    check_device_arg(args.device)
     return batches
+
+
+def _default_tp(args) -> None:
+    """``--tp`` not given: the schedule's own ``tp`` line (1 for auto)."""
+    if args.tp is not None:
+        return
+    if args.schedule == "auto":
+        args.tp = 1
+        return
+    from l2sched.lang.resolve import load_schedule
+
+    args.tp = load_schedule(args.schedule, args.overrides).tp
 
 
 def _plugin_section(args) -> dict:
@@ -96,7 +142,7 @@ def _plugin_section(args) -> dict:
         section = {"schedule": "auto"}
     else:
         section = {"schedule": str(Path(args.schedule).resolve()),
-                   "set": list(args.overrides) + [f"tp={args.tp}"]}
+                   "set": _schedule_sets(args)}
     section["on_predicted_loss"] = "warn"
     if args.device:
         section["device"] = args.device
@@ -110,10 +156,14 @@ def _start(args, batches: list[int], load_format: str, engine_args: dict):
     from l2sched.vllm.verify_engine import start_engine
 
     try:
+        import torch
         import vllm  # noqa: F401
     except ImportError:
         raise L2sUsageError("needs vLLM 0.33.0 and a GPU: pip install -e '.[vllm,gpu]'"
                             ) from None
+    if torch.cuda.device_count() < args.tp:
+        raise L2sUsageError(f"needs {args.tp} CUDA GPU{'s' if args.tp > 1 else ''}; "
+                            f"this machine has {torch.cuda.device_count()}")
     try:
         return start_engine(str(args.model_dir), tp=args.tp, ep=args.ep,
                             section=_plugin_section(args), load_format=load_format,
@@ -135,9 +185,10 @@ def cmd_verify(args) -> int:
     from l2sched.vllm import verify as V
     from l2sched.vllm.verify_engine import SwitchFailed
 
-    batches = _check_args(args)
-    config = json.loads((args.model_dir / "config.json").read_text())
     engine_args = _engine_args(args.engine_arg)
+    batches = _check_args(args)
+    _default_tp(args)
+    config = json.loads((args.model_dir / "config.json").read_text())
     load_format = args.load_format or (
         "auto" if any(f.suffix in WEIGHT_SUFFIXES for f in args.model_dir.iterdir())
         else "dummy")
@@ -196,8 +247,8 @@ def add_cli(sub) -> None:
                    metavar="KEY=VALUE", help="override a schedule value (repeatable)")
     p.add_argument("--device", metavar="NAME_OR_FILE",
                    help="device profile (default: the schedule's)")
-    p.add_argument("--tp", type=int, default=1, metavar="N",
-                   help="tensor-parallel size (default 1)")
+    p.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="tensor-parallel size (default: the schedule's tp line; 1 for auto)")
     p.add_argument("--ep", action="store_true", help="expert parallel")
     p.add_argument("--batch-size", default="1,4,16,64", metavar="M[,M...]",
                    help="decode batch sizes (default 1,4,16,64)")
@@ -213,8 +264,10 @@ def add_cli(sub) -> None:
     p.add_argument("--load-format", default=None,
                    help="vLLM load format (default: auto with weight files, else dummy)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=JSON",
-                   help="extra vllm.LLM keyword argument (repeatable), e.g. "
+                   help="extra vllm.LLM keyword argument (repeatable; not one verify "
+                        "sets: " + ", ".join(OWN_ENGINE_ARGS) + "), e.g. "
                         "--engine-arg 'compilation_config={\"cudagraph_capture_sizes\":[1,4]}'")
     p.add_argument("--output-json", default="l2sched-verify.json", metavar="PATH",
-                   help="JSON report; the markdown goes beside it (.md) "
+                   help="JSON report (a .json path); the markdown goes beside it "
+                        "(.md) and to stdout, which also carries vLLM's log "
                         "(default l2sched-verify.json)")

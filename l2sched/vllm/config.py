@@ -131,7 +131,8 @@ def _schema_problem(err) -> str:
     path = "l2sched" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
                                for p in err.absolute_path)
     inst, kind = err.instance, err.validator
-    got = f"got {_JSON_TYPE.get(type(inst), type(inst).__name__)} {_shown(inst)}"
+    got = ("got null" if inst is None else
+           f"got {_JSON_TYPE.get(type(inst), type(inst).__name__)} {_shown(inst)}")
     keys = list(CONFIG_SCHEMA["properties"])
     if kind == "required":
         missing = next(k for k in err.validator_value if k not in inst)
@@ -249,9 +250,10 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
         raise _bad(f"{ENV_ON_PREDICTED_LOSS}={env.get(ENV_ON_PREDICTED_LOSS)!r}: "
                    f"expected {' or '.join(LOSS_MODES)}")
     fills = (env.get(ENV_FILLS) or "").strip().lower() or "on"
+    fills = "on" if fills in YES_WORDS else "off" if fills in NO_WORDS else fills
     if fills not in FILL_STATES:
-        raise _bad(f"{ENV_FILLS}={env.get(ENV_FILLS)!r}: expected "
-                   f"{' or '.join(FILL_STATES)}")
+        raise _bad(f"{ENV_FILLS}={env.get(ENV_FILLS)!r}: expected on (or "
+                   f"{'/'.join(YES_WORDS)}) or off (or {'/'.join(NO_WORDS)})")
     return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss,
                         fills)
 

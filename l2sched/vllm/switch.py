@@ -48,11 +48,24 @@ def _installed() -> list:
     return [i for i in INSTALLED if i.model is None or i.model() is not None]
 
 
+def switch_value(on) -> bool:
+    """``on`` as the switch's state: a bool, or ``"on"`` / ``"off"`` (any
+    case; the plugin option ``fills``'s words). Raises ``ValueError`` for
+    anything else (``bool("off")`` would be True)."""
+    if isinstance(on, bool):
+        return on
+    if isinstance(on, str) and on.strip().lower() in ("on", "off"):
+        return on.strip().lower() == "on"
+    raise ValueError(f"the prefetch switch takes True/False or 'on'/'off', got {on!r}")
+
+
 def set_prefetch(on: bool) -> SwitchState:
     """Switch the fills of every schedule installed in this process on or
     off (``Installed.switch``). A switch refused during a capture (or that
     failed: one WARNING line) changes nothing for that installation and is
-    counted in ``refused``. Never raises."""
+    counted in ``refused``. Raises ``ValueError`` for an ``on`` that
+    ``switch_value`` does not read; nothing else."""
+    on = switch_value(on)
     live = _installed()
     refused = 0
     for inst in live:
@@ -79,8 +92,9 @@ class PrefetchSwitchExtension:
     the worker; each returns ``SwitchState.as_dict()`` of its process."""
 
     def l2sched_set_prefetch(self, on: bool) -> dict:
-        """``set_prefetch(on)`` in this worker."""
-        return set_prefetch(bool(on)).as_dict()
+        """``set_prefetch(on)`` in this worker (``on``: a bool or
+        ``"on"``/``"off"``; raises ``ValueError`` otherwise)."""
+        return set_prefetch(on).as_dict()
 
     def l2sched_prefetch_state(self) -> dict:
         """``prefetch_state()`` in this worker."""
