@@ -3,8 +3,15 @@ model of ``benchmarks/vllm_gpu.py`` (real per-layer dimensions, dummy
 weights, as many routed experts as fit one engine), one engine, prefetch
 switched on and off inside it.
 
-    python3 benchmarks/verify_gpu.py --out DIR [--schedule S.l2s] [--set K=V]
-        [--batch-size 1,4,16,64] [--num-iters 5]
+    python3 benchmarks/verify_gpu.py --out DIR [--model glm|qwen3-30b-a3b]
+        [--schedule S.l2s|auto] [--set K=V] [--batch-size 1,4,16,64]
+        [--num-iters 5] [--timing replay|generate] [--replays 10]
+
+``--model qwen3-30b-a3b``: Qwen3-30B-A3B's full public config
+(``l2sched/data/qwen3-30b-a3b-config.json``, 48 layers, dummy weights) with
+vLLM's compilation mode 0 (the plugin refuses a torch.compiled Qwen3: FULL
+decode graphs, eager mixed batches), default schedule
+``schedules/qwen3-30b-a3b-h200-tp1.l2s``.
 
 Needs the payload of ``benchmarks/vllm_gpu/stage.sh`` (``eval "$(bash
 benchmarks/vllm_gpu/stage.sh env)"``). Writes ``DIR/model/config.json``,
@@ -31,13 +38,18 @@ import vllm_gpu as VG  # noqa: E402
 
 #: Share of the GPU's memory the one engine may use.
 UTIL = 0.85
+#: The hand-written Qwen3-30B-A3B schedule (issue 33).
+QWEN3_SCHEDULE = "schedules/qwen3-30b-a3b-h200-tp1.l2s"
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--schedule", default=VG.SHIPPED)
+    p.add_argument("--model", choices=("glm", "qwen3-30b-a3b"), default="glm")
+    p.add_argument("--schedule", default=None)
     p.add_argument("--set", action="append", default=["tp=1"])
+    p.add_argument("--timing", choices=("replay", "generate"), default="replay")
+    p.add_argument("--replays", type=int, default=10)
     p.add_argument("--batch-size", default="1,4,16,64")
     p.add_argument("--num-iters", type=int, default=5)
     p.add_argument("--output-len", type=int, default=64)
@@ -46,21 +58,31 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    gpu_bytes = torch.cuda.get_device_properties(0).total_memory
-    cfg = VG.reduced_config(VG.experts_that_fit(gpu_bytes, UTIL))
+    if a.model == "glm":
+        gpu_bytes = torch.cuda.get_device_properties(0).total_memory
+        cfg = VG.reduced_config(VG.experts_that_fit(gpu_bytes, UTIL))
+        schedule = a.schedule or VG.SHIPPED
+    else:
+        cfg = json.loads((ROOT / "l2sched/data/qwen3-30b-a3b-config.json").read_text())
+        schedule = a.schedule or QWEN3_SCHEDULE
     model = VG.write_model_dir(cfg, out / "model")
     spec = {"model": str(model), "util": UTIL, "max_model_len": 512,
             "max_num_seqs": max(VG.CAPTURE_SIZES), "max_num_batched_tokens": 2048,
             "capture_sizes": list(VG.CAPTURE_SIZES), "section": None}
     kw = VG.engine_kwargs(spec)
     for k in ("model", "load_format", "skip_tokenizer_init", "seed",
-              "tensor_parallel_size"):
+              "tensor_parallel_size", "worker_extension_cls"):
         kw.pop(k)
+    if a.model != "glm":  # GLM-5.3's backends and KDA option do not apply
+        for k in ("attention_config", "kda_prefill_backend"):
+            kw.pop(k)
+        kw["compilation_config"] = {**kw["compilation_config"], "mode": 0}
     cmd = [sys.executable, "-m", "l2sched", "verify", str(model),
-           "--schedule", a.schedule if a.schedule == "auto" else str(ROOT / a.schedule),
+           "--schedule", schedule if schedule == "auto" else str(ROOT / schedule),
            "--batch-size", a.batch_size, "--num-iters", str(a.num_iters),
-           "--output-len", str(a.output_len), "--output-json", str(out / "verify.json")]
-    if a.schedule != "auto":
+           "--output-len", str(a.output_len), "--output-json", str(out / "verify.json"),
+           "--timing", a.timing, "--replays", str(a.replays)]
+    if schedule != "auto":
         for s in a.set:
             cmd += ["--set", s]
     for k, v in kw.items():

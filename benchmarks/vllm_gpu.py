@@ -92,6 +92,9 @@ ARMS = {
     "shipped-off": {"schedule": SHIPPED, "set": {"tp": "1"}, "fills": "off", **FORCED},
     # issue 31: the plugin fits the live engine (vllm/auto.py)
     "auto": {"schedule": "auto"},
+    # issue 31: the shipped schedule forced on, then the plugin's start-up
+    # A/B of the captured decode graphs (verify_startup) decides
+    "shipped-verify": {"schedule": SHIPPED, "set": {"tp": "1"}, "verify": 5, **FORCED},
     # `l2sched fit` for the reduced model at TP1 on the h200 profile, written
     # at run time (``fit_reduced``); the committed FITTED is for the full model
     "fit": {"schedule": "fit.l2s"},
@@ -238,7 +241,9 @@ def engine_kwargs(spec: dict) -> dict:
         # prefill then fails ("Workspace is locked ... requires 706.00 MB,
         # current size is 256.00 MB", run of 2026-12-01). The Triton KDA
         # prefill needs no workspace; decode is unchanged.
-        kda_prefill_backend="triton")
+        kda_prefill_backend="triton",
+        # the decode graphs' replay timing (l2sched_time_replays) in every arm
+        worker_extension_cls="l2sched.vllm.switch.PrefetchSwitchExtension")
     if spec["section"] is not None:
         kwargs["additional_config"] = {"l2sched": spec["section"]}
     return kwargs
@@ -274,9 +279,14 @@ def child_main(spec_path: str) -> int:
         if cmd["cmd"] == "quit":
             break
         try:
+            if cmd["cmd"] == "replay":  # GPU time of the captured decode graph
+                (us,) = [r.get(cmd["batch"], r.get(str(cmd["batch"]))) for r in llm.collective_rpc(
+                    "l2sched_time_replays", args=([cmd["batch"]], cmd["replays"]))]
+                emit(event="replay", us=us)
+                continue
             emit(event="gen", **_generate(llm, SamplingParams, cmd, spec))
         except Exception as e:
-            emit(event="error", step="generate",
+            emit(event="error", step=cmd["cmd"],
                  error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     del llm
     emit(event="bye")
@@ -360,6 +370,13 @@ class Arm:
         self.proc.stdin.flush()
         return self.wait("gen", timeout)
 
+    def replay(self, batch: int, replays: int, timeout: float = 120) -> float:
+        """us per replay of the arm's FULL decode graph of ``batch``."""
+        self.proc.stdin.write(json.dumps({"cmd": "replay", "batch": batch,
+                                          "replays": replays}) + "\n")
+        self.proc.stdin.flush()
+        return self.wait("replay", timeout)["us"]
+
     def stop(self, timeout: float = 60) -> None:
         """Ask the engine to shut down; kill the child's process group when it
         does not exit in time."""
@@ -384,6 +401,7 @@ SUMMARY = re.compile(r"l2sched: TP rank 0/1: schedule (\S+) \(.*\) installed"
                      r"(?: switched off \(fills off\))?, backend (\S+), device (\S+), (lint [^:]+: \d+ errors, \d+ warnings|"
                      r"lint off|lint unavailable)")
 OFF_LINE = re.compile(r"l2sched: TP rank 0/1: prefetch OFF: (.*)")
+VERIFY_LINE = re.compile(r"l2sched: TP rank 0/1: verify \(.*\): (prefetch O[NF]F?:.*)")
 BACKEND = re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+?)(?: attention)? backend")
 
 
@@ -428,8 +446,15 @@ def log_checks(name: str, lines: list[str], section: dict | None,
             len(summaries) == 1 and m and m.group(2) == "cuda",
             summaries[0].split("l2sched:", 1)[1].strip()[:400] if summaries
             else (offs[0][:200] if offs else "no summary line"))
-        add("prefetch stays on", not offs and not disabled,
-            (offs or disabled or [""])[0][:200])
+        if section.get("verify"):
+            verdicts = [VERIFY_LINE.search(ln).group(1) for ln in lines
+                        if VERIFY_LINE.search(ln)]
+            add("one start-up verify line (its verdict is the measurement)",
+                len(verdicts) == 1 and not disabled,
+                verdicts[0][:400] if verdicts else "no verify line")
+        else:
+            add("prefetch stays on", not offs and not disabled,
+                (offs or disabled or [""])[0][:200])
     return out
 
 
@@ -473,8 +498,20 @@ def summarize(raw: dict) -> dict:
                 continue
             ratios[arm] = {b: v["ms_step"]["median"] / dec["off"][b]["ms_step"]["median"]
                            for b, v in per_b.items() if b in dec["off"]}
+    rep = {arm: {b: stats(us) for b, us in per_b.items() if us}
+           for arm, per_b in raw.get("replay", {}).items()}
+    rep_vs_off = {}
+    if "off" in rep:
+        for arm, per_b in rep.items():
+            if arm == "off":
+                continue
+            rep_vs_off[arm] = {
+                b: {"ratio": v["median"] / rep["off"][b]["median"],
+                    "us": v["median"] - rep["off"][b]["median"]}
+                for b, v in per_b.items() if b in rep["off"]}
     checks = raw.get("checks", [])
-    return {"meta": raw.get("meta", {}), "decode": dec,
+    return {"meta": raw.get("meta", {}), "decode": dec, "replay_us": rep,
+            "replay_vs_off": rep_vs_off,
             "step_ratio_vs_off": ratios, "checks": checks,
             "all_checks_passed": bool(checks) and all(c["ok"] for c in checks)
             and not raw.get("failed"),
@@ -536,6 +573,27 @@ def markdown(summary: dict) -> str:
                f"`generate` calls with the same {m.get('prompt_len')}-token prompts; "
                f"{n} interleaved rounds per cell.")
         lines += ["", how]
+    rep = summary.get("replay_us") or {}
+    if rep:
+        bs = sorted({int(b) for per in rep.values() for b in per})
+        head = "| arm | " + " | ".join(f"batch {b}" for b in bs) + " |"
+        sep = "|---|" + "---|" * len(bs)
+        lines += ["", "## Decode step on the GPU: us per replay of the captured FULL "
+                  "decode graph, median (p10-p90)", "", head, sep]
+        for arm, per in rep.items():
+            lines.append(f"| {arm} | " + " | ".join(
+                _cell(per.get(str(b)), "{:.1f}") for b in bs) + " |")
+        vs = summary.get("replay_vs_off") or {}
+        if vs:
+            lines += ["", "## GPU step - off (us per step; ratio of medians)", "", head, sep]
+            for arm, per in vs.items():
+                lines.append(f"| {arm} | " + " | ".join(
+                    f"{per[str(b)]['us']:+.1f} ({per[str(b)]['ratio']:.4f})"
+                    if str(b) in per else "-" for b in bs) + " |")
+        n = max((v["n"] for per in rep.values() for v in per.values()), default=0)
+        lines += ["", f"{m.get('replays')} back-to-back replays per sample between CUDA "
+                  f"events (`l2sched_time_replays`), arms interleaved, {n} rounds per cell; "
+                  "the host's share of a step is not in it."]
     eq = summary["equality"]
     if eq:
         lines += ["", "## Token ids", "", f"{eq.get('detail', '')}"]
@@ -577,6 +635,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=72, help="long generate (tokens)")
     p.add_argument("--short-tokens", type=int, default=8, help="short generate (tokens)")
     p.add_argument("--experts", type=int, help="routed experts per layer (default: fit)")
+    p.add_argument("--replays", type=int, default=20,
+                   help="graph replays per GPU-step sample (default 20)")
+    p.add_argument("--replay-reps", type=int, default=9,
+                   help="interleaved rounds of GPU-step samples (default 9; 0: none)")
+    p.add_argument("--generate-timing", action=argparse.BooleanOptionalAction,
+                   default=True, help="the generate-difference ms/step rounds (default on)")
     p.add_argument("--util", type=float,
                    help="GPU memory fraction per engine (default 0.88 / arms)")
     p.add_argument("--failures", action=argparse.BooleanOptionalAction, default=None,
@@ -765,6 +829,24 @@ class Run:
             print(f"vllm_gpu: round {rnd + 1}/{a.reps} done, "
                   f"{time.time() - self.t0:.0f} s", flush=True)
 
+    def measure_replays(self, arms: dict) -> None:
+        """Interleaved rounds of each arm's captured FULL decode graph
+        replayed ``--replays`` times between CUDA events (one warm-up sample
+        per arm and batch first): the GPU's step, which separate engines
+        share to well under the generate timing's A/A spread."""
+        a, names = self.a, list(arms)
+        rep = self.raw["replay"] = {n: {str(b): [] for b in a.batches} for n in names}
+        for b in a.batches:
+            for n in names:
+                arms[n].replay(b, a.replays)
+        for rnd in range(a.replay_reps):
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            for b in a.batches:
+                for n in order:
+                    rep[n][str(b)].append(arms[n].replay(b, a.replays))
+        print(f"vllm_gpu: {a.replay_reps} replay rounds done, "
+              f"{time.time() - self.t0:.0f} s", flush=True)
+
     def failure_arms(self, gpu_bytes: int) -> None:
         cfg = reduced_config(SMALL_EXPERTS, SMALL_LAYERS)
         d = write_model_dir(cfg, self.out / "model-small")
@@ -792,6 +874,7 @@ class Run:
             command="python3 " + " ".join(shlex.quote(x) for x in sys.argv),
             date=time.strftime("%Y-%m-%d %H:%M:%S"), arms=a.arms, batches=a.batches,
             reps=a.reps, tokens=a.tokens, short_tokens=a.short_tokens,
+            replays=a.replays, replay_reps=a.replay_reps,
             prompt_len=PROMPT_LEN, capture_sizes=list(CAPTURE_SIZES), util=a.util,
             layers=len(LAYERS), layer_kinds=", ".join(LAYERS))
         pre = self.step("preflight", preflight)
@@ -824,7 +907,10 @@ class Run:
                                 self.spec(model_dir, a.util, cfg), arms)
             if started:
                 self.step("token equality", self.equality, arms)
-                self.step("decode throughput", self.measure, arms)
+                if a.replay_reps:
+                    self.step("GPU step (graph replays)", self.measure_replays, arms)
+                if a.generate_timing:
+                    self.step("decode throughput", self.measure, arms)
         finally:
             for arm in arms.values():
                 arm.stop()

@@ -123,6 +123,7 @@ def test_cli_bad_schedule_is_an_input_error_naming_the_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, words", [
     (["--num-iters", "0"], "--num-iters must be at least 1, got 0"),
+    (["--replays", "0"], "--replays must be at least 1, got 0"),
     (["--tp", "0"], "--tp must be at least 1, got 0"),
     (["--input-len", "0"], "--input-len must be at least 1"),
     (["--engine-arg", "tensor_parallel_size=2"], "set by verify itself"),
@@ -168,3 +169,150 @@ def test_switch_words_are_strict():
         with pytest.raises(ValueError):
             switch_value(bad)
     assert PrefetchSwitchExtension().l2sched_set_prefetch("off")["installed"] == 0
+
+
+# --------------------------------------------------------------------------
+# --timing replay and the plugin's verify option (l2sched.vllm.replay,
+# verify_startup): the statistics and the graph lookup on a CPU; the replays
+# themselves run on the GPU (benchmarks/verify_gpu.py)
+
+
+class ReplayScripted(ScriptedEngine):
+    """``ScriptedEngine`` that also answers ``replay_ab``: ``base - gain``
+    on, ``base`` off, the A/A pair ``jitter`` apart."""
+
+    def replay_ab(self, batch, rounds, warmup, replays):
+        self.calls.append(("replay_ab", batch, rounds, warmup, replays))
+        base = self.base + batch
+        return {"on": [base - self.gain] * rounds, "off": [base + self.jitter] * rounds,
+                "off2": [base - self.jitter] * rounds}
+
+
+def test_measure_replays_checks_tokens_per_arm_and_times_by_replay():
+    eng = ReplayScripted(gain_us=20.0, jitter_us=1.0)
+    res = V.measure_replays(eng, [1, 16], output_len=8, rounds=4, warmup=1, replays=7)
+    assert [c for c in eng.calls if c[0] == "replay_ab"] == [
+        ("replay_ab", 1, 4, 1, 7), ("replay_ab", 16, 4, 1, 7)]
+    gens = [c for c in eng.calls if c[0] == "gen"]
+    assert [g[3] for g in gens] == [True, False, False] * 2  # on, off, off2 per batch
+    s = res[1].summary()
+    assert s["on_us"]["median"] == 1016 - 20 and s["gain_us"]["median"] == 21.0
+    assert s["noise_us"] == 2.0 and s["verdict"] == "faster" and s["tokens_equal"]
+    flip = ReplayScripted(gain_us=-5.0, jitter_us=1.0, flip_tokens=True)
+    (r,) = V.measure_replays(flip, [4], output_len=8, rounds=2)
+    assert not r.tokens_equal and r.summary()["verdict"] == "slower"
+    with pytest.raises(ValueError):
+        V.measure_replays(eng, [1], output_len=8, rounds=1, replays=0)
+
+
+def test_from_rounds_and_rotation():
+    assert V.rotation(0) == ("on", "off", "off2")
+    assert V.rotation(4) == ("off", "off2", "on")
+    r = V.from_rounds(2, {"on": [9, 8], "off": [10, 10], "off2": [11, 10]})
+    assert r.gains_us == [1.0, 2.0] and r.aa_us == [-1.0, 0.0]
+    with pytest.raises(ValueError, match="one value per round"):
+        V.from_rounds(2, {"on": [9], "off": [10, 10], "off2": [11, 10]})
+    with pytest.raises(ValueError):
+        V.from_rounds(2, {"on": [9], "off": [10]})
+
+
+def test_worst_of_ranks_takes_the_slowest_rank_per_round():
+    from l2sched.vllm.replay import worst_of_ranks
+
+    a = {"4": {"on": [10, 12], "off": [20, 20], "off2": [20, 21]}}
+    b = {4: {"on": [11, 11], "off": [19, 22], "off2": [20, 20]}}
+    assert worst_of_ranks([a, b]) == {4: {"on": [11, 12], "off": [20, 22],
+                                          "off2": [20, 21]}}
+    with pytest.raises(ValueError, match="different rounds"):
+        worst_of_ranks([a, {4: {"on": [1], "off": [1], "off2": [1]}}])
+    with pytest.raises(ValueError):
+        worst_of_ranks([])
+
+
+class _Graph:
+    def __init__(self, n):
+        self.n = n
+
+    def replay(self):
+        pass
+
+
+def test_full_decode_graphs_of_both_model_runners():
+    """vLLM 0.33.0's real descriptor classes: the V2 runner's
+    ``cudagraph_manager.graphs`` (FULL, one token per request, no LoRA, one
+    micro-batch) and V1's FULL ``CUDAGraphWrapper`` entries (uniform, no
+    LoRA); anything else is left out, and a runner without graphs gives
+    nothing."""
+    pytest.importorskip("vllm", reason="needs the vllm extra: pip install -e '.[vllm]'")
+    import types
+
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import BatchDescriptor
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor as D
+
+    from l2sched.vllm.replay import ReplayUnavailable, full_decode_graphs, graphs_for
+
+    full = CUDAGraphMode.FULL
+    graphs = {D(full, 1, 1, 1): _Graph(1), D(full, 4, 4, 1): _Graph(4),
+              D(full, 8, 2, 4): _Graph(8),  # spec-decode shape: 4 tokens a request
+              D(full, 16, 16, 1, num_active_loras=1): _Graph(16),
+              D(full, 32, 32, 1, num_ubatches=2): _Graph(32),
+              D(CUDAGraphMode.PIECEWISE, 64, None): _Graph(64)}
+    v2 = types.SimpleNamespace(cudagraph_manager=types.SimpleNamespace(graphs=graphs))
+    assert sorted(full_decode_graphs(v2)) == [1, 4]
+    entries = {BatchDescriptor(2, 2, uniform=True): types.SimpleNamespace(cudagraph=_Graph(2)),
+               BatchDescriptor(3, 3, uniform=False): types.SimpleNamespace(cudagraph=_Graph(3)),
+               BatchDescriptor(5, 5, uniform=True): types.SimpleNamespace(cudagraph=None)}
+    v1 = types.SimpleNamespace(model=types.SimpleNamespace(
+        concrete_cudagraph_entries=entries, runtime_mode=full))
+    assert sorted(full_decode_graphs(v1)) == [2]
+    assert full_decode_graphs(types.SimpleNamespace()) == {}
+    with pytest.raises(ReplayUnavailable, match="batch size 2, 16; captured: 1, 4"):
+        graphs_for(v2, [1, 2, 16])
+
+
+def test_replay_ab_rotates_arms_and_switches_before_each():
+    import collections
+    import types
+
+    from l2sched.vllm.replay import ReplayUnavailable, replay_ab
+
+    desc = collections.namedtuple("Desc", "cg_mode num_tokens num_reqs")
+    graphs = {desc("FULL", n, n): _Graph(n) for n in (1, 4)}
+    runner = types.SimpleNamespace(cudagraph_manager=types.SimpleNamespace(graphs=graphs))
+    state, log = {"on": None}, []
+
+    def switch(on):
+        state["on"] = on
+        log.append(on)
+
+    def timer(graph, replays):
+        return 100.0 * graph.n - (10.0 if state["on"] else 0.0) + replays
+
+    got = replay_ab(runner, [4, 1], rounds=2, warmup=1, replays=3, switch=switch,
+                    timer=timer)
+    assert list(got) == [4, 1]
+    assert got[4] == {"on": [393.0, 393.0], "off": [403.0, 403.0], "off2": [403.0, 403.0]}
+    assert log[:9] == [True, False, False, False, False, True, False, True, False]
+    with pytest.raises(ReplayUnavailable):
+        replay_ab(runner, [2], rounds=1, warmup=0, replays=1, switch=switch, timer=timer)
+    with pytest.raises(ValueError):
+        replay_ab(runner, [1], rounds=0, warmup=0, replays=1, switch=switch, timer=timer)
+
+
+def test_startup_batches_and_decision():
+    from l2sched.vllm.verify_startup import decide, startup_batches
+
+    vllm_default = [1, 2, 4] + list(range(8, 256 + 1, 8)) + list(range(272, 513, 16))
+    assert startup_batches(vllm_default, 256) == [1, 8, 40, 256]
+    assert startup_batches(vllm_default, 64) == [1, 4, 16, 64]
+    assert startup_batches([1, 2, 4], 256) == [1, 2, 4]
+    assert startup_batches([8, 16], 4) == []
+    faster = {"on": [90, 91, 90], "off": [100, 101, 100], "off2": [100, 100, 101]}
+    same = {"on": [100, 99, 101], "off": [100, 101, 100], "off2": [101, 100, 99]}
+    slower = {"on": [110, 111, 110], "off": [100, 101, 100], "off2": [100, 100, 101]}
+    assert decide({1: faster, 4: same}) == (
+        True, "M=1 +10.0 us (noise 0.8) faster, M=4 +0.0 us (noise 1.0) same")
+    on, text = decide({1: faster, 4: slower})
+    assert not on and "M=4 -10.0 us (noise 0.8) slower" in text
+    assert decide({1: same, "4": same})[0] is False

@@ -63,7 +63,7 @@ def test_item14_schema_is_a_json_schema_with_every_key():
     jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
     assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
                                                 "device", "on_predicted_loss",
-                                                "fills"}
+                                                "fills", "verify"}
     assert CONFIG_SCHEMA["additionalProperties"] is False
 
 
@@ -233,3 +233,17 @@ def test_issue31_fills_switch_from_section_and_env():
         read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_FILLS": "sometimes"})
     err = _bad({"l2sched": {"schedule": "x.l2s", "fills": None}})
     assert "got null" in err.detail and "null null" not in err.detail
+
+
+def test_issue31_verify_rounds_from_section_and_env():
+    from l2sched.vllm.config import read_config
+
+    assert read_config({"l2sched": {"schedule": "x.l2s"}}).verify == 0
+    assert read_config({"l2sched": {"schedule": "x.l2s", "verify": 5}}).verify == 5
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": " 3 "}).verify == 3
+    for bad in (-1, 51, 2.5, True, "3"):
+        err = _bad({"l2sched": {"schedule": "x.l2s", "verify": bad}})
+        assert "additional_config l2sched.verify:" in err.detail, err.detail
+    for bad in ("-1", "many", "51"):
+        with pytest.raises(L2sPluginError, match="L2SCHED_VERIFY=.*whole number of rounds"):
+            read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": bad})

@@ -262,6 +262,11 @@ class LLM:
             outs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(
                 token_ids=toks, logprobs=lps if sp.logprobs is not None else None)]))
         return outs
+
+    def collective_rpc(self, method, args=()):
+        assert method == "l2sched_time_replays", method
+        (batch,), replays = args
+        return [{batch: 1000.0 * self.slow + batch}]
 '''
 
 
@@ -288,6 +293,10 @@ def test_orchestration_with_a_fake_engine(tmp_path, monkeypatch):
         "batch 4: shipped max |logprob diff|")
     assert (out / "arm-shipped.log").read_text().count("installed, backend cuda") == 1
     assert "| shipped |" in (out / "vllm-gpu.md").read_text()
+    # the GPU-step rounds: every arm and batch, shipped 2% over off
+    assert s["replay_us"]["shipped"]["4"]["n"] == 9
+    assert s["replay_vs_off"]["shipped"]["1"]["us"] == pytest.approx(20.0)
+    assert "GPU step - off" in (out / "vllm-gpu.md").read_text()
 
 
 def test_logprob_difference():

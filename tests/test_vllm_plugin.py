@@ -51,6 +51,7 @@ tests). Runtime on a 2-core machine: about a minute.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -454,6 +455,7 @@ def _rank_scenario(ctx):
         vllm_plugin.INSTALLED.clear()
         out["switch"] = _switch_scenario(model, cfg, records, base, loader_utils)
         out["auto"] = _auto_scenario(model, cfg, records, loader_utils, d)
+        out["verify"] = _verify_scenario(model, cfg, records, loader_utils, ctx.rank)
     cfg.additional_config = {}
     return out
 
@@ -478,6 +480,80 @@ def _auto_scenario(model, cfg, records, loader_utils, tmpdir):
         for inst in vllm_plugin.INSTALLED:
             inst.remove()
         vllm_plugin.INSTALLED.clear()
+    return got
+
+
+def _verify_scenario(model, cfg, records, loader_utils, rank):
+    """Issue 31 item 4, the plugin's ``verify`` option: after the capture
+    (vLLM's ``Worker.compile_or_warm_up_model``, wrapped), both ranks time
+    their decode graphs with prefetch on/off and agree over vLLM's real
+    world group (gloo). The worker is a stand-in holding the real config,
+    model and installation; its FULL decode graphs are keyed by vLLM's real
+    ``BatchExecutionDescriptor``; on a CPU their replay time is scripted
+    (``replay.time_replays``): ``1000 + M`` us, less the rank's gain with
+    prefetch on."""
+    import types
+
+    import torch
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.worker import gpu_worker
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+
+    from l2sched.vllm import plugin as vllm_plugin
+    from l2sched.vllm import replay as replay_mod
+    from l2sched.vllm.verify_startup import verify_after_capture
+
+    got = {"wrapped": getattr(gpu_worker.Worker.compile_or_warm_up_model,
+                              "__l2sched__", False), "cases": {}}
+    sizes = [1, 2, 4, 8]
+    saved = (cfg.compilation_config.cudagraph_capture_sizes, replay_mod.time_replays)
+
+    class Graph:
+        def __init__(self, n):
+            self.n, self.replays = n, 0
+
+        def replay(self):
+            self.replays += 1
+
+    cases = {"both-faster": ({0: 50.0, 1: 50.0}, True),
+             "rank1-slower": ({0: 50.0, 1: -50.0}, True),
+             "rank1-no-graphs": ({0: 50.0, 1: 50.0}, rank != 1),
+             "verify-0": ({0: 50.0, 1: 50.0}, True)}
+    try:
+        cfg.compilation_config.cudagraph_capture_sizes = sizes
+        for name, (gains, with_graphs) in cases.items():
+            cfg.additional_config = {"l2sched": dict(
+                PLUGIN_SECTION, verify=0 if name == "verify-0" else 3)}
+            loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                       torch.device("cpu"))
+            inst = vllm_plugin.INSTALLED[-1]
+            graphs = {BatchExecutionDescriptor(CUDAGraphMode.FULL, n, n, 1): Graph(n)
+                      for n in sizes} if with_graphs else {}
+            # a PIECEWISE graph of the same size is never timed
+            graphs[BatchExecutionDescriptor(CUDAGraphMode.PIECEWISE, 4, None)] = None
+            calls = []
+
+            def timer(graph, replays, inst=inst, gains=gains, calls=calls):
+                calls.append((graph.n, inst.runtime.fills_on))
+                on = inst.runtime.fills_on
+                return 1000.0 + graph.n - (gains[rank] if on else 0.0) + \
+                    (0.5 if len(calls) % 2 else -0.5)
+
+            replay_mod.time_replays = timer
+            runner = types.SimpleNamespace(
+                get_model=lambda: model,
+                cudagraph_manager=types.SimpleNamespace(graphs=graphs))
+            worker = types.SimpleNamespace(vllm_config=cfg, model_runner=runner)
+            records.clear()
+            verify_after_capture(worker)
+            got["cases"][name] = {"records": list(records), "timed": len(calls),
+                                  "on_after": inst.runtime.fills_on,
+                                  "sizes": sorted({n for n, _ in calls})}
+            for i in vllm_plugin.INSTALLED:
+                i.remove()
+            vllm_plugin.INSTALLED.clear()
+    finally:
+        cfg.compilation_config.cudagraph_capture_sizes, replay_mod.time_replays = saved
     return got
 
 
@@ -778,6 +854,40 @@ def test_issue31_plan_predicted_faster_installs(ranks):
         assert not [x for x in r["activation_log"] if "predicted slower" in x]
         assert [x for x in r["activation_log"] if " installed, backend" in x]
 
+
+
+def test_issue31_verify_option_keeps_prefetch_only_where_every_rank_measured_a_gain(ranks):
+    """Issue 31 item 4, ``verify = N`` at start-up (see ``_verify_scenario``):
+    both ranks faster -> ON on both, one line each with every size's gain;
+    rank 1 slower -> OFF on both, rank 0 says another rank was not faster;
+    rank 1 without FULL decode graphs -> no rank replays anything, both OFF
+    with one line; ``verify: 0`` -> nothing measured, nothing logged."""
+    for r in ranks:
+        got = r["verify"]
+        assert got["wrapped"]
+        c = got["cases"]["both-faster"]
+        assert c["on_after"] is True and c["sizes"] == [1, 2, 4, 8]
+        assert c["timed"] == 4 * 3 * (1 + 3)  # sizes x arms x (warm-up + rounds)
+        (line,) = [x for x in c["records"] if "verify" in x]
+        assert line.startswith("INFO") and "prefetch ON" in line, line
+        assert re.search(r"M=1 \+5[01]\.0 us \(noise \d.*\) faster", line), line
+        c = got["cases"]["rank1-slower"]
+        assert c["on_after"] is False
+        (line,) = [x for x in c["records"] if "verify" in x]
+        assert line.startswith("WARNING") and "prefetch OFF: not faster" in line, line
+        if r["rank"] == 0:
+            assert "faster here; another rank was not" in line, line
+        else:
+            assert re.search(r"M=8 -(49|50|51)\.0 us .* slower", line), line
+        c = got["cases"]["rank1-no-graphs"]
+        assert c["on_after"] is False and c["timed"] == 0
+        (line,) = [x for x in c["records"] if "verify" in x]
+        assert "prefetch OFF: verify: not measured:" in line, line
+        assert ("another rank cannot measure" if r["rank"] == 0
+                else "no FULL decode CUDA graph") in line, line
+        c = got["cases"]["verify-0"]
+        assert c["on_after"] is True and c["timed"] == 0
+        assert not [x for x in c["records"] if "verify" in x]
 
 
 def test_issue31_fills_off_installs_switched_off_and_rpc_switches(ranks):

@@ -99,6 +99,7 @@ def _check_args(args) -> list[int]:
                             f"{args.batch_size}")
     for opt, value, low in (("--output-len", args.output_len, 8),
                             ("--num-iters", args.num_iters, 1),
+                            ("--replays", args.replays, 1),
                             ("--num-iters-warmup", args.num_iters_warmup, 0),
                             ("--input-len", args.input_len, 1)):
         if value < low:
@@ -205,9 +206,15 @@ def cmd_verify(args) -> int:
               "fit answered); nothing to measure", file=sys.stderr)
         return 0
     try:
-        results = V.measure(engine, batches, output_len=args.output_len,
-                            rounds=args.num_iters, warmup=args.num_iters_warmup,
-                            on_progress=progress.stage)
+        if args.timing == "replay":
+            results = V.measure_replays(engine, batches, output_len=args.output_len,
+                                        rounds=args.num_iters,
+                                        warmup=args.num_iters_warmup,
+                                        replays=args.replays, on_progress=progress.stage)
+        else:
+            results = V.measure(engine, batches, output_len=args.output_len,
+                                rounds=args.num_iters, warmup=args.num_iters_warmup,
+                                on_progress=progress.stage)
     except SwitchFailed as e:
         print(f"l2sched verify: {e}", file=sys.stderr)
         return 1
@@ -217,7 +224,9 @@ def cmd_verify(args) -> int:
         summaries.append(r.summary())
     settings = {"model": str(args.model_dir), "tp": args.tp, "ep": args.ep,
                 "load_format": load_format, "input_len": args.input_len,
-                "output_len": args.output_len, "num_iters": args.num_iters,
+                "output_len": args.output_len, "timing": args.timing,
+                **({"replays": args.replays} if args.timing == "replay" else {}),
+                "num_iters": args.num_iters,
                 "num_iters_warmup": args.num_iters_warmup, "schedule": args.schedule,
                 "set": list(args.overrides), "device": args.device,
                 "engine_args": engine_args, **({"prediction": note} if note else {})}
@@ -255,8 +264,16 @@ def add_cli(sub) -> None:
     p.add_argument("--input-len", type=int, default=32, metavar="N",
                    help="prompt tokens (default 32)")
     p.add_argument("--output-len", type=int, default=64, metavar="N",
-                   help="new tokens of the long call; the short call makes a quarter "
-                        "(default 64)")
+                   help="new tokens of the token check; with --timing generate, of the "
+                        "long call (the short call makes a quarter) (default 64)")
+    p.add_argument("--timing", choices=("replay", "generate"), default="replay",
+                   help="replay (default): the step is the GPU time of back-to-back "
+                        "replays of the captured FULL decode graph of each batch size "
+                        "(token ids checked by one generate per arm); generate: the "
+                        "difference of two generate calls (the host's share included, "
+                        "10-100x noisier)")
+    p.add_argument("--replays", type=int, default=10, metavar="N",
+                   help="graph replays per timed arm with --timing replay (default 10)")
     p.add_argument("--num-iters", type=int, default=5, metavar="N",
                    help="timed rounds per batch size (default 5)")
     p.add_argument("--num-iters-warmup", type=int, default=1, metavar="N",

@@ -26,7 +26,9 @@ An ``l2sched`` section in ``additional_config`` is the whole configuration
 ``backend`` (``L2SCHED_BACKEND``): ``cuda`` (default) or ``dry-run`` (records
 issues, no GPU; for CPU checks); ``lint`` (``L2SCHED_LINT``): ``error``
 (default), ``warn`` or ``off``; ``device`` (``L2SCHED_DEVICE``): a device
-profile name or ``.toml`` path. With neither schedule source, nothing
+profile name or ``.toml`` path; ``on_predicted_loss``, ``fills`` and
+``verify`` (``L2SCHED_VERIFY``: rounds of the start-up A/B of the captured
+decode graphs, ``verify_startup``). With neither schedule source, nothing
 happens. See ``docs/vllm.md``.
 
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
@@ -267,23 +269,37 @@ def _patch_inplace(module) -> None:
 
 
 def _patch_gpu_worker(module) -> None:
-    """``Worker.wake_up(self, tags)``: the weights are back after a sleep."""
+    """``Worker.wake_up(self, tags)``: the weights are back after a sleep;
+    ``Worker.compile_or_warm_up_model(self)``: the CUDA graphs are captured,
+    the plugin's ``verify`` option measures them (``verify_startup``)."""
     original = _target(module, "Worker", "wake_up")
     cls = getattr(module, "Worker", None)
-    if original is None or getattr(original, "__l2sched__", False):
+    if original is not None and not getattr(original, "__l2sched__", False):
+        def model_of(args, kwargs):
+            runner = getattr(args[0], "model_runner", None) if args else None
+            return getattr(runner, "model", None)
+
+        cls.wake_up = _after_reload(original, model_of)
+    warm = _target(module, "Worker", "compile_or_warm_up_model")
+    if warm is None or getattr(warm, "__l2sched__", False):
         return
 
-    def model_of(args, kwargs):
-        runner = getattr(args[0], "model_runner", None) if args else None
-        return getattr(runner, "model", None)
+    def compile_or_warm_up_model(self, *args, **kwargs):
+        out = warm(self, *args, **kwargs)
+        from l2sched.vllm.verify_startup import verify_after_capture
 
-    cls.wake_up = _after_reload(original, model_of)
+        verify_after_capture(self)
+        return out
+
+    _mark(compile_or_warm_up_model, warm)
+    cls.compile_or_warm_up_model = compile_or_warm_up_model
 
 
 #: vLLM module -> the name its patch wraps (for the drift line).
 _PATCH_TARGETS = {LOADER_UTILS: "process_weights_after_loading",
                   RELOAD_LAYERWISE: "finalize_layerwise_reload",
-                  RELOAD_INPLACE: "reload_weights", GPU_WORKER: "Worker.wake_up"}
+                  RELOAD_INPLACE: "reload_weights",
+                  GPU_WORKER: "Worker.wake_up and Worker.compile_or_warm_up_model"}
 
 #: vLLM module -> its patch (applied at registration, or right after the
 #: module's import).

@@ -33,6 +33,10 @@ ENV_ON_PREDICTED_LOSS = "L2SCHED_ON_PREDICTED_LOSS"
 #: a file of that name is ``./auto``.
 AUTO = "auto"
 ENV_FILLS = "L2SCHED_FILLS"
+ENV_VERIFY = "L2SCHED_VERIFY"
+#: Rounds of the start-up A/B (``verify``) a user may ask for: each round
+#: replays every measured size's decode graph 3 x (1 + ``REPLAYS``) times.
+MAX_VERIFY_ROUNDS = 50
 
 #: Runtime backends the plugin offers.
 BACKENDS = ("cuda", "dry-run")
@@ -71,6 +75,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
                    "description": "device profile: a shipped name or a .toml path"},
         "on_predicted_loss": {"enum": list(LOSS_MODES)},
         "fills": {"enum": list(FILL_STATES)},
+        "verify": {"type": "integer", "minimum": 0, "maximum": MAX_VERIFY_ROUNDS,
+                   "description": "rounds of the start-up A/B of the captured decode "
+                                  "graphs with prefetch on/off (0: none); prefetch "
+                                  "stays on only when measured faster"},
     },
 }
 
@@ -84,7 +92,9 @@ class PluginConfig:
     name or ``.toml`` path replacing the schedule's, ``None`` = the
     schedule's), ``source`` (``additional-config`` or ``env``) for the
     log lines, ``on_predicted_loss`` (``LOSS_MODES``) and ``fills``, the
-    run-time switch at install (``FILL_STATES``)."""
+    run-time switch at install (``FILL_STATES``), and ``verify``, the rounds
+    of the start-up A/B after graph capture (``vllm.verify_startup``; 0 =
+    none)."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
@@ -94,6 +104,7 @@ class PluginConfig:
     source: str = "env"
     on_predicted_loss: str = "off"
     fills: str = "on"
+    verify: int = 0
 
     @property
     def is_auto(self) -> bool:
@@ -188,7 +199,7 @@ def _from_section(section: Any) -> PluginConfig:
                         section.get("backend", "cuda"), lint,
                         section.get("device"), "additional-config",
                         section.get("on_predicted_loss", "off"),
-                        section.get("fills", "on"))
+                        section.get("fills", "on"), section.get("verify", 0))
 
 
 # --------------------------------------------------------------------------
@@ -255,7 +266,21 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
         raise _bad(f"{ENV_FILLS}={env.get(ENV_FILLS)!r}: expected on (or "
                    f"{'/'.join(YES_WORDS)}) or off (or {'/'.join(NO_WORDS)})")
     return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss,
-                        fills)
+                        fills, _env_verify(env))
+
+
+def _env_verify(env: Mapping[str, str]) -> int:
+    text = (env.get(ENV_VERIFY) or "").strip()
+    if not text:
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_VERIFY_ROUNDS:
+        raise _bad(f"{ENV_VERIFY}={env.get(ENV_VERIFY)!r}: expected a whole number of "
+                   f"rounds from 0 (none) to {MAX_VERIFY_ROUNDS}")
+    return n
 
 
 def read_config(additional_config: Mapping | None,
@@ -264,7 +289,7 @@ def read_config(additional_config: Mapping | None,
     section exists (the environment is then not read), else from the
     environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
     ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``,
-    ``L2SCHED_FILLS``; ``environ`` default
+    ``L2SCHED_FILLS``, ``L2SCHED_VERIFY``; ``environ`` default
     ``os.environ``); ``None`` when neither names a schedule. Raises
     ``L2sPluginError("bad configuration", ...)`` naming the bad key or
     variable."""

@@ -99,3 +99,34 @@ class PrefetchSwitchExtension:
     def l2sched_prefetch_state(self) -> dict:
         """``prefetch_state()`` in this worker."""
         return prefetch_state().as_dict()
+
+    def l2sched_replay_ab(self, batches: list, rounds: int, warmup: int,
+                          replays: int) -> dict:
+        """``replay.replay_ab`` on this worker's model runner, switching with
+        ``set_prefetch``: ``{batch: {arm: [us per replay, one per round]}}``.
+        Raises ``replay.ReplayUnavailable`` (a size without a FULL decode
+        graph) and ``RuntimeError`` when this worker has no installed
+        schedule or refused a switch, before or during the timing."""
+        from l2sched.vllm.replay import replay_ab
+
+        def switch(on: bool) -> None:
+            state = set_prefetch(on)
+            if not state.installed or state.refused:
+                raise RuntimeError("no installed schedule to switch" if not state.installed
+                                   else "the switch was refused")
+
+        return replay_ab(self.model_runner, [int(b) for b in batches], rounds=rounds,
+                         warmup=warmup, replays=replays, switch=switch)
+
+    def l2sched_time_replays(self, batches: list, replays: int) -> dict:
+        """``{batch: us per replay}`` of this worker's FULL decode graphs as
+        they are (no switching; works with no schedule installed: the
+        benchmark's no-plugin arm). Raises ``replay.ReplayUnavailable``."""
+        from l2sched.vllm.replay import graphs_for, time_replays
+
+        graphs = graphs_for(self.model_runner, [int(b) for b in batches])
+        out = {}
+        for b, g in graphs.items():
+            g.replay()
+            out[b] = round(time_replays(g, replays), 3)
+        return out

@@ -5,21 +5,33 @@ the KV cache and the GPU clocks.
 
 Per batch size M and per round, three arms run in a rotated order: ``on``,
 ``off`` and ``off2`` (a second ``off``: the A/A pair that measures the
-noise). An arm is two greedy ``generate`` calls of the same M prompts,
-``output_len`` and ``output_len // 4`` new tokens (``ignore_eos``); its
-decode step time is their time difference over their token difference (us
-per step), which cancels the prefill and the engine's per-call cost (as
-``benchmarks/vllm_gpu.py`` does across engines). Per M: the median step of
-each arm with p10/p90 over rounds; the gain ``off - on`` per round (positive:
-prefetch faster) with its median and p10/p90; the noise, the largest
-``|off - off2|`` of the A/A pairs' p10/p90; the verdict ``faster`` / ``slower``
-when the median gain is beyond the noise, else ``same``; the lint's
-predicted gain beside it; token ids of ``on`` and ``off`` compared.
+noise). Two timings of an arm:
+
+* ``replay`` (the default, ``measure_replays``): back-to-back replays of the
+  engine's captured FULL decode CUDA graph of size M between CUDA events, in
+  every worker (``vllm.replay``): the GPU's decode step, without the host's
+  scheduling and sampling between steps. Token ids are checked by one greedy
+  ``generate`` per arm.
+* ``generate`` (``measure``): two greedy ``generate`` calls of the same M
+  prompts, ``output_len`` and ``output_len // 4`` new tokens
+  (``ignore_eos``); the step is their time difference over their token
+  difference (us per step), which cancels the prefill and the engine's
+  per-call cost (as ``benchmarks/vllm_gpu.py`` does across engines). It
+  includes the host's share of a step, and its noise (the host's jitter
+  divided by the token difference) was 26-451 us on the H200 at
+  ``--output-len 256`` (benchmarks/results/h200-2026-12-03-verify/).
+
+Per M: the median step of each arm with p10/p90 over rounds; the gain
+``off - on`` per round (positive: prefetch faster) with its median and
+p10/p90; the noise, the largest ``|off - off2|`` of the A/A pairs'
+p10/p90; the verdict ``faster`` / ``slower`` when the median gain is beyond
+the noise, else ``same``; the lint's predicted gain beside it; token ids of
+the three arms compared.
 
 The engine is started by the caller (``cli.verify``) with
 ``worker_extension_cls = switch.WORKER_EXTENSION``; this module imports
-neither vLLM nor torch (it drives an ``Engine`` protocol: ``generate`` and
-``switch``), so its statistics and report run on a CPU.
+neither vLLM nor torch (it drives an ``Engine`` protocol: ``generate``,
+``switch`` and ``replay_ab``), so its statistics and report run on a CPU.
 """
 
 from __future__ import annotations
@@ -126,6 +138,30 @@ def step_us(t_long: float, t_short: float, long_tokens: int, short_tokens: int) 
     return (t_long - t_short) / (long_tokens - short_tokens) * 1e6
 
 
+def rotation(r: int) -> tuple[str, ...]:
+    """The arms of round ``r`` (0-based): ``ARMS`` rotated by ``r`` so that
+    every arm leads one round in three."""
+    return ARMS[r % 3:] + ARMS[:r % 3]
+
+
+def from_rounds(batch: int, steps_us: dict) -> BatchResult:
+    """A ``BatchResult`` of ``batch`` from per-arm step times (us, one value
+    per timed round, rounds aligned across arms): the per-round gains
+    ``off - on`` and A/A differences ``off - off2``. Raises ``ValueError``
+    when an arm is missing or the arms have different round counts."""
+    if set(steps_us) != set(ARMS) or len({len(steps_us[a]) for a in ARMS}) != 1:
+        raise ValueError(f"batch {batch}: need {', '.join(ARMS)} with one value per "
+                         "round each")
+    res = BatchResult(batch)
+    for arm in ARMS:
+        res.steps_us[arm] = [round(float(x), 3) for x in steps_us[arm]]
+    res.gains_us = [round(off - on, 3) for on, off in
+                    zip(res.steps_us["on"], res.steps_us["off"])]
+    res.aa_us = [round(off - off2, 3) for off, off2 in
+                 zip(res.steps_us["off"], res.steps_us["off2"])]
+    return res
+
+
 def measure(engine: Engine, batches: Sequence[int], *, output_len: int, rounds: int,
             warmup: int = 1, on_progress: Callable[[str], None] | None = None
             ) -> list[BatchResult]:
@@ -139,12 +175,11 @@ def measure(engine: Engine, batches: Sequence[int], *, output_len: int, rounds: 
     short = max(1, output_len // 4)
     results = []
     for batch in batches:
-        res = BatchResult(batch)
+        steps: dict = {arm: [] for arm in ARMS}
         first_tokens: dict = {}
         for r in range(warmup + rounds):
-            order = ARMS[r % 3:] + ARMS[:r % 3]
             got = {}
-            for arm in order:
+            for arm in rotation(r):
                 if on_progress:
                     what = "warm-up" if r < warmup else f"round {r - warmup + 1}/{rounds}"
                     on_progress(f"batch {batch}: {what}: prefetch {arm}")
@@ -155,10 +190,49 @@ def measure(engine: Engine, batches: Sequence[int], *, output_len: int, rounds: 
                 first_tokens.setdefault(arm, toks)
             if r >= warmup:
                 for arm in ARMS:
-                    res.steps_us[arm].append(round(got[arm], 3))
-                res.gains_us.append(round(got["off"] - got["on"], 3))
-                res.aa_us.append(round(got["off"] - got["off2"], 3))
+                    steps[arm].append(got[arm])
+        res = from_rounds(batch, steps)
         res.tokens_equal = first_tokens["on"] == first_tokens["off"] == first_tokens["off2"]
+        results.append(res)
+    return results
+
+
+class ReplayEngine(Engine, Protocol):
+    """An ``Engine`` whose workers also time their captured decode graphs
+    (``replay.replay_ab`` through the worker extension)."""
+
+    def replay_ab(self, batch: int, rounds: int, warmup: int, replays: int) -> dict:
+        """``{arm: [us per replay, one per round]}`` of ``batch``, the
+        slowest rank's (``replay.worst_of_ranks``)."""
+
+
+def measure_replays(engine: ReplayEngine, batches: Sequence[int], *, output_len: int,
+                    rounds: int, warmup: int = 1, replays: int = 10,
+                    on_progress: Callable[[str], None] | None = None
+                    ) -> list[BatchResult]:
+    """``verify --timing replay``: per batch size, the token check (one
+    greedy ``generate`` of ``output_len`` new tokens per arm, prefetch on,
+    off, off again) and the step time of each arm from back-to-back replays
+    of the captured FULL decode graph (``replay.replay_ab``: the same
+    rotation, ``warmup`` untimed rounds, ``rounds`` timed ones of
+    ``replays`` replays each). Raises ``ValueError`` for ``rounds < 1``,
+    ``replays < 1`` or ``output_len < 1``; the engine's errors propagate
+    (``replay.ReplayUnavailable`` for a size without a FULL graph)."""
+    if rounds < 1 or replays < 1 or output_len < 1:
+        raise ValueError("rounds, replays and output_len must be >= 1")
+    results = []
+    for batch in batches:
+        tokens = {}
+        for arm in ARMS:
+            if on_progress:
+                on_progress(f"batch {batch}: token check: prefetch {arm}")
+            engine.switch(arm == "on")
+            tokens[arm] = engine.generate(batch, output_len)[1]
+        if on_progress:
+            on_progress(f"batch {batch}: {warmup} + {rounds} rounds of {replays} graph "
+                        "replays per arm")
+        res = from_rounds(batch, engine.replay_ab(batch, rounds, warmup, replays))
+        res.tokens_equal = tokens["on"] == tokens["off"] == tokens["off2"]
         results.append(res)
     return results
 

@@ -12,7 +12,8 @@ from l2sched.vllm.switch import WORKER_EXTENSION
 
 
 class SwitchFailed(RuntimeError):
-    """A worker has no installed schedule, or refused the switch."""
+    """A worker has no installed schedule, refused the switch, or could not
+    time its decode graphs."""
 
 
 class VllmEngine:
@@ -66,6 +67,22 @@ class VllmEngine:
             if a.get("refused"):
                 raise SwitchFailed(f"worker {rank} refused the switch (a CUDA graph "
                                    "capture was in progress)")
+
+
+    def replay_ab(self, batch: int, rounds: int, warmup: int, replays: int) -> dict:
+        """``verify.ReplayEngine.replay_ab`` through every worker
+        (``switch.PrefetchSwitchExtension.l2sched_replay_ab``), the slowest
+        rank's times. Raises ``SwitchFailed`` with the worker's first line
+        (a batch size without a FULL decode graph, no installed schedule)."""
+        from l2sched.vllm.replay import worst_of_ranks
+
+        try:
+            answers = self.llm.collective_rpc(
+                "l2sched_replay_ab", args=([int(batch)], rounds, warmup, replays))
+        except Exception as e:  # the worker's traceback is in the engine log
+            raise SwitchFailed(f"timing the decode graphs failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        return worst_of_ranks(list(answers))[int(batch)]
 
 
 def start_engine(model: str, *, tp: int, ep: bool, section: dict, load_format: str,

@@ -1,0 +1,167 @@
+"""The plugin's ``verify`` option: right after vLLM captured its CUDA
+graphs, measure the installed schedule's gain on this engine's own decode
+graphs (``replay.replay_ab``: prefetch on / off / off again, ``verify``
+rounds) and leave prefetch on only where it measured faster.
+
+Runs from the wrapped ``Worker.compile_or_warm_up_model``
+(``l2sched.vllm.__init__``), in every worker, before the engine serves.
+Rule: prefetch stays on when no measured batch size is ``slower`` and at
+least one is ``faster`` beyond the A/A noise (``verify.verdict``); otherwise
+it is switched off (``runtime.switch``: no recapture). One log line per rank
+either way, with each size's median gain and noise.
+
+Under TP/PP the decode graphs hold the collectives, so every rank must
+replay the same sequence or none: the ranks first agree (a MIN all-reduce on
+vLLM's world CPU group) that all of them can measure, and afterwards that
+all of them measured a gain; a rank that cannot (its install failed, no
+FULL decode graph) makes every rank switch off. Never raises into vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Sequence
+
+from l2sched.vllm.verify import from_rounds
+
+log = logging.getLogger("vllm.l2sched")
+
+#: Graph replays per timed arm (one sample); ~10 steps keep one sample
+#: well above the CUDA events' ~1 us resolution at every M.
+REPLAYS = 10
+#: Batch sizes measured at start-up, at most: each costs
+#: 3 x (rounds + 1) x (REPLAYS + 1) replays of its graph.
+MAX_SIZES = 4
+
+
+def startup_batches(captured: Sequence[int], max_num_seqs: int,
+                    count: int = MAX_SIZES) -> list[int]:
+    """Up to ``count`` of the ``captured`` decode graph sizes that a decode
+    batch of at most ``max_num_seqs`` requests uses, spread evenly on a log
+    scale from the smallest to the largest (both included). ``[]`` when none
+    is at most ``max_num_seqs``."""
+    sizes = sorted({int(n) for n in captured if 0 < int(n) <= max_num_seqs})
+    if len(sizes) <= count:
+        return sizes
+    lo, hi = math.log(sizes[0]), math.log(sizes[-1])
+    picked: list[int] = []
+    for i in range(count):
+        target = lo + (hi - lo) * i / (count - 1)
+        best = min((s for s in sizes if s not in picked),
+                   key=lambda s: abs(math.log(s) - target))
+        picked.append(best)
+    return sorted(picked)
+
+
+def decide(timings: dict) -> tuple[bool, str]:
+    """``replay.replay_ab``'s answer -> (keep prefetch on, the per-size text
+    ``M=4 +12.0 us (noise 3.1) faster``). On when no size is ``slower`` and
+    at least one is ``faster``."""
+    parts, verdicts = [], []
+    for batch in sorted(timings, key=int):
+        s = from_rounds(int(batch), timings[batch]).summary()
+        verdicts.append(s["verdict"])
+        parts.append(f"M={batch} {s['gain_us']['median']:+.1f} us "
+                     f"(noise {s['noise_us']:.1f}) {s['verdict']}")
+    on = "slower" not in verdicts and "faster" in verdicts
+    return on, ", ".join(parts)
+
+
+def _agree(flag: bool) -> bool:
+    """``flag`` AND-ed over every rank of vLLM's world group (a MIN
+    all-reduce on its CPU group); ``flag`` itself in a one-process world."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return flag
+    from vllm.distributed.parallel_state import get_world_group
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=get_world_group().cpu_group)
+    return bool(t.item())
+
+
+def _config(worker):
+    from l2sched.vllm.config import read_config
+
+    vc = getattr(worker, "vllm_config", None)
+    try:
+        return read_config(getattr(vc, "additional_config", None) or {})
+    except Exception:  # the post-load step logged the bad configuration
+        return None
+
+
+def verify_after_capture(worker) -> None:
+    """The start-up A/B of ``worker`` (vLLM's GPU ``Worker``) when the
+    configuration asks for it (``verify`` > 0); otherwise nothing. Every
+    rank calls both agreements whatever happened to it. Never raises: an
+    error switches the fills off with one line."""
+    cfg = _config(worker)
+    if cfg is None or cfg.verify <= 0:
+        return
+    inst, rank_txt, runner, sizes, why = None, "TP rank ?", None, [], ""
+    try:
+        from l2sched.vllm.layout import parallel_layout
+        from l2sched.vllm.plugin import installed_for
+        from l2sched.vllm.replay import full_decode_graphs
+
+        vc = worker.vllm_config
+        rank_txt = parallel_layout(vc).rank_txt
+        runner = worker.model_runner
+        inst = installed_for(runner.get_model())
+        sizes = startup_batches(vc.compilation_config.cudagraph_capture_sizes or [],
+                                vc.scheduler_config.max_num_seqs)
+        graphs = full_decode_graphs(runner)
+        if inst is None:
+            why = "no schedule installed on this rank"
+        elif not inst.runtime.fills_on:
+            why = "the fills were installed switched off"
+        elif not sizes or any(s not in graphs for s in sizes):
+            why = ("no FULL decode CUDA graph to time (enforce_eager, or a "
+                   "cudagraph_mode without FULL decode graphs)")
+    except Exception as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    try:
+        ready = _agree(not why)
+    except Exception as e:
+        ready, why = False, f"the ranks could not agree: {type(e).__name__}: {e}"
+    if not ready:
+        _off(inst, rank_txt, f"verify: not measured: {why or 'another rank cannot measure'}")
+        return
+    on, text = False, ""
+    try:
+        from l2sched.vllm.replay import replay_ab
+
+        timings = replay_ab(runner, sizes, rounds=cfg.verify, warmup=1, replays=REPLAYS,
+                            switch=lambda flag: _switch(inst, flag))
+        on, text = decide(timings)
+    except Exception as e:
+        text = f"verify failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    try:
+        on_all = _agree(on)
+        _switch(inst, on_all)
+    except Exception as e:
+        _off(inst, rank_txt, f"verify: {type(e).__name__}: {e}")
+        return
+    head = f"l2sched: {rank_txt}: verify ({cfg.verify} rounds of replayed decode graphs): "
+    if on_all:
+        log.info("%sprefetch ON: measured gain (off - on per step) %s", head, text)
+    else:
+        reason = " (faster here; another rank was not)" if on else ""
+        log.warning("%sprefetch OFF: not faster beyond noise%s: %s", head, reason, text)
+
+
+def _switch(inst, on: bool) -> None:
+    if inst is None or not inst.switch(on):
+        raise RuntimeError("the switch was refused (a capture in progress)")
+
+
+def _off(inst, rank_txt: str, why: str) -> None:
+    if inst is not None:
+        try:
+            inst.switch(False)
+        except Exception:  # pragma: no cover - the switch writes one word
+            pass
+    log.warning("l2sched: %s: prefetch OFF: %s", rank_txt, why)
