@@ -247,3 +247,24 @@ def test_issue31_verify_rounds_from_section_and_env():
     for bad in ("-1", "many", "51"):
         with pytest.raises(L2sPluginError, match="L2SCHED_VERIFY=.*whole number of rounds"):
             read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": bad})
+
+
+def test_issue31_verify_odd_values_read_as_whole_rounds():
+    """A new user's attack on ``verify``: JSON's 2.0 is an integer (the
+    start-up A/B's ``range`` needs an int), an out-of-range value says the
+    range and what it got, Infinity is one message, not two, and the
+    variable takes ASCII digits only (``int()`` also reads ``1_0`` and
+    other scripts' digits)."""
+    cfg = read_config({"l2sched": {"schedule": "x.l2s", "verify": 2.0}})
+    assert cfg.verify == 2 and isinstance(cfg.verify, int)
+    assert _bad({"l2sched": {"schedule": "x.l2s", "verify": 51}}).detail == (
+        "additional_config l2sched.verify: must be a whole number from 0 to 50, "
+        "got a number 51")
+    detail = _bad({"l2sched": {"schedule": "x.l2s", "verify": float("inf")}}).detail
+    assert detail.count("l2sched.verify") == 1 and "expected a whole number, got a " \
+        "number Infinity" in detail, detail
+    assert "a integer" not in _bad({"l2sched": {"schedule": "x.l2s", "verify": "3"}}).detail
+    for bad in ("1_0", "\u0661\u0662", "+3"):
+        with pytest.raises(L2sPluginError, match="L2SCHED_VERIFY=.*whole number of rounds"):
+            read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": bad})
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": "07"}).verify == 7

@@ -162,10 +162,14 @@ def _schema_problem(err) -> str:
     if path == "l2sched" and kind == "type":
         return ('additional_config l2sched: must be an object like {"schedule": '
                 f'"x.l2s"}}, {got}')
+    if kind in ("minimum", "maximum"):
+        lo, hi = err.schema.get("minimum"), err.schema.get("maximum")
+        return f"additional_config {path}: must be a whole number from {lo} to {hi}, {got}"
     if kind == "type":
         want = err.validator_value
         want = [want] if isinstance(want, str) else want
-        text = " or ".join({"object": "an object", "array": "a list"}.get(w, f"a {w}")
+        text = " or ".join({"object": "an object", "array": "a list",
+                            "integer": "a whole number"}.get(w, f"a {w}")
                            for w in want)
         desc = err.schema.get("description")
         return (f"additional_config {path}: expected {text}, {got}"
@@ -183,6 +187,11 @@ def _from_section(section: Any) -> PluginConfig:
     validator = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
     errors = sorted(validator.iter_errors(section),
                     key=lambda e: [str(p) for p in e.absolute_path])
+    typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    # a value of the wrong type gets that one message (Infinity is also
+    # above the maximum)
+    errors = [e for e in errors
+              if e.validator == "type" or tuple(e.absolute_path) not in typed]
     if errors:
         raise _bad("; ".join(dict.fromkeys(_schema_problem(e) for e in errors)))
     sets = section.get("set") or {}
@@ -199,7 +208,8 @@ def _from_section(section: Any) -> PluginConfig:
                         section.get("backend", "cuda"), lint,
                         section.get("device"), "additional-config",
                         section.get("on_predicted_loss", "off"),
-                        section.get("fills", "on"), section.get("verify", 0))
+                        section.get("fills", "on"),
+                        int(section.get("verify", 0)))  # JSON's 2.0 is an integer
 
 
 # --------------------------------------------------------------------------
@@ -273,10 +283,8 @@ def _env_verify(env: Mapping[str, str]) -> int:
     text = (env.get(ENV_VERIFY) or "").strip()
     if not text:
         return 0
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
+    # ASCII digits only: int() also reads "1_0" and other scripts' digits
+    n = int(text) if re.fullmatch(r"[0-9]+", text) else -1
     if not 0 <= n <= MAX_VERIFY_ROUNDS:
         raise _bad(f"{ENV_VERIFY}={env.get(ENV_VERIFY)!r}: expected a whole number of "
                    f"rounds from 0 (none) to {MAX_VERIFY_ROUNDS}")
