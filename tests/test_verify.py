@@ -103,7 +103,8 @@ def test_cli_refuses_before_starting_an_engine(tmp_path, capsys):
     assert "--batch-size takes distinct positive integers" in capsys.readouterr().err
     assert main(["verify", str(tmp_path), "--schedule", "x.l2s",
                  "--batch-size", "4,4"]) == 2
-    assert main(["verify", str(cfg), "--schedule", "x.l2s", "--output-len", "4"]) == 2
+    assert main(["verify", str(cfg), "--schedule", "x.l2s", "--timing", "generate",
+                 "--output-len", "4"]) == 2
     assert main(["verify", str(cfg), "--schedule", "x.l2s",
                  "--engine-arg", "noequals"]) == 2
     assert "--engine-arg takes KEY=JSON" in capsys.readouterr().err
@@ -316,3 +317,96 @@ def test_startup_batches_and_decision():
     on, text = decide({1: faster, 4: slower})
     assert not on and "M=4 -10.0 us (noise 0.8) slower" in text
     assert decide({1: same, "4": same})[0] is False
+
+
+# --------------------------------------------------------------------------
+# a new user's attack on verify and the start-up A/B (odd input)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--schedule", " "], "--schedule: empty"),
+    (["--timing", "generate", "--replays", "5"], "--replays: only with --timing replay"),
+    (["--timing", "generate", "--output-len", "7"],
+     "--output-len must be at least 8 (with --timing generate"),
+    (["--output-len", "0"], "--output-len must be at least 1, got 0"),
+    (["--engine-arg", "max_num_seqs=4", "--engine-arg", "max_num_seqs =8"],
+     "--engine-arg max_num_seqs: given twice"),
+])
+def test_cli_odd_combinations_are_usage_errors(tmp_path, capsys, extra, words):
+    from l2sched.model.config import default_config
+
+    (tmp_path / "config.json").write_text(json.dumps(default_config()))
+    args = ["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s",
+            "--output-json", str(tmp_path / "r.json")]
+    assert main(args + extra) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_cli_replay_takes_a_short_token_check_and_names_a_config_directory(
+        tmp_path, capsys, monkeypatch):
+    """``--output-len`` below 8 is only refused with ``--timing generate``
+    (the replay timing's token check needs one token): the command gets as
+    far as the GPU count; a ``config.json`` that is a directory is named."""
+    from l2sched.model.config import default_config
+
+    (tmp_path / "config.json").write_text(json.dumps(default_config()))
+    pytest.importorskip("vllm", reason="needs the vllm extra: pip install -e '.[vllm]'")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    args = ["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s",
+            "--tp", "1", "--output-len", "1", "--output-json", str(tmp_path / "r.json")]
+    assert main(args) == 2
+    assert "needs 1 CUDA GPU; this machine has 0" in capsys.readouterr().err
+    (tmp_path / "m" / "config.json").mkdir(parents=True)
+    assert main(["verify", str(tmp_path / "m"), "--schedule", "auto"]) == 2
+    assert "config.json is a directory" in capsys.readouterr().err
+
+
+def test_worst_of_ranks_refuses_answers_that_do_not_match():
+    from l2sched.vllm.replay import worst_of_ranks
+
+    a = {4: {"on": [10, 12], "off": [20, 20], "off2": [20, 21]}}
+    for answers, words in [
+        ([a, {4: a[4], 8: a[4]}], "different batch sizes: rank 0 [4], rank 1 [4, 8]"),
+        ([{}, a], "different batch sizes"),
+        ([a, None], "rank 1 answered NoneType"),
+        ([{"x": a[4]}], "batch size 'x' is not a whole number"),
+        ([{4: a[4], "4": a[4]}], "batch size 4 answered twice"),
+        ([{4: {"on": [1], "off": [1]}}], "need on, off, off2"),
+        ([a, {4: dict(a[4], on=[float("nan"), 1])}], "rank 1: batch 4 on: nan is not"),
+        ([a, {4: dict(a[4], off=[None, 1])}], "rank 1: batch 4 off: None is not"),
+    ]:
+        with pytest.raises(ValueError, match=words.replace("[", r"\[")):
+            worst_of_ranks(answers)
+
+
+def test_switch_extension_outside_a_worker_says_so():
+    from l2sched.vllm.switch import PrefetchSwitchExtension
+
+    ext = PrefetchSwitchExtension()
+    with pytest.raises(RuntimeError, match="l2sched_replay_ab: no vLLM worker here"):
+        ext.l2sched_replay_ab([1], 2, 1, 10)
+    with pytest.raises(RuntimeError, match="l2sched_time_replays: no vLLM worker here"):
+        ext.l2sched_time_replays([1], 10)
+    ext.model_runner = object()
+    with pytest.raises(ValueError, match="replays must be at least 1"):
+        ext.l2sched_time_replays([1], 0)
+
+
+def test_startup_batches_and_decide_with_odd_input():
+    from l2sched.vllm.verify_startup import decide, startup_batches
+
+    assert startup_batches([], 256) == [] and startup_batches([0, 0], 256) == []
+    assert startup_batches([64, 1, 1, 8, 512, 2], 256) == [1, 2, 8, 64]
+    assert startup_batches([1, 2, 4], 256, count=1) == [1]
+    assert startup_batches([1, 2, 4], 256, count=0) == []
+    assert decide({}) == (False, "no batch size measured")
+    assert decide({1: {"on": [], "off": [], "off2": []}}) == (
+        False, "M=1 n/a us (noise n/a) same")
+    nan = float("nan")
+    assert decide({1: {"on": [90.0] * 3, "off": [100.0] * 3, "off2": [nan] * 3}})[0] is False
+    with pytest.raises(ValueError, match="one value per round"):
+        decide({1: {"on": [90], "off": [100, 100], "off2": [100, 100]}})

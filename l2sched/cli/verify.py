@@ -27,11 +27,18 @@ def _model_dir(text: str) -> Path:
     p = Path(text)
     if p.is_file() and p.name == "config.json":
         p = p.parent
+    if (p / "config.json").is_dir():
+        raise L2sUsageError(f"MODEL: {p / 'config.json'} is a directory, not a "
+                            "Hugging Face config file")
     if not (p / "config.json").is_file():
         raise L2sUsageError(f"MODEL: no config.json in {text!r} (give a Hugging Face "
                             "model directory or its config.json)")
     return p
 
+
+#: Graph replays per timed arm of ``--timing replay`` (``--replays``): the
+#: plugin's start-up A/B uses the same (``verify_startup.REPLAYS``).
+REPLAYS = 10
 
 #: ``vllm.LLM`` arguments verify sets itself (``--engine-arg`` may not).
 OWN_ENGINE_ARGS = ("model", "tensor_parallel_size", "enable_expert_parallel",
@@ -41,14 +48,16 @@ OWN_ENGINE_ARGS = ("model", "tensor_parallel_size", "enable_expert_parallel",
 def _engine_args(items: list[str]) -> dict:
     """``--engine-arg KEY=JSON`` (repeatable) -> keyword arguments of
     ``vllm.LLM``. Raises ``L2sUsageError`` for a missing ``=``, a value that
-    is not JSON (a string is ``'KEY="text"'``) or a key of
-    ``OWN_ENGINE_ARGS``."""
+    is not JSON (a string is ``'KEY="text"'``), a key given twice or a key
+    of ``OWN_ENGINE_ARGS``."""
     out = {}
     for it in items:
         key, eq, val = it.partition("=")
         key = key.strip()
         if not eq or not key:
             raise L2sUsageError(f"--engine-arg takes KEY=JSON, got {it!r}")
+        if key in out:
+            raise L2sUsageError(f"--engine-arg {key}: given twice")
         if key in OWN_ENGINE_ARGS:
             raise L2sUsageError(f"--engine-arg {key}: set by verify itself (MODEL, "
                                 "--tp, --ep, --schedule, --load-format)")
@@ -97,13 +106,22 @@ def _check_args(args) -> list[int]:
     if any(b < 1 for b in batches) or len(set(batches)) != len(batches):
         raise L2sUsageError("--batch-size takes distinct positive integers, got "
                             f"{args.batch_size}")
-    for opt, value, low in (("--output-len", args.output_len, 8),
+    if not args.schedule.strip():
+        raise L2sUsageError("--schedule: empty (a .l2s path, or auto)")
+    generate = args.timing == "generate"
+    if generate and args.replays is not None:
+        raise L2sUsageError("--replays: only with --timing replay (--timing generate "
+                            "times whole generate calls)")
+    if args.replays is None:
+        args.replays = REPLAYS
+    for opt, value, low in (("--output-len", args.output_len, 8 if generate else 1),
                             ("--num-iters", args.num_iters, 1),
                             ("--replays", args.replays, 1),
                             ("--num-iters-warmup", args.num_iters_warmup, 0),
                             ("--input-len", args.input_len, 1)):
         if value < low:
-            why = " (the short call makes a quarter of it)" if opt == "--output-len" else ""
+            why = (" (with --timing generate: the short call makes a quarter of it)"
+                   if opt == "--output-len" and generate else "")
             raise L2sUsageError(f"{opt} must be at least {low}{why}, got {value}")
     if args.tp is not None and args.tp < 1:
         raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
@@ -272,8 +290,9 @@ def add_cli(sub) -> None:
                         "(token ids checked by one generate per arm); generate: the "
                         "difference of two generate calls (the host's share included, "
                         "10-100x noisier)")
-    p.add_argument("--replays", type=int, default=10, metavar="N",
-                   help="graph replays per timed arm with --timing replay (default 10)")
+    p.add_argument("--replays", type=int, default=None, metavar="N",
+                   help=f"graph replays per timed arm; only with --timing replay "
+                        f"(default {REPLAYS})")
     p.add_argument("--num-iters", type=int, default=5, metavar="N",
                    help="timed rounds per batch size (default 5)")
     p.add_argument("--num-iters-warmup", type=int, default=1, metavar="N",

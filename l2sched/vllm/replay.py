@@ -132,21 +132,56 @@ def replay_ab(model_runner, batches: Sequence[int], *, rounds: int, warmup: int,
     return out
 
 
+def _rank_answer(rank: int, answer) -> dict[int, dict[str, list[float]]]:
+    """One rank's ``replay_ab`` answer with int batch keys, checked: an
+    object of batch -> ``{arm: [us, ...]}`` for every arm of ``ARMS``, each
+    time a finite number. Raises ``ValueError`` naming the rank."""
+    if not isinstance(answer, dict):
+        raise ValueError(f"rank {rank} answered {type(answer).__name__}, not "
+                         "{batch: {arm: [us per round]}}")
+    out: dict[int, dict[str, list[float]]] = {}
+    for b, arms in answer.items():
+        try:
+            batch = int(b)
+        except (TypeError, ValueError):
+            raise ValueError(f"rank {rank}: batch size {b!r} is not a whole number"
+                             ) from None
+        if batch in out:
+            raise ValueError(f"rank {rank}: batch size {batch} answered twice")
+        if not isinstance(arms, dict) or any(not isinstance(arms.get(a), (list, tuple))
+                                             for a in ARMS):
+            raise ValueError(f"rank {rank}: batch {batch}: need {', '.join(ARMS)} with "
+                             "a list of times each")
+        for arm in ARMS:
+            for x in arms[arm]:
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x \
+                        or x in (float("inf"), float("-inf")):
+                    raise ValueError(f"rank {rank}: batch {batch} {arm}: {x!r} is not a "
+                                     "time in us")
+        out[batch] = {a: list(arms[a]) for a in ARMS}
+    return out
+
+
 def worst_of_ranks(per_rank: Sequence[dict]) -> dict[int, dict[str, list[float]]]:
     """``replay_ab``'s answers of every rank (keys may be strings after an
     RPC) -> one answer: per batch, arm and round the slowest rank's time (a
-    TP step ends when its slowest rank does). Raises ``ValueError`` when the
-    ranks measured different batches or rounds."""
-    if not per_rank:
+    TP step ends when its slowest rank does). Raises ``ValueError`` when no
+    rank answered, an answer is not ``replay_ab``'s shape (finite times),
+    or the ranks measured different batches or rounds."""
+    norm = [_rank_answer(i, r) for i, r in enumerate(per_rank)]
+    if not norm:
         raise ValueError("no rank answered")
-    norm = [{int(b): arms for b, arms in r.items()} for r in per_rank]
     batches = sorted(norm[0])
+    for i, r in enumerate(norm[1:], 1):
+        if sorted(r) != batches:
+            raise ValueError(f"the ranks measured different batch sizes: rank 0 "
+                             f"{batches}, rank {i} {sorted(r)}")
     out: dict[int, dict[str, list[float]]] = {}
     for b in batches:
         out[b] = {}
         for arm in ARMS:
-            cols = [r.get(b, {}).get(arm) for r in norm]
-            if any(c is None or len(c) != len(cols[0]) for c in cols):
+            cols = [r[b][arm] for r in norm]
+            if any(len(c) != len(cols[0]) for c in cols):
                 raise ValueError(f"the ranks measured different rounds at batch {b}")
             out[b][arm] = [max(vals) for vals in zip(*cols)]
     return out

@@ -86,6 +86,18 @@ def prefetch_state(refused: int = 0) -> SwitchState:
                        refused, tuple(i.plan.schedule for i in live))
 
 
+def _model_runner(ext, method: str):
+    """The worker's ``model_runner`` that ``ext`` (a
+    ``PrefetchSwitchExtension`` mixed into vLLM's worker) holds. Raises
+    ``RuntimeError`` naming ``method`` outside a vLLM worker."""
+    runner = getattr(ext, "model_runner", None)
+    if runner is None:
+        raise RuntimeError(f"{method}: no vLLM worker here (no model_runner): call it "
+                           f"through LLM.collective_rpc({method!r}, ...) of an engine "
+                           f"started with worker_extension_cls={WORKER_EXTENSION!r}")
+    return runner
+
+
 class PrefetchSwitchExtension:
     """vLLM worker extension (``worker_extension_cls``): the switch as
     worker methods, for ``LLM.collective_rpc``. Methods take no state of
@@ -106,8 +118,11 @@ class PrefetchSwitchExtension:
         ``set_prefetch``: ``{batch: {arm: [us per replay, one per round]}}``.
         Raises ``replay.ReplayUnavailable`` (a size without a FULL decode
         graph) and ``RuntimeError`` when this worker has no installed
-        schedule or refused a switch, before or during the timing."""
+        schedule or refused a switch, before or during the timing, or when
+        called outside a vLLM worker."""
         from l2sched.vllm.replay import replay_ab
+
+        runner = _model_runner(self, "l2sched_replay_ab")
 
         def switch(on: bool) -> None:
             state = set_prefetch(on)
@@ -115,16 +130,21 @@ class PrefetchSwitchExtension:
                 raise RuntimeError("no installed schedule to switch" if not state.installed
                                    else "the switch was refused")
 
-        return replay_ab(self.model_runner, [int(b) for b in batches], rounds=rounds,
+        return replay_ab(runner, [int(b) for b in batches], rounds=rounds,
                          warmup=warmup, replays=replays, switch=switch)
 
     def l2sched_time_replays(self, batches: list, replays: int) -> dict:
         """``{batch: us per replay}`` of this worker's FULL decode graphs as
         they are (no switching; works with no schedule installed: the
-        benchmark's no-plugin arm). Raises ``replay.ReplayUnavailable``."""
+        benchmark's no-plugin arm). Raises ``replay.ReplayUnavailable``,
+        ``ValueError`` for ``replays < 1`` (before any replay) and
+        ``RuntimeError`` outside a vLLM worker."""
         from l2sched.vllm.replay import graphs_for, time_replays
 
-        graphs = graphs_for(self.model_runner, [int(b) for b in batches])
+        if replays < 1:
+            raise ValueError(f"replays must be at least 1, got {replays}")
+        graphs = graphs_for(_model_runner(self, "l2sched_time_replays"),
+                            [int(b) for b in batches])
         out = {}
         for b, g in graphs.items():
             g.replay()

@@ -82,7 +82,11 @@ class VllmEngine:
         except Exception as e:  # the worker's traceback is in the engine log
             raise SwitchFailed(f"timing the decode graphs failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
-        return worst_of_ranks(list(answers))[int(batch)]
+        try:
+            return worst_of_ranks(list(answers))[int(batch)]
+        except (ValueError, KeyError) as e:  # answers of another shape or batch
+            raise SwitchFailed(f"the workers' decode graph timings do not match: {e}"
+                               ) from None
 
 
 def start_engine(model: str, *, tp: int, ep: bool, section: dict, load_format: str,

@@ -39,11 +39,12 @@ def startup_batches(captured: Sequence[int], max_num_seqs: int,
                     count: int = MAX_SIZES) -> list[int]:
     """Up to ``count`` of the ``captured`` decode graph sizes that a decode
     batch of at most ``max_num_seqs`` requests uses, spread evenly on a log
-    scale from the smallest to the largest (both included). ``[]`` when none
-    is at most ``max_num_seqs``."""
+    scale from the smallest to the largest (both included; the smallest
+    alone for ``count`` 1). ``[]`` when none is at most ``max_num_seqs``
+    or ``count`` < 1."""
     sizes = sorted({int(n) for n in captured if 0 < int(n) <= max_num_seqs})
-    if len(sizes) <= count:
-        return sizes
+    if len(sizes) <= count or count < 2:
+        return sizes[:max(count, 0)]
     lo, hi = math.log(sizes[0]), math.log(sizes[-1])
     picked: list[int] = []
     for i in range(count):
@@ -57,15 +58,18 @@ def startup_batches(captured: Sequence[int], max_num_seqs: int,
 def decide(timings: dict) -> tuple[bool, str]:
     """``replay.replay_ab``'s answer -> (keep prefetch on, the per-size text
     ``M=4 +12.0 us (noise 3.1) faster``). On when no size is ``slower`` and
-    at least one is ``faster``."""
+    at least one is ``faster`` (off, "no batch size measured", for none).
+    Raises ``ValueError`` for a size whose arms have different round
+    counts (``verify.from_rounds``)."""
     parts, verdicts = [], []
     for batch in sorted(timings, key=int):
         s = from_rounds(int(batch), timings[batch]).summary()
         verdicts.append(s["verdict"])
-        parts.append(f"M={batch} {s['gain_us']['median']:+.1f} us "
-                     f"(noise {s['noise_us']:.1f}) {s['verdict']}")
+        gain, noise = s["gain_us"]["median"], s["noise_us"]
+        parts.append(f"M={batch} {'n/a' if gain is None else f'{gain:+.1f}'} us "
+                     f"(noise {'n/a' if noise is None else f'{noise:.1f}'}) {s['verdict']}")
     on = "slower" not in verdicts and "faster" in verdicts
-    return on, ", ".join(parts)
+    return on, ", ".join(parts) or "no batch size measured"
 
 
 def _agree(flag: bool) -> bool:
@@ -111,16 +115,22 @@ def verify_after_capture(worker) -> None:
         rank_txt = parallel_layout(vc).rank_txt
         runner = worker.model_runner
         inst = installed_for(runner.get_model())
-        sizes = startup_batches(vc.compilation_config.cudagraph_capture_sizes or [],
-                                vc.scheduler_config.max_num_seqs)
+        captured = vc.compilation_config.cudagraph_capture_sizes or []
+        max_seqs = vc.scheduler_config.max_num_seqs
+        sizes = startup_batches(captured, max_seqs)
         graphs = full_decode_graphs(runner)
         if inst is None:
             why = "no schedule installed on this rank"
         elif not inst.runtime.fills_on:
             why = "the fills were installed switched off"
+        elif captured and not sizes:
+            why = (f"no cudagraph_capture_sizes of at most max_num_seqs {max_seqs} "
+                   f"(captured: {', '.join(map(str, sorted(captured)))})")
         elif not sizes or any(s not in graphs for s in sizes):
-            why = ("no FULL decode CUDA graph to time (enforce_eager, or a "
-                   "cudagraph_mode without FULL decode graphs)")
+            missing = ", ".join(str(s) for s in sizes if s not in graphs)
+            why = (f"no FULL decode CUDA graph{' of batch size ' + missing if missing else ''}"
+                   " to time (enforce_eager, or a cudagraph_mode without FULL decode "
+                   "graphs)")
     except Exception as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     try:
