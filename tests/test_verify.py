@@ -410,3 +410,30 @@ def test_startup_batches_and_decide_with_odd_input():
     assert decide({1: {"on": [90.0] * 3, "off": [100.0] * 3, "off2": [nan] * 3}})[0] is False
     with pytest.raises(ValueError, match="one value per round"):
         decide({1: {"on": [90], "off": [100, 100], "off2": [100, 100]}})
+
+
+def test_engine_names_the_batch_sizes_a_worker_has_no_decode_graph_for():
+    """``l2sched verify --timing replay`` asks every worker for its captured
+    FULL decode graph sizes before measuring anything (so an earlier size's
+    measurement is not thrown away when a later one has no graph)."""
+    from l2sched.vllm.verify_engine import SwitchFailed, VllmEngine
+
+    class LLM:
+        def __init__(self, answers):
+            self.answers = answers
+
+        def collective_rpc(self, method, args=()):
+            assert method == "l2sched_decode_graph_sizes" and args == ()
+            if isinstance(self.answers, Exception):
+                raise self.answers
+            return self.answers
+
+    ok = VllmEngine(LLM([[1, 2, 4], [1, 2, 4]]), None, 8, 1000)
+    assert ok.missing_graphs([1, 4]) == ""
+    one = VllmEngine(LLM([[1, 2, 4], [1, 2]]), None, 8, 1000)
+    assert one.missing_graphs([1, 4, 16]) == (
+        "worker 0 has no FULL decode CUDA graph for batch size 16 (captured: 1, 2, 4)")
+    eager = VllmEngine(LLM([[]]), None, 8, 1000)
+    assert "captured: none: enforce_eager" in eager.missing_graphs([1])
+    with pytest.raises(SwitchFailed, match="listing the decode graphs failed: OSError"):
+        VllmEngine(LLM(OSError("gone")), None, 8, 1000).missing_graphs([1])

@@ -552,6 +552,18 @@ def _verify_scenario(model, cfg, records, loader_utils, rank):
             for i in vllm_plugin.INSTALLED:
                 i.remove()
             vllm_plugin.INSTALLED.clear()
+        # the schedule does not load: the post-load step's one 'prefetch OFF'
+        # line is the rank's only line (verify's own reason is DEBUG)
+        cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, schedule="missing.l2s",
+                                                 verify=3)}
+        records.clear()
+        loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                   torch.device("cpu"))
+        runner = types.SimpleNamespace(get_model=lambda: model,
+                                       cudagraph_manager=types.SimpleNamespace(graphs={}))
+        verify_after_capture(types.SimpleNamespace(vllm_config=cfg, model_runner=runner))
+        got["cases"]["install-failed"] = {"records": list(records),
+                                          "installed": len(vllm_plugin.INSTALLED)}
     finally:
         cfg.compilation_config.cudagraph_capture_sizes, replay_mod.time_replays = saved
     return got
@@ -888,6 +900,10 @@ def test_issue31_verify_option_keeps_prefetch_only_where_every_rank_measured_a_g
         c = got["cases"]["verify-0"]
         assert c["on_after"] is True and c["timed"] == 0
         assert not [x for x in c["records"] if "verify" in x]
+        c = got["cases"]["install-failed"]
+        assert c["installed"] == 0
+        offs = [x for x in c["records"] if "prefetch OFF" in x]
+        assert len(offs) == 1 and "cannot read schedule" in offs[0], c["records"]
 
 
 def test_issue31_fills_off_installs_switched_off_and_rpc_switches(ranks):

@@ -127,6 +127,9 @@ cmd_env() {
   echo "export VLLM_CACHE_ROOT=$D/cache/vllm TRITON_CACHE_DIR=$D/cache/triton TORCHINDUCTOR_CACHE_DIR=$D/cache/inductor"
   echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1"
   echo "export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
+  # FlashInfer is not carried; vLLM 0.33.0's V2 sampler imports it unless told
+  # not to (engine start failed with "No module named 'flashinfer'", 2026-12-03)
+  echo "export VLLM_USE_FLASHINFER_SAMPLER=0"
   if [ "${VLLM_GPU_ABI_SHIM:-0}" = 1 ] && [ -f "$D/libtorch_abi_shim.so" ]; then
     echo "export LD_PRELOAD=$D/libtorch_abi_shim.so${LD_PRELOAD:+:$LD_PRELOAD}"
   fi

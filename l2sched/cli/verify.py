@@ -224,6 +224,12 @@ def cmd_verify(args) -> int:
               "fit answered); nothing to measure", file=sys.stderr)
         return 0
     try:
+        missing = engine.missing_graphs(batches) if args.timing == "replay" else ""
+        if missing:
+            print(f"l2sched verify: {missing}; give --batch-size among the captured sizes, "
+                  "or capture these (--engine-arg 'compilation_config={\"cudagraph_capture_"
+                  "sizes\": [...]}'), or use --timing generate", file=sys.stderr)
+            return 1
         if args.timing == "replay":
             results = V.measure_replays(engine, batches, output_len=args.output_len,
                                         rounds=args.num_iters,

@@ -133,6 +133,14 @@ class PrefetchSwitchExtension:
         return replay_ab(runner, [int(b) for b in batches], rounds=rounds,
                          warmup=warmup, replays=replays, switch=switch)
 
+    def l2sched_decode_graph_sizes(self) -> list:
+        """The batch sizes of this worker's captured FULL decode graphs
+        (``replay.full_decode_graphs``), sorted. Raises ``RuntimeError``
+        outside a vLLM worker."""
+        from l2sched.vllm.replay import full_decode_graphs
+
+        return sorted(full_decode_graphs(_model_runner(self, "l2sched_decode_graph_sizes")))
+
     def l2sched_time_replays(self, batches: list, replays: int) -> dict:
         """``{batch: us per replay}`` of this worker's FULL decode graphs as
         they are (no switching; works with no schedule installed: the

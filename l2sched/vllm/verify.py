@@ -205,6 +205,10 @@ class ReplayEngine(Engine, Protocol):
         """``{arm: [us per replay, one per round]}`` of ``batch``, the
         slowest rank's (``replay.worst_of_ranks``)."""
 
+    def missing_graphs(self, batches: list[int]) -> str:
+        """"" when every worker can replay a decode graph of every batch
+        size, else one line saying which cannot."""
+
 
 def measure_replays(engine: ReplayEngine, batches: Sequence[int], *, output_len: int,
                     rounds: int, warmup: int = 1, replays: int = 10,

@@ -69,6 +69,24 @@ class VllmEngine:
                                    "capture was in progress)")
 
 
+    def missing_graphs(self, batches: list[int]) -> str:
+        """"" when every worker captured a FULL decode graph of every batch
+        size in ``batches``, else one line naming the first worker that did
+        not, the sizes it lacks and the ones it has. Raises ``SwitchFailed``
+        when the RPC fails."""
+        try:
+            answers = self.llm.collective_rpc("l2sched_decode_graph_sizes")
+        except Exception as e:
+            raise SwitchFailed(f"listing the decode graphs failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        for rank, have in enumerate(answers):
+            lack = [b for b in batches if b not in set(have)]
+            if lack:
+                return (f"worker {rank} has no FULL decode CUDA graph for batch size "
+                        f"{', '.join(map(str, lack))} (captured: "
+                        f"{', '.join(map(str, have)) or 'none: enforce_eager, or no FULL mode'})")
+        return ""
+
     def replay_ab(self, batch: int, rounds: int, warmup: int, replays: int) -> dict:
         """``verify.ReplayEngine.replay_ab`` through every worker
         (``switch.PrefetchSwitchExtension.l2sched_replay_ab``), the slowest

@@ -169,9 +169,14 @@ def _switch(inst, on: bool) -> None:
 
 
 def _off(inst, rank_txt: str, why: str) -> None:
-    if inst is not None:
-        try:
-            inst.switch(False)
-        except Exception:  # pragma: no cover - the switch writes one word
-            pass
+    """Switch ``inst`` off and log why: one WARNING line; only DEBUG when this
+    rank has no installation (its post-load step logged its own 'prefetch
+    OFF' line already: one line per rank)."""
+    if inst is None:
+        log.debug("l2sched: %s: prefetch OFF: %s", rank_txt, why)
+        return
+    try:
+        inst.switch(False)
+    except Exception:  # pragma: no cover - the switch writes one word
+        pass
     log.warning("l2sched: %s: prefetch OFF: %s", rank_txt, why)
