@@ -437,3 +437,15 @@ def test_engine_names_the_batch_sizes_a_worker_has_no_decode_graph_for():
     assert "captured: none: enforce_eager" in eager.missing_graphs([1])
     with pytest.raises(SwitchFailed, match="listing the decode graphs failed: OSError"):
         VllmEngine(LLM(OSError("gone")), None, 8, 1000).missing_graphs([1])
+
+
+@pytest.mark.parametrize("text", ["1_0", "1,٤", "4, 16_0"])
+def test_batch_sizes_take_plain_digits(tmp_path, capsys, text):
+    """``int()`` reads '1_0' as 10 and Arabic-Indic digits; the CLI's number
+    lists (``cli.options.numbers``) do not."""
+    from l2sched.model.config import default_config
+
+    (tmp_path / "config.json").write_text(json.dumps(default_config()))
+    assert main(["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s",
+                 "--batch-size", text]) == 2
+    assert "--batch-size takes comma-separated numbers" in capsys.readouterr().err

@@ -112,6 +112,9 @@ def numbers(opt: str, text: str, kind=float) -> list:
     naming the option for anything else."""
     if any(not x.strip() for x in text.split(",")):
         raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
+    # int()/float() also read '1_0' as 10 and non-ASCII digits
+    if any(not x.strip().isascii() or "_" in x for x in text.split(",")):
+        raise L2sUsageError(f"{opt} takes comma-separated numbers, got {text!r}")
     try:
         vals = [kind(x) for x in text.split(",")]
     except ValueError:
