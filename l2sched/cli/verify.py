@@ -16,6 +16,7 @@ from l2sched import progress
 from l2sched.cli.options import SetAction, add_command, numbers
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path
+from l2sched.vllm.replay import REPLAYS
 
 #: File names whose presence says a model directory holds weights.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -35,10 +36,6 @@ def _model_dir(text: str) -> Path:
                             "model directory or its config.json)")
     return p
 
-
-#: Graph replays per timed arm of ``--timing replay`` (``--replays``): the
-#: plugin's start-up A/B uses the same (``verify_startup.REPLAYS``).
-REPLAYS = 10
 
 #: ``vllm.LLM`` arguments verify sets itself (``--engine-arg`` may not).
 OWN_ENGINE_ARGS = ("model", "tensor_parallel_size", "enable_expert_parallel",

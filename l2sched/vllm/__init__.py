@@ -39,6 +39,7 @@ one WARNING line, prefetch off).
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import logging
@@ -182,19 +183,24 @@ def _patch_loader_utils(utils) -> None:
     if original is None or getattr(original, "__l2sched__", False):
         return
     _original_pwal = original
+    wrapped = _then(original, "l2sched.vllm.plugin", "activate_after_load")
+    utils.process_weights_after_loading = wrapped
+    _rebind(original, wrapped, "process_weights_after_loading")
 
-    def process_weights_after_loading(model, *args, **kwargs):
-        out = original(model, *args, **kwargs)
-        # imported at the first model load, not at registration: every vLLM
-        # process registers, few load a model
-        from l2sched.vllm.plugin import activate_after_load
 
-        activate_after_load(model)
+def _then(original, module: str, name: str):
+    """A wrapper of vLLM's ``original(first, ...)`` that, when it returns,
+    calls ``module.name(first)`` and returns ``original``'s result. The
+    module is imported at the first call, not at registration: every vLLM
+    process registers, few load a model or capture graphs."""
+
+    def wrapper(first, *args, **kwargs):
+        out = original(first, *args, **kwargs)
+        getattr(importlib.import_module(module), name)(first)
         return out
 
-    _mark(process_weights_after_loading, original)
-    utils.process_weights_after_loading = process_weights_after_loading
-    _rebind(original, process_weights_after_loading, "process_weights_after_loading")
+    _mark(wrapper, original)
+    return wrapper
 
 
 def _target(module, *attrs):
@@ -284,15 +290,8 @@ def _patch_gpu_worker(module) -> None:
     if warm is None or getattr(warm, "__l2sched__", False):
         return
 
-    def compile_or_warm_up_model(self, *args, **kwargs):
-        out = warm(self, *args, **kwargs)
-        from l2sched.vllm.verify_startup import verify_after_capture
-
-        verify_after_capture(self)
-        return out
-
-    _mark(compile_or_warm_up_model, warm)
-    cls.compile_or_warm_up_model = compile_or_warm_up_model
+    cls.compile_or_warm_up_model = _then(warm, "l2sched.vllm.verify_startup",
+                                         "verify_after_capture")
 
 
 #: vLLM module -> the name its patch wraps (for the drift line).

@@ -35,7 +35,7 @@ AUTO = "auto"
 ENV_FILLS = "L2SCHED_FILLS"
 ENV_VERIFY = "L2SCHED_VERIFY"
 #: Rounds of the start-up A/B (``verify``) a user may ask for: each round
-#: replays every measured size's decode graph 3 x (1 + ``REPLAYS``) times.
+#: replays every measured size's decode graph 3 x (1 + ``replay.REPLAYS``) times.
 MAX_VERIFY_ROUNDS = 50
 
 #: Runtime backends the plugin offers.

@@ -24,6 +24,14 @@ from typing import Callable, Sequence
 from l2sched.vllm.verify import ARMS, rotation
 
 
+#: Graph replays per timed arm (one sample), for ``l2sched verify
+#: --timing replay`` (its ``--replays`` default) and the plugin's start-up
+#: A/B: ~10 steps keep a sample well above the CUDA events' ~1 us resolution
+#: at every M (A/A noise 2-7 us on the H200:
+#: benchmarks/results/h200-2026-12-03-replay/README.md).
+REPLAYS = 10
+
+
 class ReplayUnavailable(RuntimeError):
     """The worker has no FULL decode CUDA graph for a batch size asked for
     (``enforce_eager``, a ``cudagraph_mode`` without FULL decode graphs, or a

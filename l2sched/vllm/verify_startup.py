@@ -23,13 +23,11 @@ import logging
 import math
 from typing import Sequence
 
+from l2sched.vllm.replay import REPLAYS
 from l2sched.vllm.verify import from_rounds
 
 log = logging.getLogger("vllm.l2sched")
 
-#: Graph replays per timed arm (one sample); ~10 steps keep one sample
-#: well above the CUDA events' ~1 us resolution at every M.
-REPLAYS = 10
 #: Batch sizes measured at start-up, at most: each costs
 #: 3 x (rounds + 1) x (REPLAYS + 1) replays of its graph.
 MAX_SIZES = 4
