@@ -552,7 +552,8 @@ def test_recovered_share_interval_survives_draws_without_a_gap():
     ("none:policy=evict_normal", "names an arm so itself"),
     (":join=every-layer", "needs a name"),
     ("j:join=sometimes", "join takes only 'join=every-layer'"),
-    ("d:launch=later", "launch takes only 'launch=deferred'"),
+    ("d:launch=later", "launch takes only 'launch=fork' or 'launch=deferred'"),
+    ("d:launch=leaf,launch=fork", "launch given twice"),
     ("k:window.NOPE.budget=1MB", "unknown window 'NOPE'"),
 ])
 def test_bad_bench_run_variants_are_usage_errors(variant, msg, capsys, tmp_path):

@@ -322,7 +322,7 @@ def test_controls_need_an_aa_arm_and_name_the_arms_they_skip(tmp_path, capsys):
     from l2sched.cli import main
     assert lab_main(["bench", "run", "--dry", "--controls", "--out", str(tmp_path / "x.json")]) == 2
     assert "--controls needs the A/A arm" in capsys.readouterr().err
-    arms = [{"name": "dfr", "path": SCHED, "overrides": [], "runtime": {"defer_launch": True}}]
+    arms = [{"name": "dfr", "path": SCHED, "overrides": [], "runtime": {"capture_launch": "deferred"}}]
     assert control_arms(arms)[1][0].startswith("dfr: an arm with a runtime option")
 
 

@@ -83,6 +83,18 @@ def test_cuda_runtime_rejects_unknown_sync():
         CudaRuntime(_plan(), sync="cupy")
 
 
+def test_cuda_runtime_takes_every_capture_launch_and_rejects_others():
+    """Issue 36: ``capture_launch`` is one of ``CAPTURE_LAUNCHES`` (checked
+    at construction, before any GPU work); the default is ``fork``."""
+    from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
+    from l2sched.runtime.cuda import CudaRuntime
+    assert CudaRuntime(_plan()).capture_launch == "fork"
+    for launch in CAPTURE_LAUNCHES:
+        assert CudaRuntime(_plan(), capture_launch=launch).capture_launch == launch
+    with pytest.raises(ValueError, match="unknown capture launch 'leaves'.*launch-order"):
+        CudaRuntime(_plan(), capture_launch="leaves")
+
+
 # --- dry run ----------------------------------------------------------------
 
 def test_dry_run_records_fork_launch_join_in_order():

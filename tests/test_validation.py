@@ -194,17 +194,19 @@ def test_result_arms_carry_their_schedule_text(tmp_path):
 
 
 def test_runtime_items_of_a_variant_go_to_install_and_runtime():
-    """``join=every-layer`` and ``launch=deferred`` are not schedule settings:
+    """``join=every-layer`` and ``launch=CHOICE`` are not schedule settings:
     they reach ``install_plan`` and the runtime, the rest the schedule."""
     arms = {a["name"]: a for a in arm_specs(SCHED, "", False, [
         "j:window.C.budget=5MB,join=every-layer",
         "d:launch=deferred,policy=evict_normal",
-        "both:launch=deferred,join=every-layer"], False)}
+        "both:launch=deferred,join=every-layer",
+        "leaf:launch=leaf-deferred"], False)}
     assert arms["j"]["overrides"] == ["window.C.budget=5MB"]
     assert arms["j"]["install"] == {"join_every_layer": True} and "runtime" not in arms["j"]
     assert arms["d"]["overrides"] == ["policy=evict_normal"]
-    assert arms["d"]["runtime"] == {"defer_launch": True} and "install" not in arms["d"]
+    assert arms["d"]["runtime"] == {"capture_launch": "deferred"} and "install" not in arms["d"]
+    assert arms["leaf"]["runtime"] == {"capture_launch": "leaf-deferred"}
     assert arms["both"]["overrides"] == []
     assert (arms["both"]["install"], arms["both"]["runtime"]) == \
-        ({"join_every_layer": True}, {"defer_launch": True})
+        ({"join_every_layer": True}, {"capture_launch": "deferred"})
     assert "runtime" not in arms["compiled"] and "install" not in arms["compiled"]

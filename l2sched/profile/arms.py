@@ -16,6 +16,7 @@ from l2sched.profile.controls import CONTROL_PREFIX, add_controls
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
 from l2sched.device import load_device
+from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
 #: The A/A arm's name: a second capture of the no-prefetch step.
@@ -26,14 +27,15 @@ AA_ARM = "none-aa"
 #: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
 #: instead of once per forward.
 JOIN_EVERY_LAYER = "join=every-layer"
-#: A ``--variant`` item that installs the arm's plan on a runtime that, in
-#: the capture, launches each fill at the next hook instead of right after
-#: its fork (``CudaRuntime(defer_launch=True)``).
-LAUNCH_DEFERRED = "launch=deferred"
+#: ``--variant`` items ``launch=CHOICE`` that install the arm's plan on a
+#: runtime that enters each fill into the capture that way
+#: (``CudaRuntime(capture_launch=CHOICE)``, ``runtime.capture_nodes``);
+#: ``launch=fork`` is the default.
+LAUNCH_ITEMS = {f"launch={c}": c for c in CAPTURE_LAUNCHES}
 #: ``--variant`` items that choose how the plan is installed or run, not a
-#: schedule setting: item -> (where, keyword).
-RUNTIME_ITEMS = {JOIN_EVERY_LAYER: ("install", "join_every_layer"),
-                 LAUNCH_DEFERRED: ("runtime", "defer_launch")}
+#: schedule setting: item -> (where, keyword, value).
+RUNTIME_ITEMS = {JOIN_EVERY_LAYER: ("install", "join_every_layer", True),
+                 **{item: ("runtime", "capture_launch", c) for item, c in LAUNCH_ITEMS.items()}}
 
 
 #: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
@@ -49,8 +51,8 @@ def split_variant(text: str) -> tuple[str, list[str]]:
 def check_variants(variants: list[str], schedule_path: str) -> None:
     """Check ``--variant`` values before anything runs: a name that is not
     empty, not one of ``FIXED_ARMS`` or ``bench/...`` and not given twice;
-    ``join=`` only as ``join=every-layer``, ``launch=`` only as
-    ``launch=deferred``; every other item a setting the
+    ``join=`` only as ``join=every-layer``, ``launch=`` only with one of
+    ``CAPTURE_LAUNCHES``; every other item a setting the
     schedule at ``schedule_path`` accepts. Raises ``ValueError`` naming the
     variant."""
     seen = set()
@@ -65,11 +67,14 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
         if name in seen:
             raise ValueError(f"--variant {name}: given twice")
         seen.add(name)
-        for key, want in (("join", JOIN_EVERY_LAYER), ("launch", LAUNCH_DEFERRED)):
+        for key, allowed in (("join", [JOIN_EVERY_LAYER]), ("launch", list(LAUNCH_ITEMS))):
             got = [i for i in items if i.split("=", 1)[0].strip() == key]
-            if any(i != want for i in got):
-                raise ValueError(f"--variant {name}: {key} takes only {want!r}, "
-                                 f"got {got[0]!r}")
+            bad = [i for i in got if i not in allowed]
+            if bad:
+                raise ValueError(f"--variant {name}: {key} takes only "
+                                 f"{' or '.join(map(repr, allowed))}, got {bad[0]!r}")
+            if len(got) > 1:
+                raise ValueError(f"--variant {name}: {key} given twice")
         try:
             load_schedule(shipped_path(schedule_path),
                           [i for i in items if i not in RUNTIME_ITEMS])
@@ -105,8 +110,8 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
                "overrides": [o for o in overrides if o not in RUNTIME_ITEMS]}
         for item in overrides:  # installation and runtime choices, not settings
             if item in RUNTIME_ITEMS:
-                where, key = RUNTIME_ITEMS[item]
-                arm.setdefault(where, {})[key] = True
+                where, key, value = RUNTIME_ITEMS[item]
+                arm.setdefault(where, {})[key] = value
         arms.append(arm)
     if bench_dir and os.path.isdir(bench_dir):
         for f in sorted(os.listdir(bench_dir)):

@@ -110,7 +110,7 @@ def control_arms(arms: list[dict], kind: str = "head") -> tuple[list[dict], list
             continue
         if a.get("runtime"):
             notes.append(f"{a['name']}: an arm with a runtime option (the load-mode kernel, "
-                         "launch=deferred) is not scored by the validation")
+                         "launch=CHOICE) is not scored by the validation")
             continue
         got = control_arm(a, inv, kind)
         if isinstance(got, str):

@@ -32,8 +32,9 @@ def run_arguments(p) -> None:
     p.add_argument("--variant", action="append", default=[],
                    help="NAME:KEY=VALUE,... extra arm of the schedule with overrides "
                         "(the item join=every-layer installs it with a join at the end "
-                        "of every decoder layer; launch=deferred captures each fill "
-                        "after the main stream's next kernel)")
+                        "of every decoder layer; launch=deferred|leaf|leaf-deferred|"
+                        "launch-order enters each fill into the captured step that way, "
+                        "docs/runtime.md)")
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
     p.add_argument("--aa", action="store_true",

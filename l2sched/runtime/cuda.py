@@ -20,6 +20,8 @@ from typing import Mapping, Sequence
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
 from l2sched.runtime.base import RuntimeBase, same_layout
+from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, NODE_LAUNCHES, CaptureDeps,
+                                           check_capture_launch)
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
@@ -63,28 +65,31 @@ class CudaRuntime(RuntimeBase):
     ``fill``/``fill_default``: the device profile's fill kernels (mode ->
     ``FillMode``; ``DeviceProfile.fill_modes``) and default mode, which give
     each issue its kernel and launch shape (``issue_specs``).
-    ``defer_launch``: during a capture, a fill forked at a hook is launched
-    at the next ``issue`` or ``join`` instead of at once. It still depends
-    only on the op it was forked after (the side stream's capture
-    dependencies do not change in between), but the graph records the main
-    stream's next kernel as that op's first child (docs/runtime.md,
-    "Hardware queues"). Eager forwards launch at once either way.
+    ``capture_launch``: how a fill enters a FULL capture, one of
+    ``CAPTURE_LAUNCHES`` (``runtime.capture_nodes``; docs/runtime.md,
+    "Hardware queues"): ``fork`` (side stream, at once), ``deferred`` (side
+    stream, at the next ``issue`` or ``join``), ``leaf``/``leaf-deferred``
+    (a node of the model stream's capture that nothing depends on) or
+    ``launch-order``. Eager forwards fork the side stream and launch at once
+    whatever the choice.
     ``mode``/``grid``/``threads``/``chunk``/``stages``: override every
     issue's kernel and shape (benchmarks). ``sync``: how fork and join are
     enqueued (``runtime.streams.ForkJoin``). ``specs`` is the
     ``KernelSpec`` per issue; after ``prepare``: ``kernels`` (mode ->
     compiled ``PrefetchKernel``), ``side`` (the side stream), ``table`` (the
     ``FillTable``) and ``fork_join``. Raises ``ValueError`` for an unknown
-    ``sync`` or a kernel spec that cannot be built."""
+    ``sync``, an unknown ``capture_launch`` or a kernel spec that cannot be
+    built."""
 
     SYNCS = SYNCS
+    CAPTURE_LAUNCHES = CAPTURE_LAUNCHES
 
     def __init__(self, plan: Plan, *, device: int | None = None,
                  fill: Mapping | None = None, fill_default: str = "bulk",
                  mode: str | None = None, grid: int | None = None,
                  threads: int | None = None, chunk: int | None = None,
                  stages: int | None = None, sync: str = "auto",
-                 set_aside_owner: str | None = None, defer_launch: bool = False, **kw):
+                 set_aside_owner: str | None = None, capture_launch: str = "fork", **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
@@ -103,8 +108,12 @@ class CudaRuntime(RuntimeBase):
         self.switch_word: SwitchWord | None = None
         self._ready = False
         self._pending = False
-        self.defer_launch = defer_launch
-        self._deferred: list[tuple[int, int, int]] = []  # (issue, row begin, row end)
+        self.capture_launch = check_capture_launch(capture_launch)
+        # fills held back in a capture: (issue, row begin, row end, the
+        # model stream's capture dependencies at the hook or None)
+        self._deferred: list[tuple[int, int, int, tuple | None]] = []
+        self._capture_deps: CaptureDeps | None = None
+        self._node_launch: dict[tuple[int, int], object] = {}  # (issue, stream) -> launch
         self._warned_dirty = False
         # gate_pair of the last StepInfo object seen (identity-cached), and
         # the decision when the capture state cannot change it (else None).
@@ -149,6 +158,8 @@ class CudaRuntime(RuntimeBase):
                     self.enabled = False  # the kernel module logged why, once
                     return False
                 self.kernels[spec] = kern
+            if self.capture_launch in NODE_LAUNCHES:
+                self._capture_deps = CaptureDeps()
             self.side = side_stream(dev)
             self.fork_join = ForkJoin(torch, dev, self.side, self.sync)
             self.sync = self.fork_join.sync
@@ -202,6 +213,7 @@ class CudaRuntime(RuntimeBase):
         self._launches[spec] = new.bind(self.table.device_ptr, self.side.cuda_stream,
                                         self.switch_word.ptr)
         self._launch_of = [self._launches[s] for s in self.specs]
+        self._node_launch.clear()
         return True
 
     def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
@@ -286,18 +298,68 @@ class CudaRuntime(RuntimeBase):
         # its own fork only
         if self._deferred and not self._launch_deferred():
             return False
-        self.fork_join.fork()
-        # From here the side stream waited on the fork: the join must run
-        # even when the launch fails.
-        self._pending = True
         b, e = span
-        if self.defer_launch and self.fork_join.is_capturing():
-            self._deferred.append((i, b, e))
-        elif not self._launch(i, b, e):
-            return False
+        mode = self.capture_launch
+        if mode != "fork" and self.fork_join.is_capturing():
+            if not self._capture_issue(mode, i, b, e):
+                return False
+        else:
+            self.fork_join.fork()
+            # From here the side stream waited on the fork: the join must
+            # run even when the launch fails.
+            self._pending = True
+            if not self._launch(i, b, e):
+                return False
         stats = self.stats
         stats.issued += 1
         stats.bytes_issued += self.table.nbytes[i]
+        return True
+
+    def _capture_issue(self, mode: str, i: int, b: int, e: int) -> bool:
+        """Issue ``i`` in a FULL capture by ``capture_launch`` ``mode``
+        (not ``fork``): hold it back (``deferred``, ``leaf-deferred``) or add
+        it to the model stream's capture now (``leaf``, ``launch-order``).
+        A driver error disables prefetch (one log line)."""
+        if mode == "deferred":
+            self.fork_join.fork()
+            self._pending = True
+            self._deferred.append((i, b, e, None))
+            return True
+        stream = self.fork_join.current_handle()
+        try:
+            if mode == "leaf-deferred":
+                self._deferred.append((i, b, e, self._capture_deps.get(stream)))
+                return True
+            deps = self._capture_deps.get(stream)
+            if not self._node_launch_of(i, stream, b, e):
+                return False
+            if mode == "leaf":
+                self._capture_deps.set(stream, *deps)
+            else:  # launch-order: the next node waits for the fill's blocks to start
+                fill, _ = self._capture_deps.get(stream)
+                cd = self._capture_deps
+                cd.set(stream, fill, [cd.launch_order_edge] * len(fill))
+        except RuntimeError as ex:
+            self.disable(f"capture launch {mode}: {ex}")
+            return False
+        return True
+
+    def _node_launch_of(self, i: int, stream: int, b: int, e: int) -> bool:
+        """Launch issue ``i`` over rows ``[b, e)`` on the stream with raw
+        handle ``stream`` (the model's stream, in a capture); on failure,
+        the fallback kernel, else disable. Whether it was launched."""
+        key = (i, stream)
+        f = self._node_launch.get(key)
+        if f is None:
+            f = self._node_launch[key] = self.kernels[self.specs[i]].bind(
+                self.table.device_ptr, stream, self.switch_word.ptr)
+        try:
+            f(b, e)
+        except Exception as ex:
+            if not self._fallback(self.specs[i]):
+                self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
+                return False
+            return self._node_launch_of(i, stream, b, e)
         return True
 
     def _launch(self, i: int, b: int, e: int) -> bool:
@@ -314,11 +376,27 @@ class CudaRuntime(RuntimeBase):
         return True
 
     def _launch_deferred(self) -> bool:
-        """Launch the fills ``defer_launch`` held back, in issue order;
-        whether all were launched."""
+        """Launch the fills held back in a capture (``capture_nodes.DEFERRED_LAUNCHES``), in
+        issue order: on the side stream (``deferred``: it still waits on its
+        own fork only), or on the model's stream with the capture
+        dependencies saved at the fill's hook, which are then set back
+        (``leaf-deferred``). Whether all were launched."""
         held, self._deferred = self._deferred, []
-        for i, b, e in held:
-            if not self._launch(i, b, e):
+        for i, b, e, deps in held:
+            if deps is None:
+                if not self._launch(i, b, e):
+                    return False
+                continue
+            stream = self.fork_join.current_handle()
+            try:
+                now = self._capture_deps.get(stream)
+                self._capture_deps.set(stream, *deps)
+                launched = self._node_launch_of(i, stream, b, e)
+                self._capture_deps.set(stream, *now)
+            except RuntimeError as ex:
+                self.disable(f"capture launch leaf-deferred: {ex}")
+                return False
+            if not launched:
                 return False
         return True
 
@@ -388,10 +466,13 @@ class CudaRuntime(RuntimeBase):
     def join(self) -> None:
         """Make the current stream wait for the side stream's work so far, so
         for the last fill (no-op when nothing was issued since the last join).
-        """
-        if self._pending and self._thread == get_ident():
-            if self._deferred:
-                self._launch_deferred()
+        Fills held back in a capture are launched first; fills captured as
+        leaves need no join (the graph's end waits for them)."""
+        if self._thread != get_ident():
+            return
+        if self._deferred:
+            self._launch_deferred()
+        if self._pending:
             self.fork_join.join()
             self._pending = False
             self.stats.joined += 1

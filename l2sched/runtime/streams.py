@@ -87,6 +87,10 @@ class ForkJoin:
         self._cu_streams: dict[int, object] = {}
         self.fork, self.join = self._fork_driver, self._join_driver
 
+    def current_handle(self) -> int:
+        """The raw handle of ``device``'s current stream."""
+        return self._raw(self.device)
+
     def _cur(self):
         """The current stream as a ``CUstream`` (cached per raw handle)."""
         h = self._raw(self.device)

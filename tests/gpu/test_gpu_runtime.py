@@ -454,33 +454,46 @@ def test_kernel_times_measures_the_body_kernels_alone():
         b.kernel_times(b.flush, b.flush)
 
 
-def _kernel_nodes(g) -> int:
-    """Kernel nodes of a torch CUDA graph captured with ``keep_graph=True``."""
+def _graph_shape(g) -> dict:
+    """Of a torch CUDA graph captured with ``keep_graph=True``: its kernel
+    nodes, the kernel nodes nothing depends on (leaves), and the edges from
+    a kernel's launch-order port."""
     from cuda.bindings import runtime as cudart
+    ok = cudart.cudaError_t.cudaSuccess
     graph = cudart.cudaGraph_t(init_value=g.raw_cuda_graph())
     err, _, n = cudart.cudaGraphGetNodes(graph, 0)
-    assert err == cudart.cudaError_t.cudaSuccess, err
+    assert err == ok, err
     err, nodes, n = cudart.cudaGraphGetNodes(graph, n)
-    assert err == cudart.cudaError_t.cudaSuccess, err
+    assert err == ok, err
     kernel = cudart.cudaGraphNodeType.cudaGraphNodeTypeKernel
-    return sum(1 for nd in nodes[:n] if cudart.cudaGraphNodeGetType(nd)[1] == kernel)
+    kernels = {int(nd) for nd in nodes[:n] if cudart.cudaGraphNodeGetType(nd)[1] == kernel}
+    out = cudart.cudaGraphGetEdges(graph, 0)
+    assert out[0] == ok, out[0]
+    out = cudart.cudaGraphGetEdges(graph, out[-1])
+    assert out[0] == ok, out[0]
+    m = out[-1]
+    sources = {int(f) for f in out[1][:m]}
+    order = sum(1 for e in out[3][:m] if int(e.from_port) == 2)  # LAUNCH_ORDER
+    return {"kernels": len(kernels), "leaves": len(kernels - sources), "launch_order": order}
 
 
 @pytest.mark.parametrize("mode", ["copy", "bulk"])
-def test_deferred_launch_captures_every_fill_and_replays_bitwise(mode):
-    """``CudaRuntime(defer_launch=True)``: in a FULL capture each fill is
-    launched at the next hook or at the join, none is lost (the graph holds
-    as many kernel nodes as with immediate launches), replays are bitwise
-    those of the model without a plan; eager forwards launch at once."""
+def test_capture_launches_capture_every_fill_and_replay_bitwise(mode):
+    """Issue 36: every ``capture_launch`` (``runtime.capture_nodes``) puts
+    each fill of a FULL capture into the graph (as many kernel nodes as
+    ``fork``), none is lost or held at the end, and replays are bitwise
+    those of the model without a plan; the leaf choices leave every fill a
+    kernel that nothing depends on, ``launch-order`` adds one launch-order
+    edge per fill; eager forwards launch at once on the side stream."""
     shape = COPY if mode == "copy" else {"mode": mode}
     layers = _model()
     plan = _plan(len(layers))
     x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
     xs = [torch.randn(8, D, dtype=torch.bfloat16, device="cuda") for _ in range(3)]
     refs = [_fwd(layers, x) for x in xs]
-    graphs, nodes = {}, {}
-    for defer in (False, True):
-        rt = CudaRuntime(plan, defer_launch=defer, **shape)
+    graphs, shapes = {}, {}
+    for launch in CudaRuntime.CAPTURE_LAUNCHES:
+        rt = CudaRuntime(plan, capture_launch=launch, **shape)
         with install(layers, plan, SITES, rt):
             rt.set_step(StepInfo(num_tokens=8))
             for _ in range(2):  # eager: binds rows (the lazy one at the 2nd), launches at once
@@ -495,19 +508,28 @@ def test_deferred_launch_captures_every_fill_and_replays_bitwise(mode):
                 pytest.skip("torch.cuda.CUDAGraph has no keep_graph")
             with torch.cuda.graph(g):
                 y_static = _fwd(layers, x_static)
+            assert rt.enabled, launch
             assert rt._deferred == []  # the join launched the last one
             assert rt.stats.issued - before == len(plan.issues)
-        graphs[defer] = (g, y_static)
-        nodes[defer] = _kernel_nodes(g)
-    assert nodes[True] == nodes[False]
-    g, y_static = graphs[True]
-    if hasattr(g, "instantiate"):
-        g.instantiate()
-    for x, ref in zip(xs, refs):
-        x_static.copy_(x)
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(y_static, ref)
+        graphs[launch] = (g, y_static)
+        shapes[launch] = _graph_shape(g)
+    fills = len(plan.issues)
+    base = shapes["fork"]
+    for launch, got in shapes.items():
+        assert got["kernels"] == base["kernels"], (launch, shapes)
+    assert base["leaves"] <= 2, shapes  # the model's last kernel (and the last fill)
+    for launch in ("leaf", "leaf-deferred"):
+        assert shapes[launch]["leaves"] >= fills + 1, shapes
+    assert shapes["launch-order"]["launch_order"] == fills, shapes
+    assert shapes["fork"]["launch_order"] == 0
+    for launch, (g, y_static) in graphs.items():
+        if hasattr(g, "instantiate"):
+            g.instantiate()
+        for x, ref in zip(xs, refs):
+            x_static.copy_(x)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(y_static, ref), launch
 
 
 def test_issue32_live_limits_are_the_devices():
