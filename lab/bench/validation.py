@@ -27,37 +27,18 @@ Units: us.
 
 from __future__ import annotations
 
-import random
 import statistics
 
 from lab.bench.controls import kind_of, validation_rows, with_controls
+# the A/A floor's rule lives with the product's noise floors (the profile's
+# fill_fork probe uses it too); re-exported for the lab's reports
+from l2sched.lint.noise import (AA_BOOTSTRAP, AA_MIN_FLOOR_US,  # noqa: F401
+                                AA_QUANTILE, aa_noise_floor)
 
 #: Pass marks, written down in docs/lint.md#validation before the first
 #: validation run (issue 14): verdict agreement share, median |gain error|
 #: (us), Spearman rank correlation.
 THRESHOLDS = {"verdict_agreement": 0.90, "median_abs_gain_err_us": 25.0, "spearman": 0.8}
-#: Bootstrap resamples and quantile of the A/A noise floor, and its lower
-#: bound (us): one CUDA-graph replay of a step is timed to ~1 us by events.
-AA_BOOTSTRAP = 400
-AA_QUANTILE = 0.9
-AA_MIN_FLOOR_US = 1.0
-def aa_noise_floor(none_us: list[float], aa_us: list[float], seed: int = 0) -> float:
-    """The noise floor (us) from the per-round step times of the two
-    no-prefetch captures (``none_us[i]`` and ``aa_us[i]`` replayed in round
-    ``i``); see the module docstring. Raises ``ValueError`` when the lists
-    are empty or of different lengths."""
-    if not none_us or len(none_us) != len(aa_us):
-        raise ValueError(f"A/A needs paired rounds, got {len(none_us)} and {len(aa_us)}")
-    rng = random.Random(seed)
-    n = len(none_us)
-    diffs = []
-    for _ in range(AA_BOOTSTRAP):
-        idx = [rng.randrange(n) for _ in range(n)]
-        diffs.append(abs(statistics.median(none_us[i] for i in idx)
-                         - statistics.median(aa_us[i] for i in idx)))
-    diffs.sort()
-    q = diffs[min(len(diffs) - 1, int(AA_QUANTILE * len(diffs)))]
-    return max(AA_MIN_FLOOR_US, q)
 
 
 def three_way(gain_us: float, floor_us: float) -> str:
