@@ -99,7 +99,7 @@ MAX_SMS = 100_000
 MAX_SMEM_PER_BLOCK = 1 << 24
 #: Optional keys of the number tables, parsed apart (``_parse_measured_tables``).
 _OPTIONAL_KEYS = {"l2": ("effective_bytes", "set_aside_stream_slowdown"),
-                  "latency": ("fill_slowdown_scale",)}
+                  "latency": ("fill_slowdown_scale", "fill_fork_m", "fill_fork_us")}
 #: Optional numbers of the number tables (as ``_FIELDS``); absent = the
 #: ``DeviceProfile`` default.
 _OPTIONAL_FIELDS: dict[tuple[str, str], tuple[str, type, float, float, str]] = {
@@ -246,6 +246,7 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     values: dict[str, Any] = {}
     _check_keys(raw, problems, values)
     _parse_fields(raw, problems, values)
+    _parse_fill_fork(raw, problems, values)
     ar = _parse_allreduce(raw.get("allreduce"), problems)
     _parse_fill(raw.get("fill"), "fill" in raw, problems, values)
     _parse_measured_tables(raw, problems, values)
@@ -570,24 +571,11 @@ def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
     for k in _OP_KEYS:
         if k not in v:
             continue
-        xs = v[k]
-        if not isinstance(xs, list) or not xs:
-            out.append((k, f"{k}: expected a non-empty list, got {xs!r:.40}"))
-        elif k in ("m", "step_m"):
-            bad = next((x for x in xs if not (isinstance(x, int) and not isinstance(x, bool)
-                                              and 1 <= x <= MAX_OP_TOKENS)), None)
-            if bad is not None:
-                out.append((k, f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"))
-            elif any(b <= a for a, b in zip(xs, xs[1:])):
-                out.append((k, f"{k}: token counts must increase, got {xs!r:.60}"))
-            else:
-                good.add(k)
+        wrong = _bad_series(k, v[k], k in ("m", "step_m"))
+        if wrong:
+            out.append((k, wrong))
         else:
-            bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
-            if bad is not None:
-                out.append((k, f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"))
-            else:
-                good.add(k)
+            good.add(k)
     for k, ref in (("cold_us", "m"), ("hot_us", "m"), ("step_gap_us", "step_m")):
         if k in good and ref in good and len(v[k]) != len(v[ref]):
             out.append((k, f"{k} has {len(v[k])} values, {ref} has {len(v[ref])}"))
@@ -604,6 +592,56 @@ def _op_times(v: Any) -> "OpTimes | list[tuple[str, str]]":
                      f"cold time there ({cold:.3f} us): a fill cannot save more than the whole "
                      "op")]
     return got
+
+
+def _bad_series(k: str, xs: Any, tokens: bool) -> str:
+    """What is wrong with the list ``xs`` of key ``k`` (a message naming
+    ``k``; "" when nothing): a non-empty list of increasing token counts in
+    1..``MAX_OP_TOKENS`` (``tokens``), else of times in 0..``MAX_US`` us."""
+    if not isinstance(xs, list) or not xs:
+        return f"{k}: expected a non-empty list, got {xs!r:.40}"
+    if tokens:
+        bad = next((x for x in xs if not (isinstance(x, int) and not isinstance(x, bool)
+                                          and 1 <= x <= MAX_OP_TOKENS)), None)
+        if bad is not None:
+            return f"{k}: {bad!r:.40} is not a token count in 1..{MAX_OP_TOKENS}"
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            return f"{k}: token counts must increase, got {xs!r:.60}"
+        return ""
+    bad = next((x for x in xs if not (_number(x) and 0 <= x < MAX_US)), None)
+    if bad is not None:
+        return f"{k}: {bad!r:.40} is not a time in 0..{MAX_US:g} us"
+    return ""
+
+
+def _parse_fill_fork(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:
+    """``latency.fill_fork_m`` and ``latency.fill_fork_us`` (optional,
+    together): the main-stream cost per forked fill (us) at each token
+    count; sets ``values["fill_fork_m"]`` / ``values["fill_fork_us"]``."""
+    sec = raw.get("latency")
+    if not isinstance(sec, dict):
+        return
+    keys = ("fill_fork_m", "fill_fork_us")
+    given = [k for k in keys if k in sec]
+    if not given:
+        return
+    if len(given) == 1:
+        problems.bad("latency", given[0], "fill_fork_m and fill_fork_us go together (the "
+                     "main-stream cost per forked fill, us, at each token count)")
+        return
+    wrong = {k: _bad_series(k, sec[k], k == "fill_fork_m") for k in keys}
+    for k, msg in wrong.items():
+        if msg:
+            problems.bad("latency", k, msg)
+    if any(wrong.values()):
+        return
+    m, us = sec["fill_fork_m"], sec["fill_fork_us"]
+    if len(m) != len(us):
+        problems.bad("latency", "fill_fork_us", f"fill_fork_us has {len(us)} values, "
+                     f"fill_fork_m has {len(m)}")
+        return
+    values["fill_fork_m"] = tuple(m)
+    values["fill_fork_us"] = tuple(float(x) for x in us)
 
 
 def _check_keys(raw: Mapping[str, Any], problems: _Problems, values: dict) -> None:

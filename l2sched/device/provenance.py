@@ -13,8 +13,10 @@ named in ``provenance.kept_from_base`` is kept from ``base_profile``, an
 ``[allreduce.tpN]`` table with a ``measured`` date is measured, a
 ``fill.MODE.allreduce_slowdown`` is measured only when some all-reduce table
 was (``--collectives`` writes both) and is *not measured* when absent (its
-default 0 is no measurement), and the other fields were measured by the
-run's probes (the old writer listed every other field as kept).
+default 0 is no measurement), ``latency.fill_fork_us`` is *not measured*
+when absent (0 us per forked fill is the reader's default, not a
+measurement), and the other fields were measured by the run's probes (the
+old writer listed every other field as kept).
 
 ``unmeasured_terms(device_profile, tp)`` names the terms a decision at TP
 degree ``tp`` rests on that were not measured on the box (what ``l2sched
@@ -67,6 +69,11 @@ CONSERVATIVE: dict[str, tuple[str, float, str]] = {
         "H200's ranged 1 to 4.5, docs/lint.md#validation)"),
     "l2.set_aside_stream_slowdown": (
         "at_least", 0.5, "at least 0.5 (the H200's probe measured 0.156)"),
+    "latency.fill_fork_us": (
+        "at_least", 7.0, "at least 7 us per fill at every M (a lone window cost the H200's "
+        "captured step at most 6.7 us per fill: window A at M=16, "
+        "benchmarks/results/h200-2026-12-01-diag-fork.md runs 1 and 3); run `l2sched "
+        "profile` without --quick at --tp 4 on this box"),
     "l2.evict_last_protected_bytes": (
         "scale", 0.5, "half the base's: fewer protected bytes survive the expert stream"),
     "l2.evict_normal_survival": ("set", 0.0, "nothing survives a stream"),
@@ -205,7 +212,8 @@ def profile_fields(device_profile) -> list[str]:
     out += [f"bandwidth.{k}" for k in ("dram_read_gbps", "gemm_dram_gbps", "gemm_l2_gbps",
                                        "gemm_fixed_us", "fill_gbps", "fill_launch_us")]
     out += [f"latency.{k}" for k in ("kernel_gap_us", "small_kernel_us",
-                                     "attention_core_us", "fill_slowdown_scale")]
+                                     "attention_core_us", "fill_slowdown_scale",
+                                     "fill_fork_us")]
     for mode, fm in sorted(p.fill_modes.items()):
         keys = ["gbps", "effect", "launch_us", "slowdown"]
         keys += ["gemm_slowdown"] if fm.gemm_slowdown is not None else []
@@ -238,6 +246,9 @@ def _derived_origin(p, key: str) -> FieldOrigin:
         if fm is None or not fm.allreduce_slowdown:
             return FieldOrigin(key, "default", source="no fill-vs-all-reduce measurement "
                                "(0 is the reader's default)")
+    if key == "latency.fill_fork_us" and not p.fill_fork_us:
+        return FieldOrigin(key, "default", source="no fork-cost measurement (0 us per "
+                           "fill is the reader's default)")
     if not p.is_measured:
         return FieldOrigin(key, "estimate", source="the profile's comments (an estimate "
                            "profile: no [provenance])")
@@ -325,7 +336,8 @@ def allreduce_slowdown_unmeasured(device_profile, tp: int, modes=None) -> list[s
 
 def conservative_value(key: str, base_value: Any) -> tuple[Any, str] | None:
     """``(value, why)`` of ``CONSERVATIVE`` for field ``key`` given the
-    base's value (a number, or ``landed`` points); None when the field has
+    base's value (a number, a list of numbers such as one per token count,
+    each taken alike, or ``landed`` points); None when the field has
     no conservative rule (its base value is kept, named as kept)."""
     rule = CONSERVATIVE.get(generic_key(key))
     if rule is None:
@@ -333,12 +345,20 @@ def conservative_value(key: str, base_value: Any) -> tuple[Any, str] | None:
     how, x, why = rule
     if key.endswith(".landed"):
         return [[mb, round(f * x, 3)] for mb, f in base_value], why
+    if isinstance(base_value, (list, tuple)):  # a value per token count, each alike
+        return [_conservative(how, x, v) for v in base_value], why
+    return _conservative(how, x, base_value), why
+
+
+def _conservative(how: str, x: float, base_value: Any) -> Any:
+    """One number's conservative value by rule ``how`` with ``x``
+    (``CONSERVATIVE``) from the base's ``base_value``."""
     if how == "set":
-        return x, why
+        return x
     if how == "scale":
         v = base_value * x
-        return (int(v) if isinstance(base_value, int) else round(v, 4)), why
-    return max(float(base_value or 0.0), x), why
+        return int(v) if isinstance(base_value, int) else round(v, 4)
+    return max(float(base_value or 0.0), x)
 
 
 @dataclass

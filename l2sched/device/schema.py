@@ -149,7 +149,14 @@ class DeviceProfile:
     optional, default 0): the fraction by which the routed-expert stream's
     device-memory reads are slower with ``set_aside_max_bytes`` reserved,
     linear in the reserved bytes (h200: the same result's ``aside-max``
-    arm). ``source_text``: the TOML text the profile was read from (for
+    arm). ``fill_fork_m``/``fill_fork_us`` (``latency.fill_fork_m`` /
+    ``latency.fill_fork_us``, optional, together; empty = no term, 0 us):
+    the main-stream cost (us) per fill forked at a hook op of a FULL-captured
+    decode step, at each token count of ``fill_fork_m``: the main stream's
+    next op after the hook op starts that much later per fill forked there
+    (``fill_fork_at``; measured by ``l2sched profile``'s ``fill_fork`` probe,
+    lone windows at 0.5 MB in the bench's decode step with the shared
+    experts on their aux stream). ``source_text``: the TOML text the profile was read from (for
     locating a problem found after loading, ``parse.profile_error``; ``""``
     for one built in code). ``notes``: what the reader did that the file
     should say itself (op tables of the old layout, ``[ops."KIND"]``, read
@@ -189,6 +196,8 @@ class DeviceProfile:
     measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     fill_slowdown_scale: float = 1.0
     set_aside_stream_slowdown: float = 0.0
+    fill_fork_m: tuple[int, ...] = ()
+    fill_fork_us: tuple[float, ...] = ()
     source_text: str = field(default="", repr=False, compare=False)
     notes: tuple[str, ...] = ()
     legacy_ops: bool = False
@@ -200,6 +209,15 @@ class DeviceProfile:
         describes (a ``[provenance]`` table); False for an estimate from
         published numbers, whose lint verdicts are unverified."""
         return bool(self.provenance)
+
+    def fill_fork_at(self, tokens: int) -> float:
+        """The main-stream cost (us) of one fill forked in a FULL-captured
+        decode step of ``tokens`` tokens: ``fill_fork_us`` linear in
+        log(tokens) between the token counts of ``fill_fork_m``, held flat
+        outside them (as ``OpTimes.at``); 0 without the term."""
+        if not self.fill_fork_m:
+            return 0.0
+        return log_interp(self.fill_fork_m, (self.fill_fork_us,), tokens)[0]
 
     def op_times(self, model: str) -> Mapping[tuple[str, str], OpTimes]:
         """The measured op times of adapter ``model`` (``(layer kind, op) ->

@@ -29,7 +29,12 @@ reads by ``DeviceProfile.set_aside_stream_factor``.
 
 A node starts when all predecessors finished plus the edge ``delay``; a
 same-stream edge between two kernels that both run adds the device's
-``kernel_gap_us``. Its L2 hits are computed when it starts, from the fills'
+``kernel_gap_us``. A main-stream op at whose hook fills with bytes are forked
+(fork edges into fill nodes) delays its same-stream successors (the main
+stream's next op, the forward's join) by ``DeviceProfile.fill_fork_at``
+(us, per fill forked there, at the step's token count): what a fork costs
+the main stream of a FULL-captured step besides the fill's own launch and
+bytes (``latency.fill_fork_us``; absent = 0, docs/lint.md, "Fork cost"). Its L2 hits are computed when it starts, from the fills'
 progress at that instant, so a late fill turns into device-memory reads.
 
 Residency: fills of policy ``evict_last`` are protected up to
@@ -197,20 +202,32 @@ class _Simulation:
         self.slow_scale = device.fill_slowdown_scale
         self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
-        # the kernel gap applies on a same-stream edge into an active kernel
+        # the kernel gap applies on a same-stream edge into an active kernel;
+        # a hook op's same-stream edges carry the fork cost of its fills
         gap_us = device.kernel_gap_us
+        # (an issue without bytes has no rows: the runtime forks nothing for it)
+        fork_us = device.fill_fork_at(tokens) if any(self.is_fill) else 0.0
+        forks = {i for i, d in enumerate(self.attrs)
+                 if fork_us and self.is_fill[i] and d["fill"].nbytes > 0}
         self.succ: list[list[tuple[int, float, float]]] = []
         self.waiting = [0] * n_nodes
         for v in self.ids:
             out = []
-            for s, e in sg.adj[v].items():
+            adj = sg.adj[v]
+            forked = fork_us * sum(1 for s, e in adj.items()
+                                   if e["kind"] == "fork" and index[s] in forks) \
+                if forks else 0.0
+            for s, e in adj.items():
                 j = index[s]
                 ds = self.attrs[j]
                 delay = e["delay"]
-                if e["kind"] == "stream" and ds["active"] and ds["cls"] != "join":
-                    out.append((j, delay, delay + gap_us))
-                else:
-                    out.append((j, delay, delay))
+                if e["kind"] == "stream":
+                    delay += forked
+                    if ds["active"] and ds["cls"] != "join":
+                        out.append((j, delay, delay + gap_us))
+                        self.waiting[j] += 1
+                        continue
+                out.append((j, delay, delay))
                 self.waiting[j] += 1
             self.succ.append(out)
         self.ready_at = [0.0] * n_nodes

@@ -39,6 +39,11 @@ stopped):
   ``fill`` probe's stand-in consumer credits the bulk kernel far less than
   the step does), and copy's per-op times, from which ``profile_gaps``
   derives the ops' step gaps. Not with ``--quick``.
+- ``fill_fork`` (``fill_fork``): ``bench run``'s decode step with the
+  shipped h200 schedule's windows A, B and C each alone at 0.5 MB beside
+  no prefetch and its A/A arm, with the runtime's default capture launch ->
+  what one forked fill costs the main stream per M
+  (``latency.fill_fork_us``). Not with ``--quick``.
 
 Collectives across N GPUs (``--collectives N``): ``profile_collectives``. Every
 number in the written profile carries the probe and median/p10/p90 it came
@@ -52,6 +57,7 @@ import sys
 import time
 
 from l2sched.profile.collectives import STATE_KEY as COLLECTIVES_KEY
+from l2sched.profile.fill_fork import probe_fill_fork
 from l2sched.profile.ops import probe_ops
 from l2sched.profile.state import save_state
 from l2sched.profile.step_fill import probe_step_fill
@@ -366,7 +372,7 @@ def probe_graph(ctx) -> dict:
 PROBES = (("l2", probe_l2), ("ops", probe_ops), ("fill", probe_fill),
           ("survival", probe_survival), ("interference", probe_interference),
           ("graph", probe_graph), ("set_aside", probe_set_aside),
-          ("step_fill", probe_step_fill))
+          ("step_fill", probe_step_fill), ("fill_fork", probe_fill_fork))
 #: The keys a state file's ``results`` may have: the probes, and the
 #: collective part (``--collectives``).
 STATE_KEYS = frozenset([name for name, _ in PROBES] + [COLLECTIVES_KEY])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from l2sched.profile.fill_fork import check_fill_fork
 from l2sched.profile.step_fill import check_step_fill
 from l2sched.errors import L2sInputError
 from l2sched.files import write_text_atomically
@@ -19,8 +20,8 @@ def load_state(path: str, known: frozenset) -> dict:
     when it cannot be read, is not JSON, is not an object with an object
     ``results``, names a result key not in ``known`` (the probe names,
     ``bench.profile.STATE_KEYS``), or has a
-    ``step_fill`` record ``profile_write`` could not use
-    (``profile_step.check_step_fill``)."""
+    ``step_fill`` or ``fill_fork`` record ``profile_write`` could not use
+    (``step_fill.check_step_fill``, ``fill_fork.check_fill_fork``)."""
     if not os.path.exists(path):
         return {}
     try:
@@ -44,10 +45,11 @@ def load_state(path: str, known: frozenset) -> dict:
         if not isinstance(rec, dict):
             raise L2sInputError(f"{path}: results.{name}: want an object, got "
                                 f"{type(rec).__name__}")
-    try:
-        check_step_fill(results.get("step_fill"))
-    except ValueError as e:
-        raise L2sInputError(f"{path}: results.step_fill{e}") from None
+    for name, check in (("step_fill", check_step_fill), ("fill_fork", check_fill_fork)):
+        try:
+            check(results.get(name))
+        except ValueError as e:
+            raise L2sInputError(f"{path}: results.{name}{e}") from None
     return state
 
 

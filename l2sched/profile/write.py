@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from l2sched.profile.fill_fork import apply_fill_fork, fill_fork_markdown
 from l2sched.profile.interference import gemm_chain_record
 from l2sched.profile.ops import ops_markdown
 from l2sched.profile.gaps import step_gap_markdown
@@ -111,10 +112,10 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
         sec["latency"]["kernel_gap_us"] = base.kernel_gap_us
         kept.append("latency.kernel_gap_us")
     _kept_latency(base, sec, kept, measured)
+    apply_fill_fork(res.get("fill_fork"), base, sec, measured, kept)
     kept.append("allreduce")
-    default = default_fill_mode(modes, base)
-    return apply_base_policy({"sections": sec, "fill": modes, "fill_default": default, "ops":
-                              _op_table(ops), "measured": measured, "kept": kept}, base, prov)
+    return apply_base_policy({"sections": sec, "fill": modes, "fill_default": default_fill_mode(
+        modes, base), "ops": _op_table(ops), "measured": measured, "kept": kept}, base, prov)
 
 
 def _kept_latency(base, sec: dict, kept: list, measured: dict) -> None:
@@ -427,6 +428,7 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
                f" us ({g['kernel_gap_us']:.2f} us each); one fork + empty fill + join: "
                f"{g['fork_join_us']:+.1f} us.", ""]
     md += _set_aside_markdown(res.get("set_aside")) + step_fill_markdown(res.get("step_fill"))
+    md += fill_fork_markdown(res.get("fill_fork"))
     md += step_gap_markdown(derived)
     md += ["## The profile", "", f"Default fill kernel: {derived['fill_default']}. "
            f"Kept from the base profile: {', '.join(derived['kept'])}.", ""]
