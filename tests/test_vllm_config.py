@@ -63,7 +63,7 @@ def test_item14_schema_is_a_json_schema_with_every_key():
     jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
     assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
                                                 "device", "on_predicted_loss",
-                                                "fills", "verify"}
+                                                "fills", "verify", "capture_launch"}
     assert CONFIG_SCHEMA["additionalProperties"] is False
 
 
@@ -268,3 +268,24 @@ def test_issue31_verify_odd_values_read_as_whole_rounds():
         with pytest.raises(L2sPluginError, match="L2SCHED_VERIFY=.*whole number of rounds"):
             read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": bad})
     assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_VERIFY": "07"}).verify == 7
+
+
+def test_issue36_capture_launch_from_section_and_env():
+    """``capture_launch`` / ``L2SCHED_CAPTURE_LAUNCH`` take one of the
+    runtime's ``CAPTURE_LAUNCHES``; unset is ``None`` (the runtime's
+    default); anything else names the key or variable and the choices."""
+    from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
+    from l2sched.vllm.config import read_config
+
+    assert read_config({"l2sched": {"schedule": "x.l2s"}}).capture_launch is None
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s"}).capture_launch is None
+    for launch in CAPTURE_LAUNCHES:
+        assert read_config({"l2sched": {"schedule": "x.l2s", "capture_launch": launch}}
+                           ).capture_launch == launch
+        assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s",
+                                "L2SCHED_CAPTURE_LAUNCH": f" {launch.upper()} "}
+                           ).capture_launch == launch
+    detail = _bad({"l2sched": {"schedule": "x.l2s", "capture_launch": "leaves"}}).detail
+    assert detail.startswith("additional_config l2sched.capture_launch: must be 'fork'"), detail
+    with pytest.raises(L2sPluginError, match="L2SCHED_CAPTURE_LAUNCH='leaves'.*leaf"):
+        read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_CAPTURE_LAUNCH": "leaves"})

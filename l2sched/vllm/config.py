@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from l2sched.env import NO_WORDS, YES_WORDS
 from l2sched.errors import L2sPluginError, suggest
+from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
 
 ENV_SCHEDULE, ENV_SET = "L2SCHED_SCHEDULE", "L2SCHED_SET"
 ENV_BACKEND, ENV_LINT = "L2SCHED_BACKEND", "L2SCHED_LINT"
@@ -34,6 +35,7 @@ ENV_ON_PREDICTED_LOSS = "L2SCHED_ON_PREDICTED_LOSS"
 AUTO = "auto"
 ENV_FILLS = "L2SCHED_FILLS"
 ENV_VERIFY = "L2SCHED_VERIFY"
+ENV_CAPTURE_LAUNCH = "L2SCHED_CAPTURE_LAUNCH"
 #: Rounds of the start-up A/B (``verify``) a user may ask for: each round
 #: replays every measured size's decode graph 3 x (1 + ``replay.REPLAYS``) times.
 MAX_VERIFY_ROUNDS = 50
@@ -79,6 +81,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
                    "description": "rounds of the start-up A/B of the captured decode "
                                   "graphs with prefetch on/off (0: none); prefetch "
                                   "stays on only when measured faster"},
+        "capture_launch": {"enum": list(CAPTURE_LAUNCHES),
+                           "description": "how a fill enters vLLM's FULL decode graphs "
+                                          "(docs/runtime.md)"},
     },
 }
 
@@ -92,9 +97,11 @@ class PluginConfig:
     name or ``.toml`` path replacing the schedule's, ``None`` = the
     schedule's), ``source`` (``additional-config`` or ``env``) for the
     log lines, ``on_predicted_loss`` (``LOSS_MODES``) and ``fills``, the
-    run-time switch at install (``FILL_STATES``), and ``verify``, the rounds
+    run-time switch at install (``FILL_STATES``), ``verify``, the rounds
     of the start-up A/B after graph capture (``vllm.verify_startup``; 0 =
-    none)."""
+    none), and ``capture_launch``, how a fill enters a FULL graph
+    (``runtime.capture_nodes.CAPTURE_LAUNCHES``; ``None`` = the runtime's
+    default)."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
@@ -105,6 +112,7 @@ class PluginConfig:
     on_predicted_loss: str = "off"
     fills: str = "on"
     verify: int = 0
+    capture_launch: str | None = None
 
     @property
     def is_auto(self) -> bool:
@@ -209,7 +217,8 @@ def _from_section(section: Any) -> PluginConfig:
                         section.get("device"), "additional-config",
                         section.get("on_predicted_loss", "off"),
                         section.get("fills", "on"),
-                        int(section.get("verify", 0)))  # JSON's 2.0 is an integer
+                        int(section.get("verify", 0)),  # JSON's 2.0 is an integer
+                        section.get("capture_launch"))
 
 
 # --------------------------------------------------------------------------
@@ -275,8 +284,12 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
     if fills not in FILL_STATES:
         raise _bad(f"{ENV_FILLS}={env.get(ENV_FILLS)!r}: expected on (or "
                    f"{'/'.join(YES_WORDS)}) or off (or {'/'.join(NO_WORDS)})")
+    launch = (env.get(ENV_CAPTURE_LAUNCH) or "").strip().lower() or None
+    if launch is not None and launch not in CAPTURE_LAUNCHES:
+        raise _bad(f"{ENV_CAPTURE_LAUNCH}={env.get(ENV_CAPTURE_LAUNCH)!r}: expected "
+                   f"{' or '.join(CAPTURE_LAUNCHES)}{suggest(launch, CAPTURE_LAUNCHES)}")
     return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss,
-                        fills, _env_verify(env))
+                        fills, _env_verify(env), launch)
 
 
 def _env_verify(env: Mapping[str, str]) -> int:
@@ -297,7 +310,7 @@ def read_config(additional_config: Mapping | None,
     section exists (the environment is then not read), else from the
     environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
     ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``,
-    ``L2SCHED_FILLS``, ``L2SCHED_VERIFY``; ``environ`` default
+    ``L2SCHED_FILLS``, ``L2SCHED_VERIFY``, ``L2SCHED_CAPTURE_LAUNCH``; ``environ`` default
     ``os.environ``); ``None`` when neither names a schedule. Raises
     ``L2sPluginError("bad configuration", ...)`` naming the bad key or
     variable."""

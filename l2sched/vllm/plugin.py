@@ -253,7 +253,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
                            inventory, profile, model_config, lint_plan, lint_schedule)
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
-    runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, profile)
+    runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, profile,
+                           cfg.capture_launch)
     runtime.switch(cfg.fills == "on")  # outside a capture: the post-load step
     installed = install_plan(layers, inventory, plan, runtime, join_layer=own[-1])
     if previous is not None:
@@ -407,9 +408,9 @@ def set_aside_for_lint(schedule, device_index: int, owner: str):
 
 
 def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
-                 rank_txt: str, device_profile):
+                 rank_txt: str, device_profile, capture_launch: str | None = None):
     """The runtime for a new ``plan``: at a reload, the previous one when it
-    takes the plan (``adopt``: same backend and table layout, so CUDA graphs
+    takes the plan (``adopt``: same backend, capture launch and table layout, so CUDA graphs
     captured before keep working and see the new rows); otherwise the
     previous one is retired (its table zeroed: graphs captured before launch
     fills of nothing until vLLM captures again, which a WARNING line says)
@@ -417,6 +418,7 @@ def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
     if previous is not None:
         old = previous.runtime
         if (getattr(previous.config, "backend", None) == backend
+                and getattr(previous.config, "capture_launch", None) == capture_launch
                 and old.adopt(plan)):
             return old
         old.retire()
@@ -424,19 +426,23 @@ def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
             log.warning("l2sched: %s: the reloaded plan has another table layout; "
                         "CUDA graphs captured before the reload launch no fills "
                         "until vLLM captures them again", rank_txt)
-    return _make_runtime(backend, plan, owner, device_profile)
+    return _make_runtime(backend, plan, owner, device_profile, capture_launch)
 
 
-def _make_runtime(backend: str, plan, owner: str, device_profile):
+def _make_runtime(backend: str, plan, owner: str, device_profile,
+                  capture_launch: str | None = None):
     """The runtime of ``backend`` for ``plan``, its gate fed by vLLM's
     forward context, its fill kernels from ``device_profile``, its
-    persisting-L2 request made as ``owner``."""
+    persisting-L2 request made as ``owner``, its fills entering FULL graphs
+    by ``capture_launch`` (``None``: the runtime's default)."""
     try:
         track_graph_capture()
     except Exception as e:  # pragma: no cover - vLLM internals moved
         log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
                     "forwards are not recognised", e)
     kw = {"set_aside_owner": owner} if backend == "cuda" else {}
+    if backend == "cuda" and capture_launch is not None:
+        kw["capture_launch"] = capture_launch
     return make_runtime(plan, backend, device_profile=device_profile,
                         step_provider=vllm_step_info, **kw)
 
