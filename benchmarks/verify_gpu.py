@@ -53,6 +53,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch-size", default="1,4,16,64")
     p.add_argument("--num-iters", type=int, default=5)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--capture-launch", default=None,
+                   help="passed to l2sched verify (docs/runtime.md)")
     a = p.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -82,6 +84,8 @@ def main(argv: list[str]) -> int:
            "--batch-size", a.batch_size, "--num-iters", str(a.num_iters),
            "--output-len", str(a.output_len), "--output-json", str(out / "verify.json"),
            "--timing", a.timing, "--replays", str(a.replays)]
+    if a.capture_launch:
+        cmd += ["--capture-launch", a.capture_launch]
     if schedule != "auto":
         for s in a.set:
             cmd += ["--set", s]

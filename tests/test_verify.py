@@ -449,3 +449,19 @@ def test_batch_sizes_take_plain_digits(tmp_path, capsys, text):
     assert main(["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s",
                  "--batch-size", text]) == 2
     assert "--batch-size takes comma-separated numbers" in capsys.readouterr().err
+
+
+def test_issue36_capture_launch_reaches_the_plugin_section(tmp_path, capsys):
+    """``--capture-launch`` becomes the plugin's ``capture_launch`` in the
+    engine's ``additional_config``; without it the section has none (the
+    runtime's default); an unknown choice is a usage error naming them."""
+    import argparse
+
+    from l2sched.cli.verify import _plugin_section
+    base = dict(schedule="auto", device=None, capture_launch=None)
+    assert "capture_launch" not in _plugin_section(argparse.Namespace(**base))
+    got = _plugin_section(argparse.Namespace(**{**base, "capture_launch": "leaf"}))
+    assert got == {"schedule": "auto", "on_predicted_loss": "warn", "capture_launch": "leaf"}
+    with pytest.raises(SystemExit):
+        main(["verify", str(tmp_path), "--schedule", "x.l2s", "--capture-launch", "leaves"])
+    assert "invalid choice: 'leaves'" in capsys.readouterr().err

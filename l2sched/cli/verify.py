@@ -16,6 +16,7 @@ from l2sched import progress
 from l2sched.cli.options import SetAction, add_command, numbers
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path
+from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
 from l2sched.vllm.replay import REPLAYS
 
 #: File names whose presence says a model directory holds weights.
@@ -152,8 +153,9 @@ def _default_tp(args) -> None:
 def _plugin_section(args) -> dict:
     """``additional_config["l2sched"]`` of the engine: the schedule (an
     absolute path, or ``auto``), the overrides and TP, the device profile,
-    and ``on_predicted_loss: warn`` (verify measures: a schedule predicted
-    to lose is installed so that its loss is measured)."""
+    ``on_predicted_loss: warn`` (verify measures: a schedule predicted
+    to lose is installed so that its loss is measured), and the capture
+    launch when ``--capture-launch`` chose one."""
     if args.schedule == "auto":
         section = {"schedule": "auto"}
     else:
@@ -162,6 +164,8 @@ def _plugin_section(args) -> dict:
     section["on_predicted_loss"] = "warn"
     if args.device:
         section["device"] = args.device
+    if args.capture_launch:
+        section["capture_launch"] = args.capture_launch
     return section
 
 
@@ -280,6 +284,9 @@ def add_cli(sub) -> None:
     p.add_argument("--tp", type=int, default=None, metavar="N",
                    help="tensor-parallel size (default: the schedule's tp line; 1 for auto)")
     p.add_argument("--ep", action="store_true", help="expert parallel")
+    p.add_argument("--capture-launch", default=None, choices=CAPTURE_LAUNCHES,
+                   help="how a fill enters the FULL decode graphs (the plugin's "
+                        "capture_launch; default: the runtime's, fork; docs/runtime.md)")
     p.add_argument("--batch-size", default="1,4,16,64", metavar="M[,M...]",
                    help="decode batch sizes (default 1,4,16,64)")
     p.add_argument("--input-len", type=int, default=32, metavar="N",
