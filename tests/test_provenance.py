@@ -32,20 +32,11 @@ def _write(tmp_path, text, name="p.toml"):
     return str(path)
 
 
-def _without_fork_cost(text: str) -> str:
-    """Profile ``text`` without ``latency.fill_fork_*`` (and their records):
-    with the lone-window fork cost the fit finds no windows on the h200
-    profile at all (docs/lint.md, "Fork cost"), and these tests need a
-    profile on which it would."""
-    return re.sub(r'^(fill_fork_(m|us)|"latency\.fill_fork_us") = .*\n', "", text, flags=re.M)
-
-
 def _without_collectives() -> str:
     """The shipped h200 profile as `l2sched profile` wrote it before [origin]
-    existed, without --collectives: no allreduce_slowdown lines (and no
-    fork cost, ``_without_fork_cost``)."""
+    existed, without --collectives: no allreduce_slowdown lines."""
     text = H200_TEXT[:H200_TEXT.index("\n# Where the numbers came from")] + "\n"
-    return _without_fork_cost(re.sub(r"^allreduce_slowdown = .*\n", "", text, flags=re.M))
+    return re.sub(r"^allreduce_slowdown = .*\n", "", text, flags=re.M)
 
 
 def test_shipped_profiles_name_the_origin_of_every_field():
@@ -172,11 +163,10 @@ def test_a_quick_profile_is_not_for_fitting():
 
 def _no_slowdown_h200():
     """The shipped h200 profile, its [origin] repeats kept, without the
-    fill-vs-all-reduce slowdown and the fork cost (so a TP4 fit finds
-    windows to decide on)."""
+    fill-vs-all-reduce slowdown (so a TP4 fit finds windows to decide on)."""
     text = re.sub(r"^allreduce_slowdown = .*\n", "", H200_TEXT, flags=re.M)
     text = re.sub(r'^"fill\.\w+\.allreduce_slowdown" = .*\n', "", text, flags=re.M)
-    return load_device_text(_without_fork_cost(text), "h200-no-ar-slowdown.toml")
+    return load_device_text(text, "h200-no-ar-slowdown.toml")
 
 
 def _perturbed(dev, frac: float):
