@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from l2sched.profile.options import run_arguments as add_arguments
 from lab.bench.report import report
-from l2sched.profile.run import TimedGraph, _collect, _summarize, run
+from l2sched.profile.run import run
+from l2sched.profile.timed_graph import TimedGraph, collect, summarize
 from l2sched.profile.step import FakeEvent
 from l2sched.profile.arms import spin_collectives
 from lab.bench.verdicts import (
@@ -81,6 +82,28 @@ def test_dry_timed_graph(tmp_path, inv):
     assert issues["none"] == 0 and issues["compiled"] > 0
 
 
+def test_dry_timed_graph_of_fills_captured_as_nodes_counts_them_untimed(monkeypatch):
+    """Issue 36: with a capture launch that puts fills on the model's own
+    stream (``leaf``, ``leaf-deferred``, ``launch-order``) the timed capture
+    records no side-stream event (that stream was never forked: CUDA refuses
+    the record); every fill is still counted, its exit is not timed."""
+    from l2sched.runtime.dry_run import DryRunRuntime
+    monkeypatch.setattr(DryRunRuntime, "capture_launch", "leaf", raising=False)
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    d = run(p.parse_args(["--dry", "--tokens", "1", "--replays", "2", "--warmup", "0"]))
+    arms = d["per_m"]["1"]["arms"]
+    issues = {a["name"]: a["plan_issues"] for a in d["arms"]}
+    assert issues["compiled"] > 0
+    for name, a in arms.items():
+        assert sum(f["fills"] for f in a["fills"].values()) == issues[name]
+        assert all(f["fill_exit_us"] is None for f in a["fills"].values())
+    monkeypatch.setattr(DryRunRuntime, "capture_launch", "fork", raising=False)
+    d = run(p.parse_args(["--dry", "--tokens", "1", "--replays", "2", "--warmup", "0"]))
+    fills = d["per_m"]["1"]["arms"]["compiled"]["fills"]
+    assert all(f["fill_exit_us"] is not None for f in fills.values())
+
+
 def test_dry_eager_fallback():
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -106,8 +129,8 @@ def test_collect_exact():
     acc = {}
     for shift in (0.0, 0.0, 4.0):   # three replays; the last one 4 us longer
         tg = TimedGraph(None, recs, side, E(0), E(100 + shift))
-        _collect(tg, acc)
-    s = _summarize(acc, "graph")
+        collect(tg, acc)
+    s = summarize(acc, "graph")
     assert s["in_graph_step_us"]["median"] == 100
     assert s["in_graph_step_us"]["p90"] == pytest.approx(103.2)
     assert s["expert_stream_us"]["median"] == 20 + 8 + 5 + 3

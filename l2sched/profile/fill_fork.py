@@ -122,7 +122,7 @@ def probe_fill_fork(ctx) -> dict:
 
 def fills_per_step(arm: dict) -> int:
     """Fills one step of ``bench run`` arm ``arm`` forked: the sum over its
-    hook ops of the fills its timed graph recorded (``run._summarize``)."""
+    hook ops of the fills its timed graph recorded (``timed_graph.summarize``)."""
     return sum(int(f["fills"]) for f in (arm.get("fills") or {}).values())
 
 

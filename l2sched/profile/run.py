@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,8 @@ from l2sched.profile.isolation import SetAsideIsolation
 from l2sched.profile.trace import trace_replays
 from l2sched.profile.options import SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.profile.step import StepRunner
+from l2sched.profile.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
+    capture_timed, collect, quantile, stats, summarize, timed_eager)
 from l2sched.profile.tree import build_tree, distinct_experts
 from l2sched.profile.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
@@ -56,6 +57,7 @@ from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.progress import enabled as progress_enabled
 from l2sched.runtime import make_runtime
+from l2sched.runtime.capture_nodes import NODE_LAUNCHES
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
 from l2sched.vllm.sites import install_plan
@@ -66,23 +68,6 @@ AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
 FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
              "i.e. the kernel's exit; a bulk prefetch kernel exits once its "
              "requests are issued, before its lines land in L2")
-
-
-def quantile(xs, q):
-    """The ``q`` quantile (0..1) of the values ``xs``, linearly interpolated
-    between the sorted values; None when ``xs`` is empty."""
-    xs = sorted(xs)
-    if not xs:
-        return None
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def stats(xs) -> dict:
-    """``{median, p10, p90, n}`` of a list of us values."""
-    return {"median": quantile(xs, 0.5), "p10": quantile(xs, 0.1), "p90": quantile(xs, 0.9),
-            "n": len(xs)}
 
 
 class Progress:
@@ -172,11 +157,11 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     """Measure every arm at ``M`` tokens into ``out["per_m"][str(M)]``.
 
     Per arm: install, one eager step (binds rows, loads kernels), capture the
-    untimed graph (step time) and the timed graph variant (``_capture_timed``;
+    untimed graph (step time) and the timed graph variant (``timed_graph.capture_timed``;
     per-op times), remove the hooks. Then ``warmup + replays`` rounds; each
     round replays every arm's untimed and timed graph once, in a shuffled
     order, timing each replay with events outside the graph (us) and reading
-    the timed graph's in-graph events after it (``_collect``). With
+    the timed graph's in-graph events after it (``timed_graph.collect``). With
     ``args.per_op == "eager"`` (fallback, host-launch-bound) the per-op times
     come from timed eager steps instead and no timed graph is captured."""
     per_op = getattr(args, "per_op", "graph")
@@ -210,7 +195,7 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
         k = a["name"]
         if launch.get(k):
             rec["arms"][k]["host_launch_us"] = stats(launch[k])
-        rec["arms"][k].update(_summarize(acc[k], "graph" if per_op == "graph" else "eager"))
+        rec["arms"][k].update(summarize(acc[k], "graph" if per_op == "graph" else "eager"))
         if times.get(k):
             rec["arms"][k]["graph_step_us"] = stats(times[k])
             rec["arms"][k]["graph_step_us_all"] = times[k]
@@ -279,8 +264,8 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
         acc[a["name"]] = {}
         if per_op == "eager":
             for rep in range(args.eager_reps):
-                tg = _timed_eager(runner, torch, dry, count)
-                _collect(tg, acc[a["name"]])
+                tg = timed_eager(runner, torch, dry, count)
+                collect(tg, acc[a["name"]])
         if not dry:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
@@ -288,7 +273,8 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
             torch.cuda.synchronize()
             graphs[a["name"]] = g
         if per_op == "graph":
-            timed[a["name"]] = _capture_timed(runner, torch, dry, count)
+            timed[a["name"]] = capture_timed(
+                runner, torch, dry, count, getattr(rt, "capture_launch", "fork") not in NODE_LAUNCHES)
         rec["arms"][a["name"]] = {}
         if rt is not None:
             rec["arms"][a["name"]]["runtime_stats"] = {
@@ -307,7 +293,7 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
     the timed variants (``timed``) of every arm, in a shuffled order per
     round, each replay timed with CUDA events around it (us); after each
     counted replay of a timed variant its in-graph events go to ``acc``
-    (``_collect``). With ``args.lead_us`` > 0 the stream first spins that
+    (``timed_graph.collect``). With ``args.lead_us`` > 0 the stream first spins that
     long (``runner.spin``) so the host has submitted the whole graph
     before the start event runs: the time then excludes the graph's launch
     (without it, the launch of a graph on an idle GPU is inside the
@@ -341,7 +327,7 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
                 if r >= args.warmup:
                     (times if tg is None else outer_timed)[k].append(e0.elapsed_time(e1) * 1000.0)
             if tg is not None and r >= args.warmup:
-                _collect(tg, acc[k])
+                collect(tg, acc[k])
     return times, outer_timed
 
 
@@ -368,133 +354,3 @@ def _machine(torch, dry) -> dict:
                  l2_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda,
                  memory_bytes=p.total_memory)
     return d
-
-
-class TimedGraph:
-    """The timed variant of one arm's step: ``graph`` (a ``CUDAGraph`` with
-    event-record nodes; None for a timed eager step or in dry mode) and the
-    events its capture recorded: ``records`` ``[(layer, op, stream, before,
-    after)]``, ``side`` ``[(layer, op, fills, event)]``, ``start``/``end``
-    (main stream, first and last)."""
-
-    def __init__(self, graph, records, side, start, end):
-        self.graph, self.records, self.side = graph, records, side
-        self.start, self.end = start, end
-
-
-def _capture_timed(runner, torch, dry, fill_count) -> TimedGraph:
-    """Capture the timed graph variant of the installed arm: one uncaptured
-    timed step creates the external events (``StepRunner.new_event_pool``),
-    then the capture records the same events as graph nodes. ``fill_count``:
-    callable, fills issued so far. In dry mode the "capture" is a second
-    fake-clock step."""
-    runner.timing, runner.in_graph, runner.fill_count = True, True, fill_count
-    runner.new_event_pool()
-    try:
-        runner.step()
-        _sync(torch, dry)
-        g = None
-        if dry:
-            runner.step()
-        else:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                runner.step()
-            torch.cuda.synchronize()
-    finally:
-        runner.timing = runner.in_graph = False
-        runner.fill_count = None
-    return TimedGraph(g, runner.records, runner.side_records,
-                      runner.start_event, runner.end_event)
-
-
-def _timed_eager(runner, torch, dry, fill_count) -> TimedGraph:
-    """Fallback: one timed *eager* step (plain events, 40 ms lead spin); its
-    per-op times are host-launch-bound, not the graph's."""
-    runner.timing, runner.fill_count = True, fill_count
-    try:
-        runner.step(lead_us=0 if dry else 40000)
-    finally:
-        runner.timing = False
-        runner.fill_count = None
-    _sync(torch, dry)
-    return TimedGraph(None, runner.records, runner.side_records,
-                      runner.start_event, runner.end_event)
-
-
-def _collect(tg: TimedGraph, acc: dict) -> None:
-    """Append one replay's (or timed eager step's) values into ``acc``: per
-    op ``"layer:op"`` its duration, start and finish (us from the step's
-    start event); the step (start to end event); the main-stream gap (median
-    over the step of next op's start - previous op's finish); the expert
-    stream (sum of the ``moe.w13``/``moe.w2`` durations); per side event its
-    time (the last fill kernel's exit), the start of the first ``moe.w13``
-    starting at or after the start of the op the fills were issued at (the
-    expert stream they must finish before; None after the last MoE layer and
-    for fills issued after the step's last op, recorded as op ``step_end``)
-    and the margin (expert start - fill exit; positive = exited before)."""
-    from bisect import bisect_left
-    st = tg.start
-    ops = acc.setdefault("ops", {})
-    at: dict[str, tuple[float, float]] = {}
-    main_prev = None
-    gaps, expert, w13 = [], 0.0, []
-    for layer, op, stream, e0, e1 in tg.records:
-        key = f"{layer}:{op}"
-        s, f = st.elapsed_time(e0) * 1000.0, st.elapsed_time(e1) * 1000.0
-        d = ops.setdefault(key, {"dur": [], "start": [], "finish": [], "stream": stream})
-        d["dur"].append(f - s)
-        d["start"].append(s)
-        d["finish"].append(f)
-        at[key] = (s, f)
-        if stream == "main":
-            if main_prev is not None:
-                gaps.append(s - main_prev)
-            main_prev = f
-        if op in ("moe.w13", "moe.w2"):
-            expert += f - s
-        if op == "moe.w13":
-            w13.append(s)
-    w13.sort()
-    acc.setdefault("step", []).append(st.elapsed_time(tg.end) * 1000.0)
-    if gaps:
-        acc.setdefault("main_gap", []).append(statistics.median(gaps))
-    acc.setdefault("expert", []).append(expert)
-    fills = acc.setdefault("fills", {})
-    for layer, op, n, ev in tg.side:
-        key = f"{layer}:{op}"
-        t = st.elapsed_time(ev) * 1000.0
-        j = bisect_left(w13, at[key][0]) if key in at else len(w13)  # step_end: none after
-        es = w13[j] if j < len(w13) else None
-        f = fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
-        f["exit"].append(t)
-        if es is not None:
-            f["expert_start"].append(es)
-            f["margin"].append(es - t)
-
-
-def _med(xs):
-    return statistics.median(xs) if xs else None
-
-
-def _summarize(acc: dict, source: str) -> dict:
-    """Medians over the replays in ``acc`` (``_collect``). ``source``:
-    ``graph`` (in-graph events) or ``eager`` (the fallback). Keys: ``ops``
-    (``"layer:op" -> {dur_us, start_us, finish_us, stream}``),
-    ``in_graph_step_us`` / ``eager_step_us`` (start to end event),
-    ``main_gap_us``, ``expert_stream_us`` (stats of the per-replay sum of
-    expert GEMM durations), ``fills`` (``"layer:op" -> {fills, fill_exit_us,
-    expert_start_us, exit_before_experts_us}``). All us."""
-    ops = {k: {"dur_us": statistics.median(v["dur"]),
-               "start_us": statistics.median(v["start"]),
-               "finish_us": statistics.median(v["finish"]), "stream": v["stream"]}
-           for k, v in acc.get("ops", {}).items()}
-    fills = {k: {"fills": v["fills"], "fill_exit_us": _med(v["exit"]),
-                 "expert_start_us": _med(v["expert_start"]),
-                 "exit_before_experts_us": _med(v["margin"])}
-             for k, v in acc.get("fills", {}).items()}
-    out = {"per_op_source": source, "ops": ops, "fills": fills,
-           "expert_stream_us": stats(acc.get("expert", [])),
-           "main_gap_us": stats(acc.get("main_gap", []))}
-    out["in_graph_step_us" if source == "graph" else "eager_step_us"] = stats(acc.get("step", []))
-    return out

@@ -197,6 +197,11 @@ class StepTiming:
         else:
             return
         name = op.name if op is not None else "step_end"
+        if self.in_graph and not self.fill_events:
+            # fills captured as nodes of this stream's own capture: the side
+            # stream was never forked, so only the count is kept
+            self.side_records.append((layer, name, new, None))
+            return
         self.side_records.append((layer, name, new, self.event(self._side_stream())))
 
 
@@ -228,6 +233,10 @@ class StepRunner(StepTiming):
         self.timing = False
         self.in_graph = False
         self.fill_count = None
+        #: whether a timed capture may record the fills' exit on the side
+        #: stream (False when the runtime captures fills as nodes of the
+        #: model stream: ``runtime.capture_nodes.NODE_LAUNCHES``)
+        self.fill_events = True
         self.records: list = []
         self.side_records: list = []
         self._pool: list = []
@@ -300,7 +309,7 @@ class StepRunner(StepTiming):
                 # fills issued after the last op (a trailing hook)
                 self._mark_fills(self.records[-1][0], None)
             self.end_event = self.event()
-            if self.cuda and self.side_records:
+            if self.cuda and any(r[3] is not None for r in self.side_records):
                 # The side events come after the runtime's joins: join the
                 # side stream back (after the end event, so it times nothing),
                 # as a capture must end with every forked stream joined.
