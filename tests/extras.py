@@ -1,6 +1,8 @@
 """What to install for the tests that need an optional package: the skip
 reasons name the extra of ``pyproject.toml`` that brings it, never a path
-on one developer's machine."""
+on one developer's machine; and the device limits the tests write down."""
+
+from l2sched.device.limits import DeviceLimits
 
 #: torch comes with vLLM (the ``vllm`` extra) or from a torch wheel.
 TORCH_MISSING = ("torch is not installed (pip install -e '.[test,vllm]' brings it "
@@ -10,6 +12,19 @@ GPU_MISSING = "the CuTe DSL kernel packages are not installed (pip install -e '.
 #: vLLM itself (``vllm`` extra).
 VLLM_MISSING = ("vllm is not installed in this interpreter "
                 "(pip install -e '.[test,vllm]')")
+
+#: RTX PRO 6000 Blackwell (sm_120): 101,376 B opt-in shared memory per block,
+#: Triton's "Hardware limit: 101376" quoted in sglang pull request #17908
+#: (docs/sources.md#sm120-smem-limit); 188 SMs (NVIDIA's specifications:
+#: 24,064 CUDA cores / 128 per SM); L2 134,217,728 B and persisting-L2
+#: maximum 84 MB (docs/sources.md#sm120-prefetcher).
+SM120 = DeviceLimits(101_376, 188, 134_217_728, 84_000_000, (12, 0),
+                     source="sglang #17908 / NVIDIA specifications")
+#: H200 (sm_90): 232,448 B (227 KiB, CUDA C Programming Guide, "Compute
+#: capabilities", 9.0); 132 SMs, L2 62,914,560 B and persisting-L2 maximum
+#: 39,321,600 B as the driver reported them on the lent H200 (h200 profile).
+H200 = DeviceLimits(232_448, 132, 62_914_560, 39_321_600, (9, 0),
+                    source="CUDA C Programming Guide / the lent H200")
 
 
 def assert_fill_kernels_compile(mode: str, shape: dict, policies, prelude: str = "",

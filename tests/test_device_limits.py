@@ -24,20 +24,10 @@ from l2sched.runtime import set_aside
 from l2sched.runtime import limits as RL
 from l2sched.runtime.fill_kernels import BARRIER_BYTES
 
+from extras import H200, SM120
+
 ROOT = Path(__file__).resolve().parent.parent
 
-#: RTX PRO 6000 Blackwell (sm_120): 101,376 B opt-in shared memory per block,
-#: Triton's "Hardware limit: 101376" quoted in sglang pull request #17908
-#: (docs/sources.md#sm120-smem-limit); 188 SMs (NVIDIA's specifications:
-#: 24,064 CUDA cores / 128 per SM); L2 134,217,728 B and persisting-L2
-#: maximum 84 MB (docs/sources.md#sm120-prefetcher).
-SM120 = DeviceLimits(101_376, 188, 134_217_728, 84_000_000, (12, 0),
-                     source="sglang #17908 / NVIDIA specifications")
-#: H200 (sm_90): 232,448 B (227 KiB, CUDA C Programming Guide, "Compute
-#: capabilities", 9.0); 132 SMs, L2 62,914,560 B and persisting-L2 maximum
-#: 39,321,600 B as the driver reported them on the lent H200 (h200 profile).
-H200 = DeviceLimits(232_448, 132, 62_914_560, 39_321_600, (9, 0),
-                    source="CUDA C Programming Guide / the lent H200")
 #: The h200 profile's [fill.copy] shape (the shipped copy kernel).
 COPY = K.KernelSpec("copy", grid=66, threads=32, chunk=32768, stages=4)
 

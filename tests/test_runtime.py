@@ -242,6 +242,29 @@ def test_every_fill_mode_compiles_without_a_gpu(mode, shape):
     assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"))
 
 
+@pytest.mark.parametrize("mode, shape", [
+    ("copy", {"grid": 66, "threads": 32, "chunk": 32768, "stages": 4}),
+    ("load", {"grid": 1056, "threads": 128, "chunk": 128}),
+    ("bulk", {}),
+])
+def test_every_fill_mode_compiles_for_sm120(mode, shape):
+    """Issue 32: the users' RTX PRO 6000 (sm_120): each fill mode, in the
+    shape ``runtime.kernel.fit_spec`` gives it under the SM120's limits
+    (``extras.SM120``: the copy shape's 4 x 32 KiB stages become 3), traces
+    and compiles for sm_120a with each cache policy (compile-only: an sm_120a
+    cubin does not load on the lent sm_90 GPU)."""
+    pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl: pip install -e '.[gpu]'")
+    from extras import SM120, assert_fill_kernels_compile
+    from l2sched.runtime import kernel as K
+    if mode == "copy":
+        fitted = K.fit_spec(K.KernelSpec(mode, shape["grid"], shape["threads"], shape["chunk"],
+                                         shape["stages"]), SM120)
+        assert fitted is not None and fitted.smem_bytes <= SM120.smem_per_block_optin_bytes
+        assert fitted.stages < shape["stages"]
+        shape = {**shape, "chunk": fitted.chunk, "stages": fitted.stages}
+    assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch="sm_120a")
+
+
 def test_kernel_spec_is_checked_and_keys_the_cache():
     from l2sched.device.limits import DeviceLimits
     from l2sched.runtime import kernel as K
