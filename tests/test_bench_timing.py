@@ -4,6 +4,7 @@ and the report's errors and verdicts from a synthetic result."""
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 
 import pytest
@@ -102,6 +103,17 @@ def test_dry_timed_graph_of_fills_captured_as_nodes_counts_them_untimed(monkeypa
     d = run(p.parse_args(["--dry", "--tokens", "1", "--replays", "2", "--warmup", "0"]))
     fills = d["per_m"]["1"]["arms"]["compiled"]["fills"]
     assert all(f["fill_exit_us"] is not None for f in fills.values())
+
+
+def test_bench_run_names_its_phase_as_the_commands_progress_stage():
+    """The heartbeat of a long command (``l2sched.progress``) shows the bench
+    run's current unit, not the compile stage that came before it (a full
+    profile showed "compiling 4 windows over 45 layers" for three minutes)."""
+    from l2sched import progress
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    run(p.parse_args(["--dry", "--tokens", "1", "--replays", "1", "--warmup", "0"]))
+    assert re.fullmatch(r"bench run (\d+)/\1: ideal gain M=1", progress.current())
 
 
 def test_dry_eager_fallback():

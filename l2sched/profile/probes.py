@@ -56,6 +56,7 @@ import statistics
 import sys
 import time
 
+from l2sched import progress
 from l2sched.profile.collectives import STATE_KEY as COLLECTIVES_KEY
 from l2sched.profile.fill_fork import probe_fill_fork
 from l2sched.profile.ops import probe_ops
@@ -446,7 +447,8 @@ def run_profile(args, state: dict) -> dict:
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
     got = {"provenance": prov, "results": results}
-    for name, probe in todo:
+    for i, (name, probe) in enumerate(todo, 1):
+        progress.stage(f"probe {name} ({i}/{len(todo)})")
         results[name] = probe(ctx)
         ctx.progress.step(f"{name} done")
         save_state(args.state, got)

@@ -55,7 +55,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
-from l2sched.progress import enabled as progress_enabled
+from l2sched.progress import enabled as progress_enabled, stage as progress_stage
 from l2sched.runtime import make_runtime
 from l2sched.runtime.capture_nodes import NODE_LAUNCHES
 from l2sched.runtime.gate import StepInfo
@@ -80,8 +80,11 @@ class Progress:
         self.shown = progress_enabled(sys.stderr)
 
     def tick(self, what: str) -> None:
-        """Count one unit done and print ``what`` with time left (s)."""
+        """Count one unit done and print ``what`` with time left (s); the
+        command's progress stage (``l2sched.progress``) names it too, so a
+        stage of an earlier phase (compiling) is not shown for minutes."""
         self.done += 1
+        progress_stage(f"bench run {self.done}/{self.total}: {what}")
         if not self.shown:
             return
         el = time.time() - self.t0
@@ -115,6 +118,7 @@ def run(args) -> dict:
             a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])
             a["plan"] = compile_plan(a["schedule"], inv, 0)
     _decoy_buffers(arms, torch, dry)
+    progress_stage("bench run: capturing the arms")
     out: dict[str, Any] = {
         "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
