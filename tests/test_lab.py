@@ -38,11 +38,11 @@ SCRIPTS = sorted(p.name for p in EXPERIMENTS.glob("*.py"))
 #: sibling modules the scripts import by bare name (their folder on sys.path)
 SIBLINGS = {p.removesuffix(".py") for p in SCRIPTS}
 #: scripts that need a CUDA GPU to do anything: ``--help`` is what the CPU can run
-GPU_ONLY = ["fill_limits_probe.py", "fill_op_probe.py", "graph_fork_probe.py",
+GPU_ONLY = ["capture_deps_probe.py", "fill_limits_probe.py", "fill_op_probe.py", "graph_fork_probe.py",
             "kernel_bench.py", "kernel_probe.py", "kernel_probe_l2.py",
             "kernel_probe_tlb.py", "kernel_search.py", "translation_probe.py"]
 #: imported at the top of a script: no --help without it
-TOP_LEVEL_TORCH = {"fill_limits_probe.py", "graph_fork_probe.py", "kernel_bench.py",
+TOP_LEVEL_TORCH = {"capture_deps_probe.py", "fill_limits_probe.py", "graph_fork_probe.py", "kernel_bench.py",
                    "kernel_probe.py", "kernel_probe_l2.py", "kernel_probe_tlb.py",
                    "kernel_search.py", "translation_probe.py", "bench_run_streams.py"}
 
@@ -218,3 +218,70 @@ def test_a_gpu_only_script_starts(script):
     p = _run(f"lab/experiments/{script}", "--help", timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage:") and "--out" in p.stdout
+
+
+def _launch_table(gain: dict, floor=10.0, ideal=None, tokens=("4", "16")) -> dict:
+    """A ``capture_launches_table.gains`` table with the same gains at every M."""
+    return {m: {"none_us": 1000.0, "floor_us": floor, "ideal_us": ideal, "arms": dict(gain)}
+            for m in tokens}
+
+
+def test_capture_launches_rule_1_picks_the_candidate_the_docs_define():
+    """docs/runtime.md's rule 1: lone windows within -floor at every M and a
+    whole schedule at least fork's minus the floor; the largest such wins;
+    a run cut short (an M missing) is no candidate."""
+    from lab.experiments.capture_launches_decide import decide_run1
+    lone = lambda launch, g: {f"{w}-{launch}": g for w in ("A0.5", "B0.5", "C0.5")}  # noqa: E731
+    t = _launch_table({**lone("fork", -150.0), "full-fork": 30.0,
+                       **lone("leaf", -9.0), "full-leaf": 21.0,
+                       **lone("deferred", -11.0), "full-deferred": 90.0,
+                       **lone("leaf-deferred", 2.0), "full-leaf-deferred": 19.0})
+    cand, misses = decide_run1(t)
+    assert cand == "leaf" and misses["leaf"] == [] and misses["leaf-deferred"]
+    assert any("B0.5 at M=4: -11.0" in x for x in misses["deferred"])
+    assert any("full at M=16: +19.0 us < fork +30.0" in x for x in misses["leaf-deferred"])
+    lo = _launch_table({**lone("fork", -150.0), "full-fork": 30.0,
+                        **lone("launch-order", 0.0), "full-launch-order": 40.0})
+    assert decide_run1(t, lo)[0] == "launch-order"  # each table against its own fork
+    short = _launch_table({**lone("fork", -150.0), "full-fork": 30.0,
+                           **lone("leaf", 0.0), "full-leaf": 40.0}, tokens=("4",))
+    cand, misses = decide_run1(short)
+    assert cand is None and "M=16 not run" in misses["leaf"]
+
+
+def test_capture_launches_rule_2_changes_the_default_only_when_it_holds():
+    from lab.experiments.capture_launches_decide import judge_run2
+    lone = {f"{w}-leaf": -5.0 for w in ("A0.5", "B0.5", "C0.5")}
+    a = _launch_table(lone)
+    tok = ("1", "4", "16", "64")
+    b = _launch_table({"cand": 200.0, "compiled": 190.0}, ideal=250.0, tokens=tok)
+    default, lines = judge_run2("leaf", a, b)
+    assert default and "missed" in lines[-1]  # 80% of ideal: the mark missed, default changes
+    b = _launch_table({"cand": 240.0, "compiled": 190.0}, ideal=250.0, tokens=tok)
+    assert judge_run2("leaf", a, b)[1][-1].endswith("met")
+    b = _launch_table({"cand": 150.0, "compiled": 190.0}, ideal=250.0, tokens=tok)
+    assert not judge_run2("leaf", a, b)[0]  # below fork - floor
+    a_bad = _launch_table({**lone, "C0.5-leaf": -40.0})
+    b = _launch_table({"cand": 240.0, "compiled": 190.0}, ideal=250.0, tokens=tok)
+    default, lines = judge_run2("leaf", a_bad, b)
+    assert not default and "C0.5 at M=4: -40.0" in lines[0]
+    assert not judge_run2("leaf", a, _launch_table({"cand": 240.0, "compiled": 190.0},
+                                                   ideal=250.0, tokens=("1", "4")))[0]
+
+
+def test_capture_launches_decide_reads_a_bench_run_json(tmp_path, capsys):
+    """The CLI takes ``bench run`` JSON as well as table JSON: gains from the
+    untimed replays, the floor from ``none`` and ``none-aa``."""
+    from lab.experiments.capture_launches_decide import main
+    steps = lambda us: [us + 0.1 * (i % 3) for i in range(20)]  # noqa: E731
+    arms = {"none": steps(1000.0), "none-aa": steps(1000.0), "full-fork": steps(970.0),
+            "full-leaf": steps(960.0)}
+    arms.update({f"{w}-{launch}": steps(1000.0 + loss) for w in ("A0.5", "B0.5", "C0.5")
+                 for launch, loss in (("fork", 150.0), ("leaf", 1.0))})
+    run = {"per_m": {m: {"arms": {k: {"graph_step_us_all": v} for k, v in arms.items()}}
+                     for m in ("4", "16")}}
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(run))
+    assert main(["run1", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "candidate: leaf" and "leaf: candidate" in out

@@ -4,18 +4,24 @@ get and a set-back as a leaf of the captured graph? Three kernels on one capturi
 stream: k1, then k2 between get() and set(saved), then k3. Prints the saved, after-k2
 and after-set dependency handles, the edges of the graph and the bindings' version.
 A leaf k2 has no outgoing edge; k3 depends on k1 only. Usage (GPU machine):
-python3 -m lab.experiments.capture_deps_probe
+python3 -m lab.experiments.capture_deps_probe [--out PROBE.json]
 """
 
+import argparse
+import json
+
 import torch
-from cuda.bindings import driver as drv
-from cuda.bindings import runtime as cudart
 
 from l2sched.runtime.capture_nodes import CaptureDeps
 
 
-def main() -> None:
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="", help="also write what is printed as JSON here")
+    out_path = p.parse_args(argv).out
     import cuda.bindings
+    from cuda.bindings import driver as drv
+    from cuda.bindings import runtime as cudart
     print("cuda.bindings", getattr(cuda.bindings, "__version__", "?"),
           "v3:", hasattr(drv, "cuStreamGetCaptureInfo_v3"))
     cd = CaptureDeps()
@@ -43,11 +49,17 @@ def main() -> None:
     out = cudart.cudaGraphGetEdges(graph, 0)
     out = cudart.cudaGraphGetEdges(graph, out[-1])
     m = out[-1]
-    print("edges", [(int(f), int(t)) for f, t in zip(out[1][:m], out[2][:m])])
+    log["edges"] = [(int(f), int(t)) for f, t in zip(out[1][:m], out[2][:m])]
+    print("edges", log["edges"])
     err, _, n = cudart.cudaGraphGetNodes(graph, 0)
     err, nodes, n = cudart.cudaGraphGetNodes(graph, n)
-    print("nodes", [(int(nd), int(cudart.cudaGraphNodeGetType(nd)[1])) for nd in nodes[:n]])
+    log["nodes"] = [(int(nd), int(cudart.cudaGraphNodeGetType(nd)[1])) for nd in nodes[:n]]
+    print("nodes", log["nodes"])
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(log, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
