@@ -46,7 +46,7 @@ from l2sched.profile.trace import trace_replays
 from l2sched.profile.options import SCHEDULE  # noqa: F401 (re-exported)
 from l2sched.profile.step import StepRunner
 from l2sched.profile.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
-    capture_timed, collect, quantile, stats, summarize, timed_eager)
+    capture_timed, collect, quantile, stats, summarize, sync_unless_dry, timed_eager)
 from l2sched.profile.tree import build_tree, distinct_experts
 from l2sched.profile.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
@@ -264,7 +264,7 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
     count = (lambda rt=rt: rt.stats.issued) if rt is not None else (lambda: 0)
     try:
         runner.step()          # binds rows, loads kernels
-        _sync(torch, dry)
+        sync_unless_dry(torch, dry)
         acc[a["name"]] = {}
         if per_op == "eager":
             for rep in range(args.eager_reps):
@@ -337,11 +337,6 @@ def _replay_interleaved(graphs, timed, acc, args, torch, runner=None, launch=Non
 
 def _write(path, out):
     write_text_atomically(path, json.dumps(out, indent=1, default=str))
-
-
-def _sync(torch, dry):
-    if not dry:
-        torch.cuda.synchronize()
 
 
 def _machine(torch, dry) -> dict:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 
 
-def _sync(torch, dry):
+def sync_unless_dry(torch, dry: bool) -> None:
+    """``torch.cuda.synchronize()`` unless ``dry`` (the fake-clock run)."""
     if not dry:
         torch.cuda.synchronize()
 
@@ -58,7 +59,7 @@ def capture_timed(runner, torch, dry, fill_count, fill_events=True) -> TimedGrap
     runner.new_event_pool()
     try:
         runner.step()
-        _sync(torch, dry)
+        sync_unless_dry(torch, dry)
         g = None
         if dry:
             runner.step()
@@ -83,7 +84,7 @@ def timed_eager(runner, torch, dry, fill_count) -> TimedGraph:
     finally:
         runner.timing = False
         runner.fill_count = None
-    _sync(torch, dry)
+    sync_unless_dry(torch, dry)
     return TimedGraph(None, runner.records, runner.side_records,
                       runner.start_event, runner.end_event)
 
@@ -129,13 +130,12 @@ def collect(tg: TimedGraph, acc: dict) -> None:
     fills = acc.setdefault("fills", {})
     for layer, op, n, ev in tg.side:
         key = f"{layer}:{op}"
+        f = fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
         if ev is None:  # a fill captured as a node: counted, its exit not timed
-            fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
             continue
         t = st.elapsed_time(ev) * 1000.0
         j = bisect_left(w13, at[key][0]) if key in at else len(w13)  # step_end: none after
         es = w13[j] if j < len(w13) else None
-        f = fills.setdefault(key, {"fills": n, "exit": [], "expert_start": [], "margin": []})
         f["exit"].append(t)
         if es is not None:
             f["expert_start"].append(es)
