@@ -38,8 +38,9 @@ class TimedGraph:
     """The timed variant of one arm's step: ``graph`` (a ``CUDAGraph`` with
     event-record nodes; None for a timed eager step or in dry mode) and the
     events its capture recorded: ``records`` ``[(layer, op, stream, before,
-    after)]``, ``side`` ``[(layer, op, fills, event)]``, ``start``/``end``
-    (main stream, first and last)."""
+    after)]``, ``side`` ``[(layer, op, fills, event)]`` (event None: fills
+    captured as nodes, counted only), ``start``/``end`` (main stream, first
+    and last)."""
 
     def __init__(self, graph, records, side, start, end):
         self.graph, self.records, self.side = graph, records, side
