@@ -34,7 +34,7 @@ if [ -n "$tables" ]; then
 else
   say "candidate: none (run 1 wrote no table)"
 fi
-cand=$(tail -1 "$OUT/verdict.txt" | sed -n 's/^candidate: //p')
+cand=$(tail -1 "$OUT/verdict.txt" | sed -n 's/^candidate: \([^ ]*\).*/\1/p')  # name only
 if [ -n "$cand" ] && [ "$cand" != none ]; then
   launches run2a "fork $cand" 4,16 30
   s=$SECONDS

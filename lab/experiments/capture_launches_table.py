@@ -21,11 +21,16 @@ WINDOWS = ("A0.5", "B0.5", "C0.5", "full")
 
 def gains(run: dict) -> dict:
     """``{M: {"none_us", "floor_us", "ideal_us", "arms": {arm: gain_us}}}``
-    from a ``bench run`` result ``run``; arms without replays are left out."""
+    from a ``bench run`` result ``run``; arms without replays are left out.
+    Raises ``ValueError`` when ``none`` has no untimed graph step times at some M
+    (a ``--dry`` run replays nothing; a run cut short before its replays)."""
     out = {}
     for m, rec in run["per_m"].items():
         arms = rec["arms"]
-        none = arms["none"]["graph_step_us_all"]
+        none = arms.get("none", {}).get("graph_step_us_all")
+        if not none:
+            raise ValueError(f"no untimed graph step times of arm 'none' at M={m} "
+                             "(a --dry run replays nothing)")
         base = statistics.median(none)
         floor = (aa_noise_floor(none, arms["none-aa"]["graph_step_us_all"])
                  if "none-aa" in arms else None)
@@ -72,7 +77,11 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     with open(a.run) as f:
-        table = gains(json.load(f))
+        run = json.load(f)
+    try:
+        table = gains(run)
+    except ValueError as e:
+        p.exit(2, f"{a.run}: {e}\n")
     print(markdown(table))
     if a.json:
         with open(a.json, "w") as f:
