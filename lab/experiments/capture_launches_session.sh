@@ -9,6 +9,8 @@
 # verdict.txt. Usage (repository root, GPU machine, after benchmarks/gpu_session.sh's set-up):
 #   OUT=dir DEADLINE_S=540 bash lab/experiments/capture_launches_session.sh
 # (RUN_ARGS=--dry runs the plumbing on a CPU: fake clocks, no capture launch.)
+# CANDIDATE=NAME skips run 1 and runs run 2 for NAME (a second attempt written down in
+# docs/runtime.md before its run).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=$(mktemp -d)
@@ -26,13 +28,17 @@ launches() {  # name, launches, tokens, replays
 timeout 120 python3 -m pytest -q -p no:cacheprovider --tb=short tests/gpu/test_gpu_runtime.py \
   -k capture_launches > "$W/captest.txt" 2>&1
 say "GPU test: $(tail -1 "$W/captest.txt")"
-launches run1 "fork deferred leaf leaf-deferred" 4,16 20
-launches run1lo "fork launch-order" 4,16 20
-tables=$(ls "$W"/run1*-table.json 2>/dev/null)
-if [ -n "$tables" ]; then
-  python3 -m lab.experiments.capture_launches_decide run1 $tables | tee -a "$OUT/verdict.txt"
+if [ -n "${CANDIDATE:-}" ]; then
+  say "candidate: $CANDIDATE (given: run 1 skipped)"
 else
-  say "candidate: none (run 1 wrote no table)"
+  launches run1 "fork deferred leaf leaf-deferred" 4,16 20
+  launches run1lo "fork launch-order" 4,16 20
+  tables=$(ls "$W"/run1*-table.json 2>/dev/null)
+  if [ -n "$tables" ]; then
+    python3 -m lab.experiments.capture_launches_decide run1 $tables | tee -a "$OUT/verdict.txt"
+  else
+    say "candidate: none (run 1 wrote no table)"
+  fi
 fi
 cand=$(tail -1 "$OUT/verdict.txt" | sed -n 's/^candidate: \([^ ]*\).*/\1/p')  # name only
 if [ -n "$cand" ] && [ "$cand" != none ]; then
