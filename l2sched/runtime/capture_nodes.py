@@ -27,7 +27,10 @@ How a fill enters a FULL capture (``CAPTURE_LAUNCHES``):
 Why: on the lent H200 a side-stream fill of almost nothing cost the
 captured step 2-6 us per fill when the shared experts ran on their own aux
 stream, and the cost followed how the capture records the branches
-(``benchmarks/results/h200-2026-12-01-diag-*.md``, ``-deferred.md``).
+(``benchmarks/results/h200-2026-12-01-diag-*.md``, ``-deferred.md``). Measured on it
+(``benchmarks/results/h200-2026-12-03-capture-launches/``): no choice removes that cost
+(``leaf`` and ``launch-order`` add to it); ``deferred`` removes most of it at M=16 but not at
+M=4, and is no better than ``fork`` for the fitted schedule, so ``fork`` stays the default.
 Sources for the API: CUDA Driver API, "Stream Management"
 (``cuStreamGetCaptureInfo``, ``cuStreamUpdateCaptureDependencies``) and
 ``CUgraphEdgeData``. Needs ``cuda.bindings`` (12.3 or newer); nothing here
