@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,6 +30,10 @@ from l2sched.profile.fill_fork import (check_fill_fork, fill_fork_markdown,
 from l2sched.profile.write import derive, profile_markdown, profile_toml
 
 SHIPPED = load_device("h200")
+#: A profile `l2sched profile` measured on the lent H200 with the fill_fork probe
+#: (capture launch fork; benchmarks/results/h200-2026-12-03-full-profiles/).
+FULL_PROFILE = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+                / "h200-2026-12-03-full-profiles" / "full1.toml")
 #: The fork cost of the lent H200 as the fill_fork rule reads diag-fork run 1
 #: (window C alone at 0.5 MB: 95.5 / 42 and 177.2 / 42 us; docs/lint.md,
 #: "Fork cost"), which the shipped profile does not carry.
@@ -87,6 +92,31 @@ def test_a_missing_term_is_not_free_and_a_given_one_is_measured():
         assert "latency.fill_fork_us (not measured)" in unmeasured_terms(dev, 4)
     # a base of another GPU gives every M the conservative value
     assert conservative_value("latency.fill_fork_us", [2.274, 4.219])[0] == [7.0, 7.0]
+
+
+def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
+    """Issue 36: the fork cost differs by capture launch (`deferred` paid a tenth of
+    `fork`'s at M=16 on the H200), so a profile measured with `fork` does not hold the
+    cost of an engine that runs `deferred`; the plugin's summary names it."""
+    from l2sched.device.provenance import fill_fork_launch
+    from l2sched.vllm.config import PluginConfig
+    from l2sched.vllm.plugin import _unmeasured
+    measured = load_device(str(FULL_PROFILE))
+    assert fill_fork_launch(measured) == "fork"
+    same = unmeasured_terms(measured, 1, capture_launch="fork")
+    other = unmeasured_terms(measured, 1, capture_launch="deferred")
+    assert other == ["latency.fill_fork_us (measured with capture launch fork, not deferred)"] + same
+    assert unmeasured_terms(measured, 1) == same  # launch not known: nothing to compare
+    # no term, or a term without the record of its launch: nothing to compare either
+    assert fill_fork_launch(SHIPPED) is None and fill_fork_launch(H200) is None
+    assert unmeasured_terms(H200, 4, capture_launch="leaf") == unmeasured_terms(H200, 4)
+    # the plugin's summary: its capture launch, else the runtime's default (fork)
+    plan = SimpleNamespace(issues=[SimpleNamespace(kernel="copy")])
+    sched = SimpleNamespace(kernel=None)
+    note = _unmeasured(measured, 1, plan, sched, PluginConfig("s.l2s", capture_launch="deferred"))
+    assert note.startswith("; 4 unmeasured profile terms: latency.fill_fork_us (measured "
+                           "with capture launch fork, not deferred), "), note
+    assert "fill_fork" not in _unmeasured(measured, 1, plan, sched, PluginConfig("s.l2s"))
 
 
 def _small(pos: int, op: str) -> dict:

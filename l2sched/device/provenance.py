@@ -312,16 +312,41 @@ def relevant(device_profile, key: str, tp: int, modes=None) -> bool:
     return True
 
 
-def unmeasured_terms(device_profile, tp: int, modes=None) -> list[str]:
+def unmeasured_terms(device_profile, tp: int, modes=None,
+                     capture_launch: str | None = None) -> list[str]:
     """The fields a decision at TP degree ``tp`` (fill kernels ``modes``,
     None = all the profile has) rests on that were not measured on the GPU
     the profile describes, in ``profile_fields`` order, each as ``KEY
     (ORIGIN)`` (``fill.copy.allreduce_slowdown (not measured)``,
     ``latency.small_kernel_us (kept from h200-estimate)``; ``field_origins``
     has the whole record). Empty when every one was measured. For the vLLM
-    plugin, ``l2sched fit`` and ``l2sched lint``."""
-    return [f"{k} ({o.short()})" for k, o in field_origins(device_profile).items()
-            if not o.measured and relevant(device_profile, k, tp, modes)]
+    plugin, ``l2sched fit`` and ``l2sched lint``.
+
+    ``capture_launch``: how the fills will enter the captured step
+    (``runtime.capture_nodes.CAPTURE_LAUNCHES``; None = not known). A fork cost
+    (``latency.fill_fork_us``) measured with another capture launch
+    (``fill_fork_launch``) is named first, as ``latency.fill_fork_us (measured with
+    capture launch fork, not deferred)``: the cost differs by launch
+    (``benchmarks/results/h200-2026-12-03-capture-launches/``)."""
+    terms = [f"{k} ({o.short()})" for k, o in field_origins(device_profile).items()
+             if not o.measured and relevant(device_profile, k, tp, modes)]
+    measured_with = fill_fork_launch(device_profile)
+    if capture_launch and measured_with and measured_with != capture_launch:
+        terms.insert(0, f"latency.fill_fork_us (measured with capture launch {measured_with}, "
+                        f"not {capture_launch})")
+    return terms
+
+
+def fill_fork_launch(device_profile) -> str | None:
+    """The capture launch the profile's measured fork cost
+    (``latency.fill_fork_us``) was measured with, from its ``[measured]``
+    record (``l2sched profile``'s ``fill_fork`` probe); None when the term is
+    absent or the record names none."""
+    if not getattr(device_profile, "fill_fork_us", None):
+        return None
+    rec = (getattr(device_profile, "measured", None) or {}).get("latency.fill_fork_us")
+    launch = rec.get("capture_launch") if isinstance(rec, dict) else None
+    return launch if isinstance(launch, str) and launch else None
 
 
 def allreduce_slowdown_unmeasured(device_profile, tp: int, modes=None) -> list[str]:

@@ -42,6 +42,10 @@ from __future__ import annotations
 #: How a fill enters a FULL capture (module docstring). Eager forwards use
 #: the side stream's fork/join whatever the choice.
 CAPTURE_LAUNCHES = ("fork", "deferred", "leaf", "leaf-deferred", "launch-order")
+#: The runtime's choice unless told otherwise (``CudaRuntime``, the vLLM plugin's
+#: ``capture_launch``): no other choice met issue 36's rule on the lent H200
+#: (``benchmarks/results/h200-2026-12-03-capture-launches/``).
+DEFAULT_CAPTURE_LAUNCH = "fork"
 #: The choices that launch the fill on the model's own stream in a capture.
 NODE_LAUNCHES = ("leaf", "leaf-deferred", "launch-order")
 #: The choices that record the fill after the model's next kernel.

@@ -20,8 +20,8 @@ from typing import Mapping, Sequence
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
 from l2sched.runtime.base import RuntimeBase, same_layout
-from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, NODE_LAUNCHES, CaptureDeps,
-                                           check_capture_launch)
+from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, DEFAULT_CAPTURE_LAUNCH,
+                                           NODE_LAUNCHES, CaptureDeps, check_capture_launch)
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
@@ -89,7 +89,7 @@ class CudaRuntime(RuntimeBase):
                  mode: str | None = None, grid: int | None = None,
                  threads: int | None = None, chunk: int | None = None,
                  stages: int | None = None, sync: str = "auto",
-                 set_aside_owner: str | None = None, capture_launch: str = "fork", **kw):
+                 set_aside_owner: str | None = None, capture_launch: str = DEFAULT_CAPTURE_LAUNCH, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")

@@ -36,6 +36,7 @@ from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.device import DeviceProfile
 from l2sched.runtime import make_runtime
+from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
@@ -455,13 +456,15 @@ def _unmeasured(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
     """The summary's note on the device-profile terms the lint and the loss
     gate rest on that were not measured on the box the profile describes
     (``device.provenance.unmeasured_terms`` at TP ``tp`` for the fill
-    kernels of ``plan``'s issues): ``""`` when all were (or with the lint
+    kernels of ``plan``'s issues, and a fork cost measured with another capture
+    launch than ``cfg.capture_launch``'s): ``""`` when all were (or with the lint
     off), else ``N unmeasured profile terms: KEY (ORIGIN), ...`` with at
     most ``UNMEASURED_SHOWN`` named."""
     if cfg.lint == "off" or not plan.issues:
         return ""
     modes = {wi.kernel or schedule.kernel or profile.fill_default for wi in plan.issues}
-    terms = unmeasured_terms(profile, tp, modes)
+    terms = unmeasured_terms(profile, tp, modes,
+                             capture_launch=cfg.capture_launch or DEFAULT_CAPTURE_LAUNCH)
     if not terms:
         return ""
     more = len(terms) - UNMEASURED_SHOWN
