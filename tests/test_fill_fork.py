@@ -95,9 +95,10 @@ def test_a_missing_term_is_not_free_and_a_given_one_is_measured():
 
 
 def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
-    """Issue 36: the fork cost differs by capture launch (`deferred` paid a tenth of
-    `fork`'s at M=16 on the H200), so a profile measured with `fork` does not hold the
-    cost of an engine that runs `deferred`; the plugin's summary names it."""
+    """Issue 36: the fork cost differs by capture launch (with `deferred`, windows A
+    and C lost a tenth of what they lost with `fork` at M=16 on the H200), so a profile
+    measured with `fork` does not hold the cost of an engine that runs `deferred`; the
+    plugin's summary names it."""
     from l2sched.device.provenance import fill_fork_launch
     from l2sched.vllm.config import PluginConfig
     from l2sched.vllm.plugin import _unmeasured
@@ -105,7 +106,8 @@ def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
     assert fill_fork_launch(measured) == "fork"
     same = unmeasured_terms(measured, 1, capture_launch="fork")
     other = unmeasured_terms(measured, 1, capture_launch="deferred")
-    assert other == ["latency.fill_fork_us (measured with capture launch fork, not deferred)"] + same
+    assert other == ["latency.fill_fork_us (measured with capture launch fork, "
+                     "not deferred)"] + same
     assert unmeasured_terms(measured, 1) == same  # launch not known: nothing to compare
     # no term, or a term without the record of its launch: nothing to compare either
     assert fill_fork_launch(SHIPPED) is None and fill_fork_launch(H200) is None
