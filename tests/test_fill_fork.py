@@ -96,7 +96,7 @@ def test_a_missing_term_is_not_free_and_a_given_one_is_measured():
 
 def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
     """Issue 36: the fork cost differs by capture launch (with `deferred`, windows A
-    and C lost a tenth of what they lost with `fork` at M=16 on the H200), so a profile
+    and C lost 5-9% of what they lost with `fork` at M=16 on the H200), so a profile
     measured with `fork` does not hold the cost of an engine that runs `deferred`; the
     plugin's summary names it."""
     from l2sched.device.provenance import fill_fork_launch
