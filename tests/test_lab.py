@@ -285,3 +285,27 @@ def test_capture_launches_decide_reads_a_bench_run_json(tmp_path, capsys):
     assert main(["run1", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "candidate: leaf" and "leaf: candidate" in out
+
+
+def test_trace_streams_counts_the_models_kernels_moved_to_the_fill_stream(tmp_path):
+    """``trace_streams.py`` on synthetic traces: with ``fork`` one model kernel (a
+    GEMM) runs on the fills' stream (off main 1, named); with ``deferred`` each fill
+    has a stream of its own and every model kernel stays on the main stream."""
+    model = [(7, 0, 10, "gemm"), (7, 11, 2, "add"), (7, 14, 10, "gemm"), (8, 1, 3, "shared")]
+    base = _trace(tmp_path / "none.json", model)
+    fork = _trace(tmp_path / "fork.json",
+                  [e for e in model if e[1] != 14]
+                  + [(9, 10, 1, "kernel_cutlass_fill_kernel_x"), (9, 14, 10, "gemm")])
+    deferred = _trace(tmp_path / "deferred.json", model + [
+        (10, 10, 1, "kernel_cutlass_fill_kernel_x"), (11, 12, 1, "kernel_cutlass_fill_kernel_x")])
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    p = _run("lab/experiments/trace_streams.py", base, fork, deferred, "--json-out", str(out),
+             "--md-out", str(md))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(out.read_text())["summary"]
+    assert got[fork] == {"off_main": 1, "fill_streams": 1, "fills": 1,
+                         "moved_names": {"gemm": 1}}
+    assert got[deferred] == {"off_main": 0, "fill_streams": 2, "fills": 2, "moved_names": {}}
+    assert "| fork.json | 2 | 1 | 1 | 1 | gemm x1 |" in md.read_text()
+    bad = _run("lab/experiments/trace_streams.py", base, str(tmp_path / "nope.json"))
+    assert bad.returncode == 1 and "nope.json" in bad.stderr
