@@ -309,3 +309,33 @@ def test_trace_streams_counts_the_models_kernels_moved_to_the_fill_stream(tmp_pa
     assert "| fork.json | 2 | 1 | 1 | 1 | gemm x1 |" in md.read_text()
     bad = _run("lab/experiments/trace_streams.py", base, str(tmp_path / "nope.json"))
     assert bad.returncode == 1 and "nope.json" in bad.stderr
+
+
+def test_capture_launches_session_without_replays_names_no_candidate(tmp_path):
+    """``capture_launches_session.sh`` with ``RUN_ARGS=--dry`` (no graph replays, so
+    no gain table): run 1's verdict is "candidate: none (run 1 wrote no table)" and
+    run 2 does not start (session 19's dry run started it); everything is in one
+    archive. With ``CANDIDATE=NAME`` run 1 is skipped and run 2 runs for NAME."""
+    if not _has_torch():
+        pytest.skip(TORCH_MISSING)
+    import os
+    import tarfile
+    env = dict(os.environ, RUN_ARGS="--dry", DEADLINE_S="300",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = tmp_path / "out"
+    p = subprocess.run(["bash", "lab/experiments/capture_launches_session.sh"], cwd=ROOT,
+                       env=dict(env, OUT=str(out)), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    verdict = (out / "verdict.txt").read_text()
+    assert verdict.rstrip().endswith("candidate: none (run 1 wrote no table)"), verdict
+    assert "run2" not in verdict
+    with tarfile.open(out / "issue36.tgz") as t:
+        names = {Path(n).name for n in t.getnames()}
+    assert {"run1.json.gz", "run1lo.json.gz", "captest.txt"} <= names, names
+    given = tmp_path / "given"
+    p = subprocess.run(["bash", "lab/experiments/capture_launches_session.sh"], cwd=ROOT,
+                       env=dict(env, OUT=str(given), CANDIDATE="deferred"),
+                       capture_output=True, text=True, timeout=300)
+    verdict = (given / "verdict.txt").read_text()
+    assert "candidate: deferred (given: run 1 skipped)" in verdict and "run1 " not in verdict
+    assert "run2a rc=0" in verdict and "run2b rc=0" in verdict, verdict
