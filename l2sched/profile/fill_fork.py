@@ -16,7 +16,7 @@ The probe: one ``bench run`` of the shipped h200 schedule at
 each of ``FORK_WINDOWS`` alone at ``FORK_BUDGET`` (every other window at 0 B;
 the lone windows of ``lab/experiments/capture_launches.sh``), the fills
 entered into the capture by the runtime's default capture launch
-(``CudaRuntime``'s ``capture_launch`` default, recorded as
+(``runtime.capture_nodes.DEFAULT_CAPTURE_LAUNCH``, recorded as
 ``capture_launch``: a different default changes the cost). Per M:
 
     per fill(W) = (median step of W alone - median step of none) / fills per step of W
@@ -36,13 +36,13 @@ run``'s step). torch comes in through ``bench.run``.
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import statistics
 import tempfile
 
 from l2sched.profile.step_fill import BENCH_TP, STEP_FILL_REPLAYS, STEP_FILL_TOKENS
+from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 
 #: The shipped h200 schedule's windows run alone (A: after the attention's
 #: first projection, B: before the attention all-reduce, C: before the MoE
@@ -59,15 +59,6 @@ FILL_FORK_REPLAYS = STEP_FILL_REPLAYS
 def fork_arm(window: str) -> str:
     """The ``bench run`` arm of ``window`` alone at ``FORK_BUDGET``."""
     return f"fork-{window}"
-
-
-def default_capture_launch() -> str:
-    """How the runtime enters a fill into a FULL capture unless told
-    otherwise: the default of ``CudaRuntime``'s ``capture_launch``
-    (``runtime.capture_nodes``), read from its signature so that the probe
-    records the launch it measured with."""
-    from l2sched.runtime.cuda import CudaRuntime
-    return inspect.signature(CudaRuntime).parameters["capture_launch"].default
 
 
 def fork_variants(schedule_path: str) -> dict[str, str]:
@@ -99,7 +90,7 @@ def probe_fill_fork(ctx) -> dict:
         return {"skipped": f"bench run's decode step is TP{BENCH_TP}, the profile --tp {ctx.tp}"}
     from l2sched.profile.options import SCHEDULE, run_arguments
     from l2sched.profile.run import run as bench_run
-    launch = default_capture_launch()
+    launch = DEFAULT_CAPTURE_LAUNCH
     variants = fork_variants(SCHEDULE)
     with tempfile.TemporaryDirectory(prefix="l2sched-fill-fork-") as tmp:
         p = argparse.ArgumentParser()

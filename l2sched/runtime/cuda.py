@@ -89,7 +89,8 @@ class CudaRuntime(RuntimeBase):
                  mode: str | None = None, grid: int | None = None,
                  threads: int | None = None, chunk: int | None = None,
                  stages: int | None = None, sync: str = "auto",
-                 set_aside_owner: str | None = None, capture_launch: str = DEFAULT_CAPTURE_LAUNCH, **kw):
+                 set_aside_owner: str | None = None,
+                 capture_launch: str = DEFAULT_CAPTURE_LAUNCH, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
