@@ -9,8 +9,8 @@ The first trace is the base (no fills). Per trace: its main stream (the one with
 the most kernels), the model's kernels there, and every other stream with its fill
 kernels (names containing ``fill_kernel``, l2sched's CuTe DSL fills) and its other
 kernels. "Off main" = the base's main-stream kernels minus the arm's: the model's
-kernels that the executor ran on another stream. The names of the non-fill kernels
-on streams the base does not have are listed. `trace_compare.py` refuses such
+kernels that the executor ran on another stream. The non-fill kernels on the streams
+that hold fills are listed by name. `trace_compare.py` refuses such
 pairs (their main streams differ); this script is for them.
 """
 
@@ -28,7 +28,7 @@ FILL_NAME = "fill_kernel"
 
 
 def streams_of(timeline: dict) -> dict:
-    """``{"main": stream, "main_kernels": n, "streams": {stream: {"fills", "other",
+    """``{"main": stream, "main_kernels": n, "streams": {stream: {"fills",
     "other_names": {name: count}}}}`` of a ``kernel_timeline`` (every stream but
     the main one under ``streams``; stream ids as strings)."""
     ms = main_stream(timeline)
@@ -36,9 +36,9 @@ def streams_of(timeline: dict) -> dict:
     for s, ks in timeline.items():
         if s == ms:
             continue
-        names = collections.Counter(n for _, _, n in ks if FILL_NAME not in n)
         rest[str(s)] = {"fills": sum(FILL_NAME in n for _, _, n in ks),
-                        "other": sum(names.values()), "other_names": dict(names)}
+                        "other_names": dict(collections.Counter(
+                            n for _, _, n in ks if FILL_NAME not in n))}
     return {"main": str(ms), "main_kernels": len(timeline[ms]), "streams": rest}
 
 
