@@ -339,3 +339,21 @@ def test_capture_launches_session_without_replays_names_no_candidate(tmp_path):
     verdict = (given / "verdict.txt").read_text()
     assert "candidate: deferred (given: run 1 skipped)" in verdict and "run1 " not in verdict
     assert "run2a rc=0" in verdict and "run2b rc=0" in verdict, verdict
+
+
+def test_capture_launches_table_names_a_bad_run_file(tmp_path, capsys):
+    """``capture_launches_table.py``: a file that is not JSON (line and column), a
+    missing one, and a run without graph step times (a ``--dry`` run) exit 2 with
+    the file's name, no traceback."""
+    from lab.experiments.capture_launches_table import main
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"per_m": \n')
+    dry = tmp_path / "dry.json"
+    dry.write_text(json.dumps({"per_m": {"4": {"arms": {"none": {"ops": {}}}}}}))
+    for path, msg in ((bad, "line 2 column 1"), (tmp_path / "nope.json", "No such file"),
+                      (dry, "no untimed graph step times of arm 'none' at M=4")):
+        with pytest.raises(SystemExit) as e:
+            main([str(path)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"{path}: ") and msg in err, err

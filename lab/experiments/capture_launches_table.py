@@ -76,11 +76,10 @@ def main(argv=None) -> int:
     p.add_argument("run")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    with open(a.run) as f:
-        run = json.load(f)
     try:
-        table = gains(run)
-    except ValueError as e:
+        with open(a.run) as f:
+            table = gains(json.load(f))
+    except (OSError, ValueError) as e:  # JSONDecodeError (line and column) is a ValueError
         p.exit(2, f"{a.run}: {e}\n")
     print(markdown(table))
     if a.json:
