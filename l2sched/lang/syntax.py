@@ -399,6 +399,25 @@ def _keyword_hint(word: str, expected) -> str:
     return suggest(word, keywords)
 
 
+def _unterminated_string(err: UnexpectedInput, text: str) -> str | None:
+    """The text from the opening quote to the end of its line when ``err``
+    stops at a ``"`` that no quote on its line closes (a string cannot span
+    lines); ``None`` for any other error. The lexer reports such a quote as
+    an unexpected character, or, where only the whole-grammar lexer matches
+    it, as a stray ``set`` value."""
+    token = getattr(err, "token", None)
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream
+    elif isinstance(err, UnexpectedToken) and token.type == "SET_VALUE":
+        pos = token.start_pos
+    else:
+        return None
+    if not isinstance(pos, int) or text[pos:pos + 1] != '"':
+        return None
+    rest = text[pos:].split("\n", 1)[0]
+    return None if '"' in rest[1:] else rest.rstrip()
+
+
 def _syntax_error(err: UnexpectedInput, text: str, path: str,
                   line_offset: int = 0, col_offset: int = 0,
                   start: str = "start") -> L2sSyntaxError:
@@ -419,7 +438,12 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
     elif not isinstance(line, int) or line < 1:  # pragma: no cover - defensive
         line, col = 1, 1
     source = lines[line - 1] if line <= len(lines) else ""
-    if isinstance(err, UnexpectedCharacters):
+    unterminated = _unterminated_string(err, text)
+    if unterminated is not None:
+        message = "unterminated string"
+        expected = getattr(err, "allowed", None) or getattr(err, "expected", set())
+        width = len(unterminated)
+    elif isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
         message = f"unexpected character {ch!r}"
         expected = err.allowed or set()
@@ -467,6 +491,10 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
                     if not e.startswith("__ANON") or e in _TERMINAL_TEXT})
     notes = ((f"expected {names[0]}",) if len(names) == 1 else
              (f"expected one of: {', '.join(names)}",) if names else ())
+    if unterminated is not None:
+        # The fix: close it where a string is taken, else drop the quote.
+        notes = ((f"add the closing quote: {unterminated}\"",) if "STRING" in expected
+                 else ("remove the quote: a string cannot go here",) + notes)
     span = Span(path, line + line_offset, col + col_offset, line + line_offset,
                 col + col_offset + width)
     return L2sSyntaxError(Diagnostic(message, span, "error", "", source, notes))
