@@ -14,7 +14,12 @@ from pathlib import Path
 
 from l2sched.cli.options import add_command
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import check_output_path, read_input_text, write_text_atomically
+from l2sched.files import (
+    check_output_path,
+    packaged_dir,
+    read_input_text,
+    write_text_atomically,
+)
 from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_names, get_adapter
@@ -50,10 +55,11 @@ def hooks_md_text(model: str = DEFAULT_ADAPTER) -> str:
 
 def rule_example_output(rule) -> str:
     """The message of the first ``rule.code`` finding that ``rule.
-    example_command`` (``l2sched lint SCHEDULE [--set K=V]... [--select
-    CODES]``, paths relative to the repository root) prints; ``""`` when it
-    prints none. Raises ``L2sError`` when the command's schedule does not
-    load."""
+    example_command`` (``l2sched lint schedules/NAME.l2s [--set K=V]...
+    [--select CODES]``, a shipped schedule: the checkout's, or the installed
+    package's ``l2sched.schedules``) prints; ``""`` when it prints none.
+    Raises ``ValueError`` for another command or schedule path, and
+    ``L2sError`` when the command's schedule does not load."""
     args = shlex.split(rule.example_command)
     if args[:2] != ["l2sched", "lint"]:
         raise ValueError(f"{rule.code}: example_command must be 'l2sched lint ...'")
@@ -62,8 +68,11 @@ def rule_example_output(rule) -> str:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--select", default="")
     opts = p.parse_args(args[2:])
-    root = Path(__file__).resolve().parent.parent.parent
-    run = lint_path(str(root / opts.schedule), opts.overrides,
+    shipped = Path(opts.schedule).parts
+    if shipped[:1] != ("schedules",):
+        raise ValueError(f"{rule.code}: example_command must lint schedules/NAME.l2s")
+    schedule = packaged_dir("l2sched.schedules", "schedules").joinpath(*shipped[1:])
+    run = lint_path(str(schedule), opts.overrides,
                     select=[c for c in opts.select.split(",") if c])
     return next((f.message for f in run.findings if f.code == rule.code), "")
 
