@@ -63,7 +63,8 @@ def test_item14_schema_is_a_json_schema_with_every_key():
     jsonschema.Draft202012Validator.check_schema(CONFIG_SCHEMA)
     assert set(CONFIG_SCHEMA["properties"]) == {"schedule", "set", "backend", "lint",
                                                 "device", "on_predicted_loss",
-                                                "fills", "verify", "capture_launch"}
+                                                "fills", "verify", "capture_launch",
+                                                "agree_timeout_s"}
     assert CONFIG_SCHEMA["additionalProperties"] is False
 
 
@@ -289,3 +290,43 @@ def test_issue36_capture_launch_from_section_and_env():
     assert detail.startswith("additional_config l2sched.capture_launch: must be 'fork'"), detail
     with pytest.raises(L2sPluginError, match="L2SCHED_CAPTURE_LAUNCH='leaves'.*leaf"):
         read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_CAPTURE_LAUNCH": "leaves"})
+
+
+def test_issue43_agree_timeout_from_section_and_env():
+    """``agree_timeout_s`` / ``L2SCHED_AGREE_TIMEOUT_S``: seconds above 0 and
+    at most ``MAX_AGREE_TIMEOUT_S``, default ``AGREE_TIMEOUT_S``; anything
+    else names the key or variable."""
+    from l2sched.vllm.config import AGREE_TIMEOUT_S, MAX_AGREE_TIMEOUT_S, read_config
+
+    assert read_config({"l2sched": {"schedule": "x.l2s"}}).agree_timeout_s == AGREE_TIMEOUT_S
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s"}).agree_timeout_s == AGREE_TIMEOUT_S
+    assert read_config({"l2sched": {"schedule": "x.l2s", "agree_timeout_s": 2}}
+                       ).agree_timeout_s == 2.0
+    assert read_config({}, {"L2SCHED_SCHEDULE": "x.l2s",
+                            "L2SCHED_AGREE_TIMEOUT_S": " 7.5 "}).agree_timeout_s == 7.5
+    for bad in (0, -1, MAX_AGREE_TIMEOUT_S + 1, "10"):
+        detail = _bad({"l2sched": {"schedule": "x.l2s", "agree_timeout_s": bad}}).detail
+        assert detail.startswith("additional_config l2sched.agree_timeout_s"), detail
+    for bad in ("0", "-3", "nan", "inf", "ten", "4000"):
+        with pytest.raises(L2sPluginError, match="L2SCHED_AGREE_TIMEOUT_S=.*seconds above 0"):
+            read_config({}, {"L2SCHED_SCHEDULE": "x.l2s", "L2SCHED_AGREE_TIMEOUT_S": bad})
+
+
+def test_issue43_fingerprint_tells_files_of_one_path_apart(tmp_path):
+    """Two nodes holding different schedule files at one path disagree: the
+    fingerprint has the file's sha256; the configuration's source and
+    ``agree_timeout_s`` are not part of it; an unreadable file is named."""
+    from l2sched.vllm.agreement import fingerprint
+    from l2sched.vllm.config import read_config
+
+    p = tmp_path / "x.l2s"
+    p.write_text("schedule a\n")
+    env = fingerprint(read_config({}, {"L2SCHED_SCHEDULE": str(p)}))
+    section = fingerprint(read_config({"l2sched": {"schedule": str(p),
+                                                   "agree_timeout_s": 3}}))
+    assert env == section and len(env["schedule_sha256"]) == 64
+    p.write_text("schedule b\n")
+    assert fingerprint(read_config({}, {"L2SCHED_SCHEDULE": str(p)})) != env
+    gone = fingerprint(read_config({}, {"L2SCHED_SCHEDULE": str(tmp_path / "no.l2s")}))
+    assert gone["schedule_sha256"].startswith("unreadable: ")
+    assert fingerprint(read_config({}, {"L2SCHED_SCHEDULE": "auto"}))["schedule_sha256"] is None

@@ -456,6 +456,8 @@ def _rank_scenario(ctx):
         out["switch"] = _switch_scenario(model, cfg, records, base, loader_utils)
         out["auto"] = _auto_scenario(model, cfg, records, loader_utils, d)
         out["verify"] = _verify_scenario(model, cfg, records, loader_utils, ctx.rank)
+        out["multinode"] = _multinode_scenario(model, cfg, records, loader_utils,
+                                               ctx.rank)
     cfg.additional_config = {}
     return out
 
@@ -566,6 +568,89 @@ def _verify_scenario(model, cfg, records, loader_utils, rank):
                                           "installed": len(vllm_plugin.INSTALLED)}
     finally:
         cfg.compilation_config.cudagraph_capture_sizes, replay_mod.time_replays = saved
+    return got
+
+
+def _multinode_scenario(model, cfg, records, loader_utils, rank):
+    """Issue 43, multi-node serving: configuration that reaches some ranks
+    only (Ray copies ``L2SCHED_*`` to the head node's workers alone). Each
+    case loads (the wrapped ``process_weights_after_loading``) and then runs
+    the after-capture step (``verify_after_capture``, as the wrapped
+    ``Worker.compile_or_warm_up_model`` does) on both gloo ranks, timing how
+    long each rank takes to be off. Cases:
+
+    - ``env-rank0-only``: rank 0 has ``L2SCHED_SCHEDULE/SET/VERIFY`` in its
+      environment, rank 1 nothing (the reported hang: rank 0's ``verify``
+      waited in the ranks' agreement);
+    - ``other-set``: both use ``--additional-config``, rank 1 with another
+      override;
+    - ``rank1-absent``: rank 1 has no l2sched at all (it never answers);
+      rank 0 waits ``agree_timeout_s`` = 2 s, then off.
+    """
+    import time
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    from l2sched.vllm import plugin as vllm_plugin
+    from l2sched.vllm.verify_startup import verify_after_capture
+
+    runner = types.SimpleNamespace(get_model=lambda: model,
+                                   cudagraph_manager=types.SimpleNamespace(graphs={}))
+    worker = types.SimpleNamespace(vllm_config=cfg, model_runner=runner)
+    env_keys = ("L2SCHED_SCHEDULE", "L2SCHED_SET", "L2SCHED_VERIFY",
+                "L2SCHED_BACKEND", "L2SCHED_AGREE_TIMEOUT_S")
+    got = {}
+    cases = ("env-rank0-only", "other-set", "rank1-absent")
+    try:
+        for name in cases:
+            for k in env_keys:
+                os.environ.pop(k, None)
+            cfg.additional_config = {}
+            if name == "env-rank0-only" and rank == 0:
+                os.environ.update({
+                    "L2SCHED_SCHEDULE": SCHEDULE, "L2SCHED_BACKEND": "dry-run",
+                    "L2SCHED_SET": "tp=2; window.B.budget=64KiB", "L2SCHED_VERIFY": "3",
+                    "L2SCHED_AGREE_TIMEOUT_S": "20"})
+            elif name == "other-set":
+                section = dict(PLUGIN_SECTION, verify=3)
+                if rank == 1:
+                    section["set"] = {"tp": "2", "window.B.budget": "32KiB"}
+                cfg.additional_config = {"l2sched": section}
+            elif name == "rank1-absent" and rank == 0:
+                cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, verify=3,
+                                                         agree_timeout_s=2)}
+            absent = name == "rank1-absent" and rank == 1
+            records.clear()
+            if not absent:
+                loader_utils.process_weights_after_loading(model, cfg.model_config,
+                                                           torch.device("cpu"))
+            else:  # no l2sched on this rank: its earlier answer is not there
+                from l2sched.vllm import agreement
+
+                agreement.withdraw()
+                dist.distributed_c10d._get_default_store().delete_key(
+                    f"l2sched/config/{rank}")
+            inst = vllm_plugin.INSTALLED[-1] if vllm_plugin.INSTALLED else None
+            dist.barrier()  # both ranks loaded: vLLM's executor phases
+            t0 = time.monotonic()
+            if absent:
+                from l2sched.vllm import agreement
+
+                agreement._state["generation"] += 1  # stays in step with rank 0
+            else:
+                verify_after_capture(worker)
+            got[name] = {"seconds": time.monotonic() - t0, "records": list(records),
+                         "installed": inst is not None,
+                         "on_after": None if inst is None else inst.runtime.fills_on}
+            dist.barrier()
+            for i in vllm_plugin.INSTALLED:
+                i.remove()
+            vllm_plugin.INSTALLED.clear()
+    finally:
+        for k in env_keys:
+            os.environ.pop(k, None)
     return got
 
 
@@ -904,6 +989,46 @@ def test_issue31_verify_option_keeps_prefetch_only_where_every_rank_measured_a_g
         assert c["installed"] == 0
         offs = [x for x in c["records"] if "prefetch OFF" in x]
         assert len(offs) == 1 and "cannot read schedule" in offs[0], c["records"]
+
+
+def test_issue43_configuration_on_some_ranks_turns_every_rank_off_without_waiting(ranks):
+    """Issue 43, multi-node (``_multinode_scenario``): where the ranks'
+    l2sched configurations disagree, or a rank has none, every rank ends
+    with prefetch off and one WARNING line naming the other rank and the fix
+    (``--additional-config``, or ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY``
+    for the variables); no rank waits for an unconfigured one (before: rank
+    0's ``verify`` waited in a collective rank 1 never joined), and a rank
+    with no l2sched at all costs the others ``agree_timeout_s`` (2 s)."""
+    by = {r["rank"]: r["multinode"] for r in ranks}
+    c0, c1 = by[0]["env-rank0-only"], by[1]["env-rank0-only"]
+    assert c0["installed"] and c0["on_after"] is False
+    assert not c1["installed"]
+    (line0,) = [x for x in c0["records"] if "prefetch OFF" in x]
+    assert line0.startswith("WARNING") and "rank 1 (TP rank 1/2) has no l2sched " \
+        "configuration" in line0 and "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=L2SCHED_" \
+        in line0 and "--additional-config" in line0, line0
+    (line1,) = [x for x in c1["records"] if "l2sched" in x]
+    m = re.search(r"this rank has no l2sched configuration while rank 0 "
+                  r"\(TP rank 0/2, from env ([A-Z0-9_, ]+)\) has one", line1)
+    assert line1.startswith("WARNING") and m, line1
+    assert {"L2SCHED_SCHEDULE", "L2SCHED_SET", "L2SCHED_VERIFY"} <= set(
+        m.group(1).split(", ")), line1
+    assert not [x for x in c0["records"] + c1["records"] if "verify (" in x]
+    for c in (c0, c1):  # no wait: rank 1 answers 'none' at once
+        assert c["seconds"] < 5.0, c
+    for r in (0, 1):
+        c = by[r]["other-set"]
+        assert c["installed"] and c["on_after"] is False, c
+        (line,) = [x for x in c["records"] if "prefetch OFF" in x]
+        assert re.search(r"rank \d \(TP rank \d/2\) has overrides \[.*'window.B.budget="
+                         r"(64|32)KiB'\] where rank \d \(TP rank \d/2\) has \[.*"
+                         r"'window.B.budget=(32|64)KiB'\]", line), line
+        assert c["seconds"] < 5.0, c
+    c = by[0]["rank1-absent"]
+    assert c["installed"] and c["on_after"] is False
+    (line,) = [x for x in c["records"] if "prefetch OFF" in x]
+    assert "rank 1 did not answer within 2 s" in line, line
+    assert 2.0 <= c["seconds"] < 6.0, c
 
 
 def test_issue31_fills_off_installs_switched_off_and_rpc_switches(ranks):

@@ -36,6 +36,16 @@ AUTO = "auto"
 ENV_FILLS = "L2SCHED_FILLS"
 ENV_VERIFY = "L2SCHED_VERIFY"
 ENV_CAPTURE_LAUNCH = "L2SCHED_CAPTURE_LAUNCH"
+ENV_AGREE_TIMEOUT = "L2SCHED_AGREE_TIMEOUT_S"
+#: Seconds a configured rank waits for every other rank's configuration
+#: after the decode graphs are captured (``vllm.agreement``), and the bound
+#: of each of ``verify``'s agreements. vLLM's executors start that step on
+#: every worker only after every worker loaded its weights, so the wait is
+#: the ranks' capture skew; it runs out only where a rank never answers (no
+#: l2sched there), and then every configured rank turns prefetch off.
+AGREE_TIMEOUT_S = 30.0
+#: The largest ``agree_timeout_s`` a user may ask for, seconds.
+MAX_AGREE_TIMEOUT_S = 3600.0
 #: Rounds of the start-up A/B (``verify``) a user may ask for: each round
 #: replays every measured size's decode graph 3 x (1 + ``replay.REPLAYS``) times.
 MAX_VERIFY_ROUNDS = 50
@@ -84,6 +94,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "capture_launch": {"enum": list(CAPTURE_LAUNCHES),
                            "description": "how a fill enters vLLM's FULL decode graphs "
                                           "(docs/runtime.md)"},
+        "agree_timeout_s": {"type": "number", "exclusiveMinimum": 0,
+                            "maximum": MAX_AGREE_TIMEOUT_S,
+                            "description": "seconds a rank waits for the other ranks' "
+                                           "l2sched configuration (then prefetch off)"},
     },
 }
 
@@ -101,7 +115,8 @@ class PluginConfig:
     of the start-up A/B after graph capture (``vllm.verify_startup``; 0 =
     none), and ``capture_launch``, how a fill enters a FULL graph
     (``runtime.capture_nodes.CAPTURE_LAUNCHES``; ``None`` = the runtime's
-    default)."""
+    default), and ``agree_timeout_s``, the bound in seconds of every
+    agreement between ranks (``vllm.agreement``)."""
 
     schedule: str
     overrides: tuple[str, ...] = ()
@@ -113,6 +128,7 @@ class PluginConfig:
     fills: str = "on"
     verify: int = 0
     capture_launch: str | None = None
+    agree_timeout_s: float = AGREE_TIMEOUT_S
 
     @property
     def is_auto(self) -> bool:
@@ -218,7 +234,8 @@ def _from_section(section: Any) -> PluginConfig:
                         section.get("on_predicted_loss", "off"),
                         section.get("fills", "on"),
                         int(section.get("verify", 0)),  # JSON's 2.0 is an integer
-                        section.get("capture_launch"))
+                        section.get("capture_launch"),
+                        float(section.get("agree_timeout_s", AGREE_TIMEOUT_S)))
 
 
 # --------------------------------------------------------------------------
@@ -289,7 +306,21 @@ def _from_env(env: Mapping[str, str]) -> PluginConfig | None:
         raise _bad(f"{ENV_CAPTURE_LAUNCH}={env.get(ENV_CAPTURE_LAUNCH)!r}: expected "
                    f"{' or '.join(CAPTURE_LAUNCHES)}{suggest(launch, CAPTURE_LAUNCHES)}")
     return PluginConfig(path, sets, backend, _env_lint(env), device, "env", loss,
-                        fills, _env_verify(env), launch)
+                        fills, _env_verify(env), launch, _env_agree_timeout(env))
+
+
+def _env_agree_timeout(env: Mapping[str, str]) -> float:
+    text = (env.get(ENV_AGREE_TIMEOUT) or "").strip()
+    if not text:
+        return AGREE_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_AGREE_TIMEOUT_S:  # also NaN
+        raise _bad(f"{ENV_AGREE_TIMEOUT}={env.get(ENV_AGREE_TIMEOUT)!r}: expected seconds "
+                   f"above 0 and at most {MAX_AGREE_TIMEOUT_S:g}")
+    return seconds
 
 
 def _env_verify(env: Mapping[str, str]) -> int:
@@ -310,7 +341,8 @@ def read_config(additional_config: Mapping | None,
     section exists (the environment is then not read), else from the
     environment (``L2SCHED_SCHEDULE``, ``L2SCHED_SET``, ``L2SCHED_BACKEND``,
     ``L2SCHED_LINT``, ``L2SCHED_DEVICE``, ``L2SCHED_ON_PREDICTED_LOSS``,
-    ``L2SCHED_FILLS``, ``L2SCHED_VERIFY``, ``L2SCHED_CAPTURE_LAUNCH``; ``environ`` default
+    ``L2SCHED_FILLS``, ``L2SCHED_VERIFY``, ``L2SCHED_CAPTURE_LAUNCH``,
+    ``L2SCHED_AGREE_TIMEOUT_S``; ``environ`` default
     ``os.environ``); ``None`` when neither names a schedule. Raises
     ``L2sPluginError("bad configuration", ...)`` naming the bad key or
     variable."""

@@ -39,6 +39,7 @@ from l2sched.runtime import make_runtime
 from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
+from l2sched.vllm import agreement as _agreement
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
 from l2sched.vllm.device_check import first_line as _first_line
@@ -150,6 +151,7 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         refuse_drift()  # a vLLM name it needs is missing (vllm/drift.py)
         vllm_config = vllm_config or _current_vllm_config()
         if config is None and not _configured(vllm_config, environ):
+            _agreement.withdraw()
             if previous is not None:
                 raise L2sPluginError("no schedule configured at this reload")
             return None
@@ -163,7 +165,12 @@ def activate_after_load(model, vllm_config=None, *, environ=None,
         rank_txt = layout.rank_txt
         if config is None:
             extra = getattr(vllm_config, "additional_config", None) or {}
-            config = read_config(extra, environ)
+            try:
+                config = read_config(extra, environ)
+            except L2sPluginError as e:
+                _agreement.publish(rank_txt, error=str(e))
+                raise
+        _agreement.publish(rank_txt, config)
         installed = _activate(model, vllm_config, config, layout, previous)
         installed.model, installed.config = weakref.ref(model), config
         installed.vllm_config = vllm_config

@@ -11,18 +11,24 @@ it is switched off (``runtime.switch``: no recapture). One log line per rank
 either way, with each size's median gain and noise.
 
 Under TP/PP the decode graphs hold the collectives, so every rank must
-replay the same sequence or none: the ranks first agree (a MIN all-reduce on
-vLLM's world CPU group) that all of them can measure, and afterwards that
-all of them measured a gain; a rank that cannot (its install failed, no
-FULL decode graph) makes every rank switch off. Never raises into vLLM.
+replay the same sequence or none. Before anything else the ranks agree that
+they share one l2sched configuration (``agreement.after_capture``: a rank
+whose ``L2SCHED_*`` variables did not reach it turns prefetch off on every
+rank, and no rank waits on it longer than ``agree_timeout_s``). Then they
+agree (``agreement.all_true``, over the store, bounded) that all of them can
+measure, and afterwards that all of them measured a gain; a rank that cannot
+(its install failed, no FULL decode graph) makes every rank switch off.
+Never raises into vLLM.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Sequence
 
+from l2sched.vllm.config import AGREE_TIMEOUT_S
 from l2sched.vllm.replay import REPLAYS
 from l2sched.vllm.verify import from_rounds
 
@@ -70,21 +76,6 @@ def decide(timings: dict) -> tuple[bool, str]:
     return on, ", ".join(parts) or "no batch size measured"
 
 
-def _agree(flag: bool) -> bool:
-    """``flag`` AND-ed over every rank of vLLM's world group (a MIN
-    all-reduce on its CPU group); ``flag`` itself in a one-process world."""
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
-        return flag
-    from vllm.distributed.parallel_state import get_world_group
-
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=get_world_group().cpu_group)
-    return bool(t.item())
-
-
 def _config(worker):
     from l2sched.vllm.config import read_config
 
@@ -95,24 +86,52 @@ def _config(worker):
         return None
 
 
+def _rank_txt(worker) -> str:
+    try:
+        from l2sched.vllm.layout import parallel_layout
+
+        return parallel_layout(worker.vllm_config).rank_txt
+    except Exception:
+        return "TP rank ?"
+
+
+def _installation(worker):
+    try:
+        from l2sched.vllm.plugin import installed_for
+
+        return installed_for(worker.model_runner.get_model())
+    except Exception:
+        return None
+
+
 def verify_after_capture(worker) -> None:
-    """The start-up A/B of ``worker`` (vLLM's GPU ``Worker``) when the
-    configuration asks for it (``verify`` > 0); otherwise nothing. Every
-    rank calls both agreements whatever happened to it. Never raises: an
-    error switches the fills off with one line."""
+    """After vLLM's ``Worker.compile_or_warm_up_model`` (every rank, whether
+    configured or not): first the ranks' configuration agreement
+    (``agreement.after_capture``: a rank that disagrees, or none, switches
+    prefetch off everywhere, bounded by ``agree_timeout_s``), then the
+    start-up A/B when the configuration asks for it (``verify`` > 0). Every
+    configured rank takes part in both of verify's agreements whatever
+    happened to it; each is bounded in time. Never raises: an error
+    switches the fills off with one line."""
+    from l2sched.vllm import agreement
+
     cfg = _config(worker)
+    timeout = cfg.agree_timeout_s if cfg is not None else AGREE_TIMEOUT_S
+    verdict = agreement.after_capture(lambda: _rank_txt(worker), timeout)
+    if not verdict.agreed:
+        if agreement.configured_here():
+            _off(_installation(worker), _rank_txt(worker), verdict.why)
+        return
     if cfg is None or cfg.verify <= 0:
         return
     inst, rank_txt, runner, sizes, why = None, "TP rank ?", None, [], ""
     try:
-        from l2sched.vllm.layout import parallel_layout
-        from l2sched.vllm.plugin import installed_for
         from l2sched.vllm.replay import full_decode_graphs
 
         vc = worker.vllm_config
-        rank_txt = parallel_layout(vc).rank_txt
+        rank_txt = _rank_txt(worker)
         runner = worker.model_runner
-        inst = installed_for(runner.get_model())
+        inst = _installation(worker)
         captured = vc.compilation_config.cudagraph_capture_sizes or []
         max_seqs = vc.scheduler_config.max_num_seqs
         sizes = startup_batches(captured, max_seqs)
@@ -132,13 +151,13 @@ def verify_after_capture(worker) -> None:
     except Exception as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     try:
-        ready = _agree(not why)
+        ready = agreement.all_true("verify-ready", not why, cfg.agree_timeout_s)
     except Exception as e:
         ready, why = False, f"the ranks could not agree: {type(e).__name__}: {e}"
     if not ready:
         _off(inst, rank_txt, f"verify: not measured: {why or 'another rank cannot measure'}")
         return
-    on, text = False, ""
+    on, text, t0 = False, "", time.monotonic()
     try:
         from l2sched.vllm.replay import replay_ab
 
@@ -148,7 +167,9 @@ def verify_after_capture(worker) -> None:
     except Exception as e:
         text = f"verify failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     try:
-        on_all = _agree(on)
+        # the other ranks time the same sizes: allow twice this rank's time
+        on_all = agreement.all_true("verify-on", on, cfg.agree_timeout_s
+                                    + 2 * (time.monotonic() - t0))
         _switch(inst, on_all)
     except Exception as e:
         _off(inst, rank_txt, f"verify: {type(e).__name__}: {e}")
