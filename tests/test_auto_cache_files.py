@@ -4,11 +4,11 @@ sanitized readable prefix (a dotted profile name kept every entry of that
 profile in one file before), and a user with no home directory (no ``HOME``,
 no passwd entry) caches in a private temporary directory with one WARNING
 line instead of failing with ``RuntimeError``. The fits are the real
-``l2sched fit`` search (``Search.run`` wrapped only to count its calls)."""
+``l2sched fit`` search (``Search.run`` wrapped only to count its calls);
+the entries are ``l2sched.vllm.auto_cache``'s."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -21,8 +21,8 @@ import pytest
 
 from l2sched.device import load_device
 from l2sched.fit import Search
-from l2sched.vllm import auto
 from l2sched.vllm.auto import auto_schedule, default_cache_dir
+from l2sched.vllm.auto_cache import CacheEntry
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = json.loads((ROOT / "l2sched/data/glm53-flash-config.json").read_text())
@@ -85,10 +85,9 @@ def test_a_dotted_profile_name_keeps_one_entry_per_tp(dotted, tmp_path, fits, ca
 
 
 @pytest.mark.parametrize("profile_name", ["a.b.c", "../up", "x y/z", "...", "é.toml"])
-def test_entry_names_are_the_key_and_a_sanitized_prefix(dotted, profile_name):
+def test_entry_names_are_the_key_and_a_sanitized_prefix(profile_name):
     key = "0123456789abcdef" * 2
-    entry = auto._Entry.of(Path("/c"), dataclasses.replace(dotted[0], name=profile_name),
-                           4, False, key)
+    entry = CacheEntry.of(Path("/c"), profile_name, 4, False, key)
     for suffix in (".l2s", ".json", "-config.json", ".lock"):
         path = entry.file(suffix)
         assert path.parent == Path("/c") and path.name.endswith(f"-tp4-{key}{suffix}")

@@ -9,31 +9,18 @@ and returns an ``AutoChoice``: the fitted ``.l2s`` text (``None``: no
 prefetch) and one line saying what it chose, with the predicted gain per M
 and the fit's lower bound, or why it chose nothing.
 
-The answer is cached on disk (``default_cache_dir``: ``$L2SCHED_CACHE_DIR``, else
-``$XDG_CACHE_HOME/l2sched/auto``, else ``~/.cache/l2sched/auto``, else, for a
-user with no home directory, a private temporary directory with one WARNING
-line), keyed by
-``cache_key``: the model config's content, TP degree, EP, the device
-profile's content (the numbers the fit reads, not its path), the profile's
-name or path as the schedule's ``device`` line writes it, the token counts,
-the l2sched version, the source of the code that decides the answer
-(``code_digest``: a checkout changes without a new version) and the
-search's settings. One entry is three files whose names are a readable
-prefix and the key (``<profile>-tp<N>-<key>``: the profile's name with every
-character but letters, digits, ``_`` and ``-`` made ``-``, then the key's 32
-hex digits; the suffixes below are appended, never substituted, so a dotted
-profile name such as ``h200.sxm5`` keeps one entry per key): ``.l2s`` (the
-fitted schedule with its
-header: ``l2sched lint`` it), ``-config.json`` (the model config, so the
-header's ``l2sched fit`` command reproduces the answer) and ``.json`` (the
-record, written last: the summary and the ``.l2s`` text's SHA-256). Every
-write is a temporary file and ``os.replace``; an entry that does not read
-back whole (bad JSON, another format, a missing or changed ``.l2s``) is
-logged in one line and refitted; a cache directory that cannot be written
-is logged in one line and the answer is used uncached. Nothing here raises
-for a cache problem. TP ranks that start together fit once: the first takes
-a lock (``fcntl.flock`` on ``<entry>.lock``), the others wait for it and
-read its entry (``.lock``).
+The answer is cached on disk (``auto_cache``: ``default_cache_dir``, one
+``CacheEntry`` per key), keyed by ``cache_key``: the model config's content,
+TP degree, EP, the device profile's content (the numbers the fit reads, not
+its path), the profile's name or path as the schedule's ``device`` line
+writes it, the token counts, the l2sched version, the source of the code
+that decides the answer (``code_digest``: a checkout changes without a new
+version), the search's settings and the entry format. An entry that does
+not read back whole is logged in one line and refitted; a cache directory
+that cannot be written is logged in one line and the answer is used
+uncached. Nothing here raises for a cache problem. TP ranks that start
+together fit once: the first takes the entry's lock, the others wait for it
+and read its entry.
 
 Times (CPU seconds of one core of this repository's 2-core machine,
 2026-12-03, ``jobs`` 1, the GLM-5.3-Flash config, the 12 sizes vLLM 0.33.0
@@ -50,17 +37,13 @@ answer is the default's. A cache hit is a few milliseconds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import logging
 import os
-import re
 import shlex
-import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +51,6 @@ from typing import Any, Mapping, Sequence
 
 from l2sched import __version__
 from l2sched.device import DeviceProfile, GpuIdentity
-from l2sched.env import env_path
 from l2sched.errors import L2sError, L2sPluginError
 from l2sched.fit import FitOptions, Search, fit_text
 from l2sched.fit.search import DEFAULT_SIZE
@@ -76,14 +58,10 @@ from l2sched.lang.resolve import load_schedule_text
 from l2sched.model.adapters import adapter_of_config
 from l2sched.model.config import validate_config
 from l2sched.units import format_size
+from l2sched.vllm.auto_cache import CACHE_FORMAT, CacheEntry, default_cache_dir
 
 log = logging.getLogger("l2sched.vllm.auto")
 
-#: The variable naming the cache directory (replaces the default).
-ENV_CACHE_DIR = "L2SCHED_CACHE_DIR"
-#: The layout of a cache entry; a change makes every older entry a miss (2:
-#: file names are ``_Entry`` names, format 1's cut dotted profile names).
-CACHE_FORMAT = 2
 #: The search's size: ``l2sched fit``'s default (``DEFAULT_SIZE``) with 3
 #: local-search rounds instead of 6, so the deepest first fit measured stays
 #: within the issue's 30 s (see the module docstring for the numbers).
@@ -155,58 +133,7 @@ class AutoChoice:
 
 
 # --------------------------------------------------------------------------
-# cache key and place
-
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """Where the answers are cached: ``$L2SCHED_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/l2sched/auto`` (an absolute ``XDG_CACHE_HOME`` only,
-    as the XDG base-directory spec says), else ``~/.cache/l2sched/auto``
-    (``environ`` default ``os.environ``), else (no home directory: ``HOME``
-    unset and no passwd entry for the user, a container's user) the private
-    temporary directory of ``home_less_cache_dir``, with one WARNING line;
-    ``None`` (the answer is used uncached, said in that line) when there is
-    no usable temporary directory either. Never raises."""
-    own = env_path(ENV_CACHE_DIR, environ)
-    if own is not None:
-        return own
-    xdg = env_path("XDG_CACHE_HOME", environ)
-    if xdg is not None and xdg.is_absolute():
-        return xdg / "l2sched" / "auto"
-    try:
-        return Path.home() / ".cache" / "l2sched" / "auto"
-    except RuntimeError:  # "Could not determine home directory"
-        return home_less_cache_dir()
-
-
-def home_less_cache_dir() -> Path | None:
-    """The cache directory of a user with no home directory:
-    ``<tempfile.gettempdir()>/l2sched-<uid>/auto``, the ``l2sched-<uid>``
-    directory made mode 0700 and used only when it is a real directory (not
-    a link) owned by this user that no one else may read or write; else a
-    fresh ``tempfile.mkdtemp`` directory (private by construction; not
-    found again by the next start, so that start fits again). Logs one
-    WARNING line naming the directory, or saying that the answer is used
-    uncached (returns ``None``) when no temporary directory can be made.
-    Never raises."""
-    uid = os.getuid()
-    why = f"HOME is unset and user id {uid} has no passwd entry"
-    try:
-        place = Path(tempfile.gettempdir()) / f"l2sched-{uid}"
-        with contextlib.suppress(FileExistsError):
-            place.mkdir(mode=0o700)
-        st = os.lstat(place)
-        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == uid
-                and not stat.S_IMODE(st.st_mode) & 0o077):
-            place = Path(tempfile.mkdtemp(prefix=f"l2sched-{uid}-"))
-    except OSError as e:
-        log.warning("l2sched: auto: no home directory (%s) and no usable temporary "
-                    "directory (%s); the answer is used uncached (set %s to cache it)",
-                    why, getattr(e, "strerror", None) or e, ENV_CACHE_DIR)
-        return None
-    log.warning("l2sched: auto: no home directory (%s); caching fitted schedules in "
-                "%s (set %s to choose the place)", why, place / "auto", ENV_CACHE_DIR)
-    return place / "auto"
+# the cache key
 
 
 def _stable_config(value: Any) -> Any:
@@ -271,34 +198,6 @@ def cache_key(model_config: Mapping, tp: int, ep: bool, device_profile: DevicePr
     """The cache key: 32 hex digits of the SHA-256 of ``key_parts``."""
     return _digest(key_parts(model_config, tp, ep, device_profile, device_name,
                              tokens))[:32]
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """The files of one cache entry in ``directory`` (``None``: no cache,
-    the answer is used uncached): ``<base>.l2s``, ``<base>-config.json``,
-    ``<base>.json`` (the record) and ``<base>.lock``, ``base`` being
-    ``<prefix>-<key>``. Each name is ``base`` with its suffix appended:
-    nothing is cut from a user-chosen name, so two keys never share a
-    file."""
-
-    directory: Path | None
-    prefix: str
-    key: str
-
-    @classmethod
-    def of(cls, directory: Path | None, device_profile: DeviceProfile, tp: int,
-           ep: bool, key: str) -> "_Entry":
-        """The entry of ``key``, its prefix readable: the profile's name
-        (every run of characters other than ASCII letters, digits, ``_`` and
-        ``-`` made one ``-``; at most 40 characters), ``-tpN`` and ``-ep``."""
-        name = re.sub(r"[^A-Za-z0-9_-]+", "-", device_profile.name).strip("-")[:40]
-        return cls(directory, f"{name or 'device'}-tp{tp}{'-ep' if ep else ''}", key)
-
-    def file(self, suffix: str) -> Path:
-        """``<directory>/<prefix>-<key><suffix>``."""
-        where = self.directory if self.directory is not None else Path(".")
-        return where / f"{self.prefix}-{self.key}{suffix}"
 
 
 # --------------------------------------------------------------------------
@@ -403,18 +302,29 @@ def auto_schedule(model_config: Mapping, tp: int, ep: bool,
         device_name = os.path.abspath(device_name)  # the cached file lives elsewhere
     key = cache_key(model_config, tp, ep, device_profile, device_name, tokens)
     where = Path(cache_dir) if cache_dir is not None else default_cache_dir(environ)
-    entry = _Entry.of(where, device_profile, tp, ep, key)
-    hit = _read_entry(entry)
+    entry = CacheEntry.of(where, device_profile.name, tp, ep, key)
+    hit = _cached(entry)
     if hit is not None:
         return dataclasses.replace(hit, seconds=time.perf_counter() - t0)
-    with _lock(entry):
-        hit = _read_entry(entry, quiet=True)  # another rank fitted meanwhile
+    with entry.lock():
+        hit = _cached(entry, quiet=True)  # another rank fitted meanwhile
         if hit is not None:
             return dataclasses.replace(hit, seconds=time.perf_counter() - t0)
         return _fit(model_config, tp, device_profile, device_name, tokens, entry, t0)
 
 
-def _fit(model_config, tp, device_profile, device_name, tokens, entry: _Entry,
+def _cached(entry: CacheEntry, quiet: bool = False) -> AutoChoice | None:
+    """The answer of ``entry`` when it reads back whole (``CacheEntry.read``:
+    a damaged one is one WARNING line, unless ``quiet``), else None."""
+    got = entry.read(quiet)
+    if got is None:
+        return None
+    return AutoChoice(got.text if got.prefetch else None,
+                      f"{got.summary} (from the cache, {got.path})", got.path,
+                      entry.key, True, reason="" if got.prefetch else "no prefetch")
+
+
+def _fit(model_config, tp, device_profile, device_name, tokens, entry: CacheEntry,
          t0: float) -> AutoChoice:
     """Run the fit, write the entry (when the directory takes it), return
     the answer."""
@@ -440,119 +350,10 @@ def _fit(model_config, tp, device_profile, device_name, tokens, entry: _Entry,
     what = f"{device_profile.name}, TP{tp} EP off, {_tokens_text(tokens)}"
     summary = _summary(result, search, what)
     l2s = entry.file(".l2s")
-    written = _write_entry(entry, text, summary, result.candidate is not None, config,
-                           seconds)
+    written = entry.write(text, summary, result.candidate is not None, config, seconds)
     where = f"cached at {l2s}" if written else "not cached"
     chosen = result.candidate is not None
     return AutoChoice(text if chosen else None,
                       f"{summary} (fitted in {seconds:.1f} s; {where})",
                       l2s if written else None, entry.key, False, seconds,
                       "" if chosen else "no prefetch")
-
-
-# --------------------------------------------------------------------------
-# the entry on disk
-
-
-@contextlib.contextmanager
-def _lock(entry: _Entry):
-    """Hold the entry's ``.lock`` file (``fcntl.flock``) while fitting, so
-    the ranks of one machine fit once; no lock where that fails (no
-    ``fcntl``, a directory that cannot be made or written, no cache)."""
-    fd = None
-    try:
-        import fcntl
-
-        if entry.directory is None:
-            raise OSError("no cache directory")
-        entry.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(entry.file(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except (ImportError, OSError):
-        if fd is not None:
-            os.close(fd)
-        fd = None
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)  # releases the lock
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """``text`` to ``path`` through a temporary file beside it and
-    ``os.replace``. Raises ``OSError``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _write_entry(entry: _Entry, text: str, summary: str, prefetch: bool,
-                 config: dict, seconds: float) -> bool:
-    """Write the entry's three files (the record last); False when there is
-    no cache directory (said already) or (one WARNING line) the directory
-    does not take them."""
-    if entry.directory is None:
-        return False
-    record = {"format": CACHE_FORMAT, "key": entry.key, "l2sched": __version__,
-              "prefetch": prefetch, "summary": summary,
-              "l2s_sha256": hashlib.sha256(text.encode()).hexdigest(),
-              "fit_seconds": round(seconds, 3)}
-    try:
-        entry.directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write(entry.file("-config.json"),
-                      json.dumps(config, indent=1, sort_keys=True, default=str) + "\n")
-        _atomic_write(entry.file(".l2s"), text)
-        _atomic_write(entry.file(".json"), json.dumps(record, indent=1) + "\n")
-    except OSError as e:
-        log.warning("l2sched: auto: cannot cache the fitted schedule in %s (%s); "
-                    "the next start fits again", entry.directory, e.strerror or e)
-        return False
-    return True
-
-
-def _read_entry(entry: _Entry, quiet: bool = False) -> AutoChoice | None:
-    """The cached answer of ``entry``, or None: no cache, no entry (a miss),
-    or one that does not read back whole (one WARNING line, unless
-    ``quiet``; the caller refits and overwrites it)."""
-    if entry.directory is None:
-        return None
-    key = entry.key
-    record_path, l2s = entry.file(".json"), entry.file(".l2s")
-    try:
-        raw = record_path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):  # no entry (or no directory)
-        return None
-    except (OSError, UnicodeDecodeError) as e:
-        return _corrupt(record_path, getattr(e, "strerror", None) or str(e), quiet)
-    try:
-        rec = json.loads(raw)
-        ok = (isinstance(rec, dict) and rec.get("format") == CACHE_FORMAT
-              and rec.get("key") == key and isinstance(rec.get("summary"), str)
-              and isinstance(rec.get("prefetch"), bool)
-              and isinstance(rec.get("l2s_sha256"), str))
-    except ValueError as e:
-        return _corrupt(record_path, f"not JSON ({e})", quiet)
-    if not ok:
-        return _corrupt(record_path, "not a cache record of this key and format", quiet)
-    try:
-        text = l2s.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return _corrupt(l2s, getattr(e, "strerror", None) or str(e), quiet)
-    if hashlib.sha256(text.encode()).hexdigest() != rec["l2s_sha256"]:
-        return _corrupt(l2s, "its text differs from the one cached", quiet)
-    return AutoChoice(text if rec["prefetch"] else None,
-                      f"{rec['summary']} (from the cache, {l2s})", l2s, key, True,
-                      reason="" if rec["prefetch"] else "no prefetch")
-
-
-def _corrupt(path: Path, why: str, quiet: bool) -> None:
-    if not quiet:
-        log.warning("l2sched: auto: ignoring the cache entry %s: %s; fitting again",
-                    path, why)
-    return None
