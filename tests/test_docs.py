@@ -60,10 +60,69 @@ FENCE = re.compile(r"^(`{3,})(\S*)")
 #: block, marked on the line before its fence, is what that block prints on
 #: stdout (``...`` alone on a line: any lines; inside a line: any text).
 OUTPUT = "<!-- doc-test: output -->"
-#: Before a table or paragraph: every decimal number in it (up to the next
-#: blank line) is one the command prints (run read-only in the repository).
-NUMBERS = re.compile(r"^<!-- doc-test: numbers from: (.+?) -->$")
-DECIMAL = re.compile(r"(?<![\w.])[+-]?\d[\d,]*\.\d+(?![\w.])")
+#: Before a table, list or paragraph (marker lines stack; the passage runs
+#: to the next blank line): every number in it is one the command prints (run
+#: read-only in the repository, stdout) or one the file holds; a file must be
+#: named in the passage (a measured result is checked against the result
+#: file it cites). Issue 43: numbers, not only decimals (``passage_numbers``).
+NUMBERS = re.compile(r"^\s*<!-- doc-test: numbers from( file)?: (.+?) -->$")
+#: Not quantities, blanked before numbers are read: dates, references
+#: (issue 15, session 7, runs 1-3, steps 1-3, exit 2), versions (0.33.0),
+#: powers (10^12) and ordered-list numbers.
+NOT_QUANTITY = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b"
+    r"|\b(?:[Ii]ssues?|[Ss]essions?|[Rr]uns?|[Ss]teps?|[Ii]tems?|[Ss]ections?|[Ee]xit)"
+    r" \d+(?:(?: ?[,/-] ?| and | to )\d+)*\b(?!\.\d)"
+    r"|\d+(?:\.\d+){2,}|\d+\^\d+|^\s*\d+\. ", re.M)
+NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+#: Letters a number may carry and still be a quantity (``20MB``, ``5x``).
+UNIT_SUFFIXES = {"B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "us", "ms", "s",
+                 "x", "W"}
+
+
+def passage_numbers(text: str) -> list[tuple[str, str]]:
+    """The quantities of a document passage as ``(sign, digits)`` (sign
+    ``+``, ``-`` or ``""``; thousands commas dropped): every number but the
+    ``NOT_QUANTITY`` ones, a number in a name (``h200``, ``L2S001-3``,
+    ``GLM-5.3``, ``fit-proof-2a``) and a value set with ``=`` in code
+    (```L2SCHED_PROGRESS=1```). HTML comments are not read."""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = NOT_QUANTITY.sub(lambda m: " " * len(m.group()), text)
+    code = [m.span() for m in re.finditer(r"`[^`\n]*`", text)]
+    out = []
+    for m in NUMBER.finditer(text):
+        a, b = m.span()
+        before, after = text[max(0, a - 40):a], text[b:b + 12]
+        p = before[-1:] or " "
+        if p.isalpha() or p in "_^" or after[:1] == "^" or (
+                p == "." and before[-2:-1].isdigit()):
+            continue
+        word = re.match(r"[A-Za-z_]*", after).group()
+        if word and word not in UNIT_SUFFIXES:
+            continue
+        if p == "-" and re.search(r"[A-Za-z_][\w.]*-$", before):
+            continue  # GLM-5.3, L2S001-3, Qwen3-30B
+        if p == "=" and any(x <= a < y for x, y in code):
+            continue
+        signed = p in "+-" and not (before[-2:-1].isalnum() or before[-2:-1] == ")")
+        out.append((p if signed else "", m.group().replace(",", "")))
+    return out
+
+
+def source_numbers(text: str) -> set[tuple[str, str]]:
+    """Every number of a command's output or a file, read leniently (in
+    names too), as ``passage_numbers`` writes them."""
+    return {(sign, digits.replace(",", "")) for sign, digits in
+            re.findall(r"(?<!\d)(?<!\d\.)([+-]?)(\d+(?:,\d{3})*(?:\.\d+)?)", text)}
+
+
+def number_found(number: tuple[str, str], found: set) -> bool:
+    """A quoted ``(sign, digits)`` is in ``found`` (``source_numbers``):
+    the same digits, and a ``-`` quoted only where a ``-`` is printed (an
+    unsigned number may be quoted with its sign left to the words)."""
+    sign, digits = number
+    signs = {"-"} if sign == "-" else {"+", ""} if sign == "+" else {"+", "-", ""}
+    return any((s, digits) in found for s in signs)
 
 
 def shell_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
@@ -116,18 +175,37 @@ def output_matches(expected: str, got: str) -> bool:
     return re.fullmatch("".join(pat), norm) is not None
 
 
-def numbered_passages(path: Path) -> list[tuple[int, str, str]]:
-    """``(line, command, passage)`` for every ``NUMBERS`` marker."""
+def passages(path: Path) -> list[tuple[int, list[tuple[str, str]], str]]:
+    """``(line, markers, text)`` of every passage of ``path``: its runs of
+    non-blank lines (a fenced block whole), ``markers`` the ``NUMBERS``
+    lines that open it as ``("cmd" | "file", what)``, ``text`` the rest and
+    ``line`` the text's first line (1-based)."""
     lines = path.read_text(encoding="utf-8").split("\n")
-    out = []
-    for i, ln in enumerate(lines):
-        m = NUMBERS.match(ln)
-        if m:
-            j = i + 1
-            while j < len(lines) and lines[j].strip():
-                j += 1
-            out.append((i + 1, m.group(1), "\n".join(lines[i + 1:j])))
+    out, i = [], 0
+    while i < len(lines):
+        if not lines[i].strip():
+            i += 1
+            continue
+        j, fence = i, None
+        while j < len(lines) and (fence or lines[j].strip()):
+            m = FENCE.match(lines[j])
+            if m and (fence is None or (lines[j].startswith(fence)
+                                        and not lines[j].strip("`"))):
+                fence = None if fence else m.group(1)
+            j += 1
+        block, markers, k = lines[i:j], [], 0
+        while k < len(block) and NUMBERS.match(block[k]):
+            m = NUMBERS.match(block[k])
+            markers.append(("file" if m.group(1) else "cmd", m.group(2)))
+            k += 1
+        out.append((i + k + 1, markers, "\n".join(block[k:])))
+        i = j
     return out
+
+
+def numbered_passages(path: Path) -> list[tuple[int, list[tuple[str, str]], str]]:
+    """The ``passages`` of ``path`` that have a ``NUMBERS`` marker."""
+    return [p for p in passages(path) if p[1]]
 
 
 def _sh_docs():
@@ -421,28 +499,136 @@ def test_item17_language_hook_table_is_the_adapters():
 
 # --------------------------------------------------------------------------
 # issue 34 item 4: every number a document quotes from a command is checked
+# issue 43: every number of docs/fit.md and of README's shipped-schedule
+# table is checked, against the command or the result file it comes from
+
+#: Documents, or one section of one (by its heading), whose every number is
+#: checked: in a passage under a ``NUMBERS`` marker, or in an ``sh`` block
+#: the doc-test runs or its quoted output. Outside those, a bare 0 or 1 is
+#: not counted (``exit 0``, ``TP > 1``, an effect of 0: logic, not a
+#: quantity that can go stale).
+EVERY_NUMBER = {"docs/fit.md": None, "README.md": "## Shipped schedules"}
+_SOURCES: dict = {}
+
+
+def number_source(kind: str, what: str) -> str:
+    """The text a marker's numbers come from: the stdout of command
+    ``what`` (``kind`` ``cmd``, run once per test session in the repository
+    with this interpreter first on ``PATH``; it must exit 0) or the files
+    ``what`` names (``file``: paths from the repository root, ``.gz`` read
+    decompressed)."""
+    if (kind, what) in _SOURCES:
+        return _SOURCES[kind, what]
+    if kind == "file":
+        import gzip
+        paths = [ROOT / w for w in what.split()]
+        text = "\n".join((gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz"
+                          else open(p, encoding="utf-8")).read() for p in paths)
+    else:
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}"
+                   f"{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+        r = subprocess.run(["bash", "-c", what], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, f"`{what}` exit {r.returncode}: {r.stderr[-2000:]}"
+        text = r.stdout
+    _SOURCES[kind, what] = text
+    return text
 
 
 def _numbered():
-    return [(p, *n) for p in DOCS for n in numbered_passages(p)]
+    out = []
+    for p in DOCS:
+        prev = ""
+        for line, markers, text in passages(p):
+            if markers:
+                out.append((p, line, markers, text, prev))
+            prev = text
+    return out
 
 
-@pytest.mark.parametrize("doc, line, command, passage", _numbered(),
+@pytest.mark.parametrize("doc, line, markers, passage, before", _numbered(),
                          ids=lambda v: v.name if isinstance(v, Path) else str(v)[:20])
-def test_item34_quoted_numbers_come_from_their_command(doc, line, command, passage):
-    """A passage marked ``<!-- doc-test: numbers from: CMD -->`` quotes
-    only decimal numbers that ``CMD`` prints."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}"
-               f"{os.environ['PATH']}", PYTHONPATH=str(ROOT))
-    r = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    printed = set(DECIMAL.findall(r.stdout))
-    printed |= {n.lstrip("+") for n in printed}
-    quoted = DECIMAL.findall(passage)
+def test_item34_quoted_numbers_come_from_their_command(doc, line, markers, passage, before):
+    """A passage marked ``<!-- doc-test: numbers from: CMD -->`` or
+    ``<!-- doc-test: numbers from file: PATH -->`` (stacked: any of them)
+    quotes only numbers that ``CMD`` prints or ``PATH`` holds, and it (or
+    the passage before it, a table's caption) names every ``PATH`` it
+    quotes."""
+    found: set = set()
+    for kind, what in markers:
+        found |= source_numbers(number_source(kind, what))
+        if kind == "file":
+            unnamed = [w for w in what.split() if Path(w).name not in passage + before]
+            assert unnamed == [], f"{doc.name}:{line}: the passage does not cite {unnamed}"
+    quoted = passage_numbers(passage)
     assert quoted, f"{doc.name}:{line}: no number in the marked passage"
-    missing = [n for n in quoted if n not in printed]
-    assert missing == [], f"{doc.name}:{line}: `{command}` does not print {missing}"
+    missing = sorted({s + d for s, d in quoted if not number_found((s, d), found)})
+    assert missing == [], (f"{doc.name}:{line}: {[w for _k, w in markers]} "
+                           f"do not give {missing}")
+
+
+def unchecked_numbers(path: Path, section: str | None = None) -> list[str]:
+    """``LINE: numbers`` of each passage of ``path`` (of its ``section``:
+    from that heading to the next of its level) with a quantity no check
+    covers (see ``EVERY_NUMBER``)."""
+    run = {line for line, info, _c, skip in shell_blocks(path) if info == "sh" and not skip}
+    quoted = {out_line for out_line, _text in output_blocks(path).values()}
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lo, hi = 1, len(lines)
+    if section is not None:
+        lo = lines.index(section) + 1
+        level = section.split(" ")[0] + " "
+        hi = next((i for i in range(lo + 1, len(lines) + 1)
+                   if lines[i - 1].startswith(level)), len(lines) + 1) - 1
+    bad = []
+    for line, markers, text in passages(path):
+        if not lo <= line <= hi or markers:
+            continue
+        fence = next((line + k for k, ln in enumerate(text.split("\n"))
+                      if FENCE.match(ln)), None)
+        if fence in run or fence in quoted:
+            continue
+        nums = [s + d for s, d in passage_numbers(text) if s or d not in ("0", "1")]
+        if nums:
+            bad.append(f"{line}: {', '.join(nums)}")
+    return bad
+
+
+@pytest.mark.parametrize("doc, section", sorted(EVERY_NUMBER.items()))
+def test_issue43_every_number_is_checked(doc, section):
+    """Every number of docs/fit.md and of README's shipped-schedule table
+    is under a ``NUMBERS`` marker (checked by
+    ``test_item34_quoted_numbers_come_from_their_command``) or in a block the
+    doc-test runs: none can go stale unseen (the H200 fit's bound and the
+    shipped schedule's predicted gain did)."""
+    bad = unchecked_numbers(ROOT / doc, section)
+    assert bad == [], (f"{doc}: numbers no check covers (mark the passage with "
+                       f"<!-- doc-test: numbers from: CMD --> or numbers from file: "
+                       f"PATH):\n" + "\n".join(bad))
+
+
+@pytest.mark.parametrize("text, want", [
+    ("-0.9 us against 69.5 us (+28.2 before)", ["-0.9", "69.5", "+28.2"]),
+    ("M = 1 / 4 / 16 / 64, 0.3-2.6% and +25..+67 us", ["1", "4", "16", "64", "0.3",
+                                                       "2.6", "+25", "+67"]),
+    ("GLM-5.3-Flash on h200 (L2S001-3, fit-proof-2a.md, 2026-12-01, vllm 0.33.0)", []),
+    ("issue 15, session 7, runs 1-3, exit 2, 10^12 B and 49,980 more; a 36MB window",
+     ["49980", "36"]),
+    ("`L2SCHED_PROGRESS=1` at M=64", ["64"]),
+    ("1. **Caps**: x 1.25", ["1.25"]),
+])
+def test_issue43_passage_numbers(text, want):
+    assert [s + d for s, d in passage_numbers(text)] == want
+
+
+def test_issue43_a_stale_number_is_found():
+    """A quoted number the source does not print fails, a sign flip too."""
+    found = source_numbers("M=1: median -201.7 us, lower bound +332.5 us (0.3-2.6%)")
+    assert number_found(("-", "201.7"), found) and number_found(("", "201.7"), found)
+    assert not number_found(("-", "56.0"), found)
+    assert not number_found(("+", "201.7"), found)
+    assert number_found(("+", "332.5"), found) and not number_found(("-", "332.5"), found)
+    assert number_found(("", "2.6"), found)
 
 
 @pytest.mark.parametrize("expected, got, ok", [
