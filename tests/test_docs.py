@@ -497,6 +497,36 @@ def test_item17_language_hook_table_is_the_adapters():
         (h.name, h.order, h.description) for h in HOOKS]
 
 
+def quoted_excerpts() -> list[tuple[str, int, str, list[str]]]:
+    """``(doc, line, schedule file, lines)`` of every fenced block of the
+    documents whose first line is ``# schedules/NAME.l2s...``: an excerpt
+    of that shipped file (``lines``: its lines that are neither blank nor
+    comments)."""
+    out = []
+    for p in DOCS:
+        for line, _info, code, _s in shell_blocks(p):
+            first, *rest = code.split("\n")
+            m = re.match(r"# (schedules/[\w.-]+\.l2s)\b", first)
+            if m:
+                out.append((p.name, line, m.group(1),
+                            [ln for ln in rest if ln.strip() and not ln.lstrip().startswith("#")]))
+    return out
+
+
+def test_issue43_quoted_schedule_lines_are_in_the_file():
+    """An excerpt a document attributes to a shipped schedule quotes only
+    lines of that file (docs/language.md's 300 W example had a ``set
+    policy`` line the file does not have)."""
+    excerpts = quoted_excerpts()
+    assert any(f.endswith("-300w.l2s") for _d, _l, f, _x in excerpts)
+    bad = []
+    for doc, line, name, lines in excerpts:
+        have = {ln.strip() for ln in (ROOT / name).read_text(encoding="utf-8").splitlines()}
+        bad += [f"{doc}:{line}: {ln.strip()!r} is not a line of {name}"
+                for ln in lines if ln.strip() not in have]
+    assert bad == []
+
+
 # --------------------------------------------------------------------------
 # issue 34 item 4: every number a document quotes from a command is checked
 # issue 43: every number of docs/fit.md and of README's shipped-schedule
