@@ -3,11 +3,17 @@ faults, each a test named after its kind (``test_issue43_*``)."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from l2sched.cli import main
 from l2sched.errors import L2sSyntaxError
 from l2sched.lang.syntax import parse
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _syntax_error(text: str):
@@ -42,3 +48,165 @@ def test_issue43_unterminated_string_is_named_at_its_opening_quote(tmp_path, cap
     assert d.notes == ("remove the quote: a string cannot go here", "expected a name")
     # a closed string where none can go is an unexpected string, as before
     assert _syntax_error('schedule x\nwindow A at "foo"\n').message == "unexpected '\"foo\"'"
+
+
+# --- a schedule names its model config ------------------------------------
+
+QWEN235 = ROOT / "schedules" / "qwen3-235b-a22b-sm120-tp4-fit.l2s"
+A22B = ROOT / "l2sched" / "data" / "qwen3-235b-a22b-config.json"
+
+
+def _lint_json(capsys, *argv) -> dict:
+    assert main(["lint", *argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_issue43_a_schedule_names_its_model_config_and_lint_says_which(tmp_path,
+                                                                       capsys):
+    """The shipped Qwen3-235B schedule was linted against the embedded 30B
+    config with no note (a 7,051 us step against 18,324 us with
+    ``--model-config`` naming the 235B config). It names its config now,
+    every command uses it, and check/lint say which config they used."""
+    assert "\nmodel_config qwen3-235b-a22b\n" in QWEN235.read_text("utf-8")
+    doc = _lint_json(capsys, str(QWEN235))
+    assert doc["model_config"] == {
+        "name": "qwen3-235b-a22b", "path": "l2sched/data/qwen3-235b-a22b-config.json",
+        "origin": "schedule", "replaced": None, "differs": []}
+    # the same step as with the 235B config given on the command line
+    given = _lint_json(capsys, str(QWEN235), "--model-config", str(A22B))
+    assert given["step_us"] == doc["step_us"]
+    assert given["model_config"]["origin"] == "--model-config"
+    # --model-config takes the line's place, and says so
+    other = _lint_json(capsys, str(QWEN235), "--model-config", "qwen3-30b-a3b")
+    assert other["step_us"]["without_prefetch"] < doc["step_us"]["without_prefetch"]
+    assert other["model_config"]["replaced"] == "qwen3-235b-a22b"
+    assert "num_hidden_layers" in other["model_config"]["differs"]
+    line = "model config: qwen3-235b-a22b (l2sched/data/qwen3-235b-a22b-config.json)"
+    assert main(["lint", str(QWEN235)]) == 0
+    assert line + "\n" in capsys.readouterr().out
+    assert main(["check", str(QWEN235)]) == 0
+    assert f"  {line}\n" in capsys.readouterr().out
+    # without the line: the embedded config, named as the model's default
+    hand = ROOT / "schedules" / "qwen3-30b-a3b-h200-tp1.l2s"
+    assert main(["check", str(hand)]) == 0
+    assert ("  model config: qwen3-30b-a3b (l2sched/data/qwen3-30b-a3b-config.json), "
+            "the default of qwen3_moe\n") in capsys.readouterr().out
+    # compile records it in the plan; explain reads the plan with it
+    plan = tmp_path / "plan.json"
+    assert main(["compile", str(QWEN235), "-o", str(plan)]) == 0
+    got = json.loads(plan.read_text("utf-8"))
+    assert got["meta"] == {"model_config": "qwen3-235b-a22b"}
+    assert got["num_layers"] == 94
+    assert main(["explain", str(plan)]) == 0
+    assert main(["inventory", "--model-config", "qwen3-235b-a22b"]) == 0
+    assert "94 decoder layers" in capsys.readouterr().out
+
+
+def test_issue43_model_config_names_are_checked_at_their_span(tmp_path, capsys):
+    """An unknown name is an error at its value listing the shipped ones; a
+    file is relative to the schedule; another model's config is refused."""
+    head = "schedule x\n\nmodel qwen3_moe\ndevice h200\ntp 4\n"
+    bad = tmp_path / "bad.l2s"
+    bad.write_text(head + "model_config qwen3-235b\n")
+    assert main(["check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert (f"{bad}:6:14: unknown model config 'qwen3-235b'; did you mean "
+            "'qwen3-235b-a22b'? (shipped: glm53-flash, qwen3-235b-a22b, qwen3-30b-a3b; "
+            'or a file: model_config "config.json")') in err
+    bad.write_text(head + "model_config glm53-flash\n")
+    assert main(["check", str(bad)]) == 1
+    assert (f"{bad}:6:14: model config 'glm53-flash' is a config of model glm5next, "
+            "the schedule's model is qwen3_moe") in capsys.readouterr().err
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(A22B.read_text("utf-8"))
+    good = tmp_path / "good.l2s"
+    good.write_text(head + 'model_config "m/config.json"\n')
+    assert main(["check", str(good)]) == 0
+    assert (f"  model config: m/config.json ({tmp_path}/m/config.json)\n"
+            in capsys.readouterr().out)
+    # fmt keeps it; --set and `set` lines may change it
+    assert main(["fmt", "--check", str(good)]) == 0
+    assert main(["check", str(good), "--set", "model_config=qwen3-30b-a3b"]) == 0
+    assert "model config: qwen3-30b-a3b (" in capsys.readouterr().out
+
+
+def test_issue43_fit_writes_the_model_config_it_fitted_for(tmp_path, capsys):
+    """``fit --model-config`` names the config in the fitted schedule (a
+    shipped name, else the path relative to the output), so ``lint`` of
+    the output uses the model it was fitted for."""
+    (tmp_path / "cfg").mkdir()
+    cfg = tmp_path / "cfg" / "config.json"
+    cfg.write_text(A22B.read_text("utf-8"))
+    out = tmp_path / "out" / "fit.l2s"
+    out.parent.mkdir()
+    assert main(["fit", "--device", "h200", "--tp", "4", "--tokens", "1", "--quick",
+                 "-q", "--model-config", str(cfg), "-o", str(out)]) == 0
+    text = out.read_text("utf-8")
+    assert '\nmodel_config "../cfg/config.json"\n' in text
+    doc = _lint_json(capsys, str(out))
+    assert doc["model_config"]["origin"] == "schedule"
+    assert main(["compile", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["num_layers"] == 94
+
+
+def _plugin_rank(ctx) -> dict:
+    """The plugin's post-load step on the real tiny Qwen3-MoE tree (TP1,
+    dry-run) with a schedule naming the 235B config, then one naming a
+    config equal to the live model's."""
+    import json as _json
+    import tempfile
+
+    import test_qwen3_moe_vllm as qv
+    from vllm_cpu import plugin_log_records
+
+    from l2sched.vllm import plugin
+
+    model = ctx.build()
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "tiny.json"), "w") as f:
+            _json.dump({"architectures": [qv.ARCH], **qv.TINY}, f)
+        for case, line in (("other", "model_config qwen3-235b-a22b"),
+                           ("same", 'model_config "tiny.json"')):
+            path = os.path.join(d, f"{case}.l2s")
+            with open(path, "w") as f:
+                f.write(f"schedule {case}\nmodel qwen3_moe\n{line}\ndevice h200\ntp 1\n"
+                        "window A at attn.before_core budget 1MB {\n"
+                        "    this self_attn.o_proj\n}\n")
+            ctx.vllm_config.additional_config = {"l2sched": {
+                "schedule": path, "backend": "dry-run", "lint": "warn"}}
+            records = plugin_log_records()
+            got = plugin.activate_after_load(model, ctx.vllm_config)
+            out[case] = {"installed": got is not None, "records": list(records)}
+            if got is not None:
+                got.retire()
+            plugin.INSTALLED.clear()
+    return out
+
+
+@pytest.mark.vllm
+def test_issue43_the_plugin_refuses_a_schedule_for_another_model_config():
+    """The plugin compiles against the live model's config; a schedule whose
+    ``model_config`` names another model (the 235B config on a tiny
+    Qwen3-MoE) keeps prefetch off with one line naming both, and one naming
+    a config equal to the live model's installs."""
+    import test_qwen3_moe_vllm as qv
+    from vllm_cpu import run_ranks, vllm_available
+
+    ok, why = vllm_available()
+    if not ok:
+        pytest.skip(why)
+    (r,) = run_ranks(_plugin_rank, qv.TINY, tp=1, device="cpu", timeout=600,
+                     architecture=qv.ARCH)
+    off = [x for x in r["other"]["records"] if "prefetch OFF" in x]
+    assert off == [
+        "ERROR l2sched: TP rank 0/1: prefetch OFF: schedule/model mismatch: other "
+        "names model config qwen3-235b-a22b, this server's model differs from it in "
+        "hidden_size, intermediate_size, moe_intermediate_size, num_hidden_layers, "
+        "num_attention_heads, num_key_value_heads, num_experts, num_experts_per_tok "
+        "(remove the schedule's "
+        "model_config line to use it with this model, or serve the model it names)"], \
+        r["other"]["records"]
+    assert not r["other"]["installed"]
+    assert r["same"]["installed"], r["same"]["records"]
+    assert not [x for x in r["same"]["records"] if "prefetch OFF" in x]

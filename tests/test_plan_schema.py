@@ -204,8 +204,9 @@ def test_a_compiled_plan_reads_back_clean(plan_dict):
 
 
 def test_a_plan_compiled_with_a_model_config_is_read_with_it(tmp_path, capsys):
-    """``--model-config`` names the config a plan was compiled with; without
-    it a plan of another layer count is refused, naming the option."""
+    """A plan records the config it was compiled with (``meta.model_config``)
+    and is read with it; ``--model-config`` reads it with another; a plan
+    that records none, of another layer count, is refused, naming both."""
     from l2sched.model.config import default_config
 
     cfg = dict(default_config("glm5next"), num_hidden_layers=8)
@@ -214,12 +215,18 @@ def test_a_plan_compiled_with_a_model_config_is_read_with_it(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     assert main(["compile", SCHEDULE, "--model-config", str(cpath), "-o", str(plan)]) == 0
     capsys.readouterr()
+    assert json.loads(plan.read_text())["meta"] == {"model_config": str(cpath)}
     assert main(["explain", str(plan), "--model-config", str(cpath)]) == 0
+    assert main(["explain", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    doc["meta"] = {}
+    plan.write_text(json.dumps(doc))
+    capsys.readouterr()
     assert main(["explain", str(plan)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith("num_layers: glm5next (GLM-5.3-Flash) has 45 decoder layers, "
                            "not 8") and len(err) == 4, err
-    assert "--model-config" in err[3]
+    assert "meta.model_config" in err[3] and "--model-config" in err[3]
 
 
 def test_the_schema_agrees_with_the_code():

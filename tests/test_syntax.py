@@ -132,7 +132,8 @@ def test_unexpected_character():
     assert d.message == "unexpected character '$'"
     assert where(d) == (2, 16)
     assert d.notes == ("expected one of: 'device', 'ep', 'kernel', 'max_tokens', 'model', "
-                       "'policy', 'set', 'set_aside', 'tp', 'window', end of file",)
+                       "'model_config', 'policy', 'set', 'set_aside', 'tp', 'window', "
+                       "end of file",)
 
 
 def test_unexpected_end_of_file_points_past_last_token():
@@ -185,8 +186,8 @@ def test_error_rendering_has_caret_and_notes():
         "    window A budget 20 MB",
         "                       ^^",
         "    note: expected one of: 'at', 'budget', 'carry', 'device', 'ep', "
-        "'kernel', 'layers', 'max_tokens', 'model', 'policy', 'set', 'set_aside', "
-        "'tp', 'window', '{', end of file"]
+        "'kernel', 'layers', 'max_tokens', 'model', 'model_config', 'policy', 'set', "
+        "'set_aside', 'tp', 'window', '{', end of file"]
 
 
 def test_line_numbers_count_newlines_only():

@@ -18,6 +18,8 @@ from l2sched.compiler.compile import schedule_inventory
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
 from l2sched.device import load_device
+from l2sched.lint.report import config_line
+from l2sched.model.config import given_config_ref
 from l2sched.model.device_ops import check_device_ops
 from l2sched.units import format_size, format_table, plural
 
@@ -55,6 +57,7 @@ def cmd_check(args) -> int:
     errors."""
     try:
         model_config = model_config_arg(args.model_config)
+        config_ref = given_config_ref(args.model_config) if args.model_config else None
     except L2sError as err:
         print(str(err), file=sys.stderr)
         return 1
@@ -64,7 +67,7 @@ def cmd_check(args) -> int:
     failed = 0
     for path in args.files:
         try:
-            s = with_device(load_schedule(path, args.overrides, model_config),
+            s = with_device(load_schedule(path, args.overrides, model_config, config_ref),
                             args.device)
             progress.stage(f"checking {path}")
             schedule_inventory(s, model_config)
@@ -83,6 +86,7 @@ def cmd_check(args) -> int:
                   f"TP{s.tp}, EP {'on' if s.ep else 'off'}, policy {s.policy}, "
                   f"prefetch at <= {s.max_tokens} tokens, fill kernel "
                   f"{s.kernel or default}, {plural(len(s.windows), 'window')}")
+            print(f"  {config_line(s)}")
             for line in window_table(s, default):
                 print(line)
     if failed:

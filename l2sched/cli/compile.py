@@ -19,6 +19,7 @@ from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lang.schedule import Schedule
+from l2sched.model.config import given_config_ref
 from l2sched.units import format_layers, format_size, format_table, plural
 
 
@@ -73,7 +74,8 @@ def compile_schedule(args) -> tuple[Schedule, Plan]:
     (shared by ``compile`` and ``explain``). Raises ``L2sError``
     (``L2sUsageError`` for a ``--tp-rank`` outside the schedule's TP)."""
     config = model_config_arg(args.model_config)
-    schedule = with_device(load_schedule(args.schedule, args.overrides, config),
+    ref = given_config_ref(args.model_config) if args.model_config else None
+    schedule = with_device(load_schedule(args.schedule, args.overrides, config, ref),
                            args.device)
     if not 0 <= args.tp_rank < schedule.tp:
         raise L2sUsageError(f"--tp-rank {args.tp_rank} is outside 0..{schedule.tp - 1} "

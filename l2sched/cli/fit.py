@@ -19,6 +19,7 @@ from l2sched.cli.options import (
 )
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
+from l2sched.model.config import given_config_ref
 from l2sched.progress import enabled as progress_enabled
 from l2sched.units import FILL_MODES
 
@@ -83,6 +84,18 @@ def load_profile(arg: str, kernel: str | None):
                             f"numbers for {', '.join(sorted(device_profile.fill_modes))} only")
     ref = None if arg in device_names() else os.path.abspath(path)
     return device_profile, ref
+
+
+def written_config_ref(arg: str, output: str | None) -> str:
+    """The fitted schedule's ``model_config`` value for ``--model-config
+    ARG``: a shipped config's name, else the file's path relative to the
+    output's directory (absolute when the schedule goes to stdout)."""
+    ref = given_config_ref(arg)
+    if ref.shipped_name is not None:
+        return ref.shipped_name
+    path = os.path.abspath(ref.path)
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(output))) \
+        if output is not None else path
 
 
 def command_line(args, opts) -> str:
@@ -178,6 +191,9 @@ def cmd_fit(args) -> int:
         # the written file names the profile relative to itself
         search.opts = dataclasses.replace(search.opts, device_ref=os.path.relpath(
             ref, os.path.dirname(os.path.abspath(args.output))))
+    if args.model_config:  # and the config it was fitted for (lint reads it)
+        search.opts = dataclasses.replace(search.opts, config_ref=written_config_ref(
+            args.model_config, args.output))
     text = fit_text(result, search, device_arg=args.device,
                     command=command_line(args, opts),
                     name=_name(args.output, device, opts.tp))
@@ -241,8 +257,9 @@ def add_cli(sub) -> None:
                         "the model charges one only its measured expert-stream slowdown, "
                         "and one in force measured slower, docs/fit.md#caveats), max, or search (fit chooses)")
     p.add_argument("--model-config", metavar="PATH",
-                   help="HF config.json or model directory (default: the embedded "
-                        "GLM-5.3-Flash config)")
+                   help="HF config.json, model directory or shipped config name "
+                        "(default: the embedded GLM-5.3-Flash config); the fitted "
+                        "schedule names it in a model_config line")
     p.add_argument("--quick", action="store_true",
                    help="a smaller search (about a third of the default's time)")
     p.add_argument("--allow-unmeasured", action="store_true",

@@ -10,7 +10,7 @@ from typing import Sequence
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.model.adapters import adapter_of_config
-from l2sched.model.config import load_model_config
+from l2sched.model.config import config_file_arg, load_model_config
 from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
 from l2sched.units import MiB, plural
 
@@ -83,7 +83,8 @@ def cmd_inventory(args) -> int:
         raise L2sUsageError(f"--tp-rank must be in 0..{args.tp - 1}, "
                             f"got {args.tp_rank}")
     try:
-        config = load_model_config(args.model_config)
+        config = load_model_config(config_file_arg(args.model_config)
+                                   if args.model_config else None)
         adapter = adapter_of_config(config)
         name = args.model_config or adapter.DEFAULT_MODEL_NAME
         inv = analytical_inventory(config, args.tp, args.ep, args.tp_rank,
@@ -110,8 +111,9 @@ def add_cli(sub) -> None:
                     "replication, lazily created) and the totals, from a HF "
                     "config.json (default: the embedded GLM-5.3-Flash config).")
     p.add_argument("--model-config", metavar="PATH",
-                   help="HF config.json or model directory (default: the "
-                        "embedded GLM-5.3-Flash config)")
+                   help="HF config.json, model directory or shipped config name "
+                        "(qwen3-235b-a22b; default: the embedded GLM-5.3-Flash "
+                        "config)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel size (default 1)")
     p.add_argument("--ep", action="store_true",

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
-from l2sched.model.config import load_model_config
+from l2sched.model.config import config_file_arg, load_model_config
 from l2sched.device import load_device, profile_path
 
 
@@ -58,8 +58,9 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
                    help="override a value, e.g. --set window.B.budget=25MB "
                         "(repeatable; applied after the file's own set lines)")
     p.add_argument("--model-config", metavar="PATH",
-                   help="HF config.json or model directory (default: the "
-                        "embedded GLM-5.3-Flash config)")
+                   help="HF config.json, model directory or shipped config name, "
+                        "in place of the schedule's model_config line (default: "
+                        "that line's config, else the one embedded for its model)")
     p.add_argument("--device", metavar="NAME_OR_FILE",
                    help="device profile: a shipped name or a .toml file (default: "
                         "the schedule's device)")
@@ -101,10 +102,11 @@ def check_device_arg(device: str | None):
 
 
 def model_config_arg(path: str | None) -> dict | None:
-    """The validated config ``--model-config PATH`` names, or ``None`` when
-    not given (each stage then uses the adapter's embedded config). Raises
-    ``L2sModelError``."""
-    return None if path is None else load_model_config(path)
+    """The validated config ``--model-config PATH`` names (a file, a model
+    directory or a shipped config's name, ``config_file_arg``), or ``None``
+    when not given (each stage then uses the schedule's ``model_config``,
+    else the adapter's embedded config). Raises ``L2sModelError``."""
+    return None if path is None else load_model_config(config_file_arg(path))
 
 
 def numbers(opt: str, text: str, kind=float) -> list:

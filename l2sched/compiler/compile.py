@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from collections import defaultdict
+from typing import Mapping
 
 from l2sched import progress
 from l2sched.compiler.plan import ByteRange, EmptyIssue, LeftOver, Plan, WindowIssue
@@ -325,17 +327,38 @@ def compile_plan(schedule: Schedule, inventory, tp_rank: int = 0,
                 policy=schedule.policy, max_tokens=schedule.max_tokens,
                 set_aside=schedule.set_aside, num_layers=count,
                 issues=tuple(issues), left_over=tuple(left_over),
-                empty=tuple(empty))
+                empty=tuple(empty), meta=_plan_meta(schedule))
+
+
+def _plan_meta(schedule: Schedule) -> dict:
+    """The plan's ``meta``: ``model_config``, the config a reader of the
+    plan checks it against (``plan_check``), when it is not the one
+    embedded for the model: a shipped config's name, else the file's
+    absolute path. Empty for the embedded one and for a config that is no
+    file (the vLLM plugin's live model)."""
+    ref = schedule.config_ref
+    if ref is None or ref.origin == "default" or not ref.path:
+        return {}
+    return {"model_config": ref.shipped_name or os.path.abspath(ref.path)}
+
+
+def schedule_config(schedule: Schedule) -> Mapping:
+    """The model config ``schedule`` was resolved with
+    (``Schedule.model_config``: its ``model_config`` line's, or a config
+    given in its place), else the one embedded for its model."""
+    if schedule.model_config is not None:
+        return schedule.model_config
+    return default_config(schedule.model)
 
 
 def schedule_inventory(schedule: Schedule, model_config=None,
                        tp_rank: int = 0) -> Inventory:
-    """The analytical inventory of ``model_config`` (default: the config
-    embedded for the schedule's model) at ``schedule``'s TP/EP for
-    ``tp_rank``, by the schedule's model adapter. Raises
-    ``L2sSemanticError`` at the schedule's ``tp`` setting (file:line:col)
-    when the model does not split at that degree."""
-    config = model_config if model_config is not None else default_config(schedule.model)
+    """The analytical inventory of ``model_config`` (default:
+    ``schedule_config``, the config the schedule was resolved with) at
+    ``schedule``'s TP/EP for ``tp_rank``, by the schedule's model adapter.
+    Raises ``L2sSemanticError`` at the schedule's ``tp`` setting
+    (file:line:col) when the model does not split at that degree."""
+    config = model_config if model_config is not None else schedule_config(schedule)
     try:
         return analytical_inventory(config, tp=schedule.tp, ep=schedule.ep,
                                     tp_rank=tp_rank, adapter=schedule.model)

@@ -119,7 +119,10 @@ class Plan:
     ``-1`` for the device maximum, or 0 to leave the driver limit alone;
     ``max_tokens`` is the largest decode step (tokens) that prefetches.
     ``empty`` lists the windows that fire and fetch nothing, with the
-    reason (never silently dropped).
+    reason (never silently dropped). ``meta`` holds ``model_config``: the
+    model config the plan was compiled with when it is not the one
+    embedded for ``model`` (a shipped config's name or a file's absolute
+    path; ``compiler.compile``), so a reader checks the plan against it.
     """
 
     schedule: str
@@ -151,7 +154,8 @@ class Plan:
         ``text``: checked first against ``l2sched/data/plan.schema.json``
         and against its model (hook points, layers, tensors and their
         per-rank bytes in the inventory of ``model_config``, default the
-        model's embedded config; device profile names; an issue written
+        config the plan's ``meta.model_config`` names, else the model's
+        embedded config; device profile names; an issue written
         twice; bytes fetched twice; see ``compiler.plan_check``). Raises
         ``L2sInputError`` with every problem at ``path:line:col`` of its
         value."""

@@ -1,7 +1,7 @@
 """Reading a plan.json: its shape against ``l2sched/data/plan.schema.json``
 (``jsonschema``), then its values against the model it names (the adapter's
-hook catalogue, the per-rank inventory of the embedded config or
-``model_config``), the device profile names and itself (a window issued
+hook catalogue, the per-rank inventory of ``model_config``, else the
+config its ``meta.model_config`` names, else the embedded one), the device profile names and itself (a window issued
 twice in a layer, bytes fetched twice in a step, a fill over its budget).
 
 Every problem is located at ``path:line:col`` of the JSON value it is about
@@ -27,7 +27,7 @@ from l2sched.device import device_names
 from l2sched.errors import DiagnosticSink, L2sError, L2sInputError, Span, line_col, suggest
 from l2sched.files import parse_json_text
 from l2sched.model.adapters import adapter_names, get_adapter
-from l2sched.model.config import default_config
+from l2sched.model.config import config_file_arg, default_config, load_model_config
 from l2sched.model.inventory import TPSplitError, analytical_inventory
 
 #: JSON paths are tuples of keys (str) and list indices (int).
@@ -279,6 +279,8 @@ class _ModelCheck:
             rank = None
         self.model, self.tp = model, tp
         self.inventory = None
+        if model_config is None and model is not None:
+            model_config = self._meta_config(model)
         if model is not None and tp is not None and rank is not None and ep is not None:
             try:
                 config = model_config if model_config is not None else default_config(model)
@@ -294,12 +296,28 @@ class _ModelCheck:
         if count is not None and num_layers is not None and num_layers != count:
             rep.error(("num_layers",), f"{model} ({inv.model_name}) has {count} "
                       f"decoder layers, not {num_layers}",
-                      notes=("a plan compiled with --model-config is read with the same "
-                             "--model-config",))
+                      notes=("the plan records the model config it was compiled with "
+                             "in meta.model_config (none: the embedded one); "
+                             "--model-config reads it with another",))
             self.inventory = None  # its layers and tensors are another model's
             count = None
         self.count = num_layers if count is None else count
         self.hooks = get_adapter(model).HOOKS_BY_NAME if model is not None else None
+
+    def _meta_config(self, model: str):
+        """The config ``meta.model_config`` names (``compile`` records a
+        schedule's ``model_config`` there: a shipped config's name or a
+        file's absolute path), None when the plan names none; a config
+        that cannot be read is an error at that value."""
+        name = self.get(("meta", "model_config"), str)
+        if name is None:
+            return None
+        try:
+            return load_model_config(config_file_arg(name))
+        except L2sError as e:
+            self.rep.error(("meta", "model_config"), f"model config '{name}': "
+                           f"{e.diagnostics[0].span}: {e.diagnostics[0].message}")
+            return None
 
     def get(self, path: JsonPath, typ):
         """The value at ``path`` when it is there, of type ``typ`` and not

@@ -149,13 +149,16 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
 def fit_text(result, search, *, device_arg: str, command: str, name: str,
              floor_source: str = "") -> str:
     """The fitted schedule file: header and schedule (``search`` renders
-    the body), canonical layout."""
+    the body, with a ``model_config`` line when ``search.opts.config_ref``
+    names the config fitted for), canonical layout."""
     cand = result.candidate or Candidate("evict_last", "0", search.kernel0)
-    body = search.text(cand, name)
+    ref = search.opts.config_ref
+    body = search.text(cand, name, ref)
     src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
                            "the nearest measured M")
     ad = search.adapter
     label = (f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})" if search.opts.model_config is None
+             else f"{ad.NAME} model of config {ref}" if ref is not None
              else f"{ad.NAME} model of the --model-config file")
     head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
                         searched_set_aside=search.opts.set_aside == "search",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from l2sched.lang import nodes as n
 from l2sched.lang.formatter import format_file
+from l2sched.model.config import shipped_config_names
 
 #: Budget granularity (B): budgets are written as whole or half MB.
 BUDGET_STEP = 500_000
@@ -285,15 +286,23 @@ def window_names(candidate: Candidate) -> list[list[str]]:
 
 def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str,
                    device: str, tp: int, max_tokens: int,
-                   selectors: dict | None = None) -> n.ScheduleFile:
+                   selectors: dict | None = None,
+                   model_config: str | None = None) -> n.ScheduleFile:
     """The candidate as a parsed schedule file (no comments): the settings,
     then each chain's windows, the first with the chain's targets;
-    ``selectors``: kind name -> selector names (``kind_selector``)."""
+    ``selectors``: kind name -> selector names (``kind_selector``);
+    ``model_config``: the ``model_config`` line's value (a shipped config's
+    name, else a path relative to the schedule file, quoted; None: no
+    line, the config embedded for ``model``)."""
     def setting(key: str, value) -> n.Setting:
         return n.Setting(n.Name(key), value)
 
-    items: list = [
-        setting("model", n.Name(model)),
+    items: list = [setting("model", n.Name(model))]
+    if model_config is not None:  # a file is a quoted path, as device's
+        items.append(setting("model_config", n.Name(model_config)
+                             if model_config in shipped_config_names()
+                             else n.StringValue(model_config)))
+    items += [
         # a profile file is a quoted path (relative to the schedule file)
         setting("device", n.StringValue(device) if device.endswith(".toml")
                 else n.Name(device)),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from l2sched.lang import nodes as n
-from l2sched.lang.syntax import parse
+from l2sched.lang.syntax import keywords, parse
 
 INDENT = "    "
 
@@ -150,10 +150,8 @@ def _window(p: _Printer, w: n.Window) -> None:
 
 
 def _is_plain_name(text: str) -> bool:
-    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", text) is not None and text not in {
-        "schedule", "extends", "window", "set", "at", "budget", "layers", "carry",
-        "this", "next", "lazy", "except", "model", "device", "tp", "ep",
-        "max_tokens", "policy", "set_aside", "kernel"}
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", text) is not None and \
+        text not in keywords()
 
 
 def line_ending(text: str) -> str:

@@ -12,6 +12,7 @@ raised together as one ``L2sSemanticError`` (or the first
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +20,20 @@ from typing import Mapping, Sequence
 
 from l2sched import progress
 from l2sched.errors import DiagnosticSink, L2sError, L2sSemanticError, Span, suggest
-from l2sched.files import packaged_dir
+from l2sched.files import note_input, packaged_dir
 from l2sched.lang import nodes as n
 from l2sched.lang.measured import measured_results
 from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
 from l2sched.lang.values import fill_mode, select_layers, setting_value, size_bytes
-from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
-from l2sched.model.config import default_config
+from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
+from l2sched.model.config import (
+    ModelConfigRef,
+    config_differences,
+    default_config,
+    default_config_ref,
+)
 from l2sched.units import format_layers
 
 #: Longest ``extends`` chain (files, the extending one included).
@@ -70,6 +76,7 @@ def _load_chain(path: str, sink: DiagnosticSink, seen: tuple[str, ...] = (),
                        f"{e.diagnostics[0].message} ({path})", via.span)
             return []
         raise
+    note_input(path, "schedule")  # no output of the command may replace it
     sink.add_source(path, text)
     return _with_bases(parse(text, path), path, sink, seen + (real,))
 
@@ -133,13 +140,17 @@ _CLAUSE = {"hook": "at", "budget": "budget", "layers": "layers", "carry": "carry
 
 def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
             model_config: Mapping | None = None,
-            sink: DiagnosticSink | None = None) -> Schedule:
+            sink: DiagnosticSink | None = None,
+            config_ref: ModelConfigRef | None = None) -> Schedule:
     """Merge an extends chain (base first), apply file ``set`` lines then
     ``overrides``, validate, and build the ``Schedule``.
 
-    ``model_config`` is a HF text-config dict for the layer kinds (default:
-    the adapter's embedded config). Raises ``L2sSemanticError`` with every
-    problem found."""
+    ``model_config`` is a HF text-config dict given in place of the
+    schedule's ``model_config`` line (``--model-config``, the vLLM
+    plugin's live model), ``config_ref`` what names it (origin
+    ``"--model-config"``, ``"live model"``); without one, the line's config,
+    else the one embedded for the model (``Schedule.model_config``).
+    Raises ``L2sSemanticError`` with every problem found."""
     sink = sink or DiagnosticSink()
     top = chain[-1]
     progress.stage(f"resolving {top.path}")
@@ -171,11 +182,13 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
 
     adapter = None
     kinds: list | None = None  # unknown until the model's config gives them
+    config, ref = None, None
     if values.get("model"):
         adapter = get_adapter(values["model"])
+        config, ref = _model_config(adapter, values.get("model_config"), spans,
+                                    model_config, config_ref, sink)
         try:
-            kinds = list(adapter.layer_kinds(model_config if model_config is not None
-                                             else default_config(values["model"])))
+            kinds = list(adapter.layer_kinds(config))
         except (ValueError, KeyError, TypeError) as e:
             sink.error(f"model config: {e}", None)
 
@@ -193,7 +206,32 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         spans=spans,
         sources={p: "\n".join(lines) for p, lines in sink.sources.items()},
         measured=measured,
-        overrides=tuple(f"{ov.key.text}={ov.value}" for ov in overrides))
+        overrides=tuple(f"{ov.key.text}={ov.value}" for ov in overrides),
+        model_config=config, config_ref=ref)
+
+
+def _model_config(adapter, named, spans: dict, given: Mapping | None,
+                  given_ref: ModelConfigRef | None, sink: DiagnosticSink):
+    """``(config, ModelConfigRef)`` a schedule of model ``adapter`` is
+    resolved with: ``given`` (``--model-config``, the live model) in place
+    of the schedule's ``model_config`` line ``named`` (``(ref, config)``
+    or None), else that line's, else the config embedded for the model. A
+    line naming another model's config is an error at its value."""
+    if named is not None:
+        own = adapter_of_config(named[1])
+        if own.NAME != adapter.NAME:
+            sink.error(f"model config '{named[0].name}' is a config of model {own.NAME}, "
+                       f"the schedule's model is {adapter.NAME}", spans["model_config"])
+            named = None
+    if given is not None:
+        ref = given_ref or ModelConfigRef("the given config", "", "given")
+        if named is not None:
+            ref = dataclasses.replace(ref, replaced=named[0], differs=config_differences(
+                named[1], given, adapter))
+        return given, ref
+    if named is not None:
+        return named[1], named[0]
+    return default_config(adapter.NAME), default_config_ref(adapter.NAME)
 
 
 _EXAMPLE = {"model": f"model {DEFAULT_ADAPTER}", "device": "device h200", "tp": "tp 4"}
@@ -360,29 +398,33 @@ def _cli_overrides(overrides: Sequence[str], sink: DiagnosticSink) -> list:
 
 
 def load_schedule(path: str | os.PathLike, overrides: Sequence[str] = (),
-                  model_config: Mapping | None = None) -> Schedule:
+                  model_config: Mapping | None = None,
+                  config_ref: ModelConfigRef | None = None) -> Schedule:
     """Read, parse and resolve the schedule at ``path``.
 
     ``overrides`` are CLI-style ``KEY=VALUE`` strings (``window.B.budget=25MB``,
-    ``policy=evict_normal``), applied after the file's own ``set`` lines.
-    Raises ``L2sInputError`` (unreadable file), ``L2sSyntaxError`` or
-    ``L2sSemanticError`` (every semantic problem of the run at once)."""
+    ``policy=evict_normal``), applied after the file's own ``set`` lines;
+    ``model_config``/``config_ref``: a config in place of the schedule's
+    (``resolve``). Raises ``L2sInputError`` (unreadable file),
+    ``L2sSyntaxError`` or ``L2sSemanticError`` (every semantic problem of
+    the run at once)."""
     sink = DiagnosticSink()
     cli = _cli_overrides(overrides, sink)
     progress.stage(f"reading and parsing {path}")
     chain = _load_chain(str(path), sink)
     if not chain:
         sink.raise_if_errors(L2sSemanticError)
-    return resolve(chain, cli, model_config, sink)
+    return resolve(chain, cli, model_config, sink, config_ref)
 
 
 def load_schedule_text(text: str, path: str = "<string>",
                        overrides: Sequence[str] = (),
-                       model_config: Mapping | None = None) -> Schedule:
+                       model_config: Mapping | None = None,
+                       config_ref: ModelConfigRef | None = None) -> Schedule:
     """``load_schedule`` for in-memory text; ``extends`` resolves relative to
     the current directory, then among the shipped schedules."""
     sink = DiagnosticSink()
     sink.add_source(path, text)
     cli = _cli_overrides(overrides, sink)
     chain = _with_bases(parse(text, path), path, sink, (os.path.realpath(path),))
-    return resolve(chain, cli, model_config, sink)
+    return resolve(chain, cli, model_config, sink, config_ref)

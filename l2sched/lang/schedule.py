@@ -14,6 +14,7 @@ from typing import Mapping
 
 from l2sched.errors import Span
 from l2sched.lang import nodes as n
+from l2sched.model.config import ModelConfigRef
 from l2sched.units import CACHE_POLICIES
 
 #: L2 cache policies a schedule's ``policy`` may name.
@@ -41,8 +42,8 @@ MAX_TP = 1024
 MAX_SIZE_BYTES = 10**12
 
 #: Header settings a schedule (or ``set``/``--set``) may give.
-SETTING_KEYS = ("model", "device", "tp", "ep", "max_tokens", "policy", "set_aside",
-                "kernel")
+SETTING_KEYS = ("model", "model_config", "device", "tp", "ep", "max_tokens", "policy",
+                "set_aside", "kernel")
 #: Window fields a ``set window.NAME.KEY`` override may change.
 WINDOW_KEYS = ("budget", "at", "layers", "carry", "kernel")
 #: The layer selector name every model has (every layer); the others are
@@ -89,7 +90,12 @@ class Schedule:
     maps each file to its text (for carets). ``measured`` holds the results
     the schedule file's ``# measured:`` header lines carry
     (``lang.measured.MeasuredResult``), ``overrides`` the ``--set``
-    arguments applied (a measured result describes the file as written)."""
+    arguments applied (a measured result describes the file as written).
+    ``model_config`` is the model's HF text config the schedule was
+    resolved with (its ``model_config`` line's, a config given in its
+    place, or the one embedded for ``model``; None for a hand-built
+    ``Schedule``: the embedded one), ``config_ref`` which one that is
+    (``model.config.ModelConfigRef``)."""
 
     name: str
     path: str
@@ -109,6 +115,8 @@ class Schedule:
                                        repr=False)
     measured: tuple = field(default=(), compare=False)
     overrides: tuple[str, ...] = field(default=(), compare=False)
+    model_config: Mapping | None = field(default=None, compare=False, repr=False)
+    config_ref: ModelConfigRef | None = field(default=None, compare=False)
 
     def window(self, name: str) -> Window:
         """The window called ``name``. Raises ``KeyError``. O(1): the lint

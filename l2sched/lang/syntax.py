@@ -103,6 +103,16 @@ def _parser() -> Lark:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def keywords() -> tuple[str, ...]:
+    """The language's keywords, sorted: every word ``grammar/l2s.lark``
+    spells out (``window``, ``at``, ``this``, ``lazy``, the setting keys
+    ``model``, ``model_config``, ``kernel`` ...), read from the parser, so
+    the formatter and docs/language.md's list cannot miss one."""
+    return tuple(sorted(t.pattern.value for t in _parser().terminals
+                        if t.pattern.type == "str" and t.pattern.value[:1].isalpha()))
+
+
 def _terminal_text(name: str) -> str:
     if name in _TERMINAL_TEXT:
         return _TERMINAL_TEXT[name]

@@ -24,6 +24,12 @@ from l2sched.lang.schedule import (
     SET_ASIDE_MAX,
 )
 from l2sched.model.adapters import adapter_names
+from l2sched.model.config import (
+    ModelConfigRef,
+    load_model_config,
+    shipped_config_names,
+    shipped_config_path,
+)
 from l2sched.device import device_names, load_device
 from l2sched.units import FILL_MODES, UNITS
 
@@ -125,10 +131,46 @@ def _device(value: n.Scalar, sink: DiagnosticSink) -> str | None:
     return path
 
 
+def _model_config(value: n.Scalar, sink: DiagnosticSink):
+    """A ``model_config`` value: a shipped config's name
+    (``model_config qwen3-235b-a22b``, ``l2sched/data/NAME-config.json``), or
+    a ``config.json`` or model directory (``model_config "cfg/config.json"``,
+    or a bare name ending in ``.json``) resolved against the directory of
+    the file that names it (the current directory for ``--set``). Returns
+    ``(ModelConfigRef, config dict)``, the config read and validated."""
+    text = _text(value)
+    is_file = isinstance(value, n.StringValue) or text.endswith(".json")
+    if not is_file:
+        path = shipped_config_path(text)
+        if path is None:
+            names = shipped_config_names()
+            hint = suggest(text, names)
+            sink.error(f"unknown model config '{text}'{hint} (shipped: "
+                       f"{', '.join(names)}; or a file: model_config \"config.json\")",
+                       value.span)
+            return None
+    else:
+        where = value.span.path if value.span else ""
+        base = os.path.dirname(where) if where and not where.startswith("--set") else ""
+        path = text if os.path.isabs(text) else os.path.join(base, text)
+    try:
+        config = load_model_config(path)
+    except L2sError as e:
+        first = e.diagnostics[0]
+        more = f" (+{len(e.diagnostics) - 1} more)" if len(e.diagnostics) > 1 else ""
+        sink.error(f"model config '{text}': {first.span or path}: {first.message}{more}",
+                   value.span)
+        return None
+    return ModelConfigRef(text, str(path), "schedule"), config
+
+
 def setting_value(key: str, value: n.Scalar, sink: DiagnosticSink):
-    """Typed value of header setting ``key`` or ``None`` after an error."""
+    """Typed value of header setting ``key`` or ``None`` after an error
+    (``model_config``: ``(ModelConfigRef, config dict)``)."""
     if key == "model":
         return _choice(value, sink, "model adapter", adapter_names())
+    if key == "model_config":
+        return _model_config(value, sink)
     if key == "device":
         return _device(value, sink)
     if key == "tp":

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from l2sched import progress
-from l2sched.compiler.compile import compile_plan
+from l2sched.compiler.compile import compile_plan, schedule_config
 from l2sched.lint.graph import build_step_graph, build_step_graphs
 from l2sched.lint.simulate import simulate
 from l2sched.model.adapters import get_adapter
-from l2sched.model.config import default_config
 from l2sched.units import plural
 
 
@@ -53,8 +52,8 @@ def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: in
     step of ``tokens`` tokens with and without its fills, and simulate both
     on ``device_profile`` (a ``DeviceProfile``).
 
-    ``model_config``: the HF text config (default: the one embedded for the
-    schedule's model) for hidden size and routing (the adapter's
+    ``model_config``: the HF text config (default: the one the schedule was
+    resolved with, ``compiler.compile.schedule_config``) for hidden size and routing (the adapter's
     ``routing``); ``measured``: ``(layer kind, op) -> us`` per-op
     times (``lint.calibrate``); ``base_cache``: a dict the caller keeps
     across calls on the same inventory and config, holding the no-prefetch
@@ -62,7 +61,7 @@ def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: in
     (the fit's candidates) simulate the baseline once. The no-prefetch
     baseline reserves no set-aside (the bench's ``none`` arm does not).
     Raises what ``compile_plan`` and ``simulate`` raise (``L2sError``)."""
-    cfg = model_config if model_config is not None else default_config(schedule.model)
+    cfg = model_config if model_config is not None else schedule_config(schedule)
     if plan is None:
         plan = compile_plan(schedule, inventory, tp_rank)
     step_plan = plan if tokens <= schedule.max_tokens else dataclasses.replace(plan, issues=())

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import l2sched
 from l2sched.errors import render_all
 from l2sched.lint import rules
+from l2sched.model.config import default_config_ref
 from l2sched.units import format_signed, format_table, plural
 
 
@@ -152,6 +153,19 @@ def measured_lines(run) -> list[str]:
     return out
 
 
+def config_ref(schedule):
+    """The ``ModelConfigRef`` of the config ``schedule`` was resolved with
+    (the embedded one's for a hand-built ``Schedule``)."""
+    return schedule.config_ref or default_config_ref(schedule.model)
+
+
+def config_line(schedule) -> str:
+    """``model config: qwen3-235b-a22b (l2sched/data/qwen3-235b-a22b-config.json)``:
+    the model config the schedule was linted with and where it came from
+    (``ModelConfigRef.describe``; ``check`` prints the same line)."""
+    return f"model config: {config_ref(schedule).describe(schedule.model)}"
+
+
 def step_line(run) -> str:
     """One line: predicted steady-state step time with and without prefetch."""
     a, b = run.step_period("sim"), run.step_period("base")
@@ -179,6 +193,7 @@ def human(run, summary: bool = True) -> str:
             out.append("")
         rows = summary_rows(run)
         out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
+        out.append(config_line(run.schedule))
         out.append(step_line(run))
         if not run.device.is_measured:
             out.append(unverified_note(run.device))
@@ -216,6 +231,7 @@ def to_json(run) -> str:
     doc = {
         "schedule": run.schedule.name, "path": run.schedule.path,
         "device": run.device.name, "tokens": run.tokens,
+        "model_config": config_ref(run.schedule).to_json(),
         "graph_mode": run.graph_mode,
         "findings": [_finding_json(f) for f in run.findings],
         "suppressed": run.suppressed,

@@ -14,7 +14,7 @@ from l2sched.compiler.compile import schedule_inventory
 from l2sched.lint import rules
 from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
-from l2sched.model.config import load_model_config
+from l2sched.model.config import given_config_ref, load_model_config
 from l2sched.device import load_device
 from l2sched.model.device_ops import check_device_ops
 
@@ -98,13 +98,18 @@ def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
               device_name: str | None = None, *, device_profile=None, **kw) -> LintRun:
     """Load the schedule at ``path`` (with ``--set`` ``overrides``), build
     its inventory at the schedule's TP/EP and run ``run_lint``.
-    ``device_name`` overrides the schedule's ``device``; without
-    ``model_config_path`` the config embedded for the schedule's model is
-    used; ``device_profile``: the ``DeviceProfile`` of ``device_name``
-    when the caller already loaded it (read once per command)."""
-    cfg = load_model_config(model_config_path) if model_config_path is not None \
-        else None
-    schedule = load_schedule(path, overrides, cfg)
+    ``device_name`` overrides the schedule's ``device``;
+    ``model_config_path`` (``--model-config``: a file, a model directory or
+    a shipped config's name) takes the place of the schedule's
+    ``model_config`` (default: that line's config, else the one embedded
+    for the schedule's model); ``device_profile``: the ``DeviceProfile`` of
+    ``device_name`` when the caller already loaded it (read once per
+    command)."""
+    cfg, ref = None, None
+    if model_config_path is not None:
+        ref = given_config_ref(str(model_config_path))
+        cfg = load_model_config(ref.path)
+    schedule = load_schedule(path, overrides, cfg, ref)
     inventory = schedule_inventory(schedule, cfg)
     device = device_profile or load_device(device_name or schedule.device)
     return run_lint(schedule, inventory, device=device, model_config=cfg, **kw)

@@ -13,6 +13,8 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from l2sched.errors import (
@@ -23,6 +25,7 @@ from l2sched.errors import (
     line_col,
     source_lines,
 )
+from l2sched.files import note_input
 from l2sched.model.adapters import (
     DEFAULT_ADAPTER,
     ModelAdapter,
@@ -141,6 +144,128 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
     sink.raise_if_errors(L2sModelError)
 
 
+#: Where the shipped model configs live (package data of ``l2sched.data``):
+#: ``NAME-config.json``, named ``NAME`` by ``model_config NAME`` in a
+#: schedule and by ``--model-config NAME``.
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "data"
+CONFIG_SUFFIX = "-config.json"
+
+
+def shipped_config_names() -> list[str]:
+    """Names of the shipped model configs (``l2sched/data/NAME-config.json``),
+    sorted: ``glm53-flash``, ``qwen3-235b-a22b``, ``qwen3-30b-a3b``."""
+    return sorted(p.name[: -len(CONFIG_SUFFIX)]
+                  for p in CONFIGS_DIR.glob("*" + CONFIG_SUFFIX))
+
+
+def shipped_config_path(name: str) -> Path | None:
+    """The file of the shipped model config ``name``, or ``None`` when no
+    shipped config has that name."""
+    return CONFIGS_DIR / f"{name}{CONFIG_SUFFIX}" if name in shipped_config_names() \
+        else None
+
+
+def config_file_arg(text: str) -> str:
+    """What ``--model-config TEXT`` reads: the file or model directory
+    ``TEXT`` when it exists or looks like a path, else the shipped config of
+    that name (``qwen3-235b-a22b``), else ``TEXT`` (``load_model_config``
+    then says there is no such file, and the error lists the shipped
+    names)."""
+    if os.path.exists(text) or os.sep in text or "/" in text or text.endswith(".json"):
+        return text
+    shipped = shipped_config_path(text)
+    return str(shipped) if shipped is not None else text
+
+
+@dataclass(frozen=True)
+class ModelConfigRef:
+    """Which model config a schedule was resolved with, for the one line
+    ``check`` and ``lint`` print (``describe``), the plan's ``meta`` and the
+    vLLM plugin's check.
+
+    ``name``: a shipped config's name (``qwen3-235b-a22b``), else the file
+    as it was named; ``path``: the file read (``""`` for a config that is
+    no file, the live model's); ``origin``: ``"schedule"`` (its ``model_config`` line),
+    ``"default"`` (the config embedded for its model), ``"--model-config"``
+    or ``"live model"`` (a config given in place of the schedule's);
+    ``replaced``: the schedule's own ``model_config`` when a given config
+    took its place, and ``differs`` the config keys the inventory reads
+    whose values differ between the two (``config_differences``)."""
+
+    name: str
+    path: str
+    origin: str
+    replaced: "ModelConfigRef | None" = None
+    differs: tuple[str, ...] = ()
+
+    @property
+    def shipped_name(self) -> str | None:
+        """The shipped config's name when ``path`` is one
+        (``l2sched/data/NAME-config.json``), else None."""
+        p = Path(self.path) if self.path else None
+        if p is None or not p.name.endswith(CONFIG_SUFFIX) or \
+                p.parent.resolve() != CONFIGS_DIR.resolve():
+            return None
+        return p.name[: -len(CONFIG_SUFFIX)]
+
+    @property
+    def shown_path(self) -> str:
+        """``path`` as messages show it: a shipped config as
+        ``l2sched/data/NAME-config.json`` (the same in a checkout and an
+        installed wheel), any other file as it was named."""
+        shipped = self.shipped_name
+        return f"l2sched/data/{shipped}{CONFIG_SUFFIX}" if shipped else self.path
+
+    def describe(self, model: str = "") -> str:
+        """``qwen3-235b-a22b (l2sched/data/qwen3-235b-a22b-config.json)``,
+        with the origin when it is not the schedule's line: ``..., the
+        default of qwen3_moe`` (``model``), ``..., --model-config in place
+        of the schedule's qwen3-235b-a22b (differs in num_hidden_layers)``."""
+        shown = self.shown_path
+        where = f" ({shown})" if shown and shown != self.name else ""
+        text = f"{self.name}{where}"
+        if self.origin == "default":
+            text += f", the default of {model}" if model else ", the default"
+        elif self.origin != "schedule":
+            text += f", {self.origin}"
+        if self.replaced is not None:
+            text += f" in place of the schedule's {self.replaced.name}"
+            if self.differs:
+                text += f" (differs in {', '.join(self.differs)})"
+        return text
+
+    def to_json(self) -> dict:
+        """``{"name", "path", "origin", "replaced", "differs"}`` (``path`` as
+        ``shown_path``; ``replaced``: the name of the schedule's own config,
+        or null)."""
+        return {"name": self.name, "path": self.shown_path, "origin": self.origin,
+                "replaced": self.replaced.name if self.replaced else None,
+                "differs": list(self.differs)}
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any],
+                       adapter: ModelAdapter) -> tuple[str, ...]:
+    """The keys of ``adapter.REQUIRED_KEYS`` (what its inventory reads) whose
+    values differ between configs ``a`` and ``b``, in the adapter's order."""
+    return tuple(k for k in adapter.REQUIRED_KEYS if a.get(k) != b.get(k))
+
+
+def default_config_ref(model: str) -> ModelConfigRef:
+    """The ``ModelConfigRef`` of the config embedded for adapter ``model``."""
+    file = get_adapter(model).DEFAULT_CONFIG
+    name = file[: -len(CONFIG_SUFFIX)] if file.endswith(CONFIG_SUFFIX) else file
+    return ModelConfigRef(name, str(CONFIGS_DIR / file), "default")
+
+
+def given_config_ref(arg: str, origin: str = "--model-config") -> ModelConfigRef:
+    """The ``ModelConfigRef`` of a config named on the command line
+    (``--model-config ARG``, a shipped name or a file, ``config_file_arg``):
+    named by the shipped name when it is a shipped config."""
+    ref = ModelConfigRef(arg, config_file_arg(arg), origin)
+    shipped = ref.shipped_name
+    return ref if shipped is None else ModelConfigRef(shipped, ref.path, origin)
+
+
 def default_config_text(model: str = DEFAULT_ADAPTER) -> str:
     """Text of the config embedded for adapter ``model``
     (``adapter.default_config_text()``). Raises ``KeyError`` for an unknown
@@ -188,6 +313,7 @@ def load_model_config(path: str | os.PathLike | None = None,
         except (OSError, ValueError) as e:
             raise L2sModelError(Diagnostic(f"cannot read: {e}", Span.file(file))) from None
         shown = file
+        note_input(file, "model config")  # no output of the command may replace it
         # An editor's UTF-8 byte-order mark is not part of the text.
         text = text.removeprefix("\ufeff")
     try:

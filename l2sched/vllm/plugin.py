@@ -32,6 +32,7 @@ from l2sched.errors import (
     L2sSyntaxError,
 )
 from l2sched.lang.resolve import load_schedule
+from l2sched.model.config import ModelConfigRef
 from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.device import DeviceProfile
@@ -280,7 +281,8 @@ def _schedule(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
     tp, tp_rank, ep = layout.tp, layout.tp_rank, layout.ep
     try:
         schedule = (_auto(cfg, vllm_config, model_config, layout) if cfg.is_auto
-                    else load_schedule(cfg.schedule, cfg.overrides, model_config))
+                    else load_schedule(cfg.schedule, cfg.overrides, model_config,
+                                       LIVE_CONFIG))
     except L2sPluginError:
         raise
     except L2sInputError as e:
@@ -301,7 +303,22 @@ def _schedule(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
             f"{'on' if schedule.ep else 'off'}, this server runs tp {tp} ep "
             f"{'on' if ep else 'off'} (fix it with \"set\": {{\"tp\": \"{tp}\"}} "
             "or the matching schedule)")
+    named = schedule.config_ref.replaced if schedule.config_ref else None
+    if named is not None and schedule.config_ref.differs:
+        # its windows were written for another model: the live config rules
+        raise L2sPluginError(
+            "schedule/model mismatch",
+            f"{schedule.name} names model config {named.name}, this server's model "
+            f"differs from it in {', '.join(schedule.config_ref.differs)} (remove the "
+            "schedule's model_config line to use it with this model, or serve the "
+            "model it names)")
     return schedule
+
+
+#: What names the live model's config (``Schedule.config_ref``): it takes the
+#: place of a schedule's ``model_config`` line (``_schedule`` refuses a
+#: schedule whose line names a config that differs from it).
+LIVE_CONFIG = ModelConfigRef("the live model's config", "", "live model")
 
 
 class AutoNoPrefetch(L2sPluginError):
