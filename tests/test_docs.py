@@ -527,6 +527,41 @@ def test_issue43_quoted_schedule_lines_are_in_the_file():
     assert bad == []
 
 
+def _size_rows() -> list[tuple[str, str]]:
+    """``(message, example)`` of the error-table rows of docs/language.md
+    whose example is a ``budget`` or ``set_aside`` value (the first message
+    of a row is the example's)."""
+    text = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    return re.findall(r"^\| `([^`]+)`.*\| `((?:budget|set_aside) [^`]+)` \| [^|]+ \|$", text,
+                      re.M)
+
+
+@pytest.mark.parametrize("message, example", _size_rows())
+def test_issue43_language_size_errors_are_the_tools(message, example, tmp_path, capsys):
+    """Each size error docs/language.md quotes is what ``l2sched check``
+    prints for its example (the limit said ``1 TB`` where the tool says
+    ``1000GB``: there is no TB unit to write)."""
+    from l2sched.cli import main
+
+    text = (ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s").read_text(encoding="utf-8")
+    if example.startswith("budget "):
+        assert text.count(" budget 20MB ") == 1
+        text = text.replace(" budget 20MB ", f" {example} ")
+    else:
+        text = re.sub(r"^(device .*)$", lambda m: f"{m.group(1)}\n{example}", text,
+                      count=1, flags=re.M)
+    path = tmp_path / "sizes.l2s"
+    path.write_text(text, encoding="utf-8")
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_issue43_size_rows_are_found():
+    rows = dict((e, m) for m, e in _size_rows())
+    assert {"budget 20", "budget 2000GB", "budget 1e30MB", "set_aside 5"} <= set(rows)
+
+
 # --------------------------------------------------------------------------
 # issue 34 item 4: every number a document quotes from a command is checked
 # issue 43: every number of docs/fit.md and of README's shipped-schedule
