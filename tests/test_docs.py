@@ -562,6 +562,114 @@ def test_issue43_size_rows_are_found():
     assert {"budget 20", "budget 2000GB", "budget 1e30MB", "set_aside 5"} <= set(rows)
 
 
+def synopses() -> list[tuple[str, int, str, str]]:
+    """``(doc, line, command, text)`` of every synopsis in the documents: a
+    line of a plain fenced block that starts ``l2sched COMMAND``, with its
+    indented continuation lines, less a trailing ``# comment``."""
+    out = []
+    for p in DOCS:
+        for line, info, code, _s in shell_blocks(p):
+            if info not in ("", "text"):
+                continue
+            cur = None
+            for k, ln in enumerate(code.split("\n")):
+                m = re.match(r"l2sched ([a-z]+)\b", ln)
+                if m:
+                    cur = [p.name, line + 1 + k, m.group(1), ln]
+                    out.append(cur)
+                elif cur is not None and ln[:1].isspace() and ln.strip():
+                    cur[3] += " " + ln.strip()
+                else:
+                    cur = None
+    return [(d, n, c, re.sub(r"\s+#.*$", "", t)) for d, n, c, t in out]
+
+
+def _subparser(command: str):
+    """The argparse parser of ``l2sched COMMAND``."""
+    import argparse
+
+    from l2sched.cli.main import build_parser
+
+    return next(a for a in build_parser([command])._actions
+                if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
+def synopsis_problems(command: str, text: str) -> tuple[list[str], set]:
+    """What synopsis ``text`` of ``l2sched COMMAND`` says that its argparse
+    parser does not: an unknown option, a flag shown with a value or an
+    option without one, other choices than ``a|b|c`` lists, a single value
+    where the option takes a comma-separated list (``M[,M...]``) or the
+    other way round. Also the ``dest`` of every option it names."""
+    sub = _subparser(command)
+    bad, seen = [], set()
+    for m in re.finditer(r"(?<![\w-])(--?[A-Za-z][\w-]*)(?:[ =]([^\s\[\]]+(?:\[[^\]]*\])?))?",
+                         text):
+        opt, value = m.groups()
+        value = None if value is None or value.startswith("-") else value
+        action = sub._option_string_actions.get(opt)
+        if action is None:
+            bad.append(f"{opt}: no such option")
+            continue
+        seen.add(action.dest)
+        if (action.nargs != 0) != (value is not None):
+            bad.append(f"{opt} {value or ''}: the option takes "
+                       f"{'a value' if action.nargs != 0 else 'none'}")
+        elif value is not None and action.choices:
+            if set(value.split("|")) != {str(c) for c in action.choices}:
+                bad.append(f"{opt} {value}: the choices are {'|'.join(action.choices)}")
+        elif value is not None:
+            metavar = action.metavar or action.dest.upper()
+            if ("," in value) != ("," in metavar):
+                bad.append(f"{opt} {value}: the option takes {metavar}")
+    return bad, seen
+
+
+def test_issue43_synopses_match_the_cli():
+    """Every synopsis of the documents names options the command has, each
+    with the value shape of its ``--help`` (docs/lint.md said ``--tokens N``
+    for ``lint``, which takes ``M[,M...]``); the fullest synopsis of each
+    command names every option."""
+    problems, fullest = [], {}
+    for doc, line, command, text in synopses():
+        bad, seen = synopsis_problems(command, text)
+        problems += [f"{doc}:{line}: l2sched {command} {b}" for b in bad]
+        if len(seen) > len(fullest.get(command, (None, set()))[1]):
+            fullest[command] = (f"{doc}:{line}", seen)
+    assert {"lint", "timeline", "fit", "inventory", "check", "fmt"} <= set(fullest)
+    for command, (where, seen) in fullest.items():
+        problems += [f"{where}: l2sched {command}: {a.option_strings[-1]} is not in the "
+                     f"synopsis" for a in _subparser(command)._actions
+                     if a.option_strings and a.dest not in seen and a.dest != "help"]
+    assert problems == []
+
+
+def test_issue43_synopsis_check_finds_a_wrong_shape():
+    assert synopsis_problems("lint", "l2sched lint S [--tokens N]")[0] == [
+        "--tokens N: the option takes M[,M...]"]
+    assert synopsis_problems("lint", "l2sched lint S [--no-summary x]")[0] != []
+    assert synopsis_problems("fit", "l2sched fit [--kernel bulk|copy]")[0] != []
+    assert synopsis_problems("lint", "l2sched lint S [--tokens M[,M...]] [--no-summary]") == (
+        [], {"tokens", "no_summary"})
+
+
+def test_issue43_lint_tokens_json_is_one_document_as_documented():
+    """``lint --tokens 1,4 --format json`` prints one document with one
+    ``schedules`` entry per M (each with its ``tokens``), as docs/lint.md
+    and the CLI's docstring say; README says so too (it said "one document
+    per M")."""
+    r = _cli("lint", "schedules/glm53-flash-sm120-tp4.l2s", "--tokens", "1,4",
+             "--format", "json")
+    doc = json.loads(r.stdout)
+    assert set(doc) == {"schedules", "errors"}
+    assert [d["tokens"] for d in doc["schedules"]] == [1, 4]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '# one report per M (JSON: {"schedules": [one per M], ...})' in readme
+    assert "one document per M" not in readme
+    lint_md = " ".join((ROOT / "docs" / "lint.md").read_text(encoding="utf-8").split())
+    assert ('the JSON one document per schedule and M in that same `{"schedules": [...], '
+            '"errors": N}` (each with its `tokens`)') in lint_md
+
+
 # --------------------------------------------------------------------------
 # issue 34 item 4: every number a document quotes from a command is checked
 # issue 43: every number of docs/fit.md and of README's shipped-schedule
