@@ -133,7 +133,7 @@ def cmd_tp_report(args) -> int:
 def cmd_calibrate(args) -> int:
     """``bench calibrate``: fit the two decode-step terms from one result and
     write the calibrated profile (atomically); exit 1 for an unusable result,
-    profile or output path."""
+    profile or output path, 2 for an output that is one of its inputs."""
     # the input result is never the output (nor is a named starting profile)
     check_output_path(args.out, protect=[args.result] + (
         [args.profile] if args.profile and args.profile.endswith(".toml") else []))

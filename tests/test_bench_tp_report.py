@@ -347,7 +347,7 @@ def test_calibrate_never_overwrites_its_input(tmp_path, capsys):
     res = tmp_path / "tp.json"
     res.write_text(json.dumps(_result()))
     before = res.read_bytes()
-    assert lab_main(["bench", "calibrate", str(res), "--out", str(res)]) == 1
+    assert lab_main(["bench", "calibrate", str(res), "--out", str(res)]) == 2  # usage
     assert "refusing to overwrite the input file" in capsys.readouterr().err
     assert res.read_bytes() == before
 

@@ -52,9 +52,10 @@ def test_compile_refuses_to_overwrite_its_schedule(tmp_path, capsys):
     mine = tmp_path / "my.l2s"
     shutil.copy(H200, mine)
     text = mine.read_text()
-    assert main(["compile", str(mine), "-o", str(mine)]) == 1
+    assert main(["compile", str(mine), "-o", str(mine)]) == 2  # a usage error
     assert mine.read_text() == text
-    assert f"{mine}:1:1: refusing to overwrite the input file" in capsys.readouterr().err
+    assert (f"l2sched compile: error: {mine}: refusing to overwrite the input file "
+            f"{mine} (the schedule the command reads)") in capsys.readouterr().err
 
 
 def test_timeline_writes_both_files_or_neither(tmp_path, capsys):

@@ -4,11 +4,14 @@ before torch is imported or ranks are spawned."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
+from l2sched.profile import shipped_path
 from l2sched.profile.options import run_arguments, tp_arguments
 from l2sched.cli.options import add_command
+from l2sched.device import profile_path
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.files import check_output_path
 
@@ -29,13 +32,24 @@ def _require_torch(gpu: bool = False, dry_hint: bool = False) -> None:
                             + ("; --dry runs the shapes on the CPU" if dry_hint else ""))
 
 
-def _check_outputs(*paths) -> None:
+def _check_outputs(*paths, inputs=()) -> None:
     """``files.check_output_path`` for every output option given (None =
-    not given): one line and exit 1 before any work for an empty path or a
-    directory."""
+    not given), before any work: one line and exit 1 for an empty path or a
+    directory, exit 2 for one of ``inputs`` (``_run_inputs``)."""
     for path in paths:
         if path is not None:
-            check_output_path(path)
+            check_output_path(path, protect=inputs)
+
+
+def _run_inputs(args) -> list[str]:
+    """The files a ``bench run``/``bench tp`` reads after the output check
+    (``bench tp``: in the ranks): its schedule and ``bench tp``'s device
+    profile (an unknown name is left to the run to report)."""
+    inputs = [shipped_path(args.schedule)]
+    if getattr(args, "device_profile", None):
+        with contextlib.suppress(L2sError):
+            inputs.append(str(profile_path(args.device_profile)))
+    return inputs
 
 
 def _bad_tokens(tokens) -> str | None:
@@ -48,7 +62,7 @@ def _bad_tokens(tokens) -> str | None:
 def cmd_run(args) -> int:
     """``bench run``: exit 2 on unusable options or without torch; exit 1
     for an unusable ``--out`` (before anything runs)."""
-    _check_outputs(args.out)
+    _check_outputs(args.out, inputs=_run_inputs(args))
     bad = _bad_tokens(args.tokens)
     if bad:
         raise L2sUsageError(bad)
@@ -76,7 +90,7 @@ def cmd_run(args) -> int:
 def cmd_tp(args) -> int:
     """``bench tp``: exit 2 on unusable options or without torch; exit 1
     for an unusable ``--out`` (before any rank is spawned)."""
-    _check_outputs(args.out)
+    _check_outputs(args.out, inputs=_run_inputs(args))
     bad = _bad_tokens(args.tokens)
     if not bad and args.world_size and args.world_size < 2:
         bad = f"--world-size must be >= 2, got {args.world_size}"

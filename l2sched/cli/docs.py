@@ -116,7 +116,7 @@ def cmd_docs(args) -> int:
                   file=sys.stderr)
             return 1
         return 0
-    write_text_atomically(path, new)
+    write_text_atomically(path, new, in_place=True)  # `lint` updates the one it read
     print(f"wrote {path}")
     return 0
 

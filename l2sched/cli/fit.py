@@ -169,9 +169,11 @@ def cmd_fit(args) -> int:
     """Fit, write the schedule (``-o``, atomically; else stdout) and print
     the per-M prediction on stderr."""
     opts = parse_options(args)
-    if args.output is not None:
-        check_output_path(args.output)  # before the search, not after it
     device, ref = load_profile(args.device, args.kernel)
+    if args.output is not None:
+        # before the search, not after it; after reading the device profile
+        # and model config, which it may not replace (files.check_output_path)
+        check_output_path(args.output)
     import dataclasses
 
     from l2sched.fit import Search, fit_text

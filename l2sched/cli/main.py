@@ -19,6 +19,7 @@ from typing import Sequence
 import l2sched
 from l2sched import progress
 from l2sched.errors import L2sError, L2sUsageError, reset_spell_checks
+from l2sched.files import command_inputs
 
 #: Subcommand -> the module of this package that registers it
 #: (``add_cli(subparsers)``), in the order ``l2sched --help`` lists them.
@@ -80,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse ``argv`` with ``parser`` (subcommands registered with
     ``cli.options.add_command``), run the chosen handler and return its exit
-    code: 2 for usage errors, 1 for ``L2sError``, 130 on Ctrl-C (the lab's
-    command line runs through it too)."""
+    code: 2 for usage errors (an output that is one of the command's input
+    files among them, ``files.command_inputs``), 1 for ``L2sError``, 130 on
+    Ctrl-C (the lab's command line runs through it too)."""
     args, extra = parser.parse_known_args(argv)
     if extra:
         # argparse would blame the top-level parser and print its usage;
@@ -95,7 +97,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         gc_pause = _no_cyclic_gc() if not any(
             w in args.prog for w in (" bench", " verify")) else contextlib.nullcontext()
         args.argv = list(argv)
-        with progress.reporting(args.prog), gc_pause:
+        # no output of the command may replace a file it reads (files.py)
+        with progress.reporting(args.prog), gc_pause, command_inputs():
             return int(args.handler(args) or 0)
     except L2sUsageError as err:
         print(f"{args.prog}: error: {err}", file=sys.stderr)

@@ -29,15 +29,17 @@ def cmd_profile(args) -> int:
     if args.collectives and not 2 <= args.collectives <= args.tp:
         raise L2sUsageError(f"--collectives takes 2..--tp ({args.tp}) GPUs, got "
                             f"{args.collectives}")
-    for path in (args.out, args.md_out or None, args.state or None):
-        if path is not None:
-            check_output_path(path)  # before minutes of probes: one line, exit 1
+    if args.state:  # read (resumed) and written back in place
+        check_output_path(args.state)
     from l2sched.device import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
     from l2sched.profile.probes import STATE_KEYS, run_profile
     from l2sched.profile.state import load_state
     # a bad state is an error before the GPU is asked for
     state = load_state(args.state, STATE_KEYS) if args.state else {}
+    for path in (args.out, args.md_out or None):
+        if path is not None:  # before minutes of probes, after reading the
+            check_output_path(path)  # inputs they may not replace: one line
     try:
         import torch
     except ModuleNotFoundError:

@@ -131,11 +131,20 @@ def _check_args(args) -> list[int]:
     if str(out).startswith("/dev/") or out.suffix != ".json":
         raise L2sUsageError(f"--output-json: a .json file path (the markdown goes "
                             f"beside it, .md), got {args.output_json!r}")
-    check_output_path(out)
-    check_output_path(out.with_suffix(".md"))
     model_config_arg(str(args.model_dir / "config.json"))  # file:line:col errors
     check_device_arg(args.device)
+    _check_report_paths(args)
     return batches
+
+
+def _check_report_paths(args) -> None:
+    """``files.check_output_path`` for the report's JSON and markdown: run
+    again once the schedule is read, so that no file verify reads (the
+    model config, the device profile, the schedule) is replaced by its
+    report (a usage error before the engine starts)."""
+    out = Path(args.output_json)
+    check_output_path(out)
+    check_output_path(out.with_suffix(".md"))
 
 
 def _default_tp(args) -> None:
@@ -214,6 +223,7 @@ def cmd_verify(args) -> int:
         else "dummy")
     progress.stage("linting the schedule at each batch size")
     predicted, note = predicted_gains(args, config, batches)
+    _check_report_paths(args)  # the schedule and its profile are read now
     progress.stage("starting vLLM's engine")
     engine = _start(args, batches, load_format, engine_args)
     if engine is None:

@@ -74,5 +74,5 @@ def write_allreduce_model(name_or_path: str | os.PathLike, degree: int,
         parse_device(toml.loads(new), str(path), new)
     except toml.TOMLDecodeError as e:  # pragma: no cover - we wrote valid TOML
         raise L2sInputError(f"{path}: the updated profile is not valid TOML: {e}") from None
-    write_text_atomically(path, new)
+    write_text_atomically(path, new, in_place=True)  # the profile read above
     return path

@@ -21,6 +21,7 @@ from collections import defaultdict
 from importlib import resources
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
+from l2sched.files import note_input
 from l2sched.lint.run import lint_path
 from l2sched.units import format_signed
 
@@ -64,6 +65,7 @@ def read_kernels(path: str) -> dict[int, list[tuple[float, float, str]]]:
             data = f.read()
     except OSError as e:
         raise _trace_error(path, f"cannot read trace: {e.strerror or e}") from None
+    note_input(path, "trace")
     try:
         doc = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:

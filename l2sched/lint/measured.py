@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import parse_json_text, read_input_text
+from l2sched.files import note_input, parse_json_text, read_input_text
 from l2sched.lint.gantt import Bar
 
 
@@ -129,6 +129,7 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
         except (OSError, EOFError, UnicodeDecodeError) as e:
             raise L2sInputError(Diagnostic(f"cannot read bench result: {e}",
                                            Span.file(path))) from None
+        note_input(path, "bench result")
     else:
         text = read_input_text(path, "bench result")
     doc = parse_json_text(text, str(path))

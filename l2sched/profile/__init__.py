@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from l2sched.errors import L2sInputError
-from l2sched.files import packaged_dir, read_input_text
+from l2sched.files import note_input, packaged_dir, read_input_text
 
 
 def shipped_path(path: str) -> str:
@@ -57,6 +57,7 @@ def read_json_file(path: str, what: str = "result file"):
         except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else e
             raise L2sInputError(f"{path}: cannot read {what}: {why}") from None
+        note_input(path, what)
     else:
         text = read_text_file(path, what)
     try:

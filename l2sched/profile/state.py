@@ -10,7 +10,7 @@ import os
 from l2sched.profile.fill_fork import check_fill_fork
 from l2sched.profile.step_fill import check_step_fill
 from l2sched.errors import L2sInputError
-from l2sched.files import write_text_atomically
+from l2sched.files import note_input, write_text_atomically
 
 
 def load_state(path: str, known: frozenset) -> dict:
@@ -34,6 +34,7 @@ def load_state(path: str, known: frozenset) -> dict:
     except json.JSONDecodeError as e:
         raise L2sInputError(f"{path}:{e.lineno}:{e.colno}: the state is not JSON: "
                             f"{e.msg}") from None
+    note_input(path, "probe state")  # only save_state writes it back
     results = state.get("results", {}) if isinstance(state, dict) else None
     if not isinstance(results, dict):
         raise L2sInputError(f"{path}: not an l2sched profile state (want an object with a "
@@ -54,6 +55,7 @@ def load_state(path: str, known: frozenset) -> dict:
 
 
 def save_state(path: str, got: dict) -> None:
-    """Keep ``{provenance, results}`` in the state JSON ``path`` (atomic; none for "")."""
+    """Keep ``{provenance, results}`` in the state JSON ``path`` (atomic; none
+    for ""): the state ``load_state`` read, updated in place."""
     if path:
-        write_text_atomically(path, json.dumps(got, indent=1) + "\n")
+        write_text_atomically(path, json.dumps(got, indent=1) + "\n", in_place=True)

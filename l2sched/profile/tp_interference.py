@@ -192,5 +192,5 @@ def write_allreduce_slowdown(name_or_path: str | os.PathLike, slowdowns: dict,
         raise L2sInputError(f"{path}: allreduce_slowdown of {', '.join(bad)} did not read "
                             f"back")
     if written:
-        write_text_atomically(path, text)
+        write_text_atomically(path, text, in_place=True)  # the profile read above
     return path, written, skipped

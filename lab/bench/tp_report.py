@@ -93,7 +93,7 @@ def cmd(args) -> int:
             why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
             print(f"python -m lab bench tp-report: {path}: not updated: {why}", file=sys.stderr)
             return 1
-        write_text_atomically(path, new, protect=list(args.result))
+        write_text_atomically(path, new, protect=list(args.result), in_place=True)
         for line in lines:
             print(f"{path}: {line}")
     return 0
