@@ -2,9 +2,9 @@
 ``command_inputs``, ``note_input``, ``check_output_path``). An output that
 is the same file as an input the command reads (its schedule, a schedule it
 extends, the device profile given or named in the schedule, the model
-config, the probe state, the bench run's schedule and profile), by name,
-symlink or hard link, is a usage error (exit 2) naming both, and nothing is
-written. Per command that writes a file: ``fit -o``, ``compile -o``,
+config given or named in the schedule, the probe state, the bench run's
+schedule and profile), by name, symlink or hard link, is a usage error
+(exit 2) naming both, and nothing is written. Per command that writes a file: ``fit -o``, ``compile -o``,
 ``timeline -o``, ``profile --out/--md-out``, ``verify --output-json``,
 ``bench run/tp --out``; the updates made in place on purpose (``fmt``,
 ``docs lint``, ``profile --state``) still write. ``lint``, ``check``,
@@ -87,6 +87,11 @@ def test_compile_never_overwrites_any_input(box, capsys):
              "device profile")
     _refused(capsys, ["compile", sched, "--model-config", cfg, "-o", cfg], cfg, cfg,
              "model config")
+    # the config the schedule's model_config line names
+    named = box / "named.l2s"
+    named.write_text(sched.read_text().replace("\ntp 4\n",
+                                               '\ntp 4\nmodel_config "cfg.json"\n'))
+    _refused(capsys, ["compile", named, "-o", cfg], cfg, cfg, "model config")
     # the schedule a schedule extends
     _refused(capsys, ["compile", child, "-o", sched], sched, sched, "schedule")
     # through a symlink and a hard link: the same file
