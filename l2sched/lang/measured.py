@@ -94,7 +94,8 @@ def _mistyped(line: str, lineno: int, path: str, sink: DiagnosticSink) -> None:
         return
     comment = line[at:]
     first = _FIRST_WORD.match(comment)
-    if _LINE.match(comment) is None and (first is None or not _is_result(first, comment)):
+    if _LINE.match(comment) is None and (first is None
+                                         or not _is_result(first, comment)):
         return
     if line[:at].strip():
         sink.error("a '# measured:' line must be a comment line of its own; at the "
@@ -104,7 +105,8 @@ def _mistyped(line: str, lineno: int, path: str, sink: DiagnosticSink) -> None:
     sink.error(f"'{comment[:first.end()].strip()}' is not read as a measured result; "
                "write '# measured:' (lowercase, the colon right after the word): "
                "'# measured: SOURCE gain M=TOKENS:GAIN%'",
-               Span(path, lineno, at + first.start(1) + 1, lineno, at + first.end() + 1))
+               Span(path, lineno, at + first.start(1) + 1, lineno,
+                    at + first.end() + 1))
 
 
 def _is_result(m: re.Match, line: str) -> bool:
@@ -177,8 +179,9 @@ def measured_results(text: str, path: str, sink: DiagnosticSink
                        "below -100% a step over twice the no-prefetch one, more than "
                        "its fills can add")
                 error(f"impossible gain {v.group(2)}% at M={tokens}: the gain is the "
-                      f"percent of the no-prefetch step time saved (positive = faster); "
-                      f"{why}; it lies in {low:+g}% .. under {high:+g}%", col, len(word))
+                      "percent of the no-prefetch step time saved (positive = "
+                      f"faster); {why}; it lies in {low:+g}% .. under {high:+g}%",
+                      col, len(word))
                 ok = False
                 continue
             gains[tokens] = gain
