@@ -210,3 +210,36 @@ def test_issue43_the_plugin_refuses_a_schedule_for_another_model_config():
     assert not r["other"]["installed"]
     assert r["same"]["installed"], r["same"]["records"]
     assert not [x for x in r["same"]["records"] if "prefetch OFF" in x]
+
+
+# --- a window that fetches nothing ----------------------------------------
+
+def test_issue43_a_window_that_fetches_nothing_is_a_lint_error(tmp_path, capsys):
+    """A 1 B budget, or an empty body with nothing carried in, passed lint
+    with exit 0 and info lines only (``compile`` explained it): now L2S007,
+    an error at the budget / the window's name. A budget of 0 (a variant's
+    way to switch a window off) is not reported."""
+    path = tmp_path / "empty.l2s"
+    path.write_text("schedule x\n\nmodel glm5next\ndevice h200\ntp 4\n\n"
+                    "window A at attn.pre_all_reduce budget 1B layers moe {\n"
+                    "    this self_attn.o_proj\n}\n\n"
+                    "window B at moe.pre_all_reduce budget 10MB layers moe {\n}\n")
+    assert main(["lint", str(path), "--select", "L2S007", "--no-summary"]) == 1
+    out = capsys.readouterr().out
+    assert (f"{path}:7:40: error: L2S007 window 'A' (budget 1 B) fetches nothing in "
+            "any of the 42 layers it fires in: its budget holds no whole tensor and no "
+            "4 KiB head of one\n") in out
+    assert (f"{path}:11:8: error: L2S007 window 'B' (budget 10.00 MB) fetches nothing "
+            "in any of the 42 layers it fires in: it has no targets and nothing was "
+            "carried into it\n") in out
+    assert out.count("L2S007") == 2
+    # switched off in a variant: no finding; a shipped schedule has none
+    h200 = str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s")
+    assert main(["lint", h200, "--set", "window.A.budget=0MB", "--select", "L2S007",
+                 "--no-summary"]) == 0
+    assert "L2S007" not in capsys.readouterr().out
+    # carried into: B fetches what A's budget left over
+    path.write_text(path.read_text().replace("budget 1B layers moe", "budget 1MB layers "
+                                             "moe carry B"))
+    assert main(["lint", str(path), "--select", "L2S007", "--no-summary"]) == 0
+    assert "L2S007" not in capsys.readouterr().out

@@ -53,7 +53,7 @@ def check_all(run) -> list[Finding]:
 
 
 def code_ranges() -> str:
-    """The rule codes as runs of one family each: ``L2S000-L2S006,
+    """The rule codes as runs of one family each: ``L2S000-L2S007,
     L2S101-L2S110, L2S201`` (what ``--select``/``--ignore`` can start
     with)."""
     families: dict[str, list[str]] = {}

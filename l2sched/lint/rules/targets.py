@@ -1,7 +1,8 @@
 """Target rules (no simulation): a pattern that matches nothing
 (L2S001), a tensor two windows fetch in one step (L2S002), a cache or
 buffer the model writes right before reading it (L2S003), a tensor whose
-consumer reads a data-dependent subset of it (L2S006)."""
+consumer reads a data-dependent subset of it (L2S006), a window that
+fetches nothing wherever it fires (L2S007)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from l2sched.compiler.compile import (
     module_prefixes,
     pattern_matches,
 )
+from l2sched.compiler.plan import EMPTY_REASONS
 from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
 from l2sched.units import format_size
@@ -61,6 +63,24 @@ RULES = (
                  "this mlp.experts.routed_experts.w2_weight }`"),
         fix=("remove the target; keep wide patterns off the experts with `except`\n"
              "(`next mlp.* except mlp.experts`).")),
+    Rule(
+        "L2S007", "window-fetches-nothing", "error",
+        what=("a window fetches 0 B in every layer it fires in: its budget holds no whole tensor\n"
+             "and no 4 KiB head of one (`budget 1B`), or it has no targets and nothing is carried\n"
+             "into it (an empty body, no window carrying into it). A window whose targets match\n"
+             "nothing (L2S001) or whose bytes another window fetched first (L2S002) is reported\n"
+             "there; a budget of 0 (how a variant switches a window off) is not reported."),
+        why=("the window was written to fetch bytes and silently fetches none: like a pattern that\n"
+             "matches nothing, it is never what the author meant (a unit typo, a body left empty,\n"
+             "a carry that was removed), and nothing else in the lint's output says so: the step\n"
+             "is predicted as if the window were not there. An error, as L2S001 is, so CI and the\n"
+             "plugin's lint gate stop on it; `l2sched compile` shows the 0 B per layer kind."),
+        example=("`window A at attn.pre_all_reduce budget 1B { this self_attn.o_proj }`; "
+                 "`window B at moe.pre_all_reduce budget 10MB { }` with no carry into it"),
+        fix=("give the budget its unit (`1MB`), name targets, or carry into the window from an\n"
+             "earlier one; to switch a window off in a variant, set its budget to 0MB."),
+        example_command=("l2sched lint schedules/glm53-flash-h200-tp4.l2s "
+                         "--set window.A.budget=1B --select L2S007")),
 )
 
 #: Caches and buffers the model writes during decode, right before reading
@@ -97,7 +117,7 @@ def check(run) -> list[Finding]:
     subset) and L2S002 (a tensor named by two windows for the same decode
     step), over ``run.schedule`` and ``run.inventory``."""
     schedule, inventory = run.schedule, run.inventory
-    out: list[Finding] = check_data_dependent(run)
+    out: list[Finding] = check_data_dependent(run) + check_fetches_nothing(run)
     n = len(inventory.layers)
     expander = TargetExpander(inventory)
     for w in schedule.windows:
@@ -165,6 +185,37 @@ def check(run) -> list[Finding]:
                          "fire_layers": [first_layer, layer]}))
                 else:
                     claimed.setdefault(key, (w.name, e, layer))
+    return out
+
+
+#: Why a window fetches nothing that L2S007 reports (``EmptyIssue.reason``);
+#: ``no-match`` is L2S001's, ``taken`` L2S002's.
+_EMPTY_OWN = ("budget", "nothing-carried")
+
+
+def check_fetches_nothing(run) -> list[Finding]:
+    """L2S007: one finding per window with a budget above 0 that fetches
+    0 B in every layer it fires in (``run.plan``'s ``empty`` entries cover
+    all its layers) for a reason of its own (``_EMPTY_OWN``), at its
+    ``budget`` when the budget is why, else at its name."""
+    empty: dict[str, dict[int, str]] = {}
+    for e in run.plan.empty:
+        empty.setdefault(e.window, {})[e.layer] = e
+    out = []
+    for w in run.schedule.windows:
+        got = empty.get(w.name, {})
+        if w.budget == 0 or not w.layers or set(got) != set(w.layers):
+            continue
+        reasons = {e.reason: e for e in got.values()}
+        if not set(reasons) & set(_EMPTY_OWN):
+            continue
+        why = "; ".join(reasons[r].why() for r in EMPTY_REASONS if r in reasons)
+        key = "budget" if "budget" in reasons else "name"
+        out.append(Finding(
+            "L2S007", f"window '{w.name}' (budget {format_size(w.budget)}) fetches "
+            f"nothing in any of the {len(w.layers)} layers it fires in: {why}",
+            window_span(w, key),
+            {"window": w.name, "reasons": sorted(reasons), "layers": list(w.layers)}))
     return out
 
 
