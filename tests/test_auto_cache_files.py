@@ -22,7 +22,6 @@ import pytest
 from l2sched.device import load_device
 from l2sched.fit import Search
 from l2sched.vllm.auto import auto_schedule, default_cache_dir
-from l2sched.vllm.auto_cache import CacheEntry
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = json.loads((ROOT / "l2sched/data/glm53-flash-config.json").read_text())
@@ -86,6 +85,8 @@ def test_a_dotted_profile_name_keeps_one_entry_per_tp(dotted, tmp_path, fits, ca
 
 @pytest.mark.parametrize("profile_name", ["a.b.c", "../up", "x y/z", "...", "é.toml"])
 def test_entry_names_are_the_key_and_a_sanitized_prefix(profile_name):
+    from l2sched.vllm.auto_cache import CacheEntry
+
     key = "0123456789abcdef" * 2
     entry = CacheEntry.of(Path("/c"), profile_name, 4, False, key)
     for suffix in (".l2s", ".json", "-config.json", ".lock"):
