@@ -243,3 +243,59 @@ def test_issue43_a_window_that_fetches_nothing_is_a_lint_error(tmp_path, capsys)
                                              "moe carry B"))
     assert main(["lint", str(path), "--select", "L2S007", "--no-summary"]) == 0
     assert "L2S007" not in capsys.readouterr().out
+
+
+# --- unmatched target patterns cost a lookup each ---------------------------
+
+def _unmatched_targets(n: int) -> str:
+    """One window of ``n`` one-pattern targets that match nothing, half
+    literal names, half globs (``benchmarks/floods.py``'s ``targets`` and
+    ``target-globs`` cases)."""
+    lines = [f"    this nomatch_{i}.weight" if i % 2 else f"    this nomatch_{i}.*"
+             for i in range(n)]
+    return ("schedule flood\n\nmodel glm5next\ndevice h200\ntp 4\n\n"
+            "window P at attn.pre_all_reduce budget 50MB {\n" + "\n".join(lines) + "\n}\n")
+
+
+def test_issue43_unmatched_patterns_cost_no_match_per_tensor(monkeypatch):
+    """20,000 unmatched one-pattern targets took 9.5 s and 50,000 23.7 s:
+    every target was matched against every tensor of its layers (a
+    ``module_prefixes`` per tensor and target) and every glob compiled to a
+    regex. Now a literal is one lookup and a glob is tried only on the
+    tensors that start with its text before the first glob character: the
+    work per tensor does not grow with the patterns that miss. Counts, no
+    timings (benchmarks/floods.py times it)."""
+    from l2sched.compiler import compile as compile_mod
+    from l2sched.lang.resolve import load_schedule_text
+    from l2sched.lint import run_lint
+    from l2sched.lint.rules import targets as targets_mod
+    from l2sched.model.config import load_model_config
+    from l2sched.model.inventory import analytical_inventory
+
+    inv = analytical_inventory(load_model_config(None), 4, False)
+    work = {}
+    for n in (400, 800):
+        s = load_schedule_text(_unmatched_targets(n), "flood.l2s")
+        counts = {"module_prefixes": 0, "pattern_regex": 0}
+        for module in (compile_mod, targets_mod):
+            for name in counts:
+                real = getattr(module, name, None)
+                if real is None:
+                    continue
+
+                def counted(*a, _real=real, _name=name, **kw):
+                    counts[_name] += 1
+                    return _real(*a, **kw)
+                monkeypatch.setattr(module, name, counted)
+        if hasattr(compile_mod, "path_index"):  # index the paths afresh
+            compile_mod.path_index.cache_clear()
+        run = run_lint(s, inv)
+        monkeypatch.undo()
+        assert sum(f.code == "L2S001" for f in run.findings) == n
+        work[n] = counts
+    # the tensor paths are indexed once per distinct layer (a few hundred
+    # module prefixes), whatever the number of patterns
+    assert work[400]["module_prefixes"] == work[800]["module_prefixes"] < 2000
+    # no glob here can match (no tensor path starts with 'nomatch_'): none
+    # is compiled
+    assert work[400]["pattern_regex"] == work[800]["pattern_regex"] == 0

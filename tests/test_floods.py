@@ -97,12 +97,16 @@ def test_spell_checks_over_long_lists_are_limited():
 
 
 def test_literal_patterns_match_as_globs_do():
-    from l2sched.compiler.compile import PatternSet, pattern_matches, pattern_regex
+    from l2sched.compiler.compile import PathIndex, pattern_matches, pattern_regex
     paths = ["self_attn.o_proj.weight", "self_attn.o_projx.weight", "mlp.gate.weight",
              "a.b"]
+    index = PathIndex(tuple(paths))
     for pat in ("self_attn.o_proj", "self_attn.o_proj.weight", "self_attn", "mlp.gate",
-                "o_proj", "a.b", "a", "self_attn.o_proj*", "mlp.?ate"):
-        for p in paths:
+                "o_proj", "a.b", "a", "self_attn.o_proj*", "mlp.?ate", "*", "*.weight",
+                "[ms]*", "self_attn.o_proj[x]*", "a?b", "zzz*"):
+        got = index.matching(pat)
+        for i, p in enumerate(paths):
             want = pattern_regex(pat).match(p) is not None
             assert pattern_matches(pat, p) == want, (pat, p)
-            assert PatternSet((pat, "zzz")).matches(p) == want, (pat, p)
+            assert (i in got) == want, (pat, p)
+            assert (i in index.indices((pat, "zzz"))) == want, (pat, p)

@@ -16,6 +16,7 @@ Pure Python; imports neither torch nor vLLM.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import os
@@ -65,28 +66,75 @@ def pattern_matches(pattern: str, path: str) -> bool:
     return pattern_regex(pattern).match(path) is not None
 
 
-class PatternSet:
-    """Whether any of several patterns matches a path (``pattern_matches``
-    of each): the patterns without glob characters in one set, looked up
-    with the path's ``module_prefixes``, so a target of 50,000 names costs
-    a few set lookups per tensor, not 50,000 matches."""
+class PathIndex:
+    """Which of one layer's tensor paths (consumption order) glob patterns
+    match (``pattern_matches``), at a cost that does not grow with the
+    paths a pattern misses: a pattern without glob characters is one dict
+    lookup (``module_prefixes`` of every path, indexed); a glob is matched
+    only against the paths that start with its text before the first glob
+    character (found by bisection in the sorted paths), so its regex is
+    compiled only when some path could match. A target of 50,000 patterns
+    that match nothing costs 50,000 lookups, not 50,000 x tensors
+    matches."""
 
-    def __init__(self, patterns: tuple[str, ...]):
-        self.literals = frozenset(p for p in patterns if is_literal(p))
-        self.globs = tuple(pattern_regex(p) for p in dict.fromkeys(patterns)
-                           if not is_literal(p))
+    def __init__(self, paths: tuple[str, ...]):
+        self.paths = paths
+        self.by_prefix: dict[str, list[int]] = {}
+        for i, path in enumerate(paths):
+            for m in module_prefixes(path):
+                self.by_prefix.setdefault(m, []).append(i)
+        order = sorted(range(len(paths)), key=paths.__getitem__)
+        self.sorted_paths = [paths[i] for i in order]
+        self.sorted_index = order
+        #: pattern -> ``matching``'s answer (a schedule's patterns recur in
+        #: every window expansion and rule)
+        self.memo: dict[str, list[int]] = {}
+        #: the work ``matching`` did: patterns looked up (``literal``,
+        #: ``glob``) and paths a glob's regex was tried on (``tried``)
+        self.calls = {"literal": 0, "glob": 0, "tried": 0}
 
-    def matches(self, path: str) -> bool:
-        """True when some pattern of the set matches ``path``."""
-        if self.literals and not self.literals.isdisjoint(module_prefixes(path)):
-            return True
-        return any(rx.match(path) is not None for rx in self.globs)
+    def matching(self, pattern: str) -> list[int]:
+        """Indices of the paths ``pattern`` matches, ascending."""
+        got = self.memo.get(pattern)
+        if got is None:
+            got = self.memo[pattern] = self._match(pattern)
+        return got
+
+    def _match(self, pattern: str) -> list[int]:
+        if is_literal(pattern):
+            self.calls["literal"] += 1
+            return self.by_prefix.get(pattern, [])
+        self.calls["glob"] += 1
+        lead = _GLOB_CHARS.split(pattern, 1)[0]
+        lo = bisect.bisect_left(self.sorted_paths, lead)
+        hi = lo
+        while hi < len(self.sorted_paths) and self.sorted_paths[hi].startswith(lead):
+            hi += 1
+        if lo == hi:
+            return []
+        self.calls["tried"] += hi - lo
+        rx = pattern_regex(pattern)
+        return sorted(self.sorted_index[k] for k in range(lo, hi)
+                      if rx.match(self.sorted_paths[k]) is not None)
+
+    def indices(self, patterns) -> set[int]:
+        """Indices of the paths some pattern of ``patterns`` matches."""
+        out: set[int] = set()
+        for p in patterns:
+            out.update(self.matching(p))
+        return out
 
 
-@functools.lru_cache(maxsize=1024)
-def pattern_set(patterns: tuple[str, ...]) -> PatternSet:
-    """The ``PatternSet`` of ``patterns``, built once per tuple."""
-    return PatternSet(patterns)
+@functools.lru_cache(maxsize=64)
+def path_index(paths: tuple[str, ...]) -> PathIndex:
+    """The ``PathIndex`` of ``paths``, built once per distinct tuple (a
+    model has a few layer kinds)."""
+    return PathIndex(paths)
+
+
+def layer_index(inventory, layer: int) -> PathIndex:
+    """The ``PathIndex`` of layer ``layer``'s tensor paths."""
+    return path_index(tuple(e.path for e in inventory.tensors(layer)))
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -105,29 +153,61 @@ def _entries(inventory, layer: int):
     return inventory.tensors(layer)
 
 
+def window_matches(window: Window, inventory,
+                   layers: dict[str, list[int]]) -> dict[tuple[str, int], list]:
+    """For each scope (``this``, ``next``) and target layer of ``layers``
+    (scope -> layers), ``(target position, indices)`` of each target of
+    ``window`` with that scope that names some of the layer's tensors, in
+    source order: the indices (consumption order) of its patterns' matches
+    less its excludes', lazily created tensors only for a ``lazy`` target.
+    One pass over the targets."""
+    looked = {scope: [(tl, layer_index(inventory, tl), _entries(inventory, tl))
+                      for tl in tls] for scope, tls in layers.items()}
+    out: dict[tuple[str, int], list] = {(scope, tl): [] for scope, tls in layers.items()
+                                        for tl in tls}
+    for pos, target in enumerate(window.targets):
+        pats = [p.text for p in target.patterns]
+        for tl, index, entries in looked.get(target.scope, ()):
+            wanted = index.indices(pats)
+            if wanted and target.excludes:
+                wanted -= index.indices(p.text for p in target.excludes)
+            picks = [i for i in sorted(wanted) if target.lazy or not entries[i].lazy]
+            if picks:
+                out[(target.scope, tl)].append((pos, picks))
+    return out
+
+
+def target_matches(window: Window, scope: str, inventory,
+                   layer: int) -> list[tuple[int, list[int]]]:
+    """``window_matches`` of one scope and target layer."""
+    return window_matches(window, inventory, {scope: [layer]})[(scope, layer)]
+
+
 def expand_targets(window: Window, layer: int, inventory,
-                   own: range | None = None) -> list[tuple[int, object]]:
+                   own: range | None = None, matches=None) -> list[tuple[int, object]]:
     """The inventory entries ``window`` names when it fires in ``layer``, in
     fill order: targets in source order, each expanded in the inventory's
     consumption order, without repeats. Returns ``(target_layer, entry)``.
     ``own``: the layers this rank runs (pipeline parallel); a ``next``
-    target outside them (another rank's layer) names nothing."""
+    target outside them (another rank's layer) names nothing.
+    ``matches(scope, target_layer)``: ``target_matches`` of the window (a
+    cache of it); the cost grows with the targets that name a tensor, not
+    with those that name none."""
     count = len(inventory.layers)
+    if matches is None:
+        def matches(scope, tl):
+            return target_matches(window, scope, inventory, tl)
+    parts = []
+    for scope, tl in (("this", layer), ("next", (layer + 1) % count)):
+        if own is None or tl in own:
+            parts += [(pos, tl, picks) for pos, picks in matches(scope, tl)]
+    parts.sort(key=lambda part: part[0])  # targets in source order
     out: list[tuple[int, object]] = []
     seen: set[tuple[int, str]] = set()
-    for target in window.targets:
-        tl = layer if target.scope == "this" else (layer + 1) % count
-        if own is not None and tl not in own:
-            continue
-        wanted = pattern_set(tuple(p.text for p in target.patterns))
-        unwanted = pattern_set(tuple(p.text for p in target.excludes))
-        for entry in _entries(inventory, tl):
-            if entry.lazy and not target.lazy:
-                continue
-            if not wanted.matches(entry.path):
-                continue
-            if unwanted.matches(entry.path):
-                continue
+    for _pos, tl, picks in parts:
+        entries = _entries(inventory, tl)
+        for i in picks:
+            entry = entries[i]
             if (tl, entry.path) not in seen:
                 seen.add((tl, entry.path))
                 out.append((tl, entry))
@@ -139,7 +219,8 @@ class TargetExpander:
     computed once per window and pair of layer contents: layers holding the
     same tensors (every layer of one kind) give the same expansion, so a
     window that fires in 45 layers matches its patterns against the tensor
-    paths of 2-3 layer kinds, not 45 times. Same results as
+    paths of 2-3 layer kinds, not 45 times, and each target once per
+    scope and layer contents (``target_matches``). Same results as
     ``expand_targets`` (``own``: the rank's layers, as there)."""
 
     def __init__(self, inventory, own: range | None = None):
@@ -151,6 +232,36 @@ class TargetExpander:
         self.sig = [ids.setdefault(tuple((e.path, e.lazy) for e in layer), len(ids))
                     for layer in inventory.layers]
         self.cache: dict = {}
+        self.matched: dict = {}
+
+    def target_layers(self, window: Window) -> dict[str, list[int]]:
+        """Per target scope (``this``, ``next``), the layers ``window``'s
+        targets name tensors of, one per distinct tensor list (``sig``)."""
+        out = {}
+        for scope, step in (("this", 0), ("next", 1)):
+            reps: dict = {}
+            for layer in window.layers:
+                tl = (layer + step) % self.count
+                reps.setdefault(self.sig[tl], tl)
+            out[scope] = list(reps.values())
+        return out
+
+    def _matches(self, window: Window):
+        """``target_matches`` of ``window`` per scope and layer contents, all
+        computed in one pass over its targets (``window_matches``)."""
+        wkey = (window.index, window.name)
+        if wkey not in self.matched:
+            got = window_matches(window, self.inventory, self.target_layers(window))
+            self.matched[wkey] = {(scope, self.sig[tl]): v for (scope, tl), v in got.items()}
+        mine = self.matched[wkey]
+
+        def matches(scope: str, tl: int):
+            got = mine.get((scope, self.sig[tl]))
+            if got is None:  # a layer the window does not fire in or next to
+                got = mine[(scope, self.sig[tl])] = target_matches(
+                    window, scope, self.inventory, tl)
+            return got
+        return matches
 
     def expand(self, window: Window, layer: int) -> list[tuple[int, object]]:
         """``expand_targets(window, layer, inventory)``."""
@@ -161,7 +272,8 @@ class TargetExpander:
         if picks is None:
             picks = self.cache[key] = [
                 (tl != layer, self.inventory.tensors(tl).index(e))
-                for tl, e in expand_targets(window, layer, self.inventory, self.own)]
+                for tl, e in expand_targets(window, layer, self.inventory, self.own,
+                                            self._matches(window))]
         tensors = (self.inventory.tensors(layer), self.inventory.tensors(nxt))
         return [(nxt if is_next else layer, tensors[is_next][i]) for is_next, i in picks]
 

@@ -13,6 +13,7 @@ each half would need the other's private tables.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import os
@@ -87,6 +88,22 @@ class _WholeWords:
         return stream
 
 
+#: The comment tokens of the ``parse`` in progress (``_on_comment`` appends
+#: to it; None outside ``parse``, e.g. in ``parse_fragment``).
+_COMMENTS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "l2s_comments", default=None)
+
+
+def _on_comment(token: Token) -> Token:
+    """Lexer callback of ``COMMENT`` tokens: collect them for ``parse``. The
+    parse's own lexer says what a comment is (a ``#`` inside a string is
+    not one; in a ``set`` value it is), in the same pass."""
+    found = _COMMENTS.get()
+    if found is not None:
+        found.append(token)
+    return token
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
     return Lark(
@@ -97,6 +114,7 @@ def _parser() -> Lark:
         propagate_positions=True,
         maybe_placeholders=False,
         postlex=_WholeWords(),
+        lexer_callbacks={"COMMENT": _on_comment},
         # The LALR tables are pickled to the temp dir, keyed by a hash of the
         # grammar and options: a warm start of `l2sched lint` skips ~0.1 s.
         cache=True,
@@ -265,24 +283,19 @@ class _ToAst(Transformer):
         return n.Selector(items[0], exclude, span=_span(self.path, meta))
 
     # windows --------------------------------------------------------------
-    def patterns(self, items):
-        return tuple(self._name(t) for t in items)
-
     def excepts(self, items):
-        return items[0]
-
-    def scope(self, items):
-        return str(items[0])
+        return tuple(self._name(t) for t in items)
 
     @v_args(meta=True)
     def target(self, meta, items):
-        scope = items[0]
+        # scope token, LAZY?, NAME..., the excepts' names (a tuple)?
+        scope = str(items[0])
         rest = items[1:]
-        lazy = bool(rest) and isinstance(rest[0], Token) and rest[0].type == "LAZY"
+        lazy = bool(rest) and rest[0].type == "LAZY"
         if lazy:
             rest = rest[1:]
-        patterns = rest[0]
-        excludes = rest[1] if len(rest) > 1 else ()
+        excludes = rest.pop() if rest and isinstance(rest[-1], tuple) else ()
+        patterns = tuple(self._name(t) for t in rest)
         return n.Target(scope, lazy, patterns, excludes, span=_span(self.path, meta))
 
     @v_args(meta=True)
@@ -518,8 +531,8 @@ def _check_nesting(tree, text: str, path: str, line_offset: int = 0,
     stack = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
-        if not isinstance(node, Tree):
-            continue
+        if not isinstance(node, Tree) or node.data == "body":
+            continue  # a window's body holds targets, no selector
         if node.data == "selector":
             depth += 1
             if depth > MAX_SELECTOR_DEPTH + 1:
@@ -548,16 +561,16 @@ def parse(text: str, path: str = "<string>") -> n.ScheduleFile:
     text = normalize_newlines(text)
     if not text.strip():
         raise L2sInputError(Diagnostic("empty schedule file", Span.point(path)))
+    found: list = []
+    reset = _COMMENTS.set(found)  # the parse collects the comments it skips
     try:
         tree = _parser().parse(text, start="start")
     except UnexpectedInput as err:
         raise _syntax_error(err, text, path, start="start") from None
+    finally:
+        _COMMENTS.reset(reset)
     _check_nesting(tree, text, path)
-    # The LALR parser ignores comments; one lexing pass collects them for the
-    # formatter (lexing cannot fail after a clean parse).
-    comments = tuple(n.Comment(str(t), t.line, t.column)
-                     for t in _parser().lex(text, dont_ignore=True)
-                     if t.type == "COMMENT")
+    comments = tuple(n.Comment(str(t), t.line, t.column) for t in found)
     try:
         result = _ToAst(path).transform(tree)
     except VisitError as err:

@@ -9,12 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from l2sched.compiler.compile import (
-    TargetExpander,
-    is_literal,
-    module_prefixes,
-    pattern_matches,
-)
+from l2sched.compiler.compile import TargetExpander, layer_index
 from l2sched.compiler.plan import EMPTY_REASONS
 from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
@@ -98,18 +93,6 @@ WRITTEN_BUFFERS: dict[str, str] = {
 }
 
 
-def _module_names(inventory, layers: tuple[int, ...]) -> tuple[set, set]:
-    """Every tensor path of ``layers`` with the modules that contain it
-    (``module_prefixes``): ``(of tensors created at load, of lazily
-    created ones)``, what a pattern without glob characters can match."""
-    eager: set[str] = set()
-    lazy: set[str] = set()
-    for tl in layers:
-        for e in inventory.tensors(tl):
-            (lazy if e.lazy else eager).update(module_prefixes(e.path))
-    return eager, lazy
-
-
 def check(run) -> list[Finding]:
     """L2S001 (a pattern matches nothing in any layer its window fires in),
     L2S003 (a pattern names a cache or buffer written right before use),
@@ -121,30 +104,23 @@ def check(run) -> list[Finding]:
     n = len(inventory.layers)
     expander = TargetExpander(inventory)
     for w in schedule.windows:
+        # per scope, one layer per distinct tensor list among the target
+        # layers: its index and tensors (once per window, not per target)
+        looked = {scope: [(layer_index(inventory, tl), inventory.tensors(tl))
+                          for tl in layers]
+                  for scope, layers in expander.target_layers(w).items()}
         for t in w.targets:
-            # one layer per distinct tensor list among the target's layers
-            reps = {expander.sig[tl]: tl for tl in (
-                layer if t.scope == "this" else (layer + 1) % n for layer in w.layers)}
-            names = None
             for p in t.patterns:
-                written = [why for rx, why in _WRITTEN_RX if rx.fullmatch(p.text)]
+                written = _written_buffer(p.text)
                 if written:
                     out.append(Finding("L2S003", f"window '{w.name}' prefetches "
-                                       f"'{p.text}': {written[0]}; it is written "
+                                       f"'{p.text}': {written}; it is written "
                                        f"right before it is read", p.span))
                     continue
-                if is_literal(p.text):  # set lookups, not one match per tensor
-                    if names is None:  # once per target
-                        names = _module_names(inventory, tuple(reps.values()))
-                    eager, lazy = names
-                    hit = p.text in eager or (t.lazy and p.text in lazy)
-                    names_lazy = p.text in lazy
-                else:
-                    hit = any(pattern_matches(p.text, e.path) and (t.lazy or not e.lazy)
-                              for tl in reps.values() for e in inventory.tensors(tl))
-                    names_lazy = any(pattern_matches(p.text, e.path) and e.lazy
-                                    for tl in reps.values()
-                                    for e in inventory.tensors(tl))
+                lazy_flags = [tensors[i].lazy for index, tensors in looked[t.scope]
+                              for i in index.matching(p.text)]
+                hit = any(t.lazy or not lazy for lazy in lazy_flags)
+                names_lazy = any(lazy_flags)
                 if not hit:
                     lazy_hint = ""
                     if names_lazy:
@@ -240,33 +216,38 @@ def check_data_dependent(run) -> list[Finding]:
     the same tensors are checked once."""
     schedule, inventory = run.schedule, run.inventory
     adapter = get_adapter(schedule.model)
-    n = len(inventory.layers)
+    expander = TargetExpander(inventory)
     cache: dict = {}
 
-    def dependent(layer: int) -> tuple:
-        key = inventory.kinds[layer]
-        if str(key) not in cache:
+    def dependent(layer: int) -> dict:
+        """Index in the layer's tensors -> (entry, reading op), once per
+        distinct tensor list (``TargetExpander.sig``)."""
+        key = expander.sig[layer]
+        if key not in cache:
             dd = data_dependent_tensors(inventory, adapter, layer)
-            cache[str(key)] = tuple((inventory.tensor(layer, p), op)
-                                    for p, op in dd.items())
-        return cache[str(key)]
+            paths = [e.path for e in inventory.tensors(layer)]
+            cache[key] = {paths.index(p): (inventory.tensor(layer, p), op)
+                          for p, op in dd.items()}
+        return cache[key]
 
     out = []
     for w in schedule.windows:
+        # once per window, not per target: per scope, each distinct target
+        # layer's index and its data-dependent tensors by index
+        looked = {scope: [(layer_index(inventory, tl), dependent(tl)) for tl in layers]
+                  for scope, layers in expander.target_layers(w).items()}
         for t in w.targets:
-            seen_kinds = set()
             found: dict[str, tuple] = {}
-            for layer in w.layers:
-                tl = layer if t.scope == "this" else (layer + 1) % n
-                if str(inventory.kinds[tl]) in seen_kinds:
+            for index, deps in looked[t.scope]:
+                if not deps:
                     continue
-                seen_kinds.add(str(inventory.kinds[tl]))
-                for e, op in dependent(tl):
-                    if (e.lazy and not t.lazy) or any(
-                            pattern_matches(x.text, e.path) for x in t.excludes):
-                        continue
-                    for p in t.patterns:
-                        if pattern_matches(p.text, e.path):
+                # through the layer's index: a pattern that names no
+                # tensor costs a lookup, not a match per dependent tensor
+                excluded = index.indices(x.text for x in t.excludes)
+                for p in t.patterns:
+                    for i in index.matching(p.text):
+                        e, op = deps.get(i, (None, None))
+                        if e is not None and (t.lazy or not e.lazy) and i not in excluded:
                             found.setdefault(p.text, (p, {}))[1].setdefault(
                                 e.path, (e, op))
             for text, (p, tensors) in found.items():
@@ -288,5 +269,16 @@ def _glob_re(glob: str) -> str:
     return "".join(".*" if c == "*" else re.escape(c) for c in glob)
 
 
-#: ``WRITTEN_BUFFERS`` compiled once (they were compiled per pattern).
-_WRITTEN_RX = [(re.compile(_glob_re(glob)), why) for glob, why in WRITTEN_BUFFERS.items()]
+#: ``WRITTEN_BUFFERS`` compiled once into one regex, a named group per glob:
+#: one match per pattern, not one per glob.
+_WRITTEN_RX = re.compile("|".join(f"(?P<b{i}>{_glob_re(glob)})"
+                                  for i, glob in enumerate(WRITTEN_BUFFERS)))
+_WRITTEN_WHY = {f"b{i}": why for i, why in enumerate(WRITTEN_BUFFERS.values())}
+
+
+def _written_buffer(pattern: str) -> str:
+    """What the first ``WRITTEN_BUFFERS`` glob that matches ``pattern``
+    whole says of it (``""`` for none): the alternation tries the globs in
+    order, so the group that matched is the first one that does."""
+    m = _WRITTEN_RX.fullmatch(pattern)
+    return "" if m is None else _WRITTEN_WHY[m.lastgroup]
