@@ -15,6 +15,7 @@ error of a file, then raise once (see ``DiagnosticSink.raise_if_errors``).
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import itertools
 import re
@@ -292,6 +293,27 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
         line += 1
         start = m.end()
     return line, offset - start + 1
+
+
+class LineIndex:
+    """``line_col`` for many offsets of one text: the line starts are found
+    once and each lookup is a bisection, so locating N places in a text of
+    N lines costs N log N, not N^2 (a plan's JSON spans)."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.starts = [0] + [m.end() for m in _LINE_END.finditer(text)]
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """``line_col(text, offset)``. Raises ``ValueError`` when ``offset``
+        is outside ``0..len(text)``."""
+        text = self.text
+        if not 0 <= offset <= len(text):
+            raise ValueError(f"offset {offset} outside 0..{len(text)}")
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if 0 < offset < len(text) and text[offset - 1] == "\r" and text[offset] == "\n":
+            return i + 2, 1  # between the halves of a \r\n: past the \r (line_col)
+        return i + 1, offset - self.starts[i] + 1
 
 
 #: Did-you-mean searches over more than ``SPELL_LIST`` names that one

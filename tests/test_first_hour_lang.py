@@ -299,3 +299,67 @@ def test_issue43_unmatched_patterns_cost_no_match_per_tensor(monkeypatch):
     # no glob here can match (no tensor path starts with 'nomatch_'): none
     # is compiled
     assert work[400]["pattern_regex"] == work[800]["pattern_regex"] == 0
+
+
+# --- explain is linear in a plan's issues -----------------------------------
+
+class _CountingLineEnds:
+    """``errors._LINE_END`` that counts the line ends its ``finditer``
+    yields: the work of turning offsets into line numbers."""
+
+    def __init__(self, real):
+        self.real, self.seen = real, 0
+
+    def finditer(self, *a, **kw):
+        for m in self.real.finditer(*a, **kw):
+            self.seen += 1
+            yield m
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_issue43_explain_is_linear_in_duplicated_issues(tmp_path, monkeypatch):
+    """10 copies of a plan's issues took 6.9 s, 20 took 25 s and 200 did not
+    finish in 60 s (``explain PLAN``): each of the problems (an issue written
+    twice, bytes fetched twice) found its line by scanning the file from its
+    start. Now the line starts are found once. Counts, no timings: the line
+    ends scanned grow with the file, not with problems x file."""
+    from l2sched import errors
+    from l2sched.compiler.plan import Plan
+    from l2sched.errors import L2sInputError
+
+    plan = tmp_path / "plan.json"
+    assert main(["compile", str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s"),
+                 "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text("utf-8"))
+    n = len(doc["issues"])
+    scanned, lines = {}, {}
+    for k in (2, 4):
+        text = json.dumps({**doc, "issues": doc["issues"] * k}, indent=1)
+        lines[k] = text.count("\n")
+        counter = _CountingLineEnds(errors._LINE_END)
+        monkeypatch.setattr(errors, "_LINE_END", counter)
+        with pytest.raises(L2sInputError) as info:
+            Plan.from_json(text, "plan.json")
+        monkeypatch.undo()
+        scanned[k] = counter.seen
+        # every copied issue is reported, at its own line
+        dups = [d for d in info.value.diagnostics if ": duplicates issues[" in d.message]
+        assert len(dups) == n * (k - 1)
+        last = dups[-1]
+        assert last.message.startswith(f"issues[{n * k - 1}]: duplicates issues[")
+        want = text.count("\n", 0, _nth_issue_start(text, n * k - 1)) + 1
+        assert last.span.line == want
+    # twice the issues, twice the scanning, not four times
+    assert scanned[4] <= 2.5 * scanned[2], scanned
+    assert scanned[4] <= 2 * lines[4], (scanned, lines)
+
+
+def _nth_issue_start(text: str, i: int) -> int:
+    """The offset of the ``{`` that opens issue ``i`` of a plan written by
+    ``json.dumps(..., indent=1)`` (each issue opens on a line of its own)."""
+    at = text.index('"issues": [')
+    for _ in range(i + 1):
+        at = text.index("\n  {", at + 1)
+    return at + 3
