@@ -259,6 +259,20 @@ def _entry(ad: ModelAdapter, s) -> TensorEntry:
                        s.lazy, s.view_of, s.decode_read, s.experts)
 
 
+#: The attribute a module wrapper keeps the wrapped module in (vLLM's LoRA
+#: layers, ``*WithLoRA``): a tensor's path leaves it out (``unwrapped``).
+WRAPPED = "base_layer"
+
+
+def unwrapped(path: str) -> str:
+    """``path`` without its ``base_layer`` components
+    (``self_attn.qkv_proj.base_layer.weight`` ->
+    ``self_attn.qkv_proj.weight``): a LoRA-wrapped tensor keeps the name
+    the adapter and the schedule know it by, and vLLM's wrappers hand the
+    wrapped module's attributes out under it."""
+    return ".".join(c for c in path.split(".") if c != WRAPPED)
+
+
 def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
                    model_name: str = "live model",
                    adapter: str = DEFAULT_ADAPTER) -> Inventory:
@@ -268,7 +282,8 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
     ``decoder_layers`` finds the layers of) or the decoder-layer
     ``ModuleList``. For
     each layer: every named parameter and buffer (module aliases collapsed to
-    the canonical path, ``adapter.canonical_path``), plus the adapter's
+    the canonical path, ``adapter.canonical_path``; a wrapper's
+    ``base_layer`` left out, ``unwrapped``), plus the adapter's
     documented lazily created tensors (``adapter.lazy_paths(kind)``): read from the
     module when they exist, otherwise their shape/dtype is derived from the
     live tensors they are built from (``adapter.derive_lazy``). Replication,
@@ -297,8 +312,8 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
         found: dict[str, tuple[tuple[int, ...], str]] = {}
         for tid, paths in names.items():
             t = tensors[tid]
-            found[ad.canonical_path(paths)] = (tuple(t.shape),
-                                               str(t.dtype).replace("torch.", ""))
+            found[ad.canonical_path([unwrapped(p) for p in paths])] = (
+                tuple(t.shape), str(t.dtype).replace("torch.", ""))
         for path in ad.lazy_paths(kind):
             if path in found:
                 continue

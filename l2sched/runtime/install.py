@@ -10,10 +10,13 @@ for every hook point the plan names in every layer:
   object, e.g. ``self_attn.o_proj.quant_method`` with ``apply``), running the
   fills ``before`` or ``after`` the call.
 
-A slot is ``(object, kind, attribute)``. Several hook points (and the join)
-that map to the same slot in one installation are composed into one hook, in
-plan order, join last. A slot that another live installation holds is refused
-with ``L2sInstallError``; nothing is half-installed then.
+A slot is ``(object, kind, attribute)`` (``runtime.slots``). Several hook
+points (and the join) that map to the same slot in one installation are
+composed into one hook, in plan order, join last. A slot that another live
+installation holds is refused with ``L2sInstallError``; nothing is
+half-installed then. ``Installation.follow(layers)`` finds hooked modules
+replaced after install (vLLM's LoRA wrappers) and moves, keeps or takes out
+their hooks (``runtime.slots.follow``).
 
 Binding is lazy: a range's tensor is looked up (``layers[layer]`` + dotted
 ``tensor`` path; the last component may be a parameter, a buffer or a plain
@@ -33,21 +36,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from l2sched.attrs import resolve_path
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sInstallError
 from l2sched.runtime.base import RuntimeBase
+from l2sched.runtime.slots import KINDS, Slot, SlotChange, claim, follow, release
 from l2sched.units import ALIGN
 
 log = logging.getLogger("l2sched.install")
-
-#: How a ``HookSite`` runs code: a module forward pre-hook, a forward hook,
-#: or an instance-level wrapper of a method.
-KINDS = ("forward_pre", "forward_post", "wrap_method")
 
 
 @dataclass(frozen=True)
@@ -138,12 +137,21 @@ def tensor_row(t, offset: int, nbytes: int) -> tuple[int, int]:
 class _Ref:
     """Lazily resolved tensor of one range, with the identity it was bound to."""
 
-    __slots__ = ("layer_obj", "path", "owner", "name", "head")
+    __slots__ = ("layer_obj", "path", "owner", "name", "head", "layer")
 
-    def __init__(self, layer_obj, path: str):
+    def __init__(self, layer_obj, path: str, layer: int | None = None):
         self.layer_obj = layer_obj
         self.path = path
         self.head, _, self.name = path.rpartition(".")
+        self.owner = None
+        self.layer = layer
+
+    def rebase(self, model_layers) -> None:
+        """Resolve again at the next ``get``, from ``model_layers[layer]``
+        (the decoder layer now: a module on the path may have been
+        replaced)."""
+        if self.layer is not None and 0 <= self.layer < len(model_layers):
+            self.layer_obj = model_layers[self.layer]
         self.owner = None
 
     def get(self):
@@ -198,30 +206,18 @@ class _BoundIssue:
 # ---------------------------------------------------------------------------
 # Installation
 
-_slots_lock = threading.Lock()
-#: (id(obj), kind, attribute) -> Installation holding it.
-_taken: dict[tuple, "Installation"] = {}
-_WRAPPER_MARK = "__l2sched_wrapper__"
-
-
-@dataclass
-class _Slot:
-    obj: Any
-    kind: str
-    attribute: str | None
-    actions: list = field(default_factory=list)  # (match, callable, position)
-
 
 class Installation:
     """The hooks of one plan in one module tree. ``remove()`` undoes them;
     ``runtime`` is the backend; ``bound`` the per-issue binding state;
-    ``slots`` the number of hooks placed. Also a context manager."""
+    ``placed`` the hook slots (``runtime.slots.Slot``); ``slots`` their
+    number. ``follow(layers)`` keeps the hooks on modules replaced after
+    install. Also a context manager."""
 
     def __init__(self, runtime: RuntimeBase):
         self.runtime = runtime
         self.bound: list[_BoundIssue] = []
-        self._undo: list[Callable[[], None]] = []
-        self._keys: list[tuple] = []
+        self.placed: list[Slot] = []
         self.slots = 0
         self.removed = False
 
@@ -242,18 +238,29 @@ class Installation:
         """The runtime's join (for callers placing the join themselves)."""
         self.runtime.join()
 
+    def follow(self, model_layers: Sequence[Any]) -> list[SlotChange]:
+        """Find the hooked modules that were replaced since install in
+        ``model_layers`` (the decoder layers now, indexed as at install) and
+        move, keep or take out their hooks (``runtime.slots.follow``: a
+        module hook moves to a wrapper that keeps the original as
+        ``base_layer``; a hook on an object replaced otherwise is taken out
+        and its issues cannot fire). Ranges re-resolve their tensors from
+        ``model_layers`` at the next firing. Returns the changes (``[]``:
+        none)."""
+        if self.removed:
+            return []
+        changes = follow(self.placed, self, model_layers)
+        if changes:
+            for b in self.bound:
+                for ref in b.refs:
+                    ref.rebase(model_layers)
+        return changes
+
     def remove(self) -> None:
         """Restore every touched object exactly; idempotent."""
         if self.removed:
             return
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
-        with _slots_lock:
-            for k in self._keys:
-                if _taken.get(k) is self:
-                    del _taken[k]
-        self._keys.clear()
+        release(self.placed, self)
         self.removed = True
 
     def __enter__(self):
@@ -261,62 +268,6 @@ class Installation:
 
     def __exit__(self, *exc):
         self.remove()
-
-
-def _run(actions, layer, args, kwargs) -> None:
-    """Run the ``(match, callable, position)`` actions whose match accepts."""
-    for match, act, _ in actions:
-        if match is None or match(layer, args, kwargs):
-            act()
-
-
-def _module_hook(slot: _Slot, layer) -> tuple[Callable, Callable[[], None]]:
-    actions = slot.actions
-    mod = slot.obj
-
-    if slot.kind == "forward_pre":
-        def pre(module, args, kwargs):
-            _run(actions, layer, args, kwargs)
-        h = mod.register_forward_pre_hook(pre, with_kwargs=True)
-        return pre, h.remove
-
-    def post(module, args, kwargs, output):
-        _run(actions, layer, args, kwargs)
-    h = mod.register_forward_hook(post, with_kwargs=True)
-    return post, h.remove
-
-
-def _wrap_method(slot: _Slot, layer) -> Callable[[], None]:
-    obj, name = slot.obj, slot.attribute
-    d = getattr(obj, "__dict__", None)
-    if d is None:
-        raise L2sInstallError(f"cannot wrap {type(obj).__name__}.{name}: the "
-                              "object has no instance __dict__")
-    had_own = name in d
-    own = d.get(name)
-    original = getattr(obj, name)
-    if getattr(original, _WRAPPER_MARK, None) is not None:
-        raise L2sInstallError(f"{type(obj).__name__}.{name} is already wrapped "
-                              "by an l2sched installation")
-    before = [a for a in slot.actions if a[2] == "before"]
-    after = [a for a in slot.actions if a[2] != "before"]
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        _run(before, layer, args, kwargs)
-        out = original(*args, **kwargs)
-        _run(after, layer, args, kwargs)
-        return out
-
-    setattr(wrapper, _WRAPPER_MARK, True)
-    d[name] = wrapper
-
-    def undo():
-        if had_own:
-            d[name] = own
-        else:
-            d.pop(name, None)
-    return undo
 
 
 def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSite],
@@ -347,7 +298,7 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
     Long function: checks every site before it places any hook, so a
     failure installs nothing; the two passes share their bookkeeping."""
     inst = Installation(backend)
-    slots: dict[tuple, _Slot] = {}
+    slots: dict[tuple, Slot] = {}
     def site_key(wi):
         if layer_keys is None:
             return wi.hook
@@ -360,21 +311,20 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
         raise L2sInstallError(f"no HookSite for hook point(s) {', '.join(missing)} "
                               f"(known: {', '.join(known)})")
 
-    def slot_for(obj, kind, attr) -> _Slot:
-        key = (id(obj), kind, attr)
-        s = slots.get(key)
+    def slot_for(obj, kind, attr, layer, where) -> Slot:
+        s = slots.get((id(obj), kind, attr))
         if s is None:
-            s = slots[key] = _Slot(obj, kind, attr)
+            s = slots[(id(obj), kind, attr)] = Slot(obj, kind, attr, layer, where)
         return s
 
-    layer_of_slot: dict[int, Any] = {}
     for idx, wi in enumerate(plan.issues):
         if not 0 <= wi.layer < len(model_layers):
             raise L2sInstallError(f"plan issue {wi.window}@{wi.hook} names layer "
                                   f"{wi.layer}; the model has {len(model_layers)}")
         layer = model_layers[wi.layer]
-        refs = [_Ref(model_layers[r.layer], r.tensor) if 0 <= r.layer < len(model_layers)
-                else _Ref(None, r.tensor) for r in wi.ranges]
+        refs = [_Ref(model_layers[r.layer], r.tensor, r.layer)
+                if 0 <= r.layer < len(model_layers) else _Ref(None, r.tensor)
+                for r in wi.ranges]
         inst.bound.append(_BoundIssue(idx, wi.ranges, refs))
         site = sites[site_key(wi)]
         try:
@@ -384,45 +334,27 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
                 continue
             raise L2sInstallError(f"hook point {wi.hook}: layer {wi.layer} has no "
                                   f"{site.path!r} ({e})") from None
-        s = slot_for(obj, site.kind, site.attribute)
-        layer_of_slot[id(s)] = layer
+        s = slot_for(obj, site.kind, site.attribute, layer, (wi.layer, site.path))
+        s.layer = layer
+        s.issues.append(idx)
         s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
 
     per_layer = isinstance(join_on, (list, tuple))
     if join_on == "last_layer":
         join_on = model_layers[-1]
+    index_of = {id(m): i for i, m in enumerate(model_layers)}
     for jmod in join_on if per_layer else [join_on] if join_on is not None else []:
-        s = slot_for(jmod, "forward_post", None)
-        layer_of_slot.setdefault(id(s), jmod)
+        where = (index_of[id(jmod)], "") if id(jmod) in index_of else None
+        s = slot_for(jmod, "forward_post", None, jmod, where)
+        s.join = True
         if per_layer and jmod is not model_layers[-1]:
             s.actions.insert(0, (None, backend.join, "after"))  # before this exit's issues
         else:
             s.actions.append((None, backend.join, "after"))
 
-    with _slots_lock:
-        for key in slots:
-            held = _taken.get(key)
-            if held is not None and not held.removed:
-                s = slots[key]
-                what = (f"{type(s.obj).__name__}.{s.attribute}" if s.attribute
-                        else f"{type(s.obj).__name__} {s.kind} hook")
-                raise L2sInstallError(
-                    f"slot {what} is already held by another l2sched installation; "
-                    "remove() it first (one hook per slot: never silently replaced)")
-        try:
-            for key, s in slots.items():
-                layer = layer_of_slot[id(s)]
-                if s.kind == "wrap_method":
-                    inst._undo.append(_wrap_method(s, layer))
-                else:
-                    _, undo = _module_hook(s, layer)
-                    inst._undo.append(undo)
-                _taken[key] = inst
-                inst._keys.append(key)
-                inst.slots += 1
-        except Exception:
-            inst.remove()
-            raise
+    inst.placed = list(slots.values())
+    claim(inst.placed, inst)
+    inst.slots = len(inst.placed)
     log.info("l2sched: installed %d issues of plan %r into %d hook slots",
              len(plan.issues), plan.schedule, inst.slots)
     return inst

@@ -13,7 +13,11 @@ nothing beyond the standard library and only arranges for
 (``vllm/model_executor/model_loader/utils.py:139``), the function every model
 loader calls last, after all per-layer post-load processing (MLA's
 ``W_UK_T``/``W_UV``) and the model-level hook. Why this point and not a
-registry override subclass: see ``docs/vllm.md`` ("How it hooks in").
+registry override subclass: see ``docs/vllm.md`` ("How it hooks in"). A
+loader that never calls it (``TensorizerLoader``) gets the same step when
+its ``load_model`` returns (``get_model_loader`` is wrapped: every loader
+vLLM builds a model with comes from it), and hooks on modules that vLLM's
+LoRA manager wraps afterwards follow them (``vllm.replaced``).
 
 Opt in with either
 
@@ -34,7 +38,8 @@ happens. See ``docs/vllm.md``.
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
 step), ``sites`` (hook sites and ``install_plan``), ``step_info`` (what the
 gate needs to know about vLLM's forward), ``drift`` (a vLLM name missing:
-one WARNING line, prefetch off).
+one WARNING line, prefetch off), ``replaced`` (hooked modules replaced
+after install, loaders that skip ``process_weights_after_loading``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import importlib.util
 import logging
 import sys
 import threading
+import weakref
 
 from l2sched.vllm import drift as _drift
 
@@ -58,10 +64,19 @@ LOADER_UTILS = "vllm.model_executor.model_loader.utils"
 RELOAD_LAYERWISE = "vllm.model_executor.model_loader.reload.layerwise"
 RELOAD_INPLACE = "vllm.model_executor.model_loader.reload.inplace"
 GPU_WORKER = "vllm.v1.worker.gpu_worker"
+#: vLLM's loader registry: ``get_model_loader`` hands out every loader a
+#: model is built with; its ``load_model`` is wrapped per instance.
+MODEL_LOADER = "vllm.model_executor.model_loader"
+#: vLLM's LoRA manager: ``LoRAModelManager._create_lora_modules`` wraps the
+#: LoRA targets after load; the hooks on them follow (``replaced.after_lora``).
+LORA_MANAGER = "vllm.lora.model_manager"
 
 _lock = threading.Lock()
 _registered = False
 _original_pwal = None
+#: Models ``process_weights_after_loading`` ran for (their post-load step
+#: ran there; a loader's return then only follows replaced modules).
+_post_loaded: weakref.WeakSet = weakref.WeakSet()
 #: Depth of wrapped reload calls in progress (a reload_weights runs
 #: finalize_layerwise_reload inside): only the outermost one reactivates.
 _reload_depth = threading.local()
@@ -183,9 +198,82 @@ def _patch_loader_utils(utils) -> None:
     if original is None or getattr(original, "__l2sched__", False):
         return
     _original_pwal = original
-    wrapped = _then(original, "l2sched.vllm.plugin", "activate_after_load")
+    activate = _then(original, "l2sched.vllm.plugin", "activate_after_load")
+
+    def wrapped(model, *args, **kwargs):
+        _post_loaded.add(model)
+        return activate(model, *args, **kwargs)
+
+    _mark(wrapped, original)
     utils.process_weights_after_loading = wrapped
     _rebind(original, wrapped, "process_weights_after_loading")
+
+
+def _patch_model_loader(module) -> None:
+    """Wrap ``get_model_loader`` so that the ``load_model`` of every loader
+    it returns runs ``replaced.after_load`` when it returns (the post-load
+    step for a loader that never called ``process_weights_after_loading``,
+    the check for replaced hooked modules for one that did)."""
+    original = _target(module, "get_model_loader")
+    if original is None or getattr(original, "__l2sched__", False):
+        return
+
+    def get_model_loader(*args, **kwargs):
+        loader = original(*args, **kwargs)
+        _watch_load_model(loader)
+        return loader
+
+    _mark(get_model_loader, original)
+    module.get_model_loader = get_model_loader
+    _rebind(original, get_model_loader, "get_model_loader")
+
+
+def _watch_load_model(loader) -> None:
+    load = getattr(loader, "load_model", None)
+    if load is None or getattr(load, "__l2sched__", False):
+        return
+
+    def load_model(*args, **kwargs):
+        model = load(*args, **kwargs)
+        _step("after_load", model, _arg(args, kwargs, 0, "vllm_config"),
+              type(loader).__name__, model in _post_loaded)
+        return model
+
+    _mark(load_model, load)
+    try:
+        loader.load_model = load_model
+    except Exception as e:  # a loader class with __slots__: pwal still covers it
+        log.warning("l2sched: cannot watch %s.load_model (%s: %s); the plugin "
+                    "installs only if the loader calls process_weights_after_loading",
+                    type(loader).__name__, type(e).__name__, e)
+
+
+def _patch_lora_manager(module) -> None:
+    """``LoRAModelManager._create_lora_modules(self)`` wraps the LoRA targets
+    of ``self.model``; after it the hooks on them follow
+    (``replaced.after_lora``)."""
+    original = _target(module, "LoRAModelManager", "_create_lora_modules")
+    if original is None or getattr(original, "__l2sched__", False):
+        return
+
+    def _create_lora_modules(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        _step("after_lora", self)
+        return out
+
+    _mark(_create_lora_modules, original)
+    module.LoRAModelManager._create_lora_modules = _create_lora_modules
+
+
+def _step(name: str, *args) -> None:
+    """``replaced.name(*args)`` after a vLLM function returned, the module
+    imported at the first call; a failure is one WARNING line, never raised
+    into vLLM."""
+    try:
+        getattr(importlib.import_module("l2sched.vllm.replaced"), name)(*args)
+    except Exception as e:
+        log.warning("l2sched: unexpected %s in the plugin's %s step: %s",
+                    type(e).__name__, name, e)
 
 
 def _then(original, module: str, name: str):
@@ -298,9 +386,12 @@ def _patch_gpu_worker(module) -> None:
 _PATCH_TARGETS = {LOADER_UTILS: "process_weights_after_loading",
                   RELOAD_LAYERWISE: "finalize_layerwise_reload",
                   RELOAD_INPLACE: "reload_weights",
-                  GPU_WORKER: "Worker.wake_up and Worker.compile_or_warm_up_model"}
+                  GPU_WORKER: "Worker.wake_up and Worker.compile_or_warm_up_model",
+                  MODEL_LOADER: "get_model_loader",
+                  LORA_MANAGER: "LoRAModelManager._create_lora_modules"}
 
 #: vLLM module -> its patch (applied at registration, or right after the
 #: module's import).
 _PATCHES = {LOADER_UTILS: _patch_loader_utils, RELOAD_LAYERWISE: _patch_layerwise,
-            RELOAD_INPLACE: _patch_inplace, GPU_WORKER: _patch_gpu_worker}
+            RELOAD_INPLACE: _patch_inplace, GPU_WORKER: _patch_gpu_worker,
+            MODEL_LOADER: _patch_model_loader, LORA_MANAGER: _patch_lora_manager}

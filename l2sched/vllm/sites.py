@@ -6,7 +6,7 @@ public API the plugin and the benchmarks use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from l2sched.attrs import resolve_path
@@ -24,9 +24,12 @@ class Installed:
     ``installations`` (``runtime.install.Installation``: one per plan),
     ``summary`` (the log line). The plugin also records ``model`` (a weak
     reference to the top-level model) and ``config``/``vllm_config`` (what it
-    was installed with), to find and redo it at a weight reload.
+    was installed with), to find and redo it at a weight reload, and
+    ``summarize`` (the summary line of a plan: ``summarize(plan)``).
     ``remove()`` takes every hook out; ``retire()`` also retires the
-    runtime; ``switch(on)`` turns the fills on or off at run time."""
+    runtime; ``switch(on)`` turns the fills on or off at run time;
+    ``follow(layers)`` keeps the hooks on modules replaced after install,
+    ``lost`` holds the plan issue indices whose hooks cannot fire."""
 
     plan: Any
     runtime: Any
@@ -36,6 +39,8 @@ class Installed:
     model: Any = None
     config: Any = None
     vllm_config: Any = None
+    summarize: Any = None
+    lost: set = field(default_factory=set)
 
     def remove(self) -> None:
         """Remove every hook of this plan, leaving the runtime as it is (the
@@ -57,6 +62,25 @@ class Installed:
         CUDA graphs captured with them fill or not from their next replay.
         Returns False, changing nothing, during a capture."""
         return self.runtime.switch(on)
+
+    def follow(self, decoder_layers) -> list:
+        """The hooked modules replaced in ``decoder_layers`` (the model's
+        decoder layers now) since install, each hook moved to a wrapper that
+        keeps the original as ``base_layer``, kept, or taken out
+        (``runtime.install.Installation.follow``); the issues of a hook
+        taken out join ``lost``. Returns the ``runtime.slots.SlotChange``
+        list (``[]``: nothing was replaced)."""
+        layers = list(decoder_layers)
+        changes = [c for inst in self.installations for c in inst.follow(layers)]
+        self.lost.update(i for c in changes if c.action == "lost" for i in c.issues)
+        return changes
+
+    def firing_plan(self):
+        """``plan`` without the ``lost`` issues: what can fire."""
+        if not self.lost:
+            return self.plan
+        return replace(self.plan, issues=tuple(
+            wi for i, wi in enumerate(self.plan.issues) if i not in self.lost))
 
     def bind_now(self) -> None:
         """Bind every range to its tensor now and write the rows where the
