@@ -363,3 +363,35 @@ def _nth_issue_start(text: str, i: int) -> int:
     for _ in range(i + 1):
         at = text.index("\n  {", at + 1)
     return at + 3
+
+
+# --- one layer count everywhere, the layers named ----------------------------
+
+def test_issue43_check_compile_and_lint_count_the_same_layers(tmp_path, capsys):
+    """A window that only takes carried bytes (C, with B's budget raised so
+    that nothing is left to carry in some layers): lint's table said C
+    covers 21 kda+moe layers where check and compile say 31, and did not
+    say which layers its rows cover. Now every table counts the layers the
+    window fires in, lint adds its fills, says what the columns cover and
+    names the layers where the window fetches nothing."""
+    h200 = str(ROOT / "schedules" / "glm53-flash-h200-tp4.l2s")
+    opts = ["--set", "window.B.budget=55MB"]
+    assert main(["check", h200, *opts]) == 0
+    row = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] == ["C"]]
+    assert "31 kda+moe, 11 mla+moe" in row[0]
+    assert main(["compile", h200, *opts, "-o", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    compiled = {tuple(ln.split()[:2]): ln.split()[2] for ln in out.splitlines()
+                if ln.startswith(("kda+", "mla+"))}
+    assert compiled[("kda+moe", "C")] == "31" and compiled[("mla+moe", "C")] == "11"
+    doc = _lint_json(capsys, h200, *opts)
+    rows = {(r["layer kind"], r["window"]): r for r in doc["summary"]}
+    assert {k: r["layers"] for k, r in rows.items()} == compiled
+    assert rows[("kda+moe", "C")]["fills"] == "21"
+    assert main(["lint", h200, *opts]) == 0
+    out = capsys.readouterr().out
+    assert ("per layer kind and window; layers: where it fires (as check and compile "
+            "count them), fills: where it fetches bytes; the other columns: means over "
+            "its fills\n") in out
+    assert ("window 'C' fetches 0 B where it fires in kda+moe layers 6, 10, 14, 18, 22, "
+            "26, 30, 34, 38, 42: it has no targets and nothing was carried into it\n") in out

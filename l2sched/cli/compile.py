@@ -14,58 +14,41 @@ from l2sched.cli.options import (
     with_device,
 )
 from l2sched.compiler.compile import compile_plan, schedule_inventory
-from l2sched.compiler.plan import Plan
+from l2sched.compiler.plan import Plan, empty_notes, layers_by_kind
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.lang.schedule import Schedule
 from l2sched.model.config import given_config_ref
-from l2sched.units import format_layers, format_size, format_table, plural
+from l2sched.units import format_size, format_table, plural
 
 
 def summary_rows(plan: Plan, layer_kinds: Sequence) -> list[tuple[str, ...]]:
-    """Per layer kind and window: layers, bytes per layer (min..max), bytes
-    carried in, bytes left over per layer. First row is the header."""
+    """Per layer kind and window: the layers it fires in
+    (``Plan.fire_layers``), bytes per layer (min..max; 0 B where it fired
+    and fetched nothing), bytes carried in, bytes left over per layer.
+    First row is the header."""
     rows = [("layer kind", "window", "layers", "bytes/layer", "carried in/layer",
              "left/layer")]
-    groups: dict = defaultdict(list)
-    for issue in plan.issues:
-        groups[(str(layer_kinds[issue.layer]), issue.window)].append(
-            (issue.layer, issue.nbytes, issue.carried_in))
-    for e in plan.empty:  # fires and fetches nothing: a row with 0 B
-        groups[(str(layer_kinds[e.layer]), e.window)].append((e.layer, 0, 0))
+    got = {(i.window, i.layer): (i.nbytes, i.carried_in) for i in plan.issues}
     left: dict = defaultdict(int)
     for lo in plan.left_over:
         left[(lo.window, lo.fired_in if lo.fired_in >= 0 else lo.layer)] += lo.nbytes
-    for (kind, window), items in sorted(groups.items()):
-        sizes = [i[1] for i in items]
-        carried = [i[2] for i in items]
-        lefts = [left.get((window, i[0]), 0) for i in items]
+    groups = [((kind, window), layers) for window, fired in plan.fire_layers().items()
+              for kind, layers in layers_by_kind(fired, layer_kinds).items()]
+    for (kind, window), layers in sorted(groups):
+        sizes = [got.get((window, i), (0, 0))[0] for i in layers]
+        carried = [got.get((window, i), (0, 0))[1] for i in layers]
+        lefts = [left.get((window, i), 0) for i in layers]
 
         def rng(v: Iterable[int]) -> str:
             v = list(v)
             lo, hi = format_size(min(v)), format_size(max(v))
             return lo if lo == hi else f"{lo}..{hi}"
 
-        rows.append((kind, window, str(len(items)), rng(sizes), rng(carried),
+        rows.append((kind, window, str(len(layers)), rng(sizes), rng(carried),
                      rng(lefts)))
     return rows
-
-
-def empty_notes(plan: Plan, layer_kinds: Sequence) -> list[str]:
-    """One line per window (and layer kind, reason) that fires and fetches
-    nothing: ``window 'A2' fetches 0 B where it fires in kda+moe layers
-    4..6: every byte its targets name was taken earlier in the step by
-    window 'A'``."""
-    groups: dict = defaultdict(list)
-    for e in plan.empty:
-        groups[(e.window, str(layer_kinds[e.layer]), e.why())].append(e.layer)
-    lines = []
-    for (window, kind, why), layers in sorted(groups.items()):
-        word = "layer" if len(layers) == 1 else "layers"
-        lines.append(f"window '{window}' fetches 0 B where it fires in {kind} {word} "
-                     f"{format_layers(layers)}: {why}")
-    return lines
 
 
 def compile_schedule(args) -> tuple[Schedule, Plan]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from l2sched.units import format_layers
+
 
 @dataclass(frozen=True)
 class ByteRange:
@@ -140,6 +142,19 @@ class Plan:
     empty: tuple[EmptyIssue, ...] = ()
     meta: dict = field(default_factory=dict, compare=False)
 
+    def fire_layers(self) -> dict[str, list[int]]:
+        """Window -> the layers it fires in, ascending: where it has an
+        issue, or an ``empty`` entry (it fired and fetched 0 B). The one
+        layer count ``check`` (the schedule's window layers), ``compile``
+        and ``lint`` (their per-kind tables) print: a window that only takes
+        carried bytes fires in every layer it selects, filled or not."""
+        out: dict[str, set[int]] = {}
+        for i in self.issues:
+            out.setdefault(i.window, set()).add(i.layer)
+        for e in self.empty:
+            out.setdefault(e.window, set()).add(e.layer)
+        return {w: sorted(layers) for w, layers in out.items()}
+
     def issues_at(self, layer: int, hook: str) -> list[WindowIssue]:
         """The issues fired at ``hook`` of ``layer``, in issue order."""
         return [i for i in self.issues if i.layer == layer and i.hook == hook]
@@ -169,3 +184,29 @@ class Plan:
         empty = tuple(EmptyIssue(**{**x, "taken_by": tuple(x.get("taken_by", ()))})
                       for x in d.pop("empty", ()))
         return cls(**d, issues=issues, left_over=left, empty=empty)
+
+
+def layers_by_kind(layers, layer_kinds) -> dict[str, list[int]]:
+    """``layers`` grouped by their kind's name (``layer_kinds[i]``),
+    ascending: how ``check``, ``compile`` and ``lint`` split a window's
+    layers into their per-kind rows."""
+    out: dict[str, list[int]] = {}
+    for i in sorted(layers):
+        out.setdefault(str(layer_kinds[i]), []).append(i)
+    return out
+
+
+def empty_notes(plan: Plan, layer_kinds) -> list[str]:
+    """One line per window (and layer kind, reason) that fires and fetches
+    nothing: ``window 'A2' fetches 0 B where it fires in kda+moe layers
+    4..6: every byte its targets name was taken earlier in the step by
+    window 'A'`` (``compile`` and ``lint`` print them under their tables)."""
+    groups: dict = {}
+    for e in plan.empty:
+        groups.setdefault((e.window, str(layer_kinds[e.layer]), e.why()), []).append(e.layer)
+    lines = []
+    for (window, kind, why), layers in sorted(groups.items()):
+        word = "layer" if len(layers) == 1 else "layers"
+        lines.append(f"window '{window}' fetches 0 B where it fires in {kind} {word} "
+                     f"{format_layers(layers)}: {why}")
+    return lines

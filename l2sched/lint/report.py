@@ -1,7 +1,9 @@
 """Lint output: human (compiler style + per-layer-kind summary), JSON, SARIF.
 
-Summary columns, per (layer kind, window), means over the layers of that
-kind: bytes per fill (MB = 10^6 B), fill finish time after the fork (us),
+Summary columns, per (layer kind, window): the layers of that kind it fires
+in (``Plan.fire_layers``, the count ``check`` and ``compile`` print), the
+fills among them (layers where it fetches bytes), then means over its
+fills: bytes per fill (MB = 10^6 B), fill finish time after the fork (us),
 slack between the fill's finish and the expert stream's start (us; negative =
 overlap; ``-`` when the window fires after the expert stream), the predicted
 L2 hit fraction of the bytes at their consumers, and the predicted change of
@@ -17,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import l2sched
+from l2sched.compiler.plan import empty_notes, layers_by_kind
 from l2sched.errors import render_all
 from l2sched.lint import rules
 from l2sched.model.config import default_config_ref
@@ -39,7 +42,7 @@ def summary_rows(run) -> list[tuple[str, ...]]:
         for f, (h, got) in sim[v].hits_by_fill.items():
             hits[f][0] += h
             hits[f][1] += got
-    groups: dict = defaultdict(list)
+    groups: dict = defaultdict(list)  # (kind, window) -> its fills
     for f in run.sg.fills:
         d = nodes[f]
         issue = d["fill"]
@@ -61,15 +64,22 @@ def summary_rows(run) -> list[tuple[str, ...]]:
 
     delta_by_layer = {p: layer_us(sim, run.sg, p) - layer_us(base, run.base_sg, p)
                       for p in range(1, n + 1)}
-    rows = [("layer kind", "window", "layers", "MB/fill", "fill done (us)",
+    rows = [("layer kind", "window", "layers", "fills", "MB/fill", "fill done (us)",
              "expert slack (us)", "hit fraction", "layer time change (us)")]
-    for (kind, window), items in sorted(groups.items()):
+    kinds = [str(k) for k in run.inventory.kinds]
+    fired = [((kind, window), layers) for window, got in run.plan.fire_layers().items()
+             for kind, layers in layers_by_kind(got, kinds).items()]
+    for (kind, window), layers in sorted(fired):
+        items = groups.get((kind, window), [])
         k = len(items)
+        if not k:  # fires there and fetches nothing (empty_notes says why)
+            rows.append((kind, window, str(len(layers)), "0") + ("-",) * 5)
+            continue
         slacks = [s for *_, s, _ in items if s is not None]
         delta = [delta_by_layer.get(lay if lay > 0 else n, 0.0)
                  for lay, *_ in items]
         rows.append((
-            kind, window, str(k),
+            kind, window, str(len(layers)), str(k),
             f"{sum(i[1] for i in items) / k / 1e6:.2f}",
             f"{sum(i[2] for i in items) / k:.1f}",
             format_signed(min(slacks), "+.1f") if slacks else "-",
@@ -77,6 +87,12 @@ def summary_rows(run) -> list[tuple[str, ...]]:
             format_signed(sum(delta) / k, "+.1f"),
         ))
     return rows
+
+
+#: The line above the human summary table: which layers its rows cover.
+SUMMARY_CAPTION = ("per layer kind and window; layers: where it fires (as check and "
+                   "compile count them), fills: where it fetches bytes; the other "
+                   "columns: means over its fills")
 
 
 def no_fills_line(run) -> str:
@@ -192,7 +208,11 @@ def human(run, summary: bool = True) -> str:
         if out:  # a blank line between the findings and the summary
             out.append("")
         rows = summary_rows(run)
-        out.append(format_table(rows) if len(rows) > 1 else no_fills_line(run))
+        if run.sg.fills:
+            out += [SUMMARY_CAPTION, format_table(rows)]
+            out += empty_notes(run.plan, run.inventory.kinds)
+        else:
+            out.append(no_fills_line(run))
         out.append(config_line(run.schedule))
         out.append(step_line(run))
         if not run.device.is_measured:
