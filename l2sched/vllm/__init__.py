@@ -44,6 +44,7 @@ after install, loaders that skip ``process_weights_after_loading``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -201,7 +202,8 @@ def _patch_loader_utils(utils) -> None:
     activate = _then(original, "l2sched.vllm.plugin", "activate_after_load")
 
     def wrapped(model, *args, **kwargs):
-        _post_loaded.add(model)
+        with contextlib.suppress(TypeError):  # a model no weak reference takes
+            _post_loaded.add(model)
         return activate(model, *args, **kwargs)
 
     _mark(wrapped, original)
