@@ -20,11 +20,9 @@ import functools
 import logging
 import os
 import weakref
-from collections import defaultdict
 from dataclasses import replace
 
 from l2sched.compiler.compile import compile_plan
-from l2sched.device.provenance import unmeasured_terms
 from l2sched.errors import (
     L2sError,
     L2sInputError,
@@ -38,7 +36,6 @@ from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.device import DeviceProfile
 from l2sched.runtime import make_runtime
-from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.units import format_size
 from l2sched.vllm import agreement as _agreement
@@ -58,6 +55,7 @@ from l2sched.vllm.layout import (
 from l2sched.vllm.loss_gate import loss_gate
 from l2sched.vllm.sites import Installed, install_plan, refuse_drift
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
+from l2sched.vllm.summary import summary_line, unmeasured_note
 
 try:  # vLLM's logger convention, so the lines share vLLM's format and level.
     from vllm.logger import init_logger as _init_logger
@@ -271,8 +269,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
         installed.bind_now()
     installed.lint = lint_note
     installed.summarize = functools.partial(  # again if hooks move: vllm/replaced.py
-        _summary, schedule, inventory=inventory, cfg=cfg, device=device,
-        lint_note=lint_note, unmeasured=_unmeasured(profile, tp, plan, schedule, cfg))
+        summary_line, schedule, inventory=inventory, cfg=cfg, device=device,
+        lint_note=lint_note, unmeasured=unmeasured_note(profile, tp, plan, schedule, cfg))
     installed.summary = installed.summarize(plan)
     return installed
 
@@ -473,55 +471,3 @@ def _make_runtime(backend: str, plan, owner: str, device_profile,
         kw["capture_launch"] = capture_launch
     return make_runtime(plan, backend, device_profile=device_profile,
                         step_provider=vllm_step_info, **kw)
-
-
-#: At most this many unmeasured terms are named in the summary line.
-UNMEASURED_SHOWN = 3
-
-
-def _unmeasured(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
-    """The summary's note on the device-profile terms the lint and the loss
-    gate rest on that were not measured on the box the profile describes
-    (``device.provenance.unmeasured_terms`` at TP ``tp`` for the fill
-    kernels of ``plan``'s issues, and a fork cost measured with another capture
-    launch than ``cfg.capture_launch``'s): ``""`` when all were (or with the lint
-    off), else ``N unmeasured profile terms: KEY (ORIGIN), ...`` with at
-    most ``UNMEASURED_SHOWN`` named."""
-    if cfg.lint == "off" or not plan.issues:
-        return ""
-    modes = {wi.kernel or schedule.kernel or profile.fill_default for wi in plan.issues}
-    terms = unmeasured_terms(profile, tp, modes,
-                             capture_launch=cfg.capture_launch or DEFAULT_CAPTURE_LAUNCH)
-    if not terms:
-        return ""
-    more = len(terms) - UNMEASURED_SHOWN
-    shown = ", ".join(terms[:UNMEASURED_SHOWN]) + (f", {more} more" if more > 0 else "")
-    return f"; {len(terms)} unmeasured profile term{'s' if len(terms) > 1 else ''}: {shown}"
-
-
-def _summary(schedule, plan, inventory, cfg: PluginConfig, device: str,
-             lint_note: str, unmeasured: str = "") -> str:
-    """The one summary line: bytes per window, windows per layer kind, and
-    ``unmeasured`` (``_unmeasured``) at its end."""
-    per_window: dict[str, list[int]] = defaultdict(list)
-    kinds_windows: dict[str, list[str]] = defaultdict(list)
-    for wi in plan.issues:
-        per_window[wi.window].append(wi.nbytes)
-        k = str(inventory.kinds[wi.layer])
-        if wi.window not in kinds_windows[k]:
-            kinds_windows[k].append(wi.window)
-    windows = ", ".join(
-        f"{w} {format_size(sum(v))} in {len(v)} layer{'s' if len(v) > 1 else ''}"
-        for w, v in per_window.items())
-    kinds = "; ".join(
-        f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
-        for k in sorted({str(k) for k in inventory.kinds}))
-    total = sum(wi.nbytes for wi in plan.issues)
-    left = sum(lo.nbytes for lo in plan.left_over)
-    over = ", ".join(cfg.overrides)
-    return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
-            f") installed{'' if cfg.fills == 'on' else ' switched off (fills off)'}, "
-            f"backend {cfg.backend}, device {device}, {lint_note}: "
-            f"{len(plan.issues)} issues, {format_size(total)} per decode step "
-            f"[{windows}]; windows per layer kind [{kinds}]; left over "
-            f"{format_size(left)}{unmeasured}")

@@ -1,0 +1,65 @@
+"""The plugin's one summary line per rank (``summary_line``): bytes per
+window, windows per layer kind, and the device-profile terms the lint rested
+on that were not measured (``unmeasured_note``). Made at install and again
+when hooks move (``vllm.replaced``), so it counts only issues that can fire.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from l2sched.device.provenance import unmeasured_terms
+from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
+from l2sched.units import format_size
+from l2sched.vllm.config import PluginConfig
+
+#: At most this many unmeasured terms are named in the summary line.
+UNMEASURED_SHOWN = 3
+
+
+def unmeasured_note(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
+    """The summary's note on the device-profile terms the lint and the loss
+    gate rest on that were not measured on the box the profile describes
+    (``device.provenance.unmeasured_terms`` at TP ``tp`` for the fill
+    kernels of ``plan``'s issues, and a fork cost measured with another capture
+    launch than ``cfg.capture_launch``'s): ``""`` when all were (or with the lint
+    off), else ``N unmeasured profile terms: KEY (ORIGIN), ...`` with at
+    most ``UNMEASURED_SHOWN`` named."""
+    if cfg.lint == "off" or not plan.issues:
+        return ""
+    modes = {wi.kernel or schedule.kernel or profile.fill_default for wi in plan.issues}
+    terms = unmeasured_terms(profile, tp, modes,
+                             capture_launch=cfg.capture_launch or DEFAULT_CAPTURE_LAUNCH)
+    if not terms:
+        return ""
+    more = len(terms) - UNMEASURED_SHOWN
+    shown = ", ".join(terms[:UNMEASURED_SHOWN]) + (f", {more} more" if more > 0 else "")
+    return f"; {len(terms)} unmeasured profile term{'s' if len(terms) > 1 else ''}: {shown}"
+
+
+def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
+             lint_note: str, unmeasured: str = "") -> str:
+    """The one summary line: bytes per window, windows per layer kind, and
+    ``unmeasured`` (``unmeasured_note``) at its end."""
+    per_window: dict[str, list[int]] = defaultdict(list)
+    kinds_windows: dict[str, list[str]] = defaultdict(list)
+    for wi in plan.issues:
+        per_window[wi.window].append(wi.nbytes)
+        k = str(inventory.kinds[wi.layer])
+        if wi.window not in kinds_windows[k]:
+            kinds_windows[k].append(wi.window)
+    windows = ", ".join(
+        f"{w} {format_size(sum(v))} in {len(v)} layer{'s' if len(v) > 1 else ''}"
+        for w, v in per_window.items())
+    kinds = "; ".join(
+        f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
+        for k in sorted({str(k) for k in inventory.kinds}))
+    total = sum(wi.nbytes for wi in plan.issues)
+    left = sum(lo.nbytes for lo in plan.left_over)
+    over = ", ".join(cfg.overrides)
+    return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
+            f") installed{'' if cfg.fills == 'on' else ' switched off (fills off)'}, "
+            f"backend {cfg.backend}, device {device}, {lint_note}: "
+            f"{len(plan.issues)} issues, {format_size(total)} per decode step "
+            f"[{windows}]; windows per layer kind [{kinds}]; left over "
+            f"{format_size(left)}{unmeasured}")
