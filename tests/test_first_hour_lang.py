@@ -395,3 +395,36 @@ def test_issue43_check_compile_and_lint_count_the_same_layers(tmp_path, capsys):
             "its fills\n") in out
     assert ("window 'C' fetches 0 B where it fires in kda+moe layers 6, 10, 14, 18, 22, "
             "26, 30, 34, 38, 42: it has no targets and nothing was carried into it\n") in out
+
+
+# --- fmt: the canonical selector, comments where they were -------------------
+
+def test_issue43_fmt_prints_selectors_canonically_and_keeps_head_comments(tmp_path,
+                                                                          capsys):
+    """``fmt`` kept ``layers (moe)``'s parentheses, and moved the comments of
+    a window head written over several lines above the window. Now
+    parentheses that change nothing go, a commented head keeps its line
+    breaks with each comment after its clause, fmt is idempotent and every
+    comment is kept (a ``#`` inside a string is no comment: fmt added one)."""
+    from l2sched.lang.formatter import format_text
+
+    head = "schedule s\n\nmodel glm5next\ndevice h200\ntp 4\n\n"
+    path = tmp_path / "s.l2s"
+    path.write_text(head + "window A at attn.pre_all_reduce budget 1MB "
+                    "layers ((moe)) except (3, 4)\n")
+    assert main(["fmt", str(path)]) == 0
+    assert path.read_text().endswith(" layers moe except 3, 4\n")
+    kept = head + "window A at attn.pre_all_reduce budget 1MB layers (moe except 3) & kda\n"
+    assert format_text(kept) == kept  # parentheses that change the meaning stay
+    commented = (head + "window A  # the MLA layers' window\n"
+                 "    at attn.pre_all_reduce  # after the output projection\n"
+                 "    budget 30MB\n"
+                 "    # the layers: every MoE layer\n"
+                 "    layers moe {  # targets follow\n"
+                 "    this self_attn.o_proj  # 4 MB\n}\n")
+    assert format_text(commented) == commented
+    moved = commented.replace("    at attn", "  at attn").replace("    budget", " budget")
+    assert format_text(moved) == commented
+    quoted = 'schedule "a#b"\n\nmodel glm5next  # m\n'
+    assert format_text(quoted) == quoted
+    assert format_text(format_text(quoted)) == quoted

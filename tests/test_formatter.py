@@ -71,15 +71,22 @@ def test_schedule_name_quoted_only_when_needed():
 
 
 def test_selector_parentheses_kept_where_needed():
+    """Only where they change the meaning (issue 43: ``layers (moe)`` kept
+    its parentheses): ``(5, 6)`` in a union and ``except (7)`` are not."""
     tree = parse("schedule s\nwindow A layers (kda except 3), 4, (5, 6) except (7)\n")
-    assert format_selector(tree.windows[0].layers) == "(kda except 3), 4, (5, 6) except (7)"
+    assert format_selector(tree.windows[0].layers) == "(kda except 3), 4, 5, 6 except 7"
     out = format_file(tree)
     assert parse(out) == tree
 
 
-def test_comments_inside_a_statement_move_above_it():
+def test_comments_inside_a_window_head_stay_on_their_line():
+    """Issue 43: a comment inside a window head written over several lines
+    stays after its clause (the head keeps its line breaks); one inside
+    another statement written over several lines moves above it."""
     assert format_text("schedule s\nwindow A at x # h\n budget 1MB { # b\n this a\n} # c\n") \
-        == "schedule s\n\n# h\nwindow A at x budget 1MB {  # b\n    this a\n}  # c\n"
+        == "schedule s\n\nwindow A at x  # h\n    budget 1MB {  # b\n    this a\n}  # c\n"
+    assert format_text("schedule s\nset_aside # s\n 40MB\n") == \
+        "schedule s\n\n# s\nset_aside 40MB\n"
 
 
 def test_own_line_comments_in_body_stay():

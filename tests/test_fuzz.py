@@ -238,6 +238,9 @@ def _comment_texts(tree) -> list[str]:
 @example("schedule s\ntp\x0c4\n")
 @example("schedule #\n\"\" #\nset #\nmodel #\n= 0 #\n")  # comments in a statement
 @example("schedule s\nwindow A layers (kda except 3), 4, (5, 6) except (7)\n")
+@example("schedule s\nwindow A layers ((moe)) except (3, (4))\n")  # issue 43
+@example("schedule s\nwindow A  # h\n at x # a\n  # own\n budget 1MB # b\n { # c\n this a # t\n}\n")
+@example('schedule "a#b"  # s\n')
 def test_format_round_trip(text):
     """fmt keeps the meaning, is idempotent and keeps every comment."""
     tree = parse(text)

@@ -75,11 +75,16 @@ def test_targets():
 def test_selectors_precedence():
     sel = parse("schedule s\nwindow A layers kda & moe, 3..5, (mla, 44) except 4, 0\n"
                 ).windows[0].layers
+    # a parenthesized union inside a union changes nothing: it is not kept
     assert sel == n.Selector(
         n.SelUnion((n.SelInter((n.SelName("kda"), n.SelName("moe"))),
-                    n.SelRange("3", "5"),
-                    n.Selector(n.SelUnion((n.SelName("mla"), n.SelIndex("44"))), None))),
+                    n.SelRange("3", "5"), n.SelName("mla"), n.SelIndex("44"))),
         n.SelUnion((n.SelIndex("4"), n.SelIndex("0"))))
+    # one inside an intersection is a group (a nested Selector)
+    sel = parse("schedule s\nwindow A layers (mla, 44) & moe\n").windows[0].layers
+    assert sel == n.Selector(n.SelUnion((n.SelInter((
+        n.Selector(n.SelUnion((n.SelName("mla"), n.SelIndex("44"))), None),
+        n.SelName("moe"))),)), None)
 
 
 def test_set_lines_and_comments():

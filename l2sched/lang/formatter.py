@@ -2,10 +2,14 @@
 
 ``format_file(tree)`` prints a ``ScheduleFile`` back as text: one statement
 per line, header settings as written, a blank line before each window, four
-spaces of indent inside window bodies, sizes with their unit attached, and
+spaces of indent inside window bodies, sizes with their unit attached,
+layer selectors with parentheses only where they change the meaning, and
 every comment kept (own-line comments before the statement that follows
 them, end-of-line comments after the statement whose last line they share;
-comments inside a statement written over several lines move above it).
+a window head with a comment inside keeps its line breaks, each comment
+after its clauses' line or on its own line between them, later lines
+indented; comments inside another statement written over several lines
+move above it).
 ``parse(format_file(parse(x))) == parse(x)`` for every valid ``x``.
 ``format_text`` keeps the file's dominant line ending (LF or CRLF, the same
 on every line) and a leading UTF-8 byte-order mark.
@@ -85,14 +89,23 @@ class _Printer:
         while self.pending and self.pending[0].line < line:
             self.out.append(indent + self.pending.pop(0).text)
 
-    def emit(self, text: str, first: int, last: int, indent: str = "") -> None:
+    def emit(self, text: str, first: int, last: int, indent: str = "",
+             through: int | None = None) -> None:
         """Emit a statement spanning source lines ``first..last``: comments
         before ``last`` (also those inside a statement written over several
-        lines) go on their own lines above it, a comment on ``last`` after it."""
+        lines) go on their own lines above it, a comment on ``last`` after it
+        (``through``: the comments up to that line, for a window head whose
+        ``{`` is on a later line)."""
         self.leading(max(first, last), indent)
         trailing = []
-        while self.pending and self.pending[0].line <= last:
+        end = last if through is None else through
+        while self.pending and self.pending[0].line <= end:
             trailing.append(self.pending.pop(0).text)
+        # one comment ends a line (two would read back as one): with
+        # ``through``, the earlier ones go on their own lines above it
+        for comment in trailing[:-1]:
+            self.out.append(indent + comment)
+        trailing = trailing[-1:]
         self.out.append(indent + text + ("  " + " ".join(trailing) if trailing else ""))
 
     def blank(self) -> None:
@@ -130,19 +143,52 @@ def format_file(tree: n.ScheduleFile) -> str:
     return "\n".join(p.out) + "\n"
 
 
+def _head_lines(w: n.Window) -> list[tuple[int, int, str]]:
+    """The window's head as ``(first line, last line, text)`` per source line
+    its clauses start on, in line order (clauses of one line in canonical
+    order): ``window NAME`` and the clauses on its line first."""
+    clauses = [(w.span.line, w.name.span.end_line, f"window {w.name.text}")]
+    for keyword, node, text in (
+            ("at", w.hook, w.hook and w.hook.text),
+            ("budget", w.budget, w.budget and w.budget.text),
+            ("layers", w.layers, w.layers and format_selector(w.layers)),
+            ("carry", w.carry, w.carry and w.carry.text),
+            ("kernel", w.kernel, w.kernel and w.kernel.text)):
+        if node is not None:
+            clauses.append((node.span.line, node.span.end_line, f"{keyword} {text}"))
+    lines: dict[int, list] = {}
+    for first, last, text in clauses:
+        lines.setdefault(first, []).append((last, text))
+    return [(first, max(last for last, _ in got), " ".join(text for _, text in got))
+            for first, got in sorted(lines.items())]
+
+
 def _window(p: _Printer, w: n.Window) -> None:
-    head = _window_head(w)
-    if not w.has_body:
-        p.emit(head, w.span.line, w.span.end_line)
-        return
     # End-of-line comments of the head run to the '{' line; own-line comments
     # after it stay on their own lines inside the body.
     # (or to the line before, when a target starts on the '{' line: its
     # comment belongs to that target).
-    head_last = w.body_span.line if w.body_span.line else w.span.line
-    if w.targets and w.targets[0].span.line == head_last:
+    head_last = w.body_span.line if w.has_body and w.body_span.line else w.span.end_line
+    if w.has_body and w.targets and w.targets[0].span.line == head_last:
         head_last -= 1
-    p.emit(head + " {", w.span.line, head_last)
+    brace = " {" if w.has_body else ""
+    lines = _head_lines(w)
+    if not any(lines[0][1] <= c.line < lines[-1][1] for c in p.pending):
+        # no comment from the end of the head's first line to the end of its
+        # last clause: one line (comments before it go above the window),
+        # the comments from its end to the '{' after it
+        p.emit(_window_head(w) + brace, w.span.line, lines[-1][1], through=head_last)
+    else:
+        # a comment inside the head stays where it was: the head keeps the
+        # source's line breaks (clauses of one line together, later lines
+        # indented), each comment after its line (the last line's: up to the
+        # '{') or on its own line between lines
+        for k, (first, last, text) in enumerate(lines):
+            final = k == len(lines) - 1
+            p.emit(text + (brace if final else ""), first, last, INDENT if k else "",
+                   through=head_last if final else None)
+    if not w.has_body:
+        return
     for t in w.targets:
         p.emit(_target(t), t.span.line, t.span.end_line, INDENT)
     p.leading(w.span.end_line, INDENT)

@@ -267,20 +267,38 @@ class _ToAst(Transformer):
     def sel_index(self, items):
         return n.SelIndex(str(items[0]), span=_span(self.path, items[0]))
 
+    # Parentheses that change nothing are not kept: ``(moe)`` is ``moe``,
+    # ``(a & b) & c`` is ``a & b & c``, ``(a, b), c`` is ``a, b, c``, a whole
+    # selector in parentheses is that selector. What is left as a nested
+    # ``Selector`` (a group) needs its parentheses: a union inside ``&``, an
+    # ``except`` inside ``&`` or ``,``. So ``fmt`` prints the canonical form
+    # and ``parse(fmt(x)) == parse(x)`` still holds.
     @v_args(meta=True)
     def sel_inter(self, meta, items):
-        if len(items) == 1:
-            return items[0]
-        return n.SelInter(tuple(items), span=_span(self.path, meta))
+        flat: list = []
+        for x in items:
+            x = _ungrouped(x)
+            flat.extend(x.items if isinstance(x, n.SelInter) else (x,))
+        if len(flat) == 1:
+            return flat[0]
+        return n.SelInter(tuple(flat), span=_span(self.path, meta))
 
     @v_args(meta=True)
     def sel_union(self, meta, items):
-        return n.SelUnion(tuple(items), span=_span(self.path, meta))
+        flat: list = []
+        for x in items:
+            plain = isinstance(x, n.Selector) and x.exclude is None
+            flat.extend(x.include.items if plain else (x,))
+        return n.SelUnion(tuple(flat), span=_span(self.path, meta))
 
     @v_args(meta=True)
     def selector(self, meta, items):
         exclude = items[1] if len(items) > 1 else None
-        return n.Selector(items[0], exclude, span=_span(self.path, meta))
+        include = items[0]
+        if exclude is None and len(include.items) == 1 and \
+                isinstance(include.items[0], n.Selector):
+            return include.items[0]  # (a except b) as a whole selector
+        return n.Selector(include, exclude, span=_span(self.path, meta))
 
     # windows --------------------------------------------------------------
     def excepts(self, items):
@@ -366,6 +384,14 @@ class _ToAst(Transformer):
 
     def scalar_value(self, items):
         return items[0]
+
+
+def _ungrouped(sel):
+    """``sel`` without parentheses that change nothing: a group (a nested
+    ``Selector``) of one operand and no ``except`` is that operand."""
+    if isinstance(sel, n.Selector) and sel.exclude is None and len(sel.include.items) == 1:
+        return sel.include.items[0]
+    return sel
 
 
 def _accepted(text: str, err: UnexpectedInput, start: str) -> set[str] | None:
