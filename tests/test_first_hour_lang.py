@@ -428,3 +428,36 @@ def test_issue43_fmt_prints_selectors_canonically_and_keeps_head_comments(tmp_pa
     quoted = 'schedule "a#b"\n\nmodel glm5next  # m\n'
     assert format_text(quoted) == quoted
     assert format_text(format_text(quoted)) == quoted
+
+
+# --- the keyword lists -------------------------------------------------------
+
+def test_issue43_docs_list_every_keyword_and_key(tmp_path, capsys, monkeypatch):
+    """``kernel`` was missing from docs/language.md's keyword list (and the
+    `set` keys). The lists are the grammar's keywords
+    (``syntax.keywords``, what the formatter quotes names against) and the
+    language's setting and window keys; the quoted syntax error is what the
+    tool prints."""
+    import re
+
+    from l2sched.lang.schedule import SETTING_KEYS, WINDOW_KEYS
+
+    doc = (ROOT / "docs" / "language.md").read_text("utf-8")
+    bullet = re.search(r"^- Keywords: (.*?)\n(?=- )", doc, re.S | re.M).group(1)
+    listed = re.findall(r"`([^`]+)`", bullet)
+    words, settings = listed[0].split(), listed[1].split()
+    grammar = (ROOT / "grammar" / "l2s.lark").read_text("utf-8")
+    spelled = sorted(set(re.findall(r'"([a-z][a-z_]*)"', grammar)))
+    assert sorted(set(words) | set(settings)) == spelled
+    from l2sched.lang.syntax import keywords  # what the formatter quotes against
+    assert list(keywords()) == spelled
+    assert tuple(settings) == SETTING_KEYS
+    keys = re.search(r"Keys: every setting key\n(.*?)\. The value", doc, re.S).group(1)
+    assert re.findall(r"`(\w+)`", keys.split(" and ")[0]) == list(SETTING_KEYS)
+    assert sorted(re.findall(r"`window\.NAME\.(\w+)`", keys)) == sorted(WINDOW_KEYS)
+    # the syntax error the section quotes is what check prints
+    block = re.search(r"```\n(t\.l2s:2:20: .*?)```", doc, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.l2s").write_text("schedule s\nwindow A budget 20 MB\n")
+    assert main(["check", "t.l2s"]) == 1
+    assert capsys.readouterr().err.startswith(block)
