@@ -4,7 +4,6 @@ window table for clean files."""
 from __future__ import annotations
 
 import sys
-from collections import Counter
 
 from l2sched import progress
 from l2sched.cli.options import (
@@ -15,6 +14,7 @@ from l2sched.cli.options import (
     with_device,
 )
 from l2sched.compiler.compile import schedule_inventory
+from l2sched.compiler.plan import layers_by_kind
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
 from l2sched.device import load_device
@@ -43,8 +43,10 @@ def window_table(schedule, default: str = "default") -> list[str]:
         return []
     rows = [("window", "hook point", "budget", "layers", "carry", "kernel")]
     for w in schedule.windows:
-        kinds = Counter(str(schedule.layer_kinds[i]) for i in w.layers)
-        layer_text = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
+        # per kind, the layers the window fires in: the count compile's and
+        # lint's tables print (compiler.plan.layers_by_kind)
+        kinds = layers_by_kind(w.layers, schedule.layer_kinds)
+        layer_text = ", ".join(f"{len(v)} {k}" for k, v in sorted(kinds.items()))
         rows.append((w.name, w.hook, format_size(w.budget), layer_text,
                      w.carry or "-", w.kernel or schedule.kernel or default))
     return ["  " + line for line in format_table(rows).splitlines()]
