@@ -16,16 +16,16 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from floods import write_report  # the same report files as floods.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULE = "schedules/glm53-flash-h200-tp4.l2s"
@@ -79,24 +79,14 @@ def main(argv=None) -> int:
                  else f"> {args.timeout:g} (stopped)") + " |" for r in rows]
     text = "\n".join(table)
     print(text)
-    date = datetime.date.today().isoformat()
-    meta = {"date": date, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "repeat": args.repeat, "timeout_s": args.timeout, "schedule": SCHEDULE,
-            "load_average": os.getloadavg()[0],
-            "command": "python benchmarks/explain_copies.py " + " ".join(argv or sys.argv[1:])}
-    md = (f"# explain on copied issues, {date}\n\n`{meta['command'].strip()}` on "
-          f"{meta['cpus']} CPUs (1-minute load average {meta['load_average']:.1f} at the "
-          f"end), Python {meta['python']}: `l2sched explain` of the plan of `{SCHEDULE}` "
-          f"with its issues copied K times (exit 1: every copy is reported); whole-process "
-          f"wall time, median of {args.repeat}.\n\n{text}\n")
-    base = Path(args.out) / (f"explain-copies-{date}" + (f"-{args.label}" if args.label else ""))
-    base.parent.mkdir(parents=True, exist_ok=True)
-    base.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1)
-                                         + "\n", encoding="utf-8")
-    base.with_suffix(".md").write_text(md, encoding="utf-8")
-    print(f"wrote {base}.json and {base}.md", file=sys.stderr)
+    write_report(args.out, "explain-copies", args.label, "explain on copied issues",
+                 rows, text,
+                 f"`l2sched explain` of the plan of `{SCHEDULE}` with its issues copied "
+                 f"K times (exit 1: every copy is reported); whole-process wall time, "
+                 f"median of {args.repeat}",
+                 "python benchmarks/explain_copies.py " + " ".join(argv or sys.argv[1:]),
+                 repeat=args.repeat, timeout_s=args.timeout, schedule=SCHEDULE)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

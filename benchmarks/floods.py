@@ -125,23 +125,33 @@ def main(argv=None) -> int:
               f"{r['output_bytes']:,} | {r['peak_mb']} |" for r in rows]
     text = "\n".join(table)
     print(text)
+    write_report(args.out, "floods", args.label, "Error floods", rows, text,
+                 f"whole-process wall time, median of {args.repeat}; output = stdout + "
+                 "stderr bytes (human); peak = the process's largest resident memory",
+                 "python benchmarks/floods.py " + " ".join(argv or sys.argv[1:]),
+                 repeat=args.repeat, patterns=args.patterns, windows=args.windows)
+    return 0
+
+
+def write_report(out: str, name: str, label: str, title: str, rows: list, table: str,
+                 what: str, command: str, **meta) -> Path:
+    """Write ``OUT/NAME-DATE[-LABEL].json`` (the run's machine, ``meta`` and
+    ``rows``) and ``.md`` (``title``, the ``command`` with the machine and
+    its load, ``what`` was measured, the ``table``); returns their path
+    without the suffix."""
     date = datetime.date.today().isoformat()
     meta = {"date": date, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "repeat": args.repeat, "patterns": args.patterns, "windows": args.windows,
-            "load_average": os.getloadavg()[0],
-            "command": "python benchmarks/floods.py " + " ".join(argv or sys.argv[1:])}
-    md = (f"# Error floods, {date}\n\n`{meta['command'].strip()}` on {meta['cpus']} "
-          f"CPUs (1-minute load average {meta['load_average']:.1f} at the end), "
-          f"Python {meta['python']}: whole-process wall time, median of "
-          f"{args.repeat}; output = stdout + stderr bytes (human); peak = the "
-          f"process's largest resident memory.\n\n{text}\n")
-    base = Path(args.out) / (f"floods-{date}" + (f"-{args.label}" if args.label else ""))
+            "load_average": os.getloadavg()[0], "command": command.strip(), **meta}
+    md = (f"# {title}, {date}\n\n`{meta['command']}` on {meta['cpus']} CPUs (1-minute "
+          f"load average {meta['load_average']:.1f} at the end), Python "
+          f"{meta['python']}: {what}.\n\n{table}\n")
+    base = Path(out) / (f"{name}-{date}" + (f"-{label}" if label else ""))
     base.parent.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1)
                                          + "\n", encoding="utf-8")
     base.with_suffix(".md").write_text(md, encoding="utf-8")
     print(f"wrote {base}.json and {base}.md", file=sys.stderr)
-    return 0
+    return base
 
 
 if __name__ == "__main__":
