@@ -445,3 +445,58 @@ def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path):
     assert err.strip().splitlines()[-1] == "l2sched fit: interrupted"
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Pids of the live processes of session ``sid`` (Linux /proc)."""
+    import os
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ..., session
+            pids.append(int(d))
+    return pids
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs /proc")
+def test_sigterm_stops_the_workers_too(tmp_path):
+    """Issue 43: SIGTERM to the fit's process alone (what ``Popen.terminate``,
+    ``kill`` and a supervisor send) during a search with worker processes:
+    one line, exit 143, no output or temporary file, and no process of its
+    session left behind (before, the forkserver and its workers outlived
+    the parent and held its stdout, so a caller waiting for EOF hung)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "f.l2s"
+    device = str(idle_h200(tmp_path.parent))  # a search that runs for a while
+    p = subprocess.Popen(
+        [sys.executable, "-m", "l2sched", "fit", "--device", device, "--jobs", "2",
+         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_session_processes(p.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the parent, the forkserver and a worker at least
+        assert len(_session_processes(p.pid)) >= 3, "no worker processes started"
+        p.terminate()
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 128 + signal.SIGTERM, err
+        assert err.strip().splitlines()[-1] == "l2sched fit: terminated"
+        assert "Traceback" not in err
+        deadline = time.monotonic() + 10
+        while _session_processes(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session_processes(p.pid) == []
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        for pid in _session_processes(p.pid):
+            os.kill(pid, signal.SIGKILL)

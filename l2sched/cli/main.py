@@ -13,7 +13,9 @@ import argparse
 import contextlib
 import gc
 import importlib
+import signal
 import sys
+import threading
 from typing import Sequence
 
 import l2sched
@@ -78,12 +80,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return dispatch(build_parser(argv), argv)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt,
+    so that the same clean-up runs: worker pools shut down (``fit``'s
+    forkserver workers were left running without a parent), temporary
+    files removed, no output half-written."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While the command runs in the main thread, SIGTERM raises
+    ``Terminated``; the previous handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse ``argv`` with ``parser`` (subcommands registered with
     ``cli.options.add_command``), run the chosen handler and return its exit
     code: 2 for usage errors (an output that is one of the command's input
     files among them, ``files.command_inputs``), 1 for ``L2sError``, 130 on
-    Ctrl-C (the lab's command line runs through it too)."""
+    Ctrl-C, 143 on SIGTERM (``Terminated``; the lab's command line runs
+    through it too)."""
     args, extra = parser.parse_known_args(argv)
     if extra:
         # argparse would blame the top-level parser and print its usage;
@@ -98,7 +126,8 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
             w in args.prog for w in (" bench", " verify")) else contextlib.nullcontext()
         args.argv = list(argv)
         # no output of the command may replace a file it reads (files.py)
-        with progress.reporting(args.prog), gc_pause, command_inputs():
+        with _sigterm_as_interrupt(), progress.reporting(args.prog), gc_pause, \
+                command_inputs():
             return int(args.handler(args) or 0)
     except L2sUsageError as err:
         print(f"{args.prog}: error: {err}", file=sys.stderr)
@@ -108,6 +137,9 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except Terminated:  # SIGTERM: the same clean-up as Ctrl-C
+        print(f"{args.prog}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, none half-done
         print(f"{args.prog}: interrupted", file=sys.stderr)
         return 130
