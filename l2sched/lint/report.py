@@ -331,15 +331,18 @@ def source_root(cwd: str | None = None) -> str:
 def artifact_location(path: str, root: str) -> dict | None:
     """SARIF ``artifactLocation`` of file ``path`` (as the user named it):
     relative to ``root`` with ``uriBaseId`` ``%SRCROOT%`` when the file is
-    under it, else an absolute ``file://`` URI; percent-encoded either way
-    (a space is ``%20``, ``#`` is ``%23``). None for a path that names no
+    under it, else an absolute ``file://`` URI; the file system's bytes of
+    the name percent-encoded either way (a space is ``%20``, ``#`` is ``%23``,
+    a byte that is not UTF-8, which Python holds as a surrogate, is its
+    ``%XX``), so the URI is valid whatever the name. None for a path that names no
     file (``--set #1``, ``<string>``, ``<embedded ...>``)."""
     if not path or path.startswith(("<", "--set ")):
         return None
     full = os.path.abspath(path)
     rel = os.path.relpath(full, root)
     if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
-        return {"uri": quote(rel.replace(os.sep, "/"), safe="/"), "uriBaseId": SRCROOT}
+        return {"uri": quote(os.fsencode(rel.replace(os.sep, "/")), safe="/"),
+                "uriBaseId": SRCROOT}
     return {"uri": Path(full).as_uri()}
 
 
