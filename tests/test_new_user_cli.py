@@ -52,3 +52,84 @@ def test_sarif_uri_of_a_name_that_is_not_utf8(tmp_path, text):
             for r in doc["runs"][0]["results"]}
     assert (tmp_path / name).as_uri() in uris
     assert all(u.isascii() for u in uris)
+
+
+def _window_comment(tmp_path, comment: str) -> Path:
+    """The shipped SM120 schedule with window A's budget cut to 1 B (an
+    L2S007 error: it fetches nothing) and ``comment`` at the end of that
+    window's line (line 19)."""
+    lines = BASE.read_text().splitlines()
+    assert lines[18].startswith("window A ") and "budget 20MB" in lines[18]
+    lines[18] = lines[18].replace("budget 20MB", "budget 1B") + "  " + comment
+    path = tmp_path / "s.l2s"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("comment, message, col", [
+    ("# l2s: ignore[L2S101", "the code list '[L2S101' has no closing ']'", "[L2S101"),
+    ("# l2s: ignore[", "the code list '[' has no closing ']'", "["),
+    ("# l2s: ignore[]", "an empty code in '[]'", "]"),
+    ("# l2s: ignore[L2S007,]", "an empty code in '[L2S007,]'", "]"),
+    ("# l2s: ignored", "'# l2s:' takes 'ignore' or 'ignore[CODE, ...]', not 'ignored'",
+     "ignored"),
+    ("# l2s: ignore[L2S007]x", "a space or the end of the comment must follow ']'", "x"),
+    ("# l2s: ignore[L2S999]", "unknown rule code 'L2S999' in a suppression: no rule "
+     "code starts with it (codes: L2S000-", "L2S999"),
+    ("# l2s: ignore[L2S00T]", "did you mean 'L2S007'?", "L2S00T"),
+])
+def test_malformed_suppression_is_an_error_and_hides_nothing(tmp_path, capsys, comment,
+                                                             message, col):
+    """A suppression comment with no closing ']' (or other malformed, or
+    naming a code no rule has) silenced every finding of its line, errors
+    included (L2S007 here): '0 errors, 1 suppressed', exit 0. It is now an
+    error at its line:column, for check and for lint (exit 1, an L2S000
+    input error in the JSON), and hides nothing."""
+    path = _window_comment(tmp_path, comment)
+    line = path.read_text().splitlines()[18]
+    column = line.index(col, line.index("#")) + 1
+    for command in ("check", "lint"):
+        assert main([command, str(path)]) == 1, command
+        err = capsys.readouterr().err
+        assert f"s.l2s:19:{column}: " in err and message in err, (command, err)
+    assert main(["lint", str(path), "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (f,) = doc["findings"]
+    assert f["code"] == "L2S000" and message in f["message"]
+    assert (f["span"]["line"], f["span"]["column"]) == (19, column)
+    assert doc["suppressed"] == 0
+
+
+@pytest.mark.parametrize("good, bad", [
+    ("# l2s: ignore[L2S007]", "# l2s: ignore[L2S007"),
+    ("# l2s: ignore[L2S0, L2S101]", "# l2s: ignore[L2S0, L2S1O1]"),
+    ("# l2s: ignore", "# l2s: ignore["),
+    ("# l2s: ignore -- measured to help", "# l2s: ignored -- measured to help"),
+])
+def test_well_formed_suppression_silences_its_malformed_twin_nothing(tmp_path, capsys,
+                                                                     good, bad):
+    """The forms docs/lint.md gives (a code, a prefix, a list, a bare
+    ignore with a note after a space) silence the line's L2S007; the same
+    comment with one slip silences nothing: the lint stops on it (exit 1,
+    no finding suppressed)."""
+    for comment, rc in ((good, 0), (bad, 1)):
+        path = _window_comment(tmp_path, comment)
+        assert main(["lint", str(path), "--format", "json"]) == rc, comment
+        doc = json.loads(capsys.readouterr().out)
+        codes = [f["code"] for f in doc["findings"]]
+        assert "L2S007" not in codes
+        assert (doc["suppressed"] >= 1) if rc == 0 else (codes == ["L2S000"]), comment
+
+
+def test_lint_md_quotes_the_suppression_error(tmp_path, capsys, monkeypatch):
+    """docs/lint.md's quoted error for an unknown code in a suppression is
+    what ``check`` prints for it (the shipped SM120 schedule, the comment
+    at the end of line 19)."""
+    lines = BASE.read_text().splitlines()
+    lines[18] += "  # l2s: ignore[L2S999]"
+    (tmp_path / "s.l2s").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "s.l2s"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
+    assert f"```\n{first}\n```" in doc

@@ -19,6 +19,7 @@ from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule
 from l2sched.device import load_device
 from l2sched.lint.report import config_line
+from l2sched.lint.rules import check_suppressions
 from l2sched.model.config import given_config_ref
 from l2sched.model.device_ops import check_device_ops
 from l2sched.units import format_size, format_table, plural
@@ -53,7 +54,8 @@ def window_table(schedule, default: str = "default") -> list[str]:
 
 
 def cmd_check(args) -> int:
-    """Parse, resolve extends, apply --set and report every error found;
+    """Parse, resolve extends, apply --set and report every error found
+    (and every malformed ``# l2s: ignore`` comment the lint would reject);
     check that the model splits at the schedule's TP/EP (what ``compile``
     will need, reported at the ``tp`` setting). Exit 1 when a file has
     errors."""
@@ -72,6 +74,7 @@ def cmd_check(args) -> int:
             s = with_device(load_schedule(path, args.overrides, model_config, config_ref),
                             args.device)
             progress.stage(f"checking {path}")
+            check_suppressions(s.sources)  # the lint's '# l2s: ignore' comments
             schedule_inventory(s, model_config)
             if s.device not in checked:  # the profile's op tables against the model
                 check_device_ops(load_device(s.device), s.model)

@@ -72,10 +72,11 @@ class MeasuredResult:
         return dict(self.gains).get(tokens)
 
 
-def _comment_start(line: str) -> int | None:
+def comment_start(line: str) -> int | None:
     """The index of the ``#`` that starts ``line``'s comment (a ``#``
     outside a string; strings hold no ``"`` and end on their line), or
-    None."""
+    None. The comments the tools read (``# measured:`` lines, the lint's
+    ``# l2s: ignore``) are found with it."""
     quoted = False
     for i, ch in enumerate(line):
         if ch == '"':
@@ -89,7 +90,7 @@ def _mistyped(line: str, lineno: int, path: str, sink: DiagnosticSink) -> None:
     """Report ``line`` (not a ``# measured:`` line) when its comment is a
     result line mistyped or misplaced (see the module docstring): an error
     at the comment after code, or at the mistyped first word."""
-    at = _comment_start(line)
+    at = comment_start(line)
     if at is None:
         return
     comment = line[at:]

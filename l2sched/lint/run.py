@@ -70,7 +70,11 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     embedded for the schedule's model) for hidden size and routing;
     ``tp_rank``/``plan``: the TP rank to compile for, or its plan already
     compiled (the plugin lints the plan it installs). The schedule is
-    compiled and simulated by ``prepare.prepare``."""
+    compiled and simulated by ``prepare.prepare``. Raises
+    ``L2sSemanticError`` for a malformed ``# l2s: ignore`` comment
+    (``rules.check_suppressions``), ``L2sError`` for what the device
+    profile or the compilation rejects."""
+    rules.check_suppressions(schedule.sources)  # a malformed one hides nothing
     device = device or load_device(schedule.device)
     check_device_ops(device, schedule.model)
     p = prepare(schedule, inventory, device, tokens=tokens, tp_rank=tp_rank, plan=plan,

@@ -19,7 +19,10 @@ from l2sched.lint.rules.base import (
     REGISTRY,
     Finding,
     Rule,
+    check_suppressions,
+    code_ranges,
     code_selected,
+    parse_suppression,
     suppressed,
 )
 
@@ -52,17 +55,6 @@ def check_all(run) -> list[Finding]:
     return out
 
 
-def code_ranges() -> str:
-    """The rule codes as runs of one family each: ``L2S000-L2S007,
-    L2S101-L2S110, L2S201`` (what ``--select``/``--ignore`` can start
-    with)."""
-    families: dict[str, list[str]] = {}
-    for code in RULES:
-        families.setdefault(code[:4], []).append(code)
-    return ", ".join(c[0] if len(c) == 1 else f"{c[0]}-{c[-1]}"
-                     for c in families.values())
-
-
 def rules_markdown(example_output=None) -> str:
     """The rule sections of ``docs/lint.md``, one per code in code order;
     ``example_output(rule)`` gives the finding a rule's ``example_command``
@@ -73,4 +65,5 @@ def rules_markdown(example_output=None) -> str:
 
 
 __all__ = ["FAMILIES", "INPUT_ERROR", "RULES", "Finding", "Rule", "check_all",
-           "code_ranges", "code_selected", "rules_markdown", "suppressed"]
+           "check_suppressions", "code_ranges", "code_selected", "parse_suppression",
+           "rules_markdown", "suppressed"]

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from l2sched.compiler.compile import pattern_matches
-from l2sched.errors import Diagnostic, Span, source_lines
+from l2sched.errors import (
+    Diagnostic,
+    DiagnosticSink,
+    L2sSemanticError,
+    Span,
+    source_lines,
+    suggest,
+)
+from l2sched.lang.measured import comment_start
 from l2sched.units import format_layers
 
 #: Rule severities, most severe first.
@@ -109,31 +117,118 @@ def code_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bo
     return not any(code.startswith(s) for s in ignore)
 
 
-_SUPPRESS = re.compile(r"#\s*l2s:\s*ignore(?:\[([A-Za-z0-9_, ]*)\])?")
+#: A comment that speaks to the lint: ``# l2s:`` (any spacing, any case).
+_DIRECTIVE = re.compile(r"#[ \t]*l2s[ \t]*:[ \t]*", re.IGNORECASE)
+#: A code prefix as ``--select``/``--ignore`` take it.
+_CODE = re.compile(r"[A-Za-z0-9]+")
 
 
-def suppressed(f: Finding, sources: dict) -> bool:
-    """True when the source line of ``f.span`` carries ``# l2s: ignore`` or
-    ``# l2s: ignore[CODE, ...]`` naming ``f.code`` (or a prefix of it)."""
-    line = _source_line(f.span, sources)
-    codes = _suppressed_codes(line) if line is not None else None
-    if codes is None:
-        return False
-    return any(f.code.startswith(c) for c in codes)
+@dataclass(frozen=True)
+class Suppression:
+    """A ``# l2s:`` comment of one source line: the code prefixes it
+    silences (``("",)`` for a bare ``# l2s: ignore``: every code), or, when
+    it is malformed, ``problem`` (the message) at 1-based ``column`` over
+    ``width`` characters and no codes (it silences nothing)."""
+
+    codes: tuple[str, ...] = ()
+    problem: str = ""
+    column: int = 0
+    width: int = 1
+
+
+_USAGE = "write '# l2s: ignore[L2S101]', '# l2s: ignore[L2S101, L2S104]' or '# l2s: ignore'"
 
 
 @functools.lru_cache(maxsize=256)
-def _suppressed_codes(line: str) -> tuple[str, ...] | None:
-    """The code prefixes ``line``'s ``# l2s: ignore[...]`` names (a bare
-    ``# l2s: ignore``: ``("",)``, every code), or None without one;
-    searched once per line (50,000 findings on one long line searched it
-    50,000 times)."""
-    m = _SUPPRESS.search(line)
-    if not m:
+def parse_suppression(line: str) -> Suppression | None:
+    """The ``# l2s:`` comment of source ``line`` (in its comment: a ``#``
+    outside strings, ``lang.measured.comment_start``), or None without one.
+    Well-formed: ``# l2s: ignore`` (every code) or ``# l2s: ignore[CODE,
+    ...]``, each CODE a prefix some rule code starts with (as ``--ignore``
+    takes them), then the comment's end or a space. Anything else (no
+    closing ``]``, an empty list or entry, a code no rule starts with, a
+    word other than ``ignore``) is a ``Suppression`` with its ``problem``
+    and no codes. Parsed once per line (50,000 findings on one long line
+    looked it up 50,000 times)."""
+    at = comment_start(line)
+    d = _DIRECTIVE.search(line, at) if at is not None else None
+    if d is None:
         return None
-    if m.group(1) is None:
-        return ("",)
-    return tuple(c.strip() for c in m.group(1).split(",") if c.strip())
+    head = line[d.start():d.end()].rstrip()
+
+    def bad(message: str, start: int, end: int | None = None) -> Suppression:
+        return Suppression((), message, start + 1, max(1, (end or start + 1) - start))
+
+    rest = line[d.end():]
+    word = re.match(r"[^\s\[]*", rest).group()
+    if word != "ignore":
+        said = f", not '{word or rest[:1]}'" if rest.strip() else ", and it has nothing"
+        return bad(f"malformed suppression: '{head}' takes 'ignore' or "
+                   f"'ignore[CODE, ...]'{said}; {_USAGE}",
+                   d.end(), d.end() + max(1, len(word)))
+    bracket = d.end() + len(word)
+    if not line.startswith("[", bracket):
+        return Suppression(("",))
+    close = line.find("]", bracket)
+    if close < 0:
+        return bad(f"malformed suppression: the code list '{line[bracket:].rstrip()}' "
+                   f"has no closing ']'; {_USAGE}", bracket, len(line.rstrip()))
+    if close + 1 < len(line) and not line[close + 1].isspace():
+        return bad(f"malformed suppression: a space or the end of the comment must "
+                   f"follow ']', not '{line[close + 1]}'; {_USAGE}", close + 1)
+    codes = []
+    pos = bracket + 1
+    for entry in line[bracket + 1:close].split(","):
+        code, col = entry.strip(), pos + len(entry) - len(entry.lstrip())
+        pos += len(entry) + 1
+        if not code:
+            return bad(f"malformed suppression: an empty code in "
+                       f"'{line[bracket:close + 1]}'; {_USAGE}", col)
+        if not _CODE.fullmatch(code):
+            return bad(f"malformed suppression: '{code}' is not a rule code; {_USAGE}",
+                       col, col + len(code))
+        if not any(c.startswith(code) for c in REGISTRY):
+            return bad(f"unknown rule code '{code}' in a suppression: no rule code "
+                       f"starts with it (codes: {code_ranges()})"
+                       + suggest(code, sorted(REGISTRY)), col, col + len(code))
+        codes.append(code)
+    return Suppression(tuple(codes))
+
+
+def suppressed(f: Finding, sources: dict) -> bool:
+    """True when the source line of ``f.span`` carries a well-formed
+    ``# l2s: ignore`` or ``# l2s: ignore[CODE, ...]`` naming ``f.code`` (or
+    a prefix of it); a malformed one (``parse_suppression``) silences
+    nothing."""
+    line = _source_line(f.span, sources)
+    s = parse_suppression(line) if line is not None else None
+    return s is not None and any(f.code.startswith(c) for c in s.codes)
+
+
+def check_suppressions(sources: dict) -> None:
+    """Check every ``# l2s:`` comment of ``sources`` (path -> text: the
+    schedule and its bases). Raises ``L2sSemanticError`` with an error per
+    malformed one (``parse_suppression``) at its line:column."""
+    sink = DiagnosticSink()
+    for path, text in sources.items():
+        for lineno, line in enumerate(_lines(text), 1):
+            s = parse_suppression(line) if "l2s" in line.lower() else None
+            if s is not None and s.problem:
+                sink.add_source(path, text)
+                sink.error(s.problem, Span(path, lineno, s.column, lineno,
+                                           s.column + s.width))
+    sink.raise_if_errors(L2sSemanticError)
+
+
+def code_ranges() -> str:
+    """The rule codes as runs of one family each: ``L2S000-L2S007,
+    L2S101-L2S110, L2S201`` (what ``--select``/``--ignore`` and a
+    suppression can start with)."""
+    families: dict[str, list[str]] = {}
+    for code in sorted(REGISTRY):
+        families.setdefault(code[:4], []).append(code)
+    return ", ".join(c[0] if len(c) == 1 else f"{c[0]}-{c[-1]}"
+                     for c in families.values())
 
 
 def window_span(w, key: str = "at") -> Span:
