@@ -193,12 +193,12 @@ def cmd_fit(args) -> int:
         # the written file names the profile relative to itself
         search.opts = dataclasses.replace(search.opts, device_ref=os.path.relpath(
             ref, os.path.dirname(os.path.abspath(args.output))))
-    if args.model_config:  # and the config it was fitted for (lint reads it)
-        search.opts = dataclasses.replace(search.opts, config_ref=written_config_ref(
-            args.model_config, args.output))
     text = fit_text(result, search, device_arg=args.device,
                     command=command_line(args, opts),
-                    name=_name(args.output, device, opts.tp))
+                    name=_name(args.output, device, opts.tp),
+                    # the config it was fitted for, so lint reads it
+                    model_config=written_config_ref(args.model_config, args.output)
+                    if args.model_config else None)
     if args.output is not None:
         write_texts_atomically([(args.output, text)])
     else:

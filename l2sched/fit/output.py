@@ -12,8 +12,8 @@ import re
 
 from l2sched.fit.bound import AMBIGUOUS, MIN_PESSIMISTIC_SLOWDOWN
 from l2sched.lint.noise import AA_NOISE_FLOOR_SOURCE
-from l2sched.fit.space import Candidate
-from l2sched.lang.formatter import format_text
+from l2sched.fit.space import Candidate, with_model_config
+from l2sched.lang.formatter import format_file, format_text
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 
 
@@ -147,18 +147,18 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
 
 
 def fit_text(result, search, *, device_arg: str, command: str, name: str,
-             floor_source: str = "") -> str:
+             floor_source: str = "", model_config: str | None = None) -> str:
     """The fitted schedule file: header and schedule (``search`` renders
-    the body, with a ``model_config`` line when ``search.opts.config_ref``
-    names the config fitted for), canonical layout."""
+    the body; ``model_config``: the value of its ``model_config`` line, the
+    config fitted for, ``space.with_model_config``), canonical layout."""
     cand = result.candidate or Candidate("evict_last", "0", search.kernel0)
-    ref = search.opts.config_ref
-    body = search.text(cand, name, ref)
+    tree = search.tree(cand, name)
+    body = format_file(with_model_config(tree, model_config) if model_config else tree)
     src = floor_source or (f"A/A floors per M, {AA_NOISE_FLOOR_SOURCE}; other M: "
                            "the nearest measured M")
     ad = search.adapter
     label = (f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})" if search.opts.model_config is None
-             else f"{ad.NAME} model of config {ref}" if ref is not None
+             else f"{ad.NAME} model of config {model_config}" if model_config
              else f"{ad.NAME} model of the --model-config file")
     head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
                         searched_set_aside=search.opts.set_aside == "search",

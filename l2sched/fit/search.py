@@ -98,9 +98,7 @@ class FitOptions:
     no-prefetch step 3.5-22% slower (benchmarks/results/
     h200-2026-12-01-fit-proof.md). ``device_ref``: the schedule's
     ``device`` value, a profile file's path (None = the profile's shipped
-    name). ``config_ref``: the written schedule's ``model_config`` value, a
-    shipped config's name or a path (None = no such line).
-    ``allow_unmeasured``: windows even on unmeasured terms (``fit.unmeasured``)."""
+    name). ``allow_unmeasured``: windows even on unmeasured terms (``fit.unmeasured``)."""
 
     tp: int = 4
     tokens: tuple[int, ...] = (1, 4, 16, 64)
@@ -115,7 +113,6 @@ class FitOptions:
     set_aside: str = "0"
     device_ref: str | None = None
     allow_unmeasured: bool = False
-    config_ref: str | None = None
 
     def weight(self, m: int) -> float:
         """The weight of M = ``m``."""
@@ -224,21 +221,17 @@ class Search:
             c - h >= MIN_GAP_US for c, h in (times.at(m) for m in self.opts.tokens))
 
     # ------------------------------------------------------------- scoring
-    def tree(self, cand: Candidate, name: str = "fit", model_config: str | None = None):
-        """The candidate's parsed schedule file (``space.candidate_tree``;
-        ``model_config``: its ``model_config`` line's value, none while
-        searching: the evaluator holds the config)."""
+    def tree(self, cand: Candidate, name: str = "fit"):
+        """The candidate's parsed schedule file (``space.candidate_tree``)."""
         return candidate_tree(cand, self.streams, name=name, model=self.model,
                               selectors=self.kind_selectors,
                               device=self.opts.device_ref or self.device.name,
                               tp=self.opts.tp,
-                              max_tokens=self.opts.max_tokens,
-                              model_config=model_config)
+                              max_tokens=self.opts.max_tokens)
 
-    def text(self, cand: Candidate, name: str = "fit",
-             model_config: str | None = None) -> str:
+    def text(self, cand: Candidate, name: str = "fit") -> str:
         """The candidate's ``.l2s`` text (no comments)."""
-        return format_file(self.tree(cand, name, model_config))
+        return format_file(self.tree(cand, name))
 
     def objective(self, ev, names) -> float | None:
         """Weighted sum over M of the smallest gain over variants ``names``

@@ -27,6 +27,7 @@ multiples of ``BUDGET_STEP`` (0.5 MB = 500,000 B) and written in MB
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from l2sched.lang import nodes as n
@@ -286,23 +287,15 @@ def window_names(candidate: Candidate) -> list[list[str]]:
 
 def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str,
                    device: str, tp: int, max_tokens: int,
-                   selectors: dict | None = None,
-                   model_config: str | None = None) -> n.ScheduleFile:
+                   selectors: dict | None = None) -> n.ScheduleFile:
     """The candidate as a parsed schedule file (no comments): the settings,
     then each chain's windows, the first with the chain's targets;
-    ``selectors``: kind name -> selector names (``kind_selector``);
-    ``model_config``: the ``model_config`` line's value (a shipped config's
-    name, else a path relative to the schedule file, quoted; None: no
-    line, the config embedded for ``model``)."""
+    ``selectors``: kind name -> selector names (``kind_selector``)."""
     def setting(key: str, value) -> n.Setting:
         return n.Setting(n.Name(key), value)
 
-    items: list = [setting("model", n.Name(model))]
-    if model_config is not None:  # a file is a quoted path, as device's
-        items.append(setting("model_config", n.Name(model_config)
-                             if model_config in shipped_config_names()
-                             else n.StringValue(model_config)))
-    items += [
+    items: list = [
+        setting("model", n.Name(model)),
         # a profile file is a quoted path (relative to the schedule file)
         setting("device", n.StringValue(device) if device.endswith(".toml")
                 else n.Name(device)),
@@ -322,6 +315,19 @@ def candidate_tree(candidate: Candidate, streams: dict, *, name: str, model: str
                                   kind_selector(chain.kind, selectors),
                                   carry, targets, has_body=bool(targets)))
     return n.ScheduleFile(n.Name(name), None, tuple(items))
+
+
+def with_model_config(tree: n.ScheduleFile, model_config: str) -> n.ScheduleFile:
+    """``tree`` with a ``model_config`` line after its ``model`` line: a
+    shipped config's name, else a path relative to the schedule file,
+    quoted (as ``device``'s)."""
+    value = n.Name(model_config) if model_config in shipped_config_names() \
+        else n.StringValue(model_config)
+    items = list(tree.items)
+    at = 1 + next(i for i, it in enumerate(items)
+                  if isinstance(it, n.Setting) and it.key.text == "model")
+    items.insert(at, n.Setting(n.Name("model_config"), value))
+    return dataclasses.replace(tree, items=tuple(items))
 
 
 def render_body(candidate: Candidate, streams: dict, **kw) -> str:
