@@ -290,8 +290,8 @@ def test_estimate_profile_header_says_unverified(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--device", "h20"], "--device: unknown device profile 'h20'; did you mean 'h200'?"),
-    (["--device", "/no/such.toml"], "--device /no/such.toml: no such device profile file"),
+    # a bad --device is an input error (exit 1) in every command:
+    # tests/test_new_user_cli.py::test_every_command_reads_device_alike
     (["--device", "h200", "--tokens", "1,x"], "--tokens takes comma-separated numbers"),
     (["--device", "h200", "--tokens", "4,1"], "--tokens must be increasing whole numbers"),
     (["--device", "h200", "--weights", "1,2"], "--weights takes one number >= 0 per"),

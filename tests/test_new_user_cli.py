@@ -133,3 +133,40 @@ def test_lint_md_quotes_the_suppression_error(tmp_path, capsys, monkeypatch):
     first = capsys.readouterr().err.splitlines()[0]
     doc = (ROOT / "docs" / "lint.md").read_text(encoding="utf-8")
     assert f"```\n{first}\n```" in doc
+
+
+def test_every_command_reads_device_alike(tmp_path, monkeypatch, capsys):
+    """--device was read four ways: fit exited 2 where the others exited 1,
+    lint's line lacked the '--device:' prefix, fit called a directory 'no
+    such device profile file', and an existing file that is not .toml was
+    taken for an unknown profile name. Every command now says the same,
+    exit 1 (an option naming a file, as --model-config and --calibrate)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.l2s").write_text(BASE.read_text())
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "adir").mkdir()
+    commands = {
+        "check": ["check", "g.l2s"], "lint": ["lint", "g.l2s"],
+        "compile": ["compile", "g.l2s", "-o", "p.json"], "explain": ["explain", "g.l2s"],
+        "timeline": ["timeline", "g.l2s", "-o", "t.json"],
+        "fit": ["fit", "--quick", "-q", "-o", "out.l2s"],
+    }
+    cases = {
+        "h20": "--device: unknown device profile 'h20'; did you mean 'h200'? (shipped: ",
+        "g.l2s": "--device: 'g.l2s' is not a .toml device profile file; a device profile "
+                 "is a shipped name (",
+        "notes.txt": "--device: 'notes.txt' is not a .toml device profile file",
+        "adir": "adir: not a regular file",
+        str(tmp_path / "adir"): f"{tmp_path / 'adir'}: not a regular file",
+        "gone.toml": "gone.toml: no such device profile",
+    }
+    for value, message in cases.items():
+        for name, argv in commands.items():
+            assert main([*argv, "--device", value]) == 1, (name, value)
+            err = capsys.readouterr().err
+            assert err.splitlines()[0].startswith(message), (name, value, err)
+            assert not list(tmp_path.glob("out.l2s")) and not list(tmp_path.glob("p.json"))
+    # a profile file by path still works, and fit names that file
+    profile = tmp_path / "my-box.toml"
+    profile.write_text((ROOT / "l2sched" / "data" / "devices" / "h200.toml").read_text())
+    assert main(["check", "-q", "g.l2s", "--device", "my-box.toml"]) == 0

@@ -110,9 +110,9 @@ def test_timeline_never_overwrites_any_input(box, capsys):
     cfg, prof = box / "cfg.json", box / "my-box.toml"
     _refused(capsys, ["timeline", box / "s.l2s", "--model-config", cfg, "-o", cfg], cfg,
              cfg, "model config")
-    shutil.copy(prof, box / "p.json")  # a profile file named like a trace
-    _refused(capsys, ["timeline", SCHEDULE, "--device", box / "p.json", "-o",
-                      box / "p.json"], box / "p.json", box / "p.json", "device profile")
+    # (a --device file is a .toml file: tests/test_new_user_cli.py)
+    _refused(capsys, ["timeline", SCHEDULE, "--device", prof, "-o", prof], prof, prof,
+             "device profile")
 
 
 def test_profile_never_overwrites_its_base_or_state(box, capsys):

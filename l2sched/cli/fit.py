@@ -13,7 +13,7 @@ import time
 
 from l2sched.cli.options import (
     add_command,
-    device_profile_path,
+    check_device_arg,
     model_config_arg,
     numbers as _numbers,
 )
@@ -68,21 +68,19 @@ def load_profile(arg: str, kernel: str | None):
     path) and the fitted schedule's ``device`` value: None for a shipped
     name, else the profile file's absolute path (the schedule then names
     that file, not the shipped profile of the same name). Raises
-    ``L2sUsageError`` for an unknown profile name or a ``--kernel`` the
-    profile has no numbers for; ``L2sInputError`` for a profile file with
-    errors (its op tables checked against the model adapters)."""
-    from l2sched.device import device_names, load_device
+    ``L2sUsageError`` for a ``--kernel`` the profile has no numbers for;
+    ``L2sInputError`` for a value that names no profile, a missing file or
+    a profile file with errors (its op tables checked against the model
+    adapters), as every command's ``--device`` (``check_device_arg``)."""
+    from l2sched.device import device_names
     from l2sched.model.device_ops import check_device_ops
 
-    path = device_profile_path(arg)
-    if not path.is_file():
-        raise L2sUsageError(f"--device {arg}: no such device profile file")
-    device_profile = load_device(arg)
+    device_profile = check_device_arg(arg)  # every command's --device reader
     check_device_ops(device_profile)
     if kernel is not None and kernel not in device_profile.fill_modes:
         raise L2sUsageError(f"--kernel {kernel}: device profile {device_profile.name} has "
                             f"numbers for {', '.join(sorted(device_profile.fill_modes))} only")
-    ref = None if arg in device_names() else os.path.abspath(path)
+    ref = None if arg in device_names() else os.path.abspath(device_profile.path)
     return device_profile, ref
 
 

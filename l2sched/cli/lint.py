@@ -67,6 +67,9 @@ def _lint_one(args, path: str, tokens: int):
     Raises ``L2sError``."""
     measured = None
     calib_rows: list = []
+    # read as every command reads --device; an error is this schedule's
+    # (so --format json|sarif still describe it)
+    device_profile = check_device_arg(args.device)
     if args.calibrate:
         # loaded only when asked: `l2sched lint` starts faster
         from l2sched.lint.calibrate import calibrate_path
@@ -74,7 +77,7 @@ def _lint_one(args, path: str, tokens: int):
                                               args.model_config, args.device,
                                               tokens=tokens)
     run = lint_path(path, args.overrides, args.model_config, args.device,
-                    tokens=tokens, graph_mode=args.graph_mode,
+                    device_profile=device_profile, tokens=tokens, graph_mode=args.graph_mode,
                     select=_codes(args.select), ignore=_codes(args.ignore),
                     measured=measured)
     run.calibration = calib_rows

@@ -77,27 +77,22 @@ def with_device(schedule, device: str | None):
     return dataclasses.replace(schedule, device=device)
 
 
-def device_profile_path(device: str):
-    """The file ``--device`` names (a shipped name or a ``.toml`` path; it
-    may not exist). Raises ``L2sUsageError`` (``--device: unknown device
-    profile ...``) for a name that is neither."""
-    try:
-        return profile_path(device)
-    except L2sInputError as err:
-        raise L2sUsageError(f"--device: {err.diagnostics[0].message}") from None
-
-
 def check_device_arg(device: str | None):
-    """The device profile ``--device`` names, read once before any schedule
-    is (``check``, ``timeline``); None for None. Raises ``L2sInputError``:
-    ``--device: unknown device profile ...`` for an unknown name, naming the
-    file for a missing file or a profile with errors."""
+    """The ``DeviceProfile`` ``--device`` names (a shipped name or a
+    ``.toml`` file), read once before any schedule is; None for None. The
+    one reader of ``--device`` for every command (check, lint, compile,
+    explain, timeline, fit, verify), so each says the same and exits 1, as
+    for the other options that name a file (``--model-config``,
+    ``--calibrate``): a value that names no profile (an unknown name, a file
+    that is not ``.toml``) is one line ``--device: ...``; a missing file, a
+    directory or a profile with errors is reported at the file (every
+    problem, ``file:line:col``). Raises ``L2sInputError``."""
     if device is None:
         return None
     try:
-        device_profile_path(device)
-    except L2sUsageError as err:
-        raise L2sInputError(str(err)) from None
+        profile_path(device)
+    except L2sInputError as err:
+        raise L2sInputError(f"--device: {err.diagnostics[0].message}") from None
     return load_device(device)
 
 

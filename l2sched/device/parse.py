@@ -123,17 +123,26 @@ def device_names() -> list[str]:
 
 
 def profile_path(name_or_path: str | os.PathLike) -> Path:
-    """The file of a profile given by shipped name or by path. Raises
-    ``L2sInputError`` for an unknown name (with a suggestion)."""
+    """The file of a profile given by shipped name or by path: a value
+    ending in ``.toml`` or holding a directory separator is a path, else a
+    shipped profile's name (``h200``). Raises ``L2sInputError`` for a value
+    that names no profile: an unknown name (with a suggestion), or an
+    existing file that is not a ``.toml`` file (a schedule, a note), which
+    is no profile name either. A path that does not exist or is a
+    directory is returned, for the reader to say so."""
     text = os.fspath(name_or_path)
-    if text.endswith(".toml") or os.sep in text:
+    plain = os.sep not in text and not (os.altsep and os.altsep in text)
+    if plain and not text.endswith(".toml") and (DEVICES_DIR / f"{text}.toml").exists():
+        return DEVICES_DIR / f"{text}.toml"
+    if not text.endswith(".toml") and os.path.isfile(text):
+        raise L2sInputError(f"'{text}' is not a .toml device profile file; a device "
+                            f"profile is a shipped name ({', '.join(device_names())}) "
+                            f"or a .toml file")
+    if text.endswith(".toml") or not plain or os.path.isdir(text):
         return Path(text)
-    path = DEVICES_DIR / f"{text}.toml"
-    if not path.exists():
-        raise L2sInputError(f"unknown device profile '{text}'"
-                            f"{suggest(text, device_names())} (shipped: "
-                            f"{', '.join(device_names())})")
-    return path
+    raise L2sInputError(f"unknown device profile '{text}'"
+                        f"{suggest(text, device_names())} (shipped: "
+                        f"{', '.join(device_names())})")
 
 
 def read_profile_text(path: Path) -> str:
