@@ -170,3 +170,40 @@ def test_every_command_reads_device_alike(tmp_path, monkeypatch, capsys):
     profile = tmp_path / "my-box.toml"
     profile.write_text((ROOT / "l2sched" / "data" / "devices" / "h200.toml").read_text())
     assert main(["check", "-q", "g.l2s", "--device", "my-box.toml"]) == 0
+
+
+BIG = "99999999999999999999999"
+
+
+@pytest.mark.parametrize("argv", [
+    ["lint", str(BASE), "--tokens", BIG],
+    ["lint", str(BASE), "--tokens", "1,2147483648"],
+    ["timeline", str(BASE), "--tokens", BIG, "-o", "t.json"],
+    ["explain", str(BASE), "--tokens", "2147483648"],
+    ["profile", "--out", "o.toml", "--tokens", f"1,{BIG}"],
+    ["bench", "run", "--tokens", BIG, "--dry"],
+])
+def test_tokens_above_the_int32_cap_is_a_usage_error(argv, tmp_path, monkeypatch, capsys):
+    """--tokens had no upper bound: 'lint --tokens 99999999999999999999999'
+    predicted a 6.6e23 us step, exit 0. Every M an option gives lies in
+    1 .. 2,147,483,647 (MAX_TOKENS_LIMIT, the cap of max_tokens): one line
+    naming the option, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--tokens " in err and "above 2,147,483,647 tokens per step" in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_measured_m_above_the_int32_cap_is_an_error_at_its_value(tmp_path, capsys):
+    """'# measured: r.md gain M=99999999999999999999999:+1%' passed check
+    though max_tokens is capped at 2,147,483,647: an error at the value."""
+    line = f"# measured: r.md gain M=1:+1% M={BIG}:+1%"
+    (tmp_path / "m.l2s").write_text(line + "\n" + BASE.read_text().replace(
+        'extends "', f'extends "{ROOT / "schedules"}/'))
+    assert main(["check", str(tmp_path / "m.l2s")]) == 1
+    err = capsys.readouterr().err
+    assert f"m.l2s:1:{line.index(f'M={BIG}') + 1}: M={BIG} is above 2,147,483,647" in err
+    ok = line.replace(BIG, "2147483647")
+    (tmp_path / "m.l2s").write_text(ok + "\n" + BASE.read_text())
+    assert main(["check", "-q", str(tmp_path / "m.l2s")]) == 0

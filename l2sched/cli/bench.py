@@ -10,7 +10,7 @@ import sys
 
 from l2sched.profile import shipped_path
 from l2sched.profile.options import run_arguments, tp_arguments
-from l2sched.cli.options import add_command
+from l2sched.cli.options import add_command, check_token_counts
 from l2sched.device import profile_path
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.files import check_output_path
@@ -53,10 +53,14 @@ def _run_inputs(args) -> list[str]:
 
 
 def _bad_tokens(tokens) -> str | None:
+    """Why ``--tokens`` is unusable (``check_token_counts``), or None."""
     if not tokens:
         return "--tokens is empty"
-    low = min(tokens)
-    return f"--tokens must be >= 1, got {low}" if low < 1 else None
+    try:
+        check_token_counts("--tokens", tokens)
+    except L2sUsageError as err:
+        return str(err)
+    return None
 
 
 def cmd_run(args) -> int:

@@ -7,7 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from l2sched.cli.compile import compile_schedule
-from l2sched.cli.options import add_command, add_schedule_args, model_config_arg
+from l2sched.cli.options import (
+    add_command,
+    add_schedule_args,
+    check_token_counts,
+    model_config_arg,
+)
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sUsageError
 from l2sched.lang.syntax import read_source
@@ -93,8 +98,7 @@ def cmd_explain(args) -> int:
         _, plan = compile_schedule(args)
     if args.layer is not None and not 0 <= args.layer < plan.num_layers:
         raise L2sUsageError(f"--layer {args.layer} is outside 0..{plan.num_layers - 1}")
-    if args.tokens < 1:
-        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    check_token_counts("--tokens", [args.tokens])
     # the runtime is loaded by this command only: `l2sched lint` starts faster
     from l2sched.runtime.dry_run import explain_step
     from l2sched.runtime.gate import StepInfo

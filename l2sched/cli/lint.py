@@ -7,7 +7,13 @@ from __future__ import annotations
 import sys
 
 from l2sched import progress
-from l2sched.cli.options import add_command, add_schedule_args, check_device_arg, numbers
+from l2sched.cli.options import (
+    add_command,
+    add_schedule_args,
+    check_device_arg,
+    check_token_counts,
+    numbers,
+)
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.measured import load_measured
@@ -26,7 +32,7 @@ def cmd_lint(args) -> int:
     JSON: one schedule's document, or ``{"schedules": [...], "errors": N}``
     for several; SARIF: one run with every schedule's results. Raises
     ``L2sUsageError`` for a ``--select``/``--ignore`` code no rule starts
-    with or a ``--tokens`` value below 1 (``token_counts``). Several
+    with or a ``--tokens`` value out of 1 .. 2,147,483,647 (``token_counts``). Several
     ``--tokens`` lint each schedule once per M (``_write_report``)."""
     for opt in ("select", "ignore"):
         for code in _codes(getattr(args, opt)):
@@ -52,10 +58,10 @@ def cmd_lint(args) -> int:
 def token_counts(text: str) -> list[int]:
     """``--tokens``: one decode batch size M, or several comma-separated
     (``1,4,16,64``, as ``fit`` takes them). Raises ``L2sUsageError`` for
-    anything but whole numbers >= 1 without repeats."""
+    anything but whole numbers in 1 .. 2,147,483,647 (``check_token_counts``)
+    without repeats."""
     tokens = numbers("--tokens", text, int)
-    if min(tokens) < 1:
-        raise L2sUsageError(f"--tokens must be at least 1, got {text}")
+    check_token_counts("--tokens", tokens, text)
     if len(set(tokens)) != len(tokens):
         raise L2sUsageError(f"--tokens names an M twice: {text}")
     return tokens
@@ -126,8 +132,7 @@ def cmd_timeline(args) -> int:
 
     timeline_paths(args.output)
     device_profile = check_device_arg(args.device)
-    if args.tokens < 1:
-        raise L2sUsageError(f"--tokens must be at least 1, got {args.tokens}")
+    check_token_counts("--tokens", [args.tokens])
     measured = (load_measured(args.measured, args.tokens, args.arm)
                 if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,

@@ -12,6 +12,7 @@ from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
 from l2sched.model.config import config_file_arg, load_model_config
 from l2sched.device import load_device, profile_path
+from l2sched.lang.schedule import MAX_TOKENS_LIMIT
 
 
 class SetAction(argparse.Action):
@@ -94,6 +95,24 @@ def check_device_arg(device: str | None):
     except L2sInputError as err:
         raise L2sInputError(f"--device: {err.diagnostics[0].message}") from None
     return load_device(device)
+
+
+def check_token_counts(opt: str, tokens, given=None) -> None:
+    """Every decode batch size M an option gives (``--tokens`` of lint,
+    timeline, explain, profile, bench) lies in 1 .. ``MAX_TOKENS_LIMIT``
+    (2,147,483,647 tokens per step: the int32 token counts of vLLM and the
+    runtime's gate, the largest ``max_tokens`` a schedule takes; a
+    ``# measured:`` line's M has the same bound). ``given``: the option's
+    text as written (default: the numbers). Raises ``L2sUsageError``
+    naming the option."""
+    tokens = list(tokens)
+    if not tokens or min(tokens) < 1:
+        raise L2sUsageError(f"{opt} must be at least 1, got "
+                            f"{given if given is not None else ','.join(map(str, tokens))}")
+    if max(tokens) > MAX_TOKENS_LIMIT:
+        raise L2sUsageError(f"{opt} {max(tokens)}: above {MAX_TOKENS_LIMIT:,} tokens per "
+                            f"step, the most a decode step counts (int32; a schedule's "
+                            f"max_tokens has the same bound)")
 
 
 def model_config_arg(path: str | None) -> dict | None:

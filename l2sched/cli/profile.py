@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from l2sched.cli.options import add_command
+from l2sched.cli.options import add_command, check_token_counts
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
 
@@ -22,6 +22,7 @@ def cmd_profile(args) -> int:
         raise L2sUsageError(f"--tokens takes numbers, got {args.tokens!r}") from None
     if not args.tokens or min(args.tokens) < 1 or args.tokens != sorted(set(args.tokens)):
         raise L2sUsageError(f"--tokens must be increasing numbers >= 1, got {args.tokens}")
+    check_token_counts("--tokens", args.tokens)
     if args.tp < 1:
         raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
     if args.reps < 3:

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from l2sched.errors import DiagnosticSink, Span, source_lines
+from l2sched.lang.schedule import MAX_TOKENS_LIMIT
 
 #: A full-line comment starting ``# measured:`` (spaces allowed around ``#``).
 _LINE = re.compile(r"[ \t]*#[ \t]*measured:")
@@ -124,7 +125,8 @@ def measured_results(text: str, path: str, sink: DiagnosticSink
     """The ``# measured:`` lines of schedule ``text`` (file ``path``; a
     leading byte-order mark ignored), in file order. A malformed line is an
     error in ``sink`` at the offending word (no result file; no ``gain``; no
-    value; a value not ``M=TOKENS:+X%``; an M given twice; a gain outside
+    value; a value not ``M=TOKENS:+X%``; an M given twice, below 1 or above
+    ``MAX_TOKENS_LIMIT``; a gain outside
     ``GAIN_RANGE``) and is left out; so is a mistyped or misplaced result
     line (``_mistyped``: an error at its first word)."""
     out = []
@@ -168,9 +170,12 @@ def measured_results(text: str, path: str, sink: DiagnosticSink
                 ok = False
                 continue
             tokens = int(v.group(1))
-            if tokens in gains or tokens < 1:
+            if tokens in gains or not 1 <= tokens <= MAX_TOKENS_LIMIT:
                 error(f"M={tokens} is given twice" if tokens in gains else
-                      "M must be at least 1", col, len(word))
+                      "M must be at least 1" if tokens < 1 else
+                      f"M={tokens} is above {MAX_TOKENS_LIMIT:,} tokens per step, the "
+                      "most a decode step counts (int32; max_tokens has the same bound)",
+                      col, len(word))
                 ok = False
                 continue
             gain = float(v.group(2))
