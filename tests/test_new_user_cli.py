@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,28 @@ def test_measured_m_above_the_int32_cap_is_an_error_at_its_value(tmp_path, capsy
     ok = line.replace(BIG, "2147483647")
     (tmp_path / "m.l2s").write_text(ok + "\n" + BASE.read_text())
     assert main(["check", "-q", str(tmp_path / "m.l2s")]) == 0
+
+
+def test_docs_check_says_how_to_regenerate_that_file(tmp_path, monkeypatch, capsys):
+    """'docs hooks --model qwen3_moe --file h.md --check' said 'run `l2sched
+    docs hooks`', which writes another file; outside a checkout 'docs hooks
+    --check' said only 'docs/hooks.md: no such document'. The suggested
+    command now rewrites the checked file (and does: --check passes after
+    it), and outside a checkout the error says --file is needed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my h.md").write_text("old\n")
+    argv = ["docs", "hooks", "--model", "qwen3_moe", "--file", "my h.md"]
+    assert main([*argv, "--check"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("my h.md: out of date; run "
+                   "`l2sched docs hooks --model qwen3_moe --file 'my h.md'`\n")
+    command = err.split("`")[1]
+    assert main(shlex.split(command)[1:]) == 0
+    assert main([*argv, "--check"]) == 0
+    capsys.readouterr()
+    for args in (["hooks", "--check"], ["hooks"], ["lint", "--check"]):
+        assert main(["docs", *args]) == 1
+        err = capsys.readouterr().err
+        assert "no such document" in err and "outside a checkout name the document " \
+            "with --file PATH" in err, (args, err)
+    assert not (tmp_path / "docs").exists()

@@ -8,6 +8,7 @@ registry. Tests compare the committed files with these functions."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -98,10 +99,29 @@ def default_doc_path(which: str, model: str = DEFAULT_ADAPTER) -> str:
         else f"docs/hooks-{model}.md"
 
 
+def regenerate_command(args) -> str:
+    """The ``l2sched docs`` command line that rewrites the document
+    ``args`` names: its ``--model`` (unless the default) and ``--file``
+    (when given), quoted for a POSIX shell."""
+    parts = ["l2sched", "docs", args.which]
+    if args.which == "hooks" and args.model != DEFAULT_ADAPTER:
+        parts += ["--model", args.model]
+    if args.file is not None:
+        parts += ["--file", args.file]
+    return shlex.join(parts)
+
+
 def cmd_docs(args) -> int:
     """Regenerate (or with ``--check`` compare) one document; exit 1 when
-    ``--check`` finds it out of date."""
+    ``--check`` finds it out of date (the message gives the command that
+    rewrites it, ``regenerate_command``). Raises ``L2sInputError`` when the
+    default document's folder (the checkout's ``docs/``) is missing: outside
+    a checkout ``--file`` names the document."""
     path = default_doc_path(args.which, args.model) if args.file is None else args.file
+    if args.file is None and not os.path.isdir(os.path.dirname(path)):
+        raise L2sInputError(Diagnostic(
+            "no such document (the default is in the checkout's docs folder); outside "
+            "a checkout name the document with --file PATH", Span.file(path)))
     if not args.check:
         check_output_path(path)
     if args.which == "hooks":
@@ -112,7 +132,7 @@ def cmd_docs(args) -> int:
         new = lint_md_text(old, path)
     if args.check:
         if old != new:
-            print(f"{path}: out of date; run `l2sched docs {args.which}`",
+            print(f"{path}: out of date; run `{regenerate_command(args)}`",
                   file=sys.stderr)
             return 1
         return 0
