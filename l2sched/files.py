@@ -153,7 +153,7 @@ def _error(shown: str, message: str) -> L2sInputError:
     return L2sInputError(Diagnostic(message, Span.point(shown)))
 
 
-def _is_stream(target: str) -> bool:
+def is_stream(target: str) -> bool:
     """True for an existing character/block device, FIFO or socket: those
     are written to, never replaced (``-o /dev/null`` must stay a device)."""
     try:
@@ -188,7 +188,7 @@ def check_output_path(path, protect=(), in_place: bool = False) -> tuple[str, st
         raise _error(shown, "cannot write: the path ends with a separator (a "
                             "directory), not a file name")
     try:
-        if _is_stream(path):
+        if is_stream(path):
             # open the name as given: /dev/stdout on a pipe resolves to
             # 'pipe:[N]', which is not a path
             return shown, os.fspath(path)
@@ -235,7 +235,7 @@ def write_texts_atomically(outputs, protect=(), in_place: bool = False) -> None:
     temps: list[tuple[str, str, str]] = []  # (shown, tmp, target)
     try:
         for shown, target, text in checked:
-            if _is_stream(target):
+            if is_stream(target):
                 continue
             try:
                 mode = stat.S_IMODE(os.stat(target).st_mode)
@@ -262,7 +262,7 @@ def write_texts_atomically(outputs, protect=(), in_place: bool = False) -> None:
                 raise _error(shown, f"cannot write: {e.strerror or e}") from None
         temps.clear()
         for shown, target, text in checked:
-            if _is_stream(target):
+            if is_stream(target):
                 try:
                     with open(target, "w", encoding="utf-8", newline="") as f:
                         f.write(text)

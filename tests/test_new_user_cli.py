@@ -233,3 +233,33 @@ def test_docs_check_says_how_to_regenerate_that_file(tmp_path, monkeypatch, caps
         assert "no such document" in err and "outside a checkout name the document " \
             "with --file PATH" in err, (args, err)
     assert not (tmp_path / "docs").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_timeline_to_a_fifo_writes_no_svg_beside_it(tmp_path, capsys):
+    """'timeline -o /dev/null' created a regular file /dev/null.svg: the SVG
+    path was derived from any -o. For an output that is not a regular file
+    (a FIFO here, as /dev/null is a device) the trace goes there, no SVG is
+    written, and a line says so; a regular -o still gets FILE.svg."""
+    import threading
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        rc = main(["timeline", str(BASE), "-o", str(fifo)])
+    finally:
+        if reader.is_alive():       # unblock the reader if nothing opened the FIFO
+            with open(fifo, "wb"):
+                pass
+        reader.join(10)
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out == (f"wrote {fifo}\nno SVG written: {fifo} is not a regular file (the "
+                   "SVG goes beside a regular -o FILE.json, as FILE.svg)\n")
+    assert json.loads(got[0])["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
+    assert main(["timeline", str(BASE), "-o", str(tmp_path / "t.json")]) == 0
+    assert (tmp_path / "t.svg").read_text().startswith("<svg")

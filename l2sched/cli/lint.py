@@ -124,7 +124,8 @@ def _write_report(args, docs, several: bool = False) -> None:
 
 def cmd_timeline(args) -> int:
     """Write the Chrome trace JSON and an SVG Gantt (``FILE`` with
-    ``.svg``) of the predicted timeline, with the measured one of
+    ``.svg``; none, and a line saying so, when ``-o`` is a device or FIFO)
+    of the predicted timeline, with the measured one of
     ``--measured RESULT.json`` (a ``bench run`` result; arm ``--arm``, M =
     ``--tokens``) beside it. An unusable ``-o`` or result is refused before
     the lint runs."""
@@ -137,8 +138,12 @@ def cmd_timeline(args) -> int:
                 if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                     device_profile=device_profile, tokens=args.tokens)
-    for p in write_timeline(run, args.output, measured):
+    written = write_timeline(run, args.output, measured)
+    for p in written:
         print(f"wrote {p}")
+    if len(written) == 1:
+        print(f"no SVG written: {args.output} is not a regular file (the SVG goes "
+              f"beside a regular -o FILE.json, as FILE.svg)")
     return 0
 
 

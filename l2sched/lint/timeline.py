@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
-from l2sched.files import check_output_path, write_texts_atomically
+from l2sched.files import check_output_path, is_stream, write_texts_atomically
 from l2sched.lint.gantt import gantt_svg
 from l2sched.lint.graph import timeline_order
 
@@ -71,18 +71,23 @@ def chrome_trace(run) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
-def timeline_paths(output: str) -> tuple[Path, Path]:
+def timeline_paths(output: str) -> tuple[Path, Path | None]:
     """The trace path ``output`` and the SVG beside it (same name, ``.svg``),
     checked with ``files.check_output_path`` first (so ``-o .``, ``-o ''``
-    and ``-o /`` are one-line errors, not a traceback). Raises
-    ``L2sInputError`` for those, and when ``output`` itself ends in ``.svg``
-    (the trace and the chart would be one file)."""
+    and ``-o /`` are one-line errors, not a traceback). The SVG path is
+    derived only for a regular file: for a device, FIFO or socket
+    (``-o /dev/null``, ``-o /dev/stdout``) it is None and no SVG is written
+    (``/dev/null.svg`` would be a new regular file in /dev). Raises
+    ``L2sInputError`` for those errors, and when ``output`` itself ends in
+    ``.svg`` (the trace and the chart would be one file)."""
     check_output_path(output)
     out = Path(output)
     if out.suffix.lower() == ".svg":
         raise L2sInputError(Diagnostic(
             "-o names the trace (.json); the SVG is written next to it with the "
             "same name and .svg", Span.point(str(output))))
+    if is_stream(output):
+        return out, None
     svg = out.with_suffix(".svg")
     check_output_path(svg)
     return out, svg
@@ -91,11 +96,15 @@ def timeline_paths(output: str) -> tuple[Path, Path]:
 def write_timeline(run, output: str, measured=None) -> list[str]:
     """Write ``output`` (Chrome trace JSON) and the SVG next to it (same
     name, ``.svg``; ``gantt.gantt_svg``, with the ``measured`` timeline
-    beside the prediction when given), both or neither; returns both paths. Raises
+    beside the prediction when given), both or neither; returns the paths
+    written (the trace only when ``output`` is not a regular file:
+    ``timeline_paths``). Raises
     ``L2sInputError`` when ``output`` itself ends in ``.svg`` (the trace and
     the chart would be one file), when it is one of the schedule's files, or
     when a write fails."""
     out, svg = timeline_paths(output)
-    write_texts_atomically([(out, json.dumps(chrome_trace(run)) + "\n"),
-                            (svg, gantt_svg(run, measured))], protect=run.schedule.files)
-    return [str(out), str(svg)]
+    texts = [(out, json.dumps(chrome_trace(run)) + "\n")]
+    if svg is not None:
+        texts.append((svg, gantt_svg(run, measured)))
+    write_texts_atomically(texts, protect=run.schedule.files)
+    return [str(p) for p in (out, svg) if p is not None]
