@@ -263,3 +263,22 @@ def test_timeline_to_a_fifo_writes_no_svg_beside_it(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
     assert main(["timeline", str(BASE), "-o", str(tmp_path / "t.json")]) == 0
     assert (tmp_path / "t.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lint", str(BASE), "--ignore", ",,,"], "--ignore ',,,': an empty code"),
+    (["lint", str(BASE), "--select", "L2S1,"], "--select 'L2S1,': an empty code"),
+    (["lint", str(BASE), "--ignore", ""], "--ignore '': an empty code"),
+    (["timeline", str(BASE), "--arm", "nope", "-o", "t.json"],
+     "--arm nope needs --measured RESULT.json"),
+])
+def test_option_values_that_say_nothing_are_usage_errors(argv, message, tmp_path,
+                                                         monkeypatch, capsys):
+    """'lint --ignore ,,,' (no code at all) was accepted, and 'timeline
+    --arm nope' without --measured was ignored: usage errors, exit 2,
+    nothing written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {message}" in err, err
+    assert not list(tmp_path.iterdir())

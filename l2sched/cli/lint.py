@@ -20,8 +20,22 @@ from l2sched.lint.measured import load_measured
 from l2sched.units import GRAPH_MODES
 
 
-def _codes(text: str | None) -> list[str]:
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
+def _codes(opt: str, text: str | None) -> list[str]:
+    """The rule-code prefixes of ``--select``/``--ignore`` (``opt``) given
+    as ``text`` (comma-separated; none when the option is not given).
+    Raises ``L2sUsageError`` for an empty list or entry (``--ignore ,,,``,
+    ``--ignore L2S1,``) and for a code no rule starts with."""
+    if text is None:
+        return []
+    codes = [c.strip() for c in text.split(",")]
+    for code in codes:
+        if not code:
+            raise L2sUsageError(f"--{opt} {text!r}: an empty code; give comma-separated "
+                                f"rule codes or prefixes (codes: {rules.code_ranges()})")
+        if not any(c.startswith(code) for c in rules.RULES):
+            raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
+                                f"(codes: {rules.code_ranges()})")
+    return codes
 
 
 def cmd_lint(args) -> int:
@@ -32,13 +46,10 @@ def cmd_lint(args) -> int:
     JSON: one schedule's document, or ``{"schedules": [...], "errors": N}``
     for several; SARIF: one run with every schedule's results. Raises
     ``L2sUsageError`` for a ``--select``/``--ignore`` code no rule starts
-    with or a ``--tokens`` value out of 1 .. 2,147,483,647 (``token_counts``). Several
+    with or an empty one (``_codes``), or a ``--tokens`` value out of 1 .. 2,147,483,647 (``token_counts``). Several
     ``--tokens`` lint each schedule once per M (``_write_report``)."""
     for opt in ("select", "ignore"):
-        for code in _codes(getattr(args, opt)):
-            if not any(c.startswith(code) for c in rules.RULES):
-                raise L2sUsageError(f"--{opt} {code}: no rule code starts with it "
-                                    f"(codes: {rules.code_ranges()})")
+        _codes(opt, getattr(args, opt))
     tokens = token_counts(args.tokens)
     docs: list = []  # per schedule and M: (LintRun, None, path) or (None, L2sError, path)
     for path in args.schedules:
@@ -84,7 +95,8 @@ def _lint_one(args, path: str, tokens: int):
                                               tokens=tokens)
     run = lint_path(path, args.overrides, args.model_config, args.device,
                     device_profile=device_profile, tokens=tokens, graph_mode=args.graph_mode,
-                    select=_codes(args.select), ignore=_codes(args.ignore),
+                    select=_codes("select", args.select),
+                    ignore=_codes("ignore", args.ignore),
                     measured=measured)
     run.calibration = calib_rows
     return run
@@ -134,7 +146,10 @@ def cmd_timeline(args) -> int:
     timeline_paths(args.output)
     device_profile = check_device_arg(args.device)
     check_token_counts("--tokens", [args.tokens])
-    measured = (load_measured(args.measured, args.tokens, args.arm)
+    if args.arm is not None and not args.measured:
+        raise L2sUsageError(f"--arm {args.arm} needs --measured RESULT.json (the arm "
+                            f"is one of that bench result's)")
+    measured = (load_measured(args.measured, args.tokens, args.arm or "compiled")
                 if args.measured else None)
     run = lint_path(args.schedule, args.overrides, args.model_config, args.device,
                     device_profile=device_profile, tokens=args.tokens)
@@ -189,5 +204,5 @@ def add_cli(sub) -> None:
     p.add_argument("--measured", metavar="RESULT.json",
                    help="an `l2sched bench run --out` result: draw its measured "
                         "step beside the predicted one in the SVG")
-    p.add_argument("--arm", default="compiled",
-                   help="the result's arm to draw (default: compiled)")
+    p.add_argument("--arm", default=None,
+                   help="the --measured result's arm to draw (default: compiled)")
