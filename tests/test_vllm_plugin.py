@@ -547,6 +547,10 @@ def _verify_scenario(model, cfg, records, loader_utils, rank):
                 cudagraph_manager=types.SimpleNamespace(graphs=graphs))
             worker = types.SimpleNamespace(vllm_config=cfg, model_runner=runner)
             records.clear()
+            # vLLM's executor starts compile_or_warm_up_model on a worker only
+            # after every worker loaded: no rank reads the other's answer of
+            # the previous case (same capture count) as this one's
+            torch.distributed.barrier()
             verify_after_capture(worker)
             got["cases"][name] = {"records": list(records), "timed": len(calls),
                                   "on_after": inst.runtime.fills_on,
@@ -563,6 +567,7 @@ def _verify_scenario(model, cfg, records, loader_utils, rank):
                                                    torch.device("cpu"))
         runner = types.SimpleNamespace(get_model=lambda: model,
                                        cudagraph_manager=types.SimpleNamespace(graphs={}))
+        torch.distributed.barrier()  # as above
         verify_after_capture(types.SimpleNamespace(vllm_config=cfg, model_runner=runner))
         got["cases"]["install-failed"] = {"records": list(records),
                                           "installed": len(vllm_plugin.INSTALLED)}
@@ -584,6 +589,10 @@ def _multinode_scenario(model, cfg, records, loader_utils, rank):
       waited in the ranks' agreement);
     - ``other-set``: both use ``--additional-config``, rank 1 with another
       override;
+    - ``rank1-loads-late``: one configuration on both, rank 1 loads 1.5 s
+      after rank 0 reaches the agreement, its answer for the previous
+      capture (``other-set``) still in the store: rank 0 waits for the new
+      one, both stay on;
     - ``rank1-absent``: rank 1 has no l2sched at all (it never answers);
       rank 0 waits ``agree_timeout_s`` = 2 s, then off.
     """
@@ -602,7 +611,7 @@ def _multinode_scenario(model, cfg, records, loader_utils, rank):
     env_keys = ("L2SCHED_SCHEDULE", "L2SCHED_SET", "L2SCHED_VERIFY",
                 "L2SCHED_BACKEND", "L2SCHED_AGREE_TIMEOUT_S")
     got = {}
-    cases = ("env-rank0-only", "other-set", "rank1-absent")
+    cases = ("env-rank0-only", "other-set", "rank1-loads-late", "rank1-absent")
     try:
         for name in cases:
             for k in env_keys:
@@ -618,11 +627,18 @@ def _multinode_scenario(model, cfg, records, loader_utils, rank):
                 if rank == 1:
                     section["set"] = {"tp": "2", "window.B.budget": "32KiB"}
                 cfg.additional_config = {"l2sched": section}
+            elif name == "rank1-loads-late":
+                cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION)}
             elif name == "rank1-absent" and rank == 0:
                 cfg.additional_config = {"l2sched": dict(PLUGIN_SECTION, verify=3,
                                                          agree_timeout_s=2)}
             absent = name == "rank1-absent" and rank == 1
             records.clear()
+            late = name == "rank1-loads-late"
+            if late:
+                dist.barrier()
+                if rank == 1:
+                    time.sleep(1.5)
             if not absent:
                 loader_utils.process_weights_after_loading(model, cfg.model_config,
                                                            torch.device("cpu"))
@@ -633,7 +649,8 @@ def _multinode_scenario(model, cfg, records, loader_utils, rank):
                 dist.distributed_c10d._get_default_store().delete_key(
                     f"l2sched/config/{rank}")
             inst = vllm_plugin.INSTALLED[-1] if vllm_plugin.INSTALLED else None
-            dist.barrier()  # both ranks loaded: vLLM's executor phases
+            if not late:
+                dist.barrier()  # both ranks loaded: vLLM's executor phases
             t0 = time.monotonic()
             if absent:
                 from l2sched.vllm import agreement
@@ -1024,6 +1041,11 @@ def test_issue43_configuration_on_some_ranks_turns_every_rank_off_without_waitin
                          r"(64|32)KiB'\] where rank \d \(TP rank \d/2\) has \[.*"
                          r"'window.B.budget=(32|64)KiB'\]", line), line
         assert c["seconds"] < 5.0, c
+    for r in (0, 1):  # rank 1's answer of 'other-set' was not read as this one's
+        c = by[r]["rank1-loads-late"]
+        assert c["installed"] and c["on_after"] is True, c
+        assert not [x for x in c["records"] if "prefetch OFF" in x], c["records"]
+    assert 1.0 <= by[0]["rank1-loads-late"]["seconds"] < 10.0, by[0]["rank1-loads-late"]
     c = by[0]["rank1-absent"]
     assert c["installed"] and c["on_after"] is False
     (line,) = [x for x in c["records"] if "prefetch OFF" in x]

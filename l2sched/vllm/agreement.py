@@ -27,8 +27,10 @@ does not take part:
 3. ``all_true``: the AND of one flag over the ranks, bounded the same way
    (``verify``'s agreements).
 
-Keys carry the number of ``after_capture`` calls in this process, so a
-later capture (a reload, a test's next case) never reads an earlier verdict.
+Verdicts and flags are keyed by the number of ``after_capture`` calls in
+this process, and each published answer names the capture it is for, so a
+later capture (a reload, a test's next case) never reads an earlier
+verdict, and a rank that loads late is waited for, not read stale.
 """
 
 from __future__ import annotations
@@ -144,7 +146,9 @@ def publish(rank_txt: str, cfg=None, error: str = "") -> None:
     w = world()
     if w is None:
         return
-    payload: dict[str, Any] = {"rank": rank_txt}
+    # for the next after_capture: an answer left from an earlier capture
+    # (a reload, a rank that loads late) is never read as this one's
+    payload: dict[str, Any] = {"rank": rank_txt, "generation": _state["generation"] + 1}
     if cfg is not None:
         payload["source"] = cfg.source
         payload["config"] = fingerprint(cfg)
@@ -183,13 +187,28 @@ def configured_here() -> bool:
     return bool(_state["published"])
 
 
-def _wait(w: World, keys: list[str], timeout_s: float) -> set[str]:
-    """The keys of ``keys`` present in the store after waiting at most
-    ``timeout_s`` for all of them."""
+def _current(w: World, key: str, generation: int | None) -> bool:
+    """Whether ``key`` is in the store and, for a ``generation``, holds an
+    answer of that generation or a later one (not one left from an earlier
+    capture)."""
+    if not w.store.check([key]):
+        return False
+    if generation is None:
+        return True
+    try:
+        return int(json.loads(w.store.get(key)).get("generation", 0)) >= generation
+    except (ValueError, AttributeError):
+        return False
+
+
+def _wait(w: World, keys: list[str], timeout_s: float,
+          generation: int | None = None) -> set[str]:
+    """The keys of ``keys`` present in the store (``_current`` for
+    ``generation``) after waiting at most ``timeout_s`` for all of them."""
     deadline = time.monotonic() + timeout_s
     missing = list(keys)
     while True:
-        missing = [k for k in missing if not w.store.check([k])]
+        missing = [k for k in missing if not _current(w, k, generation)]
         if not missing or time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
@@ -244,7 +263,8 @@ def after_capture(rank_of, timeout_s: float) -> Verdict:
         if not _state["published"]:
             if int(w.store.add(_COUNT, 0)) <= 0:
                 return Verdict(True)  # nobody uses l2sched here
-            w.store.set(_config_key(w.rank), json.dumps({"rank": rank_of(), "none": True}))
+            w.store.set(_config_key(w.rank), json.dumps(
+                {"rank": rank_of(), "none": True, "generation": gen}))
             peers = [r for r in range(w.size)
                      if r != w.rank and w.store.check([_config_key(r)])]
             named = []
@@ -262,7 +282,7 @@ def after_capture(rank_of, timeout_s: float) -> Verdict:
             return Verdict(False, "no configuration on this rank",
                            time.monotonic() - t0)
         keys = [_config_key(r) for r in range(w.size)]
-        present = _wait(w, keys, timeout_s)
+        present = _wait(w, keys, timeout_s, gen)
         answers = {r: json.loads(w.store.get(k)) if k in present else None
                    for r, k in enumerate(keys)}
         mine = answers[w.rank] or {}
