@@ -108,7 +108,9 @@ def command_line(args, opts) -> str:
     if args.noise_floor_us is not None:
         parts += ["--noise-floor-us", args.noise_floor_us]
     if args.model_config:
-        parts += ["--model-config", args.model_config]
+        # a shipped config by its name: its path exists only in a checkout
+        parts += ["--model-config",
+                  given_config_ref(args.model_config).shipped_name or args.model_config]
     if args.set_aside != "0":
         parts += ["--set-aside", args.set_aside]
     if args.quick:

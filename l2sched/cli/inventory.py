@@ -10,7 +10,7 @@ from typing import Sequence
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.model.adapters import adapter_of_config
-from l2sched.model.config import config_file_arg, load_model_config
+from l2sched.model.config import load_model_config, read_config_arg
 from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
 from l2sched.units import MiB, plural
 
@@ -83,8 +83,8 @@ def cmd_inventory(args) -> int:
         raise L2sUsageError(f"--tp-rank must be in 0..{args.tp - 1}, "
                             f"got {args.tp_rank}")
     try:
-        config = load_model_config(config_file_arg(args.model_config)
-                                   if args.model_config else None)
+        config = read_config_arg(args.model_config)[0] if args.model_config \
+            else load_model_config(None)
         adapter = adapter_of_config(config)
         name = args.model_config or adapter.DEFAULT_MODEL_NAME
         inv = analytical_inventory(config, args.tp, args.ep, args.tp_rank,

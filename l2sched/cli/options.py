@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from l2sched.errors import L2sInputError, L2sUsageError
 from l2sched.lang.overrides import check_override_arg
-from l2sched.model.config import config_file_arg, load_model_config
+from l2sched.model.config import read_config_arg
 from l2sched.device import load_device, profile_path
 from l2sched.lang.schedule import MAX_TOKENS_LIMIT
 
@@ -119,8 +119,10 @@ def model_config_arg(path: str | None) -> dict | None:
     """The validated config ``--model-config PATH`` names (a file, a model
     directory or a shipped config's name, ``config_file_arg``), or ``None``
     when not given (each stage then uses the schedule's ``model_config``,
-    else the adapter's embedded config). Raises ``L2sModelError``."""
-    return None if path is None else load_model_config(config_file_arg(path))
+    else the adapter's embedded config). Raises ``L2sModelError``
+    (``read_config_arg``: an unknown name is one line naming the option,
+    with the closest shipped name)."""
+    return None if path is None else read_config_arg(path)[0]
 
 
 def numbers(opt: str, text: str, kind=float) -> list:

@@ -27,7 +27,12 @@ from l2sched.device import device_names
 from l2sched.errors import DiagnosticSink, L2sError, L2sInputError, LineIndex, Span, suggest
 from l2sched.files import parse_json_text
 from l2sched.model.adapters import adapter_names, get_adapter
-from l2sched.model.config import config_file_arg, default_config, load_model_config
+from l2sched.model.config import (
+    config_file_arg,
+    config_model_mismatch,
+    default_config,
+    load_model_config,
+)
 from l2sched.model.inventory import TPSplitError, analytical_inventory
 
 #: JSON paths are tuples of keys (str) and list indices (int).
@@ -301,9 +306,16 @@ class _ModelCheck:
             rank = None
         self.model, self.tp = model, tp
         self.inventory = None
+        other = False  # a config of another model: its tensors are not this plan's
         if model_config is None and model is not None:
-            model_config = self._meta_config(model)
-        if model is not None and tp is not None and rank is not None and ep is not None:
+            model_config, other = self._meta_config(model)
+        elif model is not None:
+            wrong = config_model_mismatch(model_config, "", model, "plan")
+            if wrong:
+                rep.error(("model",), "--model-config: " + wrong)
+                other = True
+        if model is not None and tp is not None and rank is not None and ep is not None \
+                and not other:
             try:
                 config = model_config if model_config is not None else default_config(model)
                 self.inventory = analytical_inventory(config, tp=tp, ep=ep, tp_rank=rank,
@@ -327,19 +339,25 @@ class _ModelCheck:
         self.hooks = get_adapter(model).HOOKS_BY_NAME if model is not None else None
 
     def _meta_config(self, model: str):
-        """The config ``meta.model_config`` names (``compile`` records a
-        schedule's ``model_config`` there: a shipped config's name or a
-        file's absolute path), None when the plan names none; a config
-        that cannot be read is an error at that value."""
+        """``(config, other)``: the config ``meta.model_config`` names
+        (``compile`` records a schedule's ``model_config`` there: a shipped
+        config's name or a file's absolute path), None when the plan names
+        none; a config that cannot be read, or a config of another model
+        than ``model`` (``other`` True), is an error at that value."""
         name = self.get(("meta", "model_config"), str)
         if name is None:
-            return None
+            return None, False
         try:
-            return load_model_config(config_file_arg(name))
+            config = load_model_config(config_file_arg(name))
         except L2sError as e:
             self.rep.error(("meta", "model_config"), f"model config '{name}': "
                            f"{e.diagnostics[0].span}: {e.diagnostics[0].message}")
-            return None
+            return None, False
+        wrong = config_model_mismatch(config, name, model, "plan")
+        if wrong:
+            self.rep.error(("meta", "model_config"), wrong)
+            return None, True
+        return config, False
 
     def get(self, path: JsonPath, typ):
         """The value at ``path`` when it is there, of type ``typ`` and not

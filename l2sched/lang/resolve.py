@@ -27,10 +27,11 @@ from l2sched.lang.overrides import apply_override, parse_override_arg
 from l2sched.lang.schedule import DEFAULT_MAX_TOKENS, SETTING_KEYS, Schedule, Window
 from l2sched.lang.syntax import parse, read_source
 from l2sched.lang.values import fill_mode, select_layers, setting_value, size_bytes
-from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
+from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.model.config import (
     ModelConfigRef,
     config_differences,
+    config_model_mismatch,
     default_config,
     default_config_ref,
 )
@@ -188,7 +189,8 @@ def resolve(chain: list[n.ScheduleFile], overrides: Sequence[n.Override] = (),
         config, ref = _model_config(adapter, values.get("model_config"), spans,
                                     model_config, config_ref, sink)
         try:
-            kinds = list(adapter.layer_kinds(config))
+            # no config: another model's, already reported
+            kinds = list(adapter.layer_kinds(config)) if config is not None else None
         except (ValueError, KeyError, TypeError) as e:
             sink.error(f"model config: {e}", None)
 
@@ -218,13 +220,19 @@ def _model_config(adapter, named, spans: dict, given: Mapping | None,
     or None), else that line's, else the config embedded for the model. A
     line naming another model's config is an error at its value."""
     if named is not None:
-        own = adapter_of_config(named[1])
-        if own.NAME != adapter.NAME:
-            sink.error(f"model config '{named[0].name}' is a config of model {own.NAME}, "
-                       f"the schedule's model is {adapter.NAME}", spans["model_config"])
+        wrong = config_model_mismatch(named[1], named[0].name, adapter.NAME)
+        if wrong:
+            sink.error(wrong, spans["model_config"])
             named = None
     if given is not None:
         ref = given_ref or ModelConfigRef("the given config", "", "given")
+        # a config named by a command-line option (--model-config): one
+        # line naming the option, as the schedule's line gets at its value
+        wrong = config_model_mismatch(given, ref.name, adapter.NAME) \
+            if ref.origin.startswith("--") else None
+        if wrong:
+            sink.error(wrong, Span.file(ref.origin))
+            return None, None
         if named is not None:
             ref = dataclasses.replace(ref, replaced=named[0], differs=config_differences(
                 named[1], given, adapter))

@@ -29,6 +29,7 @@ from l2sched.model.config import (
     load_model_config,
     shipped_config_names,
     shipped_config_path,
+    unknown_config_message,
 )
 from l2sched.device import device_names, load_device
 from l2sched.units import FILL_MODES, UNITS
@@ -143,16 +144,17 @@ def _model_config(value: n.Scalar, sink: DiagnosticSink):
     if not is_file:
         path = shipped_config_path(text)
         if path is None:
-            names = shipped_config_names()
-            hint = suggest(text, names)
-            sink.error(f"unknown model config '{text}'{hint} (shipped: "
-                       f"{', '.join(names)}; or a file: model_config \"config.json\")",
+            sink.error(unknown_config_message(text, 'model_config "config.json"'),
                        value.span)
             return None
     else:
         where = value.span.path if value.span else ""
         base = os.path.dirname(where) if where and not where.startswith("--set") else ""
         path = text if os.path.isabs(text) else os.path.join(base, text)
+        if not os.path.exists(path) and text in shipped_config_names():
+            sink.error(f"model config file '{text}' does not exist; for the shipped "
+                       f"config write {text} without quotes", value.span)
+            return None
     try:
         config = load_model_config(path)
     except L2sError as e:

@@ -14,7 +14,7 @@ from l2sched.compiler.compile import schedule_inventory
 from l2sched.lint import rules
 from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
-from l2sched.model.config import given_config_ref, load_model_config
+from l2sched.model.config import read_config_arg
 from l2sched.device import load_device
 from l2sched.model.device_ops import check_device_ops
 
@@ -111,8 +111,7 @@ def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
     command)."""
     cfg, ref = None, None
     if model_config_path is not None:
-        ref = given_config_ref(str(model_config_path))
-        cfg = load_model_config(ref.path)
+        cfg, ref = read_config_arg(str(model_config_path))
     schedule = load_schedule(path, overrides, cfg, ref)
     inventory = schedule_inventory(schedule, cfg)
     device = device_profile or load_device(device_name or schedule.device)

@@ -24,12 +24,14 @@ from l2sched.errors import (
     Span,
     line_col,
     source_lines,
+    suggest,
 )
 from l2sched.files import note_input
 from l2sched.model.adapters import (
     DEFAULT_ADAPTER,
     ModelAdapter,
     adapter_for,
+    adapter_of_config,
     get_adapter,
     supported_architectures,
 )
@@ -165,16 +167,31 @@ def shipped_config_path(name: str) -> Path | None:
         else None
 
 
+def _is_path(text: str) -> bool:
+    """True when ``--model-config TEXT`` names a file or directory (one that
+    exists, or a value that looks like a path), not a shipped config."""
+    return os.path.exists(text) or os.sep in text or "/" in text or text.endswith(".json")
+
+
 def config_file_arg(text: str) -> str:
     """What ``--model-config TEXT`` reads: the file or model directory
     ``TEXT`` when it exists or looks like a path, else the shipped config of
     that name (``qwen3-235b-a22b``), else ``TEXT`` (``load_model_config``
-    then says there is no such file, and the error lists the shipped
-    names)."""
-    if os.path.exists(text) or os.sep in text or "/" in text or text.endswith(".json"):
+    then says there is no such file; ``read_config_arg`` says it is an
+    unknown name and lists the shipped ones)."""
+    if _is_path(text):
         return text
     shipped = shipped_config_path(text)
     return str(shipped) if shipped is not None else text
+
+
+def unknown_config_message(text: str, file_hint: str) -> str:
+    """``unknown model config 'TEXT'; did you mean '...'? (shipped: ...; or a
+    file: FILE_HINT)``: what a name that is no shipped config gets, in a
+    schedule's ``model_config`` line and in ``--model-config``."""
+    names = shipped_config_names()
+    return (f"unknown model config '{text}'{suggest(text, names)} (shipped: "
+            f"{', '.join(names)}; or a file: {file_hint})")
 
 
 @dataclass(frozen=True)
@@ -264,6 +281,37 @@ def given_config_ref(arg: str, origin: str = "--model-config") -> ModelConfigRef
     ref = ModelConfigRef(arg, config_file_arg(arg), origin)
     shipped = ref.shipped_name
     return ref if shipped is None else ModelConfigRef(shipped, ref.path, origin)
+
+
+def read_config_arg(arg: str, option: str = "--model-config"
+                    ) -> tuple[dict[str, Any], ModelConfigRef]:
+    """The validated config and its ``ModelConfigRef`` (``given_config_ref``)
+    that the command-line option ``option`` (``--model-config``) names: a
+    shipped config's name, a ``config.json`` or a model directory; the one
+    reader of the option for every command. A value that is neither a path
+    nor a shipped name is one line ``--model-config: unknown model config
+    'X'; did you mean ...``; a file's problems are reported at the file
+    (``load_model_config``). Raises ``L2sModelError``."""
+    if not _is_path(arg) and shipped_config_path(arg) is None:
+        raise L2sModelError(Diagnostic(f"{option}: " + unknown_config_message(
+            arg, "a config.json or model directory")))
+    ref = given_config_ref(arg, option)
+    return load_model_config(ref.path), ref
+
+
+def config_model_mismatch(config: Mapping[str, Any], name: str, model: str,
+                          whose: str = "schedule") -> str | None:
+    """``model config 'NAME' is a config of model X, the schedule's model is
+    Y`` when the validated ``config`` (named ``name``) is a config of
+    another model than adapter ``model`` (the adapter of its
+    ``architectures``, else of its ``model_type``: ``adapter_of_config``),
+    else None. ``name`` empty: ``the given model config``. ``whose``: what
+    has model ``model`` (``schedule``, ``plan``)."""
+    own = adapter_of_config(config).NAME
+    if own == model:
+        return None
+    what = f"model config '{name}'" if name else "the given model config"
+    return f"{what} is a config of model {own}, the {whose}'s model is {model}"
 
 
 def default_config_text(model: str = DEFAULT_ADAPTER) -> str:

@@ -90,12 +90,17 @@ def adapter_for(architecture: str | None, model_type: str | None = None
 
 def adapter_of_config(config: Mapping) -> ModelAdapter:
     """The adapter of a validated text config: the one serving its
-    ``architectures`` (``load_model_config`` records them), else
-    ``DEFAULT_ADAPTER`` (a hand-built config without them)."""
+    ``architectures`` (``load_model_config`` records them), else the one
+    serving its ``model_type`` (a config.json that names no
+    architectures), else ``DEFAULT_ADAPTER`` (a hand-built config without
+    either)."""
     for arch in config.get("architectures") or ():
         ad = adapter_for(arch)
         if ad is not None:
             return ad
+    ad = adapter_for(None, config.get("model_type"))
+    if ad is not None:
+        return ad
     return get_adapter(DEFAULT_ADAPTER)
 
 
