@@ -251,10 +251,15 @@ def test_timeline_to_a_fifo_writes_no_svg_beside_it(tmp_path, capsys):
     try:
         rc = main(["timeline", str(BASE), "-o", str(fifo)])
     finally:
-        if reader.is_alive():       # unblock the reader if nothing opened the FIFO
-            with open(fifo, "wb"):
-                pass
         reader.join(10)
+        if reader.is_alive():  # nothing opened the FIFO to write: unblock the reader
+            # non-blocking: a blocking open would wait forever for a reader
+            # that has just finished (the hang this test once had)
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            reader.join(10)
     assert rc == 0
     out = capsys.readouterr().out
     assert out == (f"wrote {fifo}\nno SVG written: {fifo} is not a regular file (the "
