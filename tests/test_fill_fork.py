@@ -101,7 +101,7 @@ def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
     plugin's summary names it."""
     from l2sched.device.provenance import fill_fork_launch
     from l2sched.vllm.config import PluginConfig
-    from l2sched.vllm.plugin import _unmeasured
+    from l2sched.vllm.summary import unmeasured_note
     measured = load_device(str(FULL_PROFILE))
     assert fill_fork_launch(measured) == "fork"
     same = unmeasured_terms(measured, 1, capture_launch="fork")
@@ -115,10 +115,10 @@ def test_a_fork_cost_measured_with_another_capture_launch_is_named_first():
     # the plugin's summary: its capture launch, else the runtime's default (fork)
     plan = SimpleNamespace(issues=[SimpleNamespace(kernel="copy")])
     sched = SimpleNamespace(kernel=None)
-    note = _unmeasured(measured, 1, plan, sched, PluginConfig("s.l2s", capture_launch="deferred"))
+    note = unmeasured_note(measured, 1, plan, sched, PluginConfig("s.l2s", capture_launch="deferred"))
     assert note.startswith("; 4 unmeasured profile terms: latency.fill_fork_us (measured "
                            "with capture launch fork, not deferred), "), note
-    assert "fill_fork" not in _unmeasured(measured, 1, plan, sched, PluginConfig("s.l2s"))
+    assert "fill_fork" not in unmeasured_note(measured, 1, plan, sched, PluginConfig("s.l2s"))
 
 
 def _small(pos: int, op: str) -> dict:

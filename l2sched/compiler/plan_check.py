@@ -7,8 +7,7 @@ twice in a layer, bytes fetched twice in a step, a fill over its budget).
 Every problem is located at ``path:line:col`` of the JSON value it is about
 (an unknown key at the key, a missing key at the object that lacks it), and
 all of a file's problems are reported in one ``L2sInputError``.
-``json_spans`` is the locator: ``json`` keeps no positions, so it scans the
-text (already accepted by ``json.loads``) once.
+``compiler.json_spans`` is the locator.
 """
 
 from __future__ import annotations
@@ -16,13 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from collections import defaultdict
 from importlib import resources
 from json.decoder import scanstring
-from json.scanner import NUMBER_RE
 from typing import Any, Mapping
 
+# json_spans and path_text are also read from here (tests/test_plan_schema.py)
+from l2sched.compiler.json_spans import JsonPath, inline_refs, json_spans, path_text  # noqa: F401
 from l2sched.device import device_names
 from l2sched.errors import DiagnosticSink, L2sError, L2sInputError, LineIndex, Span, suggest
 from l2sched.files import parse_json_text
@@ -35,99 +34,11 @@ from l2sched.model.config import (
 )
 from l2sched.model.inventory import TPSplitError, analytical_inventory
 
-#: JSON paths are tuples of keys (str) and list indices (int).
-JsonPath = tuple
-
-_WS = re.compile(r"[ \t\n\r]*")
-_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
-
-
 @functools.lru_cache(maxsize=1)
 def plan_schema() -> dict:
     """The plan's JSON Schema (package data ``l2sched/data/plan.schema.json``)."""
     return json.loads(resources.files("l2sched.data").joinpath(
         "plan.schema.json").read_text(encoding="utf-8"))
-
-
-def inline_refs(schema: dict) -> dict:
-    """``schema`` with every ``{"$ref": "#/$defs/NAME"}`` replaced by that
-    definition (the plan schema's refs are not recursive) and ``$defs``
-    dropped: the same checks, without a reference lookup per array item
-    (half of the validation time of a plan with 100,000 ranges)."""
-    defs = schema.get("$defs", {})
-
-    def walk(node):
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/") and len(node) == 1:
-                return walk(defs[ref[len("#/$defs/"):]])
-            return {k: walk(v) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    return walk(schema)
-
-
-def json_spans(text: str) -> tuple[dict, dict, list]:
-    """Positions in ``text`` (valid JSON): ``values`` maps each JSON path to
-    ``(start, end)`` character offsets of its value, ``keys`` each object
-    member's path to the offset of its key, ``dups`` lists ``(path, key
-    offset)`` of a key written twice in one object (``json.loads`` keeps the
-    last, and so do ``values``/``keys``)."""
-    values: dict = {}
-    keys: dict = {}
-    dups: list = []
-
-    def ws(i: int) -> int:
-        return _WS.match(text, i).end()
-
-    def value(i: int, path: JsonPath) -> int:
-        i = ws(i)
-        start, c = i, text[i]
-        if c == "{":
-            i, seen = ws(i + 1), set()
-            while text[i] != "}":
-                kstart = i
-                k, i = scanstring(text, i + 1)
-                if k in seen:
-                    dups.append((path + (k,), kstart))
-                seen.add(k)
-                keys[path + (k,)] = kstart
-                i = ws(value(ws(i) + 1, path + (k,)))
-                if text[i] == ",":
-                    i = ws(i + 1)
-            end = i + 1
-        elif c == "[":
-            i, n = ws(i + 1), 0
-            while text[i] != "]":
-                i = ws(value(i, path + (n,)))
-                n += 1
-                if text[i] == ",":
-                    i = ws(i + 1)
-            end = i + 1
-        elif c == '"':
-            end = scanstring(text, i + 1)[1]
-        else:
-            m = NUMBER_RE.match(text, i)
-            end = m.end() if m else i + next(
-                (len(w) for w in _LITERALS if text.startswith(w, i)), 1)
-        values[path] = (start, end)
-        return end
-
-    try:
-        value(0, ())
-    except (RecursionError, IndexError, ValueError):  # nested too deep: no positions
-        pass
-    return values, keys, dups
-
-
-def path_text(path: JsonPath) -> str:
-    """``issues[3].ranges[0].nbytes`` for ``("issues", 3, "ranges", 0, "nbytes")``."""
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
-    return out
 
 
 def _short(v: Any) -> str:
