@@ -176,9 +176,10 @@ NEEDS_TORCH = "needs torch (pip install -e '.[vllm]' or a torch wheel)\n"
     (["tp", "--dry", "--world-size", "1"], 2,
      "l2sched bench tp: error: --world-size must be >= 2, got 1\n"),
     (["tp", "--dry", "--tokens", "0"], 2,
-     "l2sched bench tp: error: --tokens must be >= 1, got 0\n"),
+     "l2sched bench tp: error: --tokens must be at least 1, got 0\n"),
     (["run", "--dry", "--tokens", "4,0"], 2,
-     "l2sched bench run: error: --tokens must be >= 1, got 0\n"),
+     # one bound for every M read (cli.options.check_token_counts), the option as written
+     "l2sched bench run: error: --tokens must be at least 1, got 4,0\n"),
 ])
 def test_bench_without_torch_or_with_bad_options(tmp_path, argv, code, err):
     assert _bench(tmp_path, *argv, no_torch=True) == (code, err)
