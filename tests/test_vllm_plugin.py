@@ -57,7 +57,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vllm_cpu import plugin_log_records, run_ranks, vllm_available  # noqa: E402
+from vllm_cpu import TINY_GLM, plugin_log_records, run_ranks, vllm_available  # noqa: E402
 
 _OK, _WHY = vllm_available()
 if not _OK:
@@ -71,23 +71,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULE = os.path.join(ROOT, "schedules", "glm53-flash-sm120-tp4.l2s")
 
 #: A tiny GLM-5.3 config: 4 layers, hidden 256, 8 experts.
-TINY = {
-    "torch_dtype": "bfloat16", "vocab_size": 1024, "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 64,
-    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
-    "n_shared_experts": 1, "n_routed_experts": 8, "num_experts_per_tok": 2,
-    "routed_scaling_factor": 2.5, "kv_lora_rank": 64, "q_lora_rank": 64,
-    "qk_rope_head_dim": 0, "qk_nope_head_dim": 32, "v_head_dim": 32,
-    "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "hidden_act": "silu",
-    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "pad_token_id": 0,
-    "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
-    "index_topk": 256, "index_head_dim": 128, "index_n_heads": 4,
-    "index_kpool": 16, "linear_head_dim": 128, "linear_num_heads": 4,
-    "linear_conv_kernel_dim": 4, "linear_lower_bound": -5.0, "hc_mult": 4,
-    "hc_eps": 1e-6, "hc_sinkhorn_iters": 20, "swiglu_limit": 10.0, "mhc": True,
-    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "mla_use_nope": True,
-    "indexer_rope_interleave": True,
-}
+TINY = dict(TINY_GLM)
 
 #: B small enough to leave a remainder for C (carry) on the tiny model.
 PLUGIN_SECTION = {"schedule": SCHEDULE, "backend": "dry-run",
@@ -332,14 +316,7 @@ def _rank_scenario(ctx):
     inst = vllm_plugin.INSTALLED[-1]
     rt = inst.runtime
     out["backend"] = type(rt).__name__
-    original_rec = rt._rec
-
-    def rec(op, wi=None, **kw):
-        original_rec(op, wi, **kw)
-        e = rt.events[-1]
-        trace.add("l2s", e.op, e.window, e.layer, e.hook, e.nbytes)
-
-    rt._rec = rec
+    vf.trace_runtime(rt, trace)
     out["plan"] = [(wi.window, wi.hook, wi.layer, wi.carried_in,
                     [(r.layer, r.tensor, r.nbytes) for r in wi.ranges])
                    for wi in inst.plan.issues]

@@ -49,6 +49,27 @@ MODELS = {
 }
 
 
+#: A tiny GLM-5.3 text config (4 layers: KDA+dense, KDA+MoE x2, MLA+MoE;
+#: hidden 256, 8 experts) for the tests that build the real tree.
+TINY_GLM = {
+    "torch_dtype": "bfloat16", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 64,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "n_shared_experts": 1, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "routed_scaling_factor": 2.5, "kv_lora_rank": 64, "q_lora_rank": 64,
+    "qk_rope_head_dim": 0, "qk_nope_head_dim": 32, "v_head_dim": 32,
+    "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "hidden_act": "silu",
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "pad_token_id": 0,
+    "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
+    "index_topk": 256, "index_head_dim": 128, "index_n_heads": 4,
+    "index_kpool": 16, "linear_head_dim": 128, "linear_num_heads": 4,
+    "linear_conv_kernel_dim": 4, "linear_lower_bound": -5.0, "hc_mult": 4,
+    "hc_eps": 1e-6, "hc_sinkhorn_iters": 20, "swiglu_limit": 10.0, "mhc": True,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "mla_use_nope": True,
+    "indexer_rope_interleave": True,
+}
+
+
 def vllm_available() -> tuple[bool, str]:
     """``(True, "")`` when ``vllm`` is importable in this interpreter, else
     ``(False, reason)``. Checks with ``importlib.util.find_spec`` only, so it

@@ -199,6 +199,19 @@ def apply_cpu_substitutions(model, trace: Trace) -> None:
     del names
 
 
+def trace_runtime(rt, trace: Trace) -> None:
+    """Make the dry-run runtime ``rt`` add each event it records to
+    ``trace`` too, as ``("l2s", op, window, layer, hook, nbytes)``."""
+    original_rec = rt._rec
+
+    def rec(op, wi=None, **kw):
+        original_rec(op, wi, **kw)
+        e = rt.events[-1]
+        trace.add("l2s", e.op, e.window, e.layer, e.hook, e.nbytes)
+
+    rt._rec = rec
+
+
 def cpu_post_load(model, model_config=None, target_device=None) -> None:
     """Stand-in for the body of vLLM's ``process_weights_after_loading`` on
     CPU (see ``SUBSTITUTIONS``): the deferred attention layers' post-load

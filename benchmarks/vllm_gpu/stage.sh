@@ -96,6 +96,13 @@ cmd_install() {
   cp benchmarks/vllm_gpu/vllm_gpu_shims.py "$D/shims/"
   printf 'Metadata-Version: 2.1\nName: vllm-gpu-shims\nVersion: 0.1\n' > "$sd/METADATA"
   printf '[vllm.general_plugins]\nvllm_gpu_shims = vllm_gpu_shims:register\n' > "$sd/entry_points.txt"
+  # The TP-emulation instrument's plugin (lab/engine_tp/plugin.py: inert unless
+  # $L2SCHED_LAB_EMULATE names a spec; `lab` is importable from $PWD).
+  local ld=$D/shims/l2sched_lab_engine_tp-0.1.dist-info
+  mkdir -p "$ld"
+  printf 'Metadata-Version: 2.1\nName: l2sched-lab-engine-tp\nVersion: 0.1\n' > "$ld/METADATA"
+  printf '[vllm.general_plugins]\nl2sched_lab_engine_tp = lab.engine_tp.plugin:register\n' \
+    > "$ld/entry_points.txt"
   # The stable-ABI shim (optional: no carried extension imports its symbols).
   local inc
   inc=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"include"))' 2>/dev/null)
@@ -105,7 +112,7 @@ cmd_install() {
   else
     echo "stage.sh: torch ABI shim not built ($(head -1 "$D/shim.log" 2>/dev/null)); not needed for GLM-5.3"
   fi
-  echo "stage.sh: installed l2sched and vllm_gpu_shims entry points"
+  echo "stage.sh: installed l2sched, vllm_gpu_shims and l2sched_lab_engine_tp entry points"
 }
 
 cmd_env() {

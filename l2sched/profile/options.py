@@ -29,6 +29,14 @@ def run_arguments(p) -> None:
     p.add_argument("--ideal-reps", type=int, default=5)
     p.add_argument("--expert-pools", type=int, default=3)
     p.add_argument("--schedule", default=SCHEDULE)
+    p.add_argument("--device-profile", default="h200", metavar="NAME_OR_FILE",
+                   help="device profile whose collective model times the idle "
+                        "intervals standing in for the all-reduces (as bench tp's; "
+                        "default h200)")
+    p.add_argument("--model-config", default=None, metavar="PATH",
+                   help="a GLM-5.3 (glm5next) config.json or its directory: layer "
+                        "count and kinds, experts, dimensions of the step (default: "
+                        "the embedded GLM-5.3-Flash config)")
     p.add_argument("--variant", action="append", default=[],
                    help="NAME:KEY=VALUE,... extra arm of the schedule with overrides "
                         "(the item join=every-layer installs it with a join at the end "

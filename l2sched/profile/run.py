@@ -65,6 +65,29 @@ from l2sched.vllm.sites import install_plan
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")
 
+
+def ar_note(profile_name: str) -> str:
+    """``AR_NOTE`` naming the device profile the idle intervals come from."""
+    return AR_NOTE.replace("the h200 device", f"the {profile_name} device")
+
+
+def step_model(args):
+    """``(config, inventory, profile)`` of the step ``args`` asks for: the
+    GLM-5.3 text config of ``--model-config`` (default: the embedded
+    GLM-5.3-Flash), its analytical TP4 rank-0 inventory and the device
+    profile of ``--device-profile`` (default ``h200``). Raises
+    ``L2sModelError`` / ``L2sInputError`` for an unreadable config or profile,
+    ``L2sUsageError`` for a config of another model (the step is GLM-shaped)."""
+    from l2sched.errors import L2sUsageError
+
+    path = getattr(args, "model_config", None)
+    cfg = load_model_config(path)
+    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
+    if inv.model != "glm5next":
+        raise L2sUsageError(f"--model-config {path}: a {inv.model} config; bench run's "
+                            "step is GLM-5.3-shaped (glm5next)")
+    return cfg, inv, load_device(getattr(args, "device_profile", None) or "h200")
+
 FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
              "i.e. the kernel's exit; a bulk prefetch kernel exits once its "
              "requests are issued, before its lines land in L2")
@@ -99,13 +122,12 @@ def run(args) -> dict:
     import torch
 
     dry = args.dry
-    cfg = load_model_config(None)
-    inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    prof = load_device("h200")
+    cfg, inv, prof = step_model(args)
     dev = "meta" if dry else "cuda"
     t0 = time.time()
     model = build_tree(inv, device=dev, expert_pools=args.expert_pools)
-    runner = StepRunner(model, prof, tokens=args.tokens[0])
+    runner = StepRunner(model, prof, tokens=args.tokens[0],
+                        top_k=int(cfg["num_experts_per_tok"]))
     cyc = runner.calibrate_sleep()
     # the lab's research runs (python -m lab bench run) add arm variants, the
     # verdict set's folder and controls on the same args
@@ -120,7 +142,9 @@ def run(args) -> dict:
     _decoy_buffers(arms, torch, dry)
     progress_stage("bench run: capturing the arms")
     out: dict[str, Any] = {
-        "kind": "l2sched bench", "note": AR_NOTE, "dry": dry,
+        "kind": "l2sched bench", "note": ar_note(prof.name), "dry": dry,
+        # the step's model: the report lints this config (default: embedded)
+        "model_config": cfg,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
         "lead_us": getattr(args, "lead_us", 0.0),
         "warmup": args.warmup, "per_op": getattr(args, "per_op", "graph"),
@@ -170,8 +194,9 @@ def _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry) -> None:
     come from timed eager steps instead and no timed graph is captured."""
     per_op = getattr(args, "per_op", "graph")
     runner.set_tokens(M)
-    rec: dict[str, Any] = {"distinct_experts": distinct_experts(M),
-                           "expert_bytes_per_layer": distinct_experts(M) * (
+    picked = runner.distinct_experts(M)
+    rec: dict[str, Any] = {"distinct_experts": picked,
+                           "expert_bytes_per_layer": picked * (
                                inv.tensor(3, "mlp.experts.routed_experts.w13_weight").bytes_per_expert
                                + inv.tensor(3, "mlp.experts.routed_experts.w2_weight").bytes_per_expert),
                            "arms": {}}

@@ -110,6 +110,24 @@ def external_event(torch):
                            "args.per_op = 'eager')") from e
 
 
+def spin_cycles_per_us(torch) -> float:
+    """The spin kernel's (``torch.cuda._sleep``) cycles per microsecond on
+    the current CUDA device at its clock now: the median of three
+    2,000,000-cycle spins timed with CUDA events, after one warm spin."""
+    n = 2_000_000
+    torch.cuda._sleep(n)  # warm
+    torch.cuda.synchronize()
+    rates = []
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(n)
+        b.record()
+        torch.cuda.synchronize()
+        rates.append(n / (a.elapsed_time(b) * 1000.0))
+    return sorted(rates)[1]
+
+
 class StepTiming:
     """The clock and the timing events of ``StepRunner`` (its base class):
     the spin kernel and its calibration, timing events (fake clock off the
@@ -122,21 +140,8 @@ class StepTiming:
 
     def calibrate_sleep(self) -> float:
         """Measure the spin kernel's cycles per microsecond (GPU clock now)."""
-        torch = self.torch
-        if not self.cuda:
-            return self.cycles_per_us
-        n = 2_000_000
-        torch.cuda._sleep(n)  # warm
-        torch.cuda.synchronize()
-        rates = []
-        for _ in range(3):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            torch.cuda._sleep(n)
-            b.record()
-            torch.cuda.synchronize()
-            rates.append(n / (a.elapsed_time(b) * 1000.0))
-        self.cycles_per_us = sorted(rates)[1]
+        if self.cuda:
+            self.cycles_per_us = spin_cycles_per_us(self.torch)
         return self.cycles_per_us
 
     def spin(self, us: float) -> None:
@@ -217,7 +222,8 @@ class StepRunner(StepTiming):
     ``side_records`` = ``[(layer, op, fills issued since the previous side
     event, ev)]``, ``start_event``, ``end_event``."""
 
-    def __init__(self, model, profile, *, tokens: int = 1, seed: int = 0):
+    def __init__(self, model, profile, *, tokens: int = 1, seed: int = 0,
+                 top_k: int = 8):
         import torch
         self.torch = torch
         self.model = model
@@ -230,6 +236,7 @@ class StepRunner(StepTiming):
         self.meta = self.device.type == "meta"
         self.cuda = self.device.type == "cuda"
         self.seed = seed
+        self.top_k = top_k
         self.timing = False
         self.in_graph = False
         self.fill_count = None
@@ -268,12 +275,21 @@ class StepRunner(StepTiming):
             if kind.mlp != "moe":
                 continue
             pool = self.model.layers[i].mlp.experts.routed_experts.w13_weight.shape[0]
-            d = min(distinct_experts(tokens), pool)
+            d = min(self.distinct_experts(tokens), pool)
             s = rng.randrange(0, pool - d + 1)
             self.expert_range[i] = (s, d)
         st = max(1, STEP_ADAPTER.core_state_bytes(tokens, self.tp) // 4)
         self.state = self._rand((st,), torch.float32)
         self._inputs = {}
+
+    def distinct_experts(self, tokens: int) -> int:
+        """Distinct routed experts a step of ``tokens`` tokens reads per MoE
+        layer (``tree.distinct_experts`` with the step's top-k and the
+        experts per layer of its inventory)."""
+        n = next((t.shape[0] for i, k in enumerate(self.inv.kinds) if k.mlp == "moe"
+                  for t in self.inv.layers[i]
+                  if t.path == "mlp.experts.routed_experts.w13_weight"), 0)
+        return distinct_experts(tokens, self.top_k, n) if n else 0
 
     def _rand(self, shape, dtype):
         torch = self.torch

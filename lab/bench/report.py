@@ -43,7 +43,7 @@ from lab.bench.verdicts import (
 from l2sched.errors import L2sInputError
 from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.lint import run_lint
-from l2sched.model.config import load_model_config
+from l2sched.model.config import load_model_config, validate_config
 from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
 
@@ -162,7 +162,11 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     Raises ``L2sInputError`` for a bad profile or controls run, ``L2sError``
     for an arm without a control there."""
     d = _read_result(result)
-    cfg = load_model_config(None)
+    cfg = d.get("model_config")  # the step's config (bench run --model-config)
+    if cfg:
+        validate_config(cfg, f"{result}: model_config")
+    else:
+        cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     prof, profile_source = _lint_profile(d, device_profile, result)
     controls = list(controls)
@@ -174,7 +178,7 @@ def report(result: str, json_out: str, md_out: str, command: str = "",
     lint = _Lint(cfg=cfg, inv=inv, prof=prof,
                  specs={a["name"]: a for a in d["arms"]},
                  scheds={a["name"]: arm_schedule(a) for a in d["arms"] if a["path"]})
-    summary = {"note": AR_NOTE, "fill_note": d.get("fill_note", FILL_NOTE),
+    summary = {"note": d.get("note", AR_NOTE), "fill_note": d.get("fill_note", FILL_NOTE),
                "verdict_rule": VERDICT_RULE, "machine": d["machine"], "command": command,
                "header": header, "replays": d["replays"], "kernel_mode_note": KERNEL_MODE_WHY,
                "device_profile": profile_source, "per_m": {}}

@@ -1,0 +1,205 @@
+"""The TP-emulation run on one GPU, step by step (each step its own process;
+a device call runs one or more of them):
+
+    python -m lab.engine_tp.session prepare DIR [--model glm5next|qwen3_moe] [--tp 4]
+        [--allreduce-from PROFILE | --allreduce-us US] [--base h200] [--util 0.85]
+    python -m lab.engine_tp.session spin-fill DIR      # GPU: the measured slowdown terms
+    python -m lab.engine_tp.session serve DIR          # GPU: auto + start-up verify
+    python -m lab.engine_tp.session verify DIR         # GPU: l2sched verify, M = 1/4/16/64
+    python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
+    python -m lab.engine_tp.session report DIR         # tables + thresholds
+
+``prepare`` (CPU) writes ``DIR/full.json`` (the TP model, cut to the layers
+whose rank weights fit the GPU share ``--util``), ``DIR/rank/config.json``
+(``shapes.rank_config``: what vLLM serves at TP1), ``DIR/emulated.toml``
+(``emulation_profile``) and ``DIR/spec.json`` (what ``plugin`` reads from
+``$L2SCHED_LAB_EMULATE``). The GPU steps need vLLM staged
+(``benchmarks/vllm_gpu/stage.sh``, which also installs ``plugin``'s entry
+point) and set ``L2SCHED_LAB_EMULATE`` and ``L2SCHED_CACHE_DIR=DIR/cache``
+for the engines they start. Engine arguments: ``benchmarks/vllm_gpu.py``'s
+(``engine_kwargs``; Qwen3-MoE with compilation mode 0, as
+``benchmarks/verify_gpu.py``). ``report`` writes ``DIR/report.json`` and
+``DIR/report.md``: per M the engine's gain (``verify``: off - on), its A/A
+noise, the bench step's gain for the same schedule (none - arm) and their
+ratio, checked against ``THRESHOLDS`` (written before the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Written before the first GPU run (issue 44), never after: what counts as
+#: the gain surviving vLLM's real layers.
+THRESHOLDS = {
+    "startup_keeps_on": "the start-up A/B (verify: 5) keeps the fitted schedule on",
+    "engine_vs_bench": 0.5,   # engine gain >= 50% of the bench gain at every M
+    "tokens_equal": "token ids identical with prefetch on, off, off again (verify)",
+}
+TOKENS = (1, 4, 16, 64)
+CONFIGS = {"glm5next": "l2sched/data/glm53-flash-config.json",
+           "qwen3_moe": "l2sched/data/qwen3-30b-a3b-config.json"}
+#: An engine's planning margin beyond its weights (``benchmarks/vllm_gpu.py``).
+ENGINE_RESERVE = 12 * 2**30
+
+
+def _env(d: Path) -> dict:
+    return {**os.environ, "L2SCHED_LAB_EMULATE": str(d / "spec.json"),
+            "L2SCHED_CACHE_DIR": str(d / "cache"), "L2SCHED_PROGRESS": "1",
+            "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
+def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
+            fixed_us: float | None, util: float, gpu_bytes: int) -> dict:
+    """Write the run's inputs into ``d`` (see the module docstring); returns
+    the spec."""
+    from l2sched.model.config import load_model_config
+    from lab.engine_tp.emulation_profile import emulation_profile_text
+    from lab.engine_tp.shapes import layers_that_fit, rank_config
+
+    full = dict(load_model_config(ROOT / CONFIGS[model]))
+    budget = int(util * gpu_bytes) - ENGINE_RESERVE
+    full["num_hidden_layers"] = layers_that_fit(full, tp, budget)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "rank").mkdir(exist_ok=True)
+    (d / "full.json").write_text(json.dumps(full, indent=1))
+    (d / "rank" / "config.json").write_text(json.dumps(rank_config(full, tp, model),
+                                                       indent=1))
+    name = f"{base}-emulating-tp{tp}"
+    (d / "emulated.toml").write_text(emulation_profile_text(
+        base, tp, name, source=source, fixed_us=fixed_us))
+    spec = {"tp": tp, "model": model, "full_config": full,
+            "device_profile": str(d / "emulated.toml"), "embedding": True,
+            "util": util, "layers": full["num_hidden_layers"]}
+    (d / "spec.json").write_text(json.dumps(spec, indent=1))
+    return spec
+
+
+def engine_kwargs(d: Path, spec: dict) -> dict:
+    """``vllm.LLM`` keyword arguments (without model and l2sched section)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vllm_gpu as VG
+
+    kw = VG.engine_kwargs({
+        "model": str(d / "rank"), "util": spec["util"], "max_model_len": 512,
+        "max_num_seqs": max(VG.CAPTURE_SIZES), "max_num_batched_tokens": 2048,
+        "capture_sizes": list(VG.CAPTURE_SIZES), "section": None})
+    if spec["model"] != "glm5next":  # GLM-5.3's backends do not apply
+        for k in ("attention_config", "kda_prefill_backend"):
+            kw.pop(k)
+        kw["compilation_config"] = {**kw["compilation_config"], "mode": 0}
+    return kw
+
+
+def serve(d: Path) -> int:
+    """One engine with ``{"schedule": "auto", "verify": 5}``; greedy token
+    ids at every M of ``TOKENS`` into ``d/serve.json``."""
+    spec = json.loads((d / "spec.json").read_text())
+    os.environ.update(_env(d))
+    from vllm import LLM, SamplingParams
+
+    kw = engine_kwargs(d, spec)
+    kw["additional_config"] = {"l2sched": {"schedule": "auto", "verify": 5,
+                                           "device": spec["device_profile"]}}
+    llm = LLM(**kw)
+    vocab = int(llm.llm_engine.model_config.hf_text_config.vocab_size)
+    out = {"tokens": {}}
+    sp = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    for m in TOKENS:
+        prompts = [{"prompt_token_ids": [(97 * (i + 1) + 13 * j) % (vocab - 200) + 100
+                                         for j in range(32)]} for i in range(m)]
+        res = llm.generate(prompts, sp, use_tqdm=False)
+        out["tokens"][str(m)] = [list(r.outputs[0].token_ids) for r in res]
+    (d / "serve.json").write_text(json.dumps(out))
+    return 0
+
+
+def verify(d: Path) -> int:
+    """``l2sched verify`` of ``auto`` on the rank model with the engine
+    arguments; its report is ``d/verify.json`` + ``.md``."""
+    spec = json.loads((d / "spec.json").read_text())
+    cmd = [sys.executable, "-m", "l2sched", "verify", str(d / "rank"), "--schedule", "auto",
+           "--device", spec["device_profile"], "--batch-size", ",".join(map(str, TOKENS)),
+           "--num-iters", "5", "--output-len", "64", "--output-json", str(d / "verify.json")]
+    for k, v in engine_kwargs(d, spec).items():
+        if k not in ("model", "load_format", "skip_tokenizer_init", "seed",
+                     "tensor_parallel_size", "worker_extension_cls"):
+            cmd += ["--engine-arg", f"{k}={json.dumps(v)}"]
+    print("session verify:", shlex.join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=ROOT, env=_env(d)).returncode
+
+
+def fitted_schedule(d: Path) -> Path | None:
+    """The ``.l2s`` file ``auto`` cached in ``d/cache`` (the newest), or None."""
+    files = sorted((d / "cache").glob("**/*.l2s"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None
+
+
+def bench(d: Path) -> int:
+    """``l2sched bench run`` of ``auto``'s schedule on the same model and
+    emulation profile, with an A/A arm; ``d/bench.json``."""
+    spec = json.loads((d / "spec.json").read_text())
+    sched = fitted_schedule(d)
+    if sched is None:
+        print("session bench: auto cached no schedule (no prefetch, or serve did not run)")
+        return 1
+    cmd = [sys.executable, "-m", "l2sched", "bench", "run", "--schedule", str(sched),
+           "--device-profile", spec["device_profile"], "--model-config",
+           str(d / "full.json"), "--tokens", ",".join(map(str, TOKENS)), "--aa",
+           "--out", str(d / "bench.json")]
+    print("session bench:", shlex.join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=ROOT, env=_env(d)).returncode
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab.engine_tp.session",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("step", choices=("prepare", "spin-fill", "serve", "verify", "bench",
+                                    "report"))
+    p.add_argument("dir")
+    p.add_argument("--model", choices=sorted(CONFIGS), default="glm5next")
+    p.add_argument("--tp", type=int, default=4)
+    p.add_argument("--base", default="h200")
+    p.add_argument("--allreduce-from", default="sm120-rtx-pro-6000-maxq")
+    p.add_argument("--allreduce-us", type=float, default=None)
+    p.add_argument("--util", type=float, default=0.85)
+    p.add_argument("--gpu-bytes", type=int, default=0,
+                   help="GPU memory (default: the current CUDA device's)")
+    a = p.parse_args(argv)
+    d = Path(a.dir).resolve()
+    if a.step == "prepare":
+        gpu = a.gpu_bytes
+        if not gpu:
+            import torch
+            gpu = torch.cuda.get_device_properties(0).total_memory
+        spec = prepare(d, a.model, a.tp, a.base, None if a.allreduce_us else
+                       a.allreduce_from, a.allreduce_us, a.util, gpu)
+        print(f"session prepare: {spec['layers']} layers of {a.model} at TP{a.tp} rank "
+              f"shapes; {d / 'emulated.toml'}")
+        return 0
+    if a.step == "spin-fill":
+        from l2sched.device import load_device
+        from lab.engine_tp.spin_fill import measure, write_measured
+        spec = json.loads((d / "spec.json").read_text())
+        prof = load_device(spec["device_profile"])
+        res = measure(prof, spec["tp"], int(spec["full_config"]["hidden_size"]))
+        (d / "spin-fill.json").write_text(json.dumps(res, indent=1))
+        written = write_measured(spec["device_profile"], res, "spin-fill.json")
+        print("session spin-fill:", json.dumps({"slowdown": written,
+                                                "errors": res["errors"]}))
+        return 0
+    if a.step == "report":
+        from lab.engine_tp.report import write_report
+        return write_report(d)
+    return {"serve": serve, "verify": verify, "bench": bench}[a.step](d)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

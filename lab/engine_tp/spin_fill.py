@@ -1,0 +1,144 @@
+"""What a fill does to an idle interval of the TP emulation: the spin kernel
+standing for an all-reduce, timed alone and with a concurrent fill of each
+fill kernel of the profile, measured on the GPU that runs the emulation.
+
+The same measurement as ``l2sched bench tp``'s collective interference
+(``profile.tp_allreduce.measure_allreduce_fill``: per message one CUDA graph
+per variant, in-graph events around the collective, the fill forked onto
+l2sched's side stream right before it, its source switched and the L2
+flushed before every replay), with the spin of the emulated all-reduce's
+time in place of the NCCL all-reduce; the slowdown per mode is
+``device.overlap.slowdown_for_extra`` of the median extra time, as
+``bench tp``'s. ``write_measured`` puts the result into the emulation's
+profile as measured ``fill.MODE.allreduce_slowdown`` terms, so ``fit`` and
+``auto`` plan on a number measured for the idle intervals they plan around.
+
+GPU only; torch is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import statistics
+
+#: Fill bytes beside the spin (MB = 10^6 B): ``bench tp``'s (``AR_FILL_MB``).
+FILL_MB = 30.0
+#: Message sizes: the all-reduce of M = 1, 16 and 64 tokens of hidden 4096 in bf16.
+MESSAGE_TOKENS = (1, 16, 64)
+
+
+def measure(profile, tp: int, hidden: int, *, rounds: int = 30,
+            policy: str = "evict_last") -> dict:
+    """``{fill_bytes, rounds, rows: [{tokens, spin_us, alone_us, modes: {mode:
+    {with_fill_us, extra_us (median), slowdown}}}], slowdown: {mode:
+    median over rows}}`` on the current GPU; ``profile``: the emulation's
+    ``DeviceProfile`` (spin length ``allreduce_us(tp, M * hidden * 2)``,
+    the fill kernels). Modes whose kernel does not compile are named in
+    ``errors``."""
+    import torch
+
+    from l2sched.profile.step import spin_cycles_per_us
+    from l2sched.profile.tp_allreduce import _FillSource, _warm_fill
+    from l2sched.device.overlap import slowdown_for_extra
+    from l2sched.profile.tp_step import CAPTURE_MODE, record_event
+    from l2sched.runtime import kernel as K
+    from l2sched.runtime.streams import side_stream
+
+    dev = torch.cuda.current_device()
+    fill_bytes = int(FILL_MB * 1e6)
+    src = _FillSource(torch, torch.device("cuda", dev), fill_bytes)
+    side, cur = side_stream(dev), torch.cuda.current_stream()
+    cycles = spin_cycles_per_us(torch)
+    out: dict = {"fill_bytes": fill_bytes, "rounds": rounds, "policy": policy,
+                 "cycles_per_us": cycles, "rows": [], "errors": {}}
+    launches = {}
+    for mode, fm in sorted(profile.fill_modes.items()):
+        try:
+            spec = K.KernelSpec(mode=mode, grid=fm.grid, threads=fm.threads,
+                                chunk=fm.chunk, stages=fm.stages, policy=policy)
+            kern = K.get_kernel(dev, spec)
+            if kern is None:
+                raise RuntimeError(K.disabled_reason() or f"{spec} did not compile")
+            kern = _warm_fill(torch, kern, src, side, cur)
+            launches[mode] = (lambda k=kern: k.launch(src.table.data_ptr(), 0, 1,
+                                                      side.cuda_stream))
+        except Exception as e:
+            out["errors"][mode] = f"{type(e).__name__}: {e}"
+    for M in MESSAGE_TOKENS:
+        spin_us = profile.allreduce_us(tp, M * hidden * 2)
+        graphs = {}
+        for name, launch in [("alone", None)] + list(launches.items()):
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, capture_error_mode=CAPTURE_MODE):
+                c = torch.cuda.current_stream()
+                e0 = record_event(torch, None, True)
+                if launch is not None:
+                    side.wait_stream(c)
+                    launch()
+                torch.cuda._sleep(max(1, int(spin_us * cycles)))
+                e1 = record_event(torch, None, True)
+                if launch is not None:
+                    c.wait_stream(side)
+            graphs[name] = (g, e0, e1)
+        times: dict = {k: [] for k in graphs}
+        order = list(graphs)
+        for r in range(rounds + 3):
+            order = order[1:] + order[:1]
+            for k in order:
+                g, e0, e1 = graphs[k]
+                src.next()
+                g.replay()
+                torch.cuda.synchronize()
+                if r >= 3:
+                    times[k].append(e0.elapsed_time(e1) * 1000.0)
+        alone = times.pop("alone")
+        row = {"tokens": M, "bytes": M * hidden * 2, "spin_us": spin_us,
+               "alone_us": statistics.median(alone), "modes": {}}
+        for mode, ts in times.items():
+            extra = statistics.median(w - a for w, a in zip(ts, alone))
+            fm = profile.fill_modes[mode]
+            row["modes"][mode] = {
+                "with_fill_us": statistics.median(ts), "extra_us": extra,
+                "slowdown": slowdown_for_extra(extra, row["alone_us"], fm.launch_us,
+                                               fill_bytes / (fm.gbps * 1e3))}
+        out["rows"].append(row)
+        del graphs
+    out["slowdown"] = {}
+    for mode in launches:
+        xs = [r["modes"][mode]["slowdown"] for r in out["rows"]
+              if r["modes"][mode]["slowdown"] is not None]
+        out["slowdown"][mode] = statistics.median(xs) if xs else 0.0
+    return out
+
+
+def write_measured(path: str, result: dict, where: str) -> dict:
+    """Write ``result["slowdown"]`` (``measure``) into the profile file at
+    ``path`` as ``fill.MODE.allreduce_slowdown``, each with a measured
+    ``[origin]`` entry (probe, today's date, ``where``: the result file).
+    Returns ``{mode: written fraction}``. Raises ``L2sInputError`` when the
+    result does not load as a profile."""
+    from pathlib import Path
+
+    from l2sched.device import load_device_text
+    from l2sched.files import write_text_atomically
+    from l2sched.profile.tp_interference import write_allreduce_slowdown
+
+    _, written, _ = write_allreduce_slowdown(
+        path, result["slowdown"], comment="lab/engine_tp/spin_fill.py: the idle spin "
+        f"with a concurrent {FILL_MB:g} MB fill ({where})")
+    today = datetime.date.today().isoformat()
+    text = Path(path).read_text(encoding="utf-8")
+    for mode in written:
+        entry = (f'"fill.{mode}.allreduce_slowdown" = {{ kind = "measured", probe = '
+                 f'"lab/engine_tp/spin_fill.py (the emulation\'s idle spin with a '
+                 f'concurrent {FILL_MB:g} MB fill)", date = "{today}", source = '
+                 f'"{where}" }}')
+        text, n = re.subn(rf'^"fill\.{mode}\.allreduce_slowdown" = .*$', entry, text,
+                          flags=re.M)
+        if n == 0:
+            text = text.rstrip("\n") + "\n" + entry + "\n"
+    load_device_text(text, path)
+    write_text_atomically(path, text, in_place=True)
+    return written
