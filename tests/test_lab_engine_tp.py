@@ -15,7 +15,8 @@ else. Then l2sched's plugin, told by the lab plugin that it runs TP rank
 0/4 of the full model, installs the SM120 TP4 schedule on the TP1 rank
 tree (its live inventory check passes: the served weights are rank 0's),
 and the fills of ``*.pre_all_reduce`` come before the idle interval and
-those of ``*.post_all_reduce`` after it.
+those of ``*.post_all_reduce`` after it. The idle placement is checked on vLLM's
+real Qwen3-MoE tree too (``tests/test_qwen3_moe_vllm.py``'s substitutions).
 """
 
 from __future__ import annotations
@@ -212,6 +213,32 @@ def _emulated_rank(ctx):
     return out
 
 
+def _qwen3_events(trace: list) -> list:
+    out = []
+    for ev in trace:
+        if ev[0] == "gemm":
+            out.append(("gemm", ev[1]))
+        elif ev[0] in ("all_reduce", "idle"):
+            out.append(("AR",) + tuple(ev[2:]))
+    return out
+
+
+def _qwen3_rank(ctx):
+    import test_qwen3_moe_vllm as qv
+
+    from lab.engine_tp.idle import install_idle
+
+    model = ctx.build()
+    qv.fill_weights(model)
+    trace: list = []
+    qv._cpu_substitutions(model, trace)
+    count = {}
+    if ctx.tp == 1:  # the emulated rank
+        count = install_idle(model, lambda site, n: trace.append(("idle", site, n))).count
+    qv._forward(model, ctx.vllm_config)
+    return (_qwen3_events(trace), dict(count)) if ctx.rank == 0 else None
+
+
 @pytest.fixture(scope="module")
 def trees():
     if not _OK:
@@ -250,3 +277,24 @@ def test_plugin_plans_for_the_emulated_rank_and_fills_keep_their_side(trees):
             prev = next(e for e in reversed(seq[:i]) if e[0] != "fill")
             assert prev[0] == "AR", (i, seq)
     assert any(e[0] == "fill" and e[1].endswith("pre_all_reduce") for e in seq), seq
+
+
+@pytest.mark.vllm
+def test_qwen3_idle_intervals_sit_where_tp4_all_reduces():
+    """The same on vLLM's real Qwen3-MoE tree (layer 0 dense, 1-3 MoE)."""
+    if not _OK:
+        pytest.skip(_WHY)
+    import test_qwen3_moe_vllm as qv
+
+    full = {**qv.TINY, "num_key_value_heads": 4, "vocab_size": 4096}
+    arch = "Qwen3MoeForCausalLM"
+    real, _ = run_ranks(_qwen3_rank, full, tp=4, device="cpu", timeout=900,
+                        architecture=arch)[0]
+    emulated, count = run_ranks(_qwen3_rank, rank_config(full, 4, "qwen3_moe"), tp=1,
+                                device="cpu", timeout=600, architecture=arch)[0]
+    assert sum(e[0] == "AR" for e in real) == 1 + 4 + 4
+    assert [e[:1] if e[0] == "AR" else e for e in emulated] == \
+        [e[:1] if e[0] == "AR" else e for e in real]
+    assert count == {"attn.all_reduce": 4, "mlp.all_reduce": 1, "moe.all_reduce": 3,
+                     "embed.all_reduce": 1}
+    assert {e[1] for e in emulated if e[0] == "AR"} == {qv.TOKENS * 256 * 2}
