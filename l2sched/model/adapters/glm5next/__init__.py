@@ -68,8 +68,6 @@ from l2sched.model.adapters.glm5next.tensors import (
     PARTLY_REPLICATED,
     REPLICATED_PATHS,
     REQUIRED_KEYS,
-    TensorSpec,
-    canonical_path,
     expert_range,
     is_replicated,
     layer_specs,
@@ -78,13 +76,13 @@ from l2sched.model.adapters.glm5next.tensors import (
 from l2sched.model.adapters.glm5next.timeline import (
     CONDITIONS,
     OP_CLASSES,
-    Op,
     condition_holds,
     consumption_order,
     core_state_bytes,
     decode_reads,
     decode_timeline,
 )
+from l2sched.model.adapters.records import Op, TensorSpec, canonical_path
 
 NAME = "glm5next"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from l2sched.attrs import resolve_path
+from l2sched.model.adapters import records
 from l2sched.model.adapters.glm5next.kinds import ATTENTION_KINDS, LayerKind
 from l2sched.model.adapters.glm5next.tensors import (
     LAZY_TENSORS,
@@ -47,12 +47,7 @@ def decoder_layers(model: Any) -> Any:
     (``.model.layers``), a ``Glm5NextForConditionalGeneration``
     (``.language_model.model.layers``), a ``Glm5NextModel`` (``.layers``), or
     ``model`` itself when it is already the list."""
-    for path in DECODER_LAYER_PATHS:
-        try:
-            return resolve_path(model, path)
-        except AttributeError:
-            continue
-    return model
+    return records.decoder_layers(model, DECODER_LAYER_PATHS)
 
 
 def live_layer_kind(layer: Any) -> LayerKind:

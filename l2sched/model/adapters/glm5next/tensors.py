@@ -6,10 +6,10 @@ paths relative to ``vllm/``). ``l2sched.model.inventory`` turns the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from l2sched.model.adapters.glm5next.kinds import LayerKind
+from l2sched.model.adapters.records import TensorSpec, divide
 
 #: Element sizes in bytes of the dtypes this model uses.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4,
@@ -52,43 +52,6 @@ LAZY_TENSORS: dict[str, tuple[str, str, str]] = {
         "model_executor/layers/attention/mla_attention.py:1347 "
         "(process_weights_after_loading)"),
 }
-
-
-def canonical_path(paths: Sequence[str]) -> str:
-    """The canonical name of a tensor reachable under several module aliases:
-    the path with the fewest components, then the lexicographically smallest.
-
-    E.g. ``self_attn.kv_b_proj.weight`` over
-    ``self_attn.mla_attn.mla_attn.kv_b_proj.weight`` and ``mlp.gate.weight``
-    over ``mlp.experts.gate.weight`` (docs/sources.md#vllm-glm5next)."""
-    return min(paths, key=lambda p: (p.count("."), p))
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Analytical facts of one tensor of one layer on one TP rank, before
-    byte counting (``l2sched.inventory`` turns it into a ``TensorEntry``):
-    ``path`` relative to the layer, ``dtype`` name, per-rank ``shape``,
-    ``replicated`` (same full tensor on every TP rank), ``replicated_rows``
-    (leading-dim rows identical on every rank, for partly replicated tensors),
-    ``lazy``, ``view_of``, ``decode_read`` and ``experts`` as in
-    ``TensorEntry``."""
-
-    path: str
-    dtype: str
-    shape: tuple[int, ...]
-    replicated: bool
-    replicated_rows: int = 0  # leading-dim rows identical on every TP rank
-    lazy: bool = False
-    view_of: str = ""
-    decode_read: bool = True
-    experts: tuple[int, int] | None = None
-
-
-def _div(a: int, b: int, what: str) -> int:
-    if a % b:
-        raise ValueError(f"{what} = {a} is not divisible by the TP size {b}")
-    return a // b
 
 
 def expert_range(n_experts: int, ep_size: int, ep_rank: int) -> tuple[int, int]:
@@ -134,8 +97,8 @@ def _kda_specs(cfg: Mapping[str, Any], dt: str, tp: int) -> list[TensorSpec]:
     h = cfg["hidden_size"]
     hd, nh, k = (cfg["linear_head_dim"], cfg["linear_num_heads"],
                  cfg["linear_conv_kernel_dim"])
-    p = _div(hd * nh, tp, "linear_head_dim*linear_num_heads")
-    nhl = _div(nh, tp, "linear_num_heads")
+    p = divide(hd * nh, tp, "linear_head_dim*linear_num_heads")
+    nhl = divide(nh, tp, "linear_num_heads")
     a = "self_attn."
     specs = [TensorSpec(a + "in_proj_qkvbfg_a.weight", dt, (3 * p + nhl + 2 * hd, h),
                         False, replicated_rows=2 * hd),
@@ -158,7 +121,7 @@ def _mla_specs(cfg: Mapping[str, Any], dt: str, tp: int) -> list[TensorSpec]:
     ql, kvl = cfg["q_lora_rank"], cfg["kv_lora_rank"]
     nope, rope, vd = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
                       cfg["v_head_dim"])
-    nl = _div(cfg["num_attention_heads"], tp, "num_attention_heads")
+    nl = divide(cfg["num_attention_heads"], tp, "num_attention_heads")
     ihd, inh = cfg["index_head_dim"], cfg["index_n_heads"]
     a = "self_attn."
     i = a + "indexer."
@@ -197,7 +160,7 @@ def _dense_specs(cfg: Mapping[str, Any], dt: str, tp: int, ep: bool,
                  tp_rank: int) -> list[TensorSpec]:
     """The dense MLP of layers 0-2 (``model.py:167-217``)."""
     h = cfg["hidden_size"]
-    inter = _div(cfg["intermediate_size"], tp, "intermediate_size")
+    inter = divide(cfg["intermediate_size"], tp, "intermediate_size")
     return [TensorSpec("mlp.gate_up_proj.weight", dt, (2 * inter, h), False),
             TensorSpec("mlp.down_proj.weight", dt, (h, inter), False)]
 
@@ -214,7 +177,7 @@ def _moe_specs(cfg: Mapping[str, Any], dt: str, tp: int, ep: bool,
                                 True))
     ns = cfg["n_shared_experts"]
     if ns:
-        si = _div(im * ns, tp, "moe_intermediate_size*n_shared_experts")
+        si = divide(im * ns, tp, "moe_intermediate_size*n_shared_experts")
         specs += [TensorSpec("mlp.shared_experts.gate_up_proj.weight", dt,
                              (2 * si, h), False),
                   TensorSpec("mlp.shared_experts.down_proj.weight", dt, (h, si),
@@ -230,7 +193,7 @@ def _moe_specs(cfg: Mapping[str, Any], dt: str, tp: int, ep: bool,
                   # non-persistent buffer (routed_experts.py:272).
                   TensorSpec(r + "_expert_map", "int32", (e,), False)]
     else:
-        ir = _div(im, tp, "moe_intermediate_size")
+        ir = divide(im, tp, "moe_intermediate_size")
         specs += [TensorSpec(r + "w13_weight", dt, (e, 2 * ir, h), False,
                              experts=(0, e)),
                   TensorSpec(r + "w2_weight", dt, (e, h, ir), False,

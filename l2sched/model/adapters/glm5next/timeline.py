@@ -5,10 +5,11 @@ file:line in the ``vllm==0.33.0`` wheel, paths relative to ``vllm/``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.glm5next.kinds import LayerKind
+from l2sched.model.adapters.records import Op
 
 #: Op classes. ``gemm``: memory-bound GEMM (weight bytes dominate at decode
 #: batch sizes). ``small``: latency-bound small kernel (norms, mHC mixes,
@@ -53,32 +54,6 @@ def condition_holds(condition: str, layer: int, n_layers: int, tp: int,
         "layer==0": layer == 0, "layer>0": layer > 0,
         "layer==last": layer == n_layers - 1,
     }[condition]
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation of a layer's decode step.
-
-    ``name`` is unique within a layer kind; ``cls`` is in ``OP_CLASSES``;
-    ``reads`` lists the weight tensors it reads (inventory paths relative to
-    the layer; a tensor absent from a given config is ignored);
-    ``hooks_before``/``hooks_after`` are the hook points (``HOOKS``) that fire
-    right before / after it; ``stream`` is ``main`` or ``aux``;
-    ``eager_break`` is True when the op runs inside an
-    ``eager_break_during_capture`` region; ``condition`` is in ``CONDITIONS``;
-    ``source`` is the vLLM file:line.
-    """
-
-    name: str
-    cls: str
-    description: str
-    source: str
-    reads: tuple[str, ...] = ()
-    hooks_before: tuple[str, ...] = ()
-    hooks_after: tuple[str, ...] = ()
-    stream: str = "main"
-    eager_break: bool = False
-    condition: str = ""
 
 
 _M = "models/glm5next/common/"
@@ -252,22 +227,13 @@ def decode_timeline(kind: LayerKind) -> tuple[Op, ...]:
 
 def consumption_order(kind: LayerKind, paths: Sequence[str]) -> list[str]:
     """``paths`` (tensors of one layer of ``kind``) in decode consumption
-    order: each tensor at the first ``Op`` of ``decode_timeline(kind)`` that
-    reads it; tensors no op reads (not read in decode, e.g. the
-    ``q/k/v_conv1d`` params and ``kv_b_proj.weight``, read only through its
-    views) follow, in the given order."""
-    present = set(paths)
-    out: list[str] = []
-    seen: set[str] = set()
-    for op in decode_timeline(kind):
-        for p in op.reads:
-            if p in present and p not in seen:
-                out.append(p)
-                seen.add(p)
-    out.extend(p for p in paths if p not in seen)
-    return out
+    order (``records.consumption_order`` over ``decode_timeline(kind)``);
+    tensors no op reads (not read in decode, e.g. the ``q/k/v_conv1d``
+    params and ``kv_b_proj.weight``, read only through its views) follow, in
+    the given order."""
+    return records.consumption_order(decode_timeline(kind), paths)
 
 
 def decode_reads(kind: LayerKind) -> set[str]:
     """Every tensor path some op of ``decode_timeline(kind)`` reads."""
-    return {p for op in decode_timeline(kind) for p in op.reads}
+    return records.decode_reads(decode_timeline(kind))

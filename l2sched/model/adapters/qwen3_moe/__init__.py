@@ -60,8 +60,6 @@ from l2sched.model.adapters.qwen3_moe.tensors import (
     OPTIONAL_KEYS,
     REPLICATED_PATHS,
     REQUIRED_KEYS,
-    TensorSpec,
-    canonical_path,
     expert_range,
     is_replicated,
     layer_specs,
@@ -70,13 +68,13 @@ from l2sched.model.adapters.qwen3_moe.tensors import (
 from l2sched.model.adapters.qwen3_moe.timeline import (
     CONDITIONS,
     OP_CLASSES,
-    Op,
     condition_holds,
     consumption_order,
     core_state_bytes,
     decode_reads,
     decode_timeline,
 )
+from l2sched.model.adapters.records import Op, TensorSpec, canonical_path
 
 NAME = "qwen3_moe"
 

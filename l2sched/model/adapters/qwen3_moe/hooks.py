@@ -20,23 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from l2sched.model.adapters.qwen3_moe.kinds import LayerKind
+from l2sched.model.adapters.records import Install
 
 #: The graph modes (``l2sched.units.GRAPH_MODES``) whose Python runs a
 #: Qwen3-MoE hook (module docstring).
 HOOK_GRAPH_MODES = ("eager", "full")
-
-
-@dataclass(frozen=True)
-class Install:
-    """How a hook point is installed (``protocol.InstallLike``):
-    ``mechanism`` (``forward_pre_hook``, ``forward_hook``, ``wrap_before``,
-    ``wrap_after``) on ``target`` (attribute path from ``model.layers.{i}``;
-    ``""`` = the layer), relying on the vLLM ``source`` file:line."""
-
-    mechanism: str
-    target: str
-    source: str
-    note: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from l2sched.attrs import resolve_path
+from l2sched.model.adapters import records
 from l2sched.model.adapters.qwen3_moe.kinds import GQA_DENSE, GQA_MOE, LayerKind
 from l2sched.model.adapters.qwen3_moe.tensors import (
     TensorSpec,
@@ -36,12 +36,7 @@ PIPELINE_PARALLEL_REFUSAL = ""
 def decoder_layers(model: Any) -> Any:
     """The decoder-layer ``ModuleList`` of a ``Qwen3MoeForCausalLM`` or a
     ``Qwen3MoeModel``, or ``model`` itself when it is already the list."""
-    for path in DECODER_LAYER_PATHS:
-        try:
-            return resolve_path(model, path)
-        except AttributeError:
-            continue
-    return model
+    return records.decoder_layers(model, DECODER_LAYER_PATHS)
 
 
 def live_layer_kind(layer: Any) -> LayerKind:

@@ -7,10 +7,10 @@ reads is a parameter or buffer of the constructed model."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from l2sched.model.adapters.qwen3_moe.kinds import LayerKind
+from l2sched.model.adapters.records import TensorSpec, divide
 
 #: Element sizes in bytes of the dtypes the model's tensors use.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4,
@@ -33,33 +33,6 @@ OPTIONAL_KEYS: dict[str, tuple[type | None, ...]] = {
     "shared_expert_intermediate_size": (int, None), "hidden_act": (str, None),
     "torch_dtype": (str, None), "dtype": (str, None),
 }
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Analytical facts of one tensor of one layer on one TP rank, before
-    byte counting (``model.inventory`` turns it into a ``TensorEntry``):
-    ``path`` relative to the layer, ``dtype`` name, per-rank ``shape``,
-    ``replicated`` (same full tensor on every TP rank), and ``lazy``,
-    ``view_of``, ``decode_read``, ``experts`` as in ``TensorEntry``
-    (``replicated_rows``, ``lazy`` and ``view_of`` are never used by
-    Qwen3-MoE; they are members of ``protocol.TensorSpecLike``)."""
-
-    path: str
-    dtype: str
-    shape: tuple[int, ...]
-    replicated: bool
-    replicated_rows: int = 0
-    lazy: bool = False
-    view_of: str = ""
-    decode_read: bool = True
-    experts: tuple[int, int] | None = None
-
-
-def _div(a: int, b: int, what: str) -> int:
-    if a % b:
-        raise ValueError(f"{what} = {a} is not divisible by the TP size {b}")
-    return a // b
 
 
 def model_dtype(cfg: Mapping[str, Any]) -> str:
@@ -85,7 +58,7 @@ def kv_heads_per_rank(cfg: Mapping[str, Any], tp: int) -> int:
     neither divides the other."""
     kv = cfg["num_key_value_heads"]
     if kv >= tp:
-        return _div(kv, tp, "num_key_value_heads")
+        return divide(kv, tp, "num_key_value_heads")
     if tp % kv:
         raise ValueError(f"the TP size {tp} is not a multiple of "
                          f"num_key_value_heads = {kv}")
@@ -112,7 +85,7 @@ def layer_specs(cfg: Mapping[str, Any], kind: LayerKind, tp: int, ep: bool,
     ``ValueError`` when a dimension does not split at ``tp``."""
     dt = model_dtype(cfg)
     h, hd = cfg["hidden_size"], head_dim(cfg)
-    nq = _div(cfg["num_attention_heads"], tp, "num_attention_heads")
+    nq = divide(cfg["num_attention_heads"], tp, "num_attention_heads")
     nkv = kv_heads_per_rank(cfg, tp)
     a = "self_attn."
     qkv = (nq + 2 * nkv) * hd
@@ -131,10 +104,10 @@ def layer_specs(cfg: Mapping[str, Any], kind: LayerKind, tp: int, ep: bool,
               TensorSpec(a + "k_norm.weight", dt, (hd,), True)]
     mlp = _moe_specs(cfg, dt, tp, ep, tp_rank) if kind.mlp == "moe" else [
         TensorSpec("mlp.gate_up_proj.weight", dt,
-                   (2 * _div(cfg["intermediate_size"], tp, "intermediate_size"), h),
+                   (2 * divide(cfg["intermediate_size"], tp, "intermediate_size"), h),
                    False),
         TensorSpec("mlp.down_proj.weight", dt,
-                   (h, _div(cfg["intermediate_size"], tp, "intermediate_size")),
+                   (h, divide(cfg["intermediate_size"], tp, "intermediate_size")),
                    False)]
     # RMSNorms of the decoder layer (qwen3_moe.py:406-409).
     return specs + mlp + [TensorSpec("input_layernorm.weight", dt, (h,), True),
@@ -162,7 +135,7 @@ def _moe_specs(cfg: Mapping[str, Any], dt: str, tp: int, ep: bool,
             # Global -> local expert id map (-1 = not on this rank), a
             # non-persistent buffer (fused_moe/routed_experts.py:272).
             TensorSpec(r + "_expert_map", "int32", (e,), False)]
-    ir = _div(im, tp, "moe_intermediate_size")
+    ir = divide(im, tp, "moe_intermediate_size")
     return specs + [
         TensorSpec(r + "w13_weight", dt, (e, 2 * ir, h), False, experts=(0, e)),
         TensorSpec(r + "w2_weight", dt, (e, h, ir), False, experts=(0, e))]
@@ -188,11 +161,3 @@ def is_replicated(path: str) -> bool:
     (``REPLICATED_PATHS``)."""
     return any(path == r or (r.endswith(".") and path.startswith(r))
                for r in REPLICATED_PATHS)
-
-
-def canonical_path(paths: Sequence[str]) -> str:
-    """The one name of a tensor reachable under several module aliases: the
-    path with the fewest components, then the lexicographically smallest
-    (``mlp.gate.weight`` over ``mlp.experts.gate.weight``: the MoE runner
-    holds the block's gate, ``qwen3_moe.py:203-205``)."""
-    return min(paths, key=lambda p: (p.count("."), p))

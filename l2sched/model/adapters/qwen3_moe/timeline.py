@@ -5,10 +5,11 @@ in the ``vllm==0.33.0`` wheel, paths relative to ``vllm/``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.qwen3_moe.kinds import LayerKind
+from l2sched.model.adapters.records import Op
 
 #: Op classes (the same classes as every adapter's: ``protocol.OpLike``).
 OP_CLASSES = ("gemm", "small", "attention_core", "collective", "expert_stream",
@@ -48,26 +49,6 @@ def core_state_bytes(tokens: int, tp: int) -> int:
     ``KV_BYTES_PER_TOKEN_HEAD``."""
     return tokens * CONTEXT_TOKENS * max(1, KV_HEADS // max(1, tp)) * \
         KV_BYTES_PER_TOKEN_HEAD
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation of a layer's decode step (``protocol.OpLike``): ``name``
-    unique within a kind, ``cls`` in ``OP_CLASSES``, ``reads`` (tensor paths;
-    absent ones ignored), ``hooks_before``/``hooks_after``, ``stream``,
-    ``eager_break``, ``condition`` in ``CONDITIONS``, ``source`` (vLLM
-    file:line)."""
-
-    name: str
-    cls: str
-    description: str
-    source: str
-    reads: tuple[str, ...] = ()
-    hooks_before: tuple[str, ...] = ()
-    hooks_after: tuple[str, ...] = ()
-    stream: str = "main"
-    eager_break: bool = False
-    condition: str = ""
 
 
 _Q = "model_executor/models/qwen3_moe.py:"
@@ -152,16 +133,12 @@ def decode_timeline(kind: LayerKind) -> tuple[Op, ...]:
 
 def consumption_order(kind: LayerKind, paths: Sequence[str]) -> list[str]:
     """``paths`` (tensors of one layer of ``kind``) in decode consumption
-    order: each tensor at the first ``Op`` of ``decode_timeline(kind)`` that
-    reads it; tensors no op reads (the Attention layer's scalar scales)
-    follow, in the given order."""
-    present = set(paths)
-    out: list[str] = []
-    for op in decode_timeline(kind):
-        out += [p for p in op.reads if p in present and p not in out]
-    return out + [p for p in paths if p not in out]
+    order (``records.consumption_order`` over ``decode_timeline(kind)``);
+    tensors no op reads (the Attention layer's scalar scales) follow, in the
+    given order."""
+    return records.consumption_order(decode_timeline(kind), paths)
 
 
 def decode_reads(kind: LayerKind) -> set[str]:
     """Every tensor path some op of ``decode_timeline(kind)`` reads."""
-    return {p for op in decode_timeline(kind) for p in op.reads}
+    return records.decode_reads(decode_timeline(kind))
