@@ -21,6 +21,7 @@ from l2sched.model.adapters.protocol import ModelAdapter, missing_members
 
 #: adapter name (as written after ``model`` in a schedule) -> module path.
 ADAPTERS: dict[str, str] = {
+    "deepseek_v4": "l2sched.model.adapters.deepseek_v4",
     "glm5next": "l2sched.model.adapters.glm5next",
     "qwen3_moe": "l2sched.model.adapters.qwen3_moe",
 }

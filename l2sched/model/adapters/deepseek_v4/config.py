@@ -1,0 +1,108 @@
+"""DeepSeek-V4 config facts beyond the keys the inventory reads: the
+embedded config, the sanity bounds of integer keys, the checks of what the
+adapter does not model (``validate_config``), routing, and the config of a
+model made of a subset of the layers (``subset_config``, the fit's
+surrogate)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Callable, Mapping, Sequence
+
+from l2sched.model.adapters.deepseek_v4.kinds import RATIO_KIND
+from l2sched.model.adapters.deepseek_v4.tensors import model_dtype
+
+#: The config embedded for this adapter (package data of ``l2sched.data``;
+#: source and cross-check in ``deepseek-v4-flash-config.md`` next to it).
+DEFAULT_CONFIG = "deepseek-v4-flash-config.json"
+DEFAULT_MODEL_NAME = "DeepSeek-V4-Flash"
+
+#: ``(lowest, highest)`` of integer config keys: sanity limits far above any
+#: real model, so that a typo is an error naming the key. ``num_hash_layers``
+#: may be 0 (no hash-routed layer). Unlisted keys take
+#: ``(1, model.config.MAX_DIM)``.
+CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 4096), "num_hash_layers": (0, 4096),
+    "n_routed_experts": (1, 65536), "num_experts_per_tok": (1, 65536),
+    "n_shared_experts": (0, 64), "hc_mult": (1, 64), "o_groups": (1, 1024),
+    "vision_n_layers": (0, 4096),
+}
+
+
+def default_config_text() -> str:
+    """Text of the embedded DeepSeek-V4-Flash config (``DEFAULT_CONFIG`` in
+    ``l2sched/data``; its source in the ``.md`` next to it)."""
+    return resources.files("l2sched.data").joinpath(DEFAULT_CONFIG).read_text(
+        encoding="utf-8")
+
+
+def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
+    """DeepSeek-V4's own checks of a config with every required key present
+    and typed, each problem reported as ``err(key, message)``: a
+    quantization the inventory models (none, or ``fp8`` blocks with MXFP4
+    experts: ``expert_dtype`` ``fp4``; the FP8-expert Flash-Base and NVFP4
+    experts have other byte counts), a float dtype, SiLU
+    (``nvidia/model.py:169-172``), no vision layers (their ``bias_vl`` is
+    not modelled), top-k within the experts, ``o_groups`` dividing the
+    heads, and one known compress ratio per layer."""
+    q = config.get("quantization_config")
+    if q is not None:
+        method = q.get("quant_method")
+        if method not in ("fp8", "deepseek_v4_fp8") or q.get("moe_quant_algo"):
+            err("quantization_config", f"quant_method {method!r}"
+                + (f" with moe_quant_algo {q['moe_quant_algo']!r}"
+                   if q.get("moe_quant_algo") else "")
+                + " is not modelled (fp8 blocks with MXFP4 experts, or none)")
+        blk = q.get("weight_block_size")
+        if not (isinstance(blk, list) and len(blk) == 2
+                and all(isinstance(b, int) and b > 0 for b in blk)):
+            err("quantization_config", f"weight_block_size must be two positive "
+                f"integers, got {blk!r}")
+        if (config.get("expert_dtype") or "fp4") != "fp4":
+            err("expert_dtype", f"{config['expert_dtype']!r} experts are not "
+                "modelled (fp4: MXFP4)")
+    dt = model_dtype(config)
+    if dt not in ("bfloat16", "float16", "float32"):
+        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
+        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    act = config.get("hidden_act") or "silu"
+    if act != "silu":
+        err("hidden_act", f"{act!r} is not supported (vLLM's DeepSeek-V4 runs "
+            "silu only)")
+    if config.get("vision_n_layers"):
+        err("vision_n_layers", "vision checkpoints are not modelled")
+    e, k = config["n_routed_experts"], config["num_experts_per_tok"]
+    if k > e:
+        err("num_experts_per_tok", f"must be at most n_routed_experts = {e}, got {k}")
+    nh, g = config["num_attention_heads"], config["o_groups"]
+    if nh % g:
+        err("o_groups", f"{g} does not divide num_attention_heads = {nh}")
+    for i, r in enumerate(config["compress_ratios"][:config["num_hidden_layers"]]):
+        if isinstance(r, bool) or r not in RATIO_KIND:
+            err("compress_ratios", f"compress_ratios[{i}] = {r!r} is not "
+                "modelled (0, 4 or 128)")
+            break
+
+
+def routing(config: Mapping[str, Any]) -> tuple[int, int]:
+    """``(experts per token, routed experts)`` of a validated config:
+    ``num_experts_per_tok`` and ``n_routed_experts``."""
+    return int(config["num_experts_per_tok"]), int(config["n_routed_experts"])
+
+
+def subset_config(config: Mapping[str, Any], kinds: Sequence, keep: Sequence[int]) -> dict:
+    """The text config of the model made of layers ``keep`` of ``config``
+    (``kinds``: the ``LayerKind`` of every layer of the full model): its
+    ``num_hidden_layers``, the kept layers' ``compress_ratios``, and
+    ``num_hash_layers`` = the kept hash layers, which must come first (as
+    they do in the full model)."""
+    ratio = {v: r for r, v in RATIO_KIND.items()}
+    hashed = [kinds[i].mlp == "hash" for i in keep]
+    n_hash = sum(hashed)
+    if hashed != [True] * n_hash + [False] * (len(keep) - n_hash):
+        raise ValueError("the kept hash-routed layers must come before the others")
+    out = dict(config)
+    out["num_hidden_layers"] = len(keep)
+    out["compress_ratios"] = [ratio[kinds[i].attention] for i in keep]
+    out["num_hash_layers"] = n_hash
+    return out

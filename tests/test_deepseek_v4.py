@@ -1,0 +1,216 @@
+"""The DeepSeek-V4 adapter without vLLM: the public config and the
+registry, layer kinds, per-rank inventories at TP 1/2/4/8 with and without
+EP, the timeline and hook catalogue against the inventory, the generated
+hooks document, and the hand-written H200 TP1 schedule through check,
+lint and compile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from l2sched.cli import main
+from l2sched.cli.docs import hooks_md_text
+from l2sched.errors import L2sModelError
+from l2sched.model.adapters import adapter_of_config, get_adapter
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import TPSplitError, analytical_inventory
+from l2sched.units import MiB
+
+ROOT = Path(__file__).resolve().parent.parent
+FLASH = ROOT / "l2sched" / "data" / "deepseek-v4-flash-config.json"
+HAND = "schedules/deepseek-v4-h200-tp1.l2s"
+AD = get_adapter("deepseek_v4")
+
+
+def _config(tmp_path, **changes) -> str:
+    cfg = json.loads(FLASH.read_text("utf-8"))
+    cfg.update(changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg, indent=1), "utf-8")
+    return str(path)
+
+
+def test_the_public_config_and_the_registry():
+    """The shipped file is the 1,749 bytes its source recorded, with the
+    values the .md's cross-check lists; the registry serves it from its
+    architectures and model_type."""
+    assert len(FLASH.read_bytes()) == 1749
+    cfg = load_model_config(FLASH)
+    assert adapter_of_config(cfg).NAME == "deepseek_v4"
+    assert adapter_of_config({"model_type": "deepseek_v4"}).NAME == "deepseek_v4"
+    assert load_model_config(None, "deepseek_v4")["num_hidden_layers"] == 43
+    assert {k: cfg[k] for k in ("hidden_size", "num_attention_heads", "head_dim",
+                                "q_lora_rank", "o_groups", "o_lora_rank",
+                                "n_routed_experts", "num_experts_per_tok",
+                                "moe_intermediate_size", "hc_mult", "num_hash_layers")
+            } == {"hidden_size": 4096, "num_attention_heads": 64, "head_dim": 512,
+                  "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024,
+                  "n_routed_experts": 256, "num_experts_per_tok": 6,
+                  "moe_intermediate_size": 2048, "hc_mult": 4, "num_hash_layers": 3}
+    assert AD.routing(cfg) == (6, 256)
+
+
+def test_layer_kinds_from_compress_ratios_and_hash_layers(tmp_path):
+    kinds = [str(k) for k in AD.layer_kinds(load_model_config(FLASH))]
+    assert kinds[:5] == ["swa+hash", "swa+hash", "csa+hash", "hca+moe", "csa+moe"]
+    assert kinds[3::2] == ["hca+moe"] * 20 and kinds[4::2] == ["csa+moe"] * 20
+    cfg = load_model_config(_config(tmp_path, num_hash_layers=0))
+    assert {str(k) for k in AD.layer_kinds(cfg)[:2]} == {"swa+moe"}
+    sub = AD.subset_config(load_model_config(FLASH), AD.layer_kinds(cfg), [1, 3, 4])
+    assert [str(k) for k in AD.layer_kinds(sub)] == ["swa+moe", "hca+moe", "csa+moe"]
+    for i, bad in ((5, 16), (7, True)):
+        ratios = json.loads(FLASH.read_text("utf-8"))["compress_ratios"]
+        ratios[i] = bad
+        with pytest.raises(L2sModelError, match=rf"compress_ratios\[{i}\] = {bad}"):
+            load_model_config(_config(tmp_path, compress_ratios=ratios))
+    with pytest.raises(L2sModelError, match="43 layers"):
+        load_model_config(_config(tmp_path, compress_ratios=[0] * 40))
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("ep", [False, True])
+def test_inventory_per_rank(tp, ep):
+    """Every rank at every TP degree: the attention's TP-split projections
+    and the replicated rest, FP8 weights with one e8m0 scale per 128x128
+    block, the MXFP4 experts split by TP or EP; the split tensors summed over
+    the ranks give the TP1 tensor."""
+    cfg = load_model_config(FLASH)
+    one = analytical_inventory(cfg, 1, False)
+    split = ("attn.wq_b.weight", "attn.wo_a.weight", "attn.wo_b.weight",
+             "ffn.shared_experts.gate_up_proj.weight",
+             "ffn.experts.routed_experts.w13_weight",
+             "ffn.experts.routed_experts.w2_weight_scale")
+    sums = dict.fromkeys(split, 0)
+    for rank in range(tp):
+        inv = analytical_inventory(cfg, tp, ep, rank)
+        t = lambda path, layer=2: inv.tensor(layer, path)  # noqa: E731 (csa+hash)
+        assert t("attn.fused_wqa_wkv.weight").shape == (1536, 4096)
+        assert t("attn.fused_wqa_wkv.weight").replicated
+        assert t("attn.wq_b.weight").shape == (64 * 512 // tp, 1024)
+        assert t("attn.wq_b.weight_scale_inv").shape == (256 // tp, 8)
+        assert t("attn.wq_b.weight_scale_inv").dtype == "float8_e8m0fnu"
+        assert t("attn.wo_a.weight").shape == (8192 // tp, 4096)
+        assert t("attn.wo_b.weight").shape == (4096, 8192 // tp)
+        assert t("attn.attn_sink").shape == (64,)  # FlashMLA pads to 64 heads
+        assert t("attn.indexer.wq_b.weight").shape == (8192, 1024)
+        assert t("attn.indexer.compressor.ape").shape == (4, 256)
+        assert t("attn.compressor.fused_wkv_wgate.weight").shape == (2048, 4096)
+        assert inv.tensor(3, "attn.compressor.ape").shape == (128, 512)  # hca
+        assert t("hc_attn_fn").shape == (24, 16384) and t("hc_attn_fn").nbytes == \
+            24 * 16384 * 4
+        assert t("ffn.gate.tid2eid").shape == (129280, 6)
+        assert not t("ffn.gate.tid2eid").decode_read
+        assert inv.tensor(3, "ffn.gate.e_score_correction_bias").shape == (256,)
+        assert t("ffn.shared_experts.down_proj.weight").shape == (4096, 2048 // tp)
+        w13 = t("ffn.experts.routed_experts.w13_weight")
+        if ep and tp > 1:
+            assert w13.experts == (256 // tp * rank, 256 // tp * (rank + 1))
+            assert w13.shape == (256 // tp, 4096, 2048)
+        else:
+            assert w13.experts == (0, 256) and w13.shape == (256, 4096 // tp, 2048)
+        for p in split:
+            sums[p] += t(p).nbytes
+    assert sums == {p: one.tensor(2, p).nbytes for p in split}
+    # the TP1 csa+moe layer: 3,606,627,096 B, of which the MXFP4 experts
+    # (256 x (2048 x 4096 + 4096 x 1024) x 17/16 B) are 3,264 MiB
+    assert one.layer_bytes(4) - one.layer_bytes(4, routed=False) == 3264 * MiB
+    per_expert = 3 * 2048 * 4096 // 2 * 17 // 16
+    assert one.tensor(4, "ffn.experts.routed_experts.w13_weight").bytes_per_expert + \
+        one.tensor(4, "ffn.experts.routed_experts.w2_weight").bytes_per_expert + \
+        one.tensor(4, "ffn.experts.routed_experts.w13_weight_scale").bytes_per_expert \
+        + one.tensor(4, "ffn.experts.routed_experts.w2_weight_scale").bytes_per_expert \
+        == per_expert
+    if ep and tp > 1:
+        assert inv.tensor(0, "ffn.experts.routed_experts._expert_map").shape == (256,)
+
+
+def test_bf16_config_and_what_is_refused(tmp_path):
+    cfg = load_model_config(_config(tmp_path, quantization_config=None))
+    inv = analytical_inventory(cfg, 2, False)
+    wq_b = inv.tensor(0, "attn.wq_b.weight")
+    assert wq_b.dtype == "bfloat16" and wq_b.nbytes == 16384 * 1024 * 2
+    assert inv.tensor(0, "ffn.experts.routed_experts.w2_weight").shape == \
+        (256, 4096, 1024)
+    assert not any(t.path.endswith("_scale_inv") for t in inv.layers[0])
+    for key, value, needle in (
+            ("expert_dtype", "fp8", "'fp8' experts are not modelled"),
+            ("hidden_act", "gelu", "not supported"),
+            ("vision_n_layers", 2, "vision checkpoints are not modelled"),
+            ("num_experts_per_tok", 300, "must be in 1..256"),
+            ("o_groups", 7, "does not divide"),
+            ("quantization_config", {"quant_method": "awq"}, "'awq' is not modelled")):
+        with pytest.raises(L2sModelError, match=needle):
+            load_model_config(_config(tmp_path, **{key: value}))
+    with pytest.raises(TPSplitError, match="num_attention_heads = 64 is not divisible"):
+        analytical_inventory(load_model_config(FLASH), 3, False)
+    with pytest.raises(TPSplitError, match="o_groups = 8 is not divisible"):
+        analytical_inventory(load_model_config(FLASH), 16, False)
+
+
+@pytest.mark.parametrize("kind", ["swa+hash", "csa+hash", "hca+moe", "csa+moe"])
+def test_timeline_and_hooks_match_the_inventory(kind):
+    """Every hook fires once, in catalogue order; every tensor a decode step
+    reads is read by some op, and every path an op reads exists in some
+    configuration (TP, EP, BF16)."""
+    k = next(x for x in AD.ALL_KINDS if str(x) == kind)
+    ops = AD.decode_timeline(k)
+    assert len({op.name for op in ops}) == len(ops)
+    fired = [h for op in ops for h in (*op.hooks_before, *op.hooks_after)]
+    assert sorted(fired) == sorted(h.name for h in AD.HOOKS if h.exists_in(k))
+    orders = [AD.HOOKS_BY_NAME[h].order for h in fired]
+    assert orders == sorted(orders)
+    assert [op.name for op in ops if op.eager_break] == ["attn.core"]
+    cfg = load_model_config(FLASH)
+    layer = [str(x) for x in AD.layer_kinds(cfg)].index(kind)
+    reads = {p for op in ops for p in op.reads}
+    for ep in (False, True):
+        have = {t.path: t for t in analytical_inventory(cfg, 2, ep).layers[layer]}
+        assert {p for p, t in have.items() if t.decode_read} <= reads
+        assert {p for p, t in have.items() if not t.decode_read} <= {"ffn.gate.tid2eid"}
+        missing = reads - set(have)
+        assert missing <= {"ffn.experts.routed_experts._expert_map",
+                           "ffn.gate.e_score_correction_bias",
+                           "attn.compressor.fused_wkv_wgate.weight_scale_inv",
+                           "attn.indexer.weights_proj.weight_scale_inv",
+                           "attn.indexer.compressor.fused_wkv_wgate.weight_scale_inv"}
+    order = AD.consumption_order(k, list(have))
+    assert order[0] == "hc_attn_fn" and order[-1] == (
+        "ffn.gate.tid2eid" if k.mlp == "hash" else order[-1])
+
+
+def test_core_state_bytes_scale_with_tokens():
+    assert AD.core_state_bytes(1, 1) == 640 * 584
+    assert AD.core_state_bytes(4, 8) == 4 * AD.core_state_bytes(1, 1)
+
+
+def test_hooks_document_is_generated():
+    text = (ROOT / "docs" / "hooks-deepseek_v4.md").read_text("utf-8")
+    assert text == hooks_md_text("deepseek_v4"), \
+        "run `l2sched docs hooks --model deepseek_v4`"
+    for h in AD.HOOKS:
+        assert f"`{h.name}`: `{h.install.source}`" in text
+
+
+def _run(capsys, *args) -> tuple[int, str]:
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_inventory_command(capsys):
+    rc, out = _run(capsys, "inventory", "--model-config", "deepseek-v4-flash",
+                   "--tp", "8", "--ep", "--tp-rank", "7")
+    assert rc == 0, out
+    assert "(deepseek_v4): 43 decoder layers, TP8 + EP, tensors of TP rank 7" in out
+    assert "hca+moe: 20 layers: 3,5,7," in out
+    assert "experts 224-255, 4,194,304 B each" in out
+    # rank 7 holds the last 32 experts: 32 x 43 x 13,369,344 B of MXFP4
+    # weights and scales, plus the same 1,983,691,784 B of the rest as rank 0
+    assert "total over 43 layers: 20,379,909,128 B" in out
+    rc, out = _run(capsys, "inventory", "--model-config", str(FLASH), "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["model"] == "deepseek_v4"
+    assert data["total_bytes"] == 153_887_996_104
