@@ -214,3 +214,27 @@ def test_inventory_command(capsys):
     data = json.loads(out)
     assert rc == 0 and data["model"] == "deepseek_v4"
     assert data["total_bytes"] == 153_887_996_104
+
+
+def test_hand_schedule_checks_lints_and_compiles(capsys, tmp_path):
+    """The shipped H200 TP1 schedule: check, fmt, lint on the h200 profile
+    with no error, and a plan whose window A fills only this layer's wo_a
+    (8 MB of it) at attn.before_core in all 43 layers, and window B the next
+    layer's mHC mixer after the gate in the 42 layers with a next layer."""
+    rc, out = _run(capsys, "check", HAND)
+    assert rc == 0 and "for deepseek_v4 on h200, TP1" in out, out
+    rc, out = _run(capsys, "fmt", "--check", HAND)
+    assert rc == 0, out
+    rc, out = _run(capsys, "lint", HAND, "--device", "h200", "--tokens", "1,16")
+    assert rc == 0 and ": 0 errors" in out and "L2S101" not in out, out
+    rc, out = _run(capsys, "compile", HAND, "-o", str(tmp_path / "plan.json"))
+    assert rc == 0, out
+    plan = json.loads((tmp_path / "plan.json").read_text("utf-8"))
+    assert plan["model"] == "deepseek_v4"
+    a = [i for i in plan["issues"] if i["window"] == "A"]
+    b = [i for i in plan["issues"] if i["window"] == "B"]
+    assert len(a) == 43 and {i["hook"] for i in a} == {"attn.before_core"}
+    assert {r["tensor"] for i in a for r in i["ranges"]} == {"attn.wo_a.weight"}
+    assert len(b) == 42 and {i["hook"] for i in b} == {"moe.after_gate"}
+    assert {r["tensor"] for i in b for r in i["ranges"]} == {
+        "hc_attn_fn", "hc_attn_scale", "hc_attn_base", "attn_norm.weight"}

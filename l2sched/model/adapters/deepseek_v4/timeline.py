@@ -63,18 +63,16 @@ def _w(path: str) -> tuple[str, str]:
 
 
 def _hc(part: str, norm: str, hook: str, source: str) -> Op:
-    return Op(f"hc.{part}", "gemm", f"hyper-connection mix of the {hc_word(part)}: "
-              f"mHC post of the previous sub-layer fused with the pre-mix "
-              f"(Sinkhorn) and {norm} (tilelang; reads the fp32 hc_{part}_fn "
-              "whole)", source,
+    """The hyper-connection op before the attention (``part`` ``attn``) or
+    the MoE (``ffn``): the mHC post of the previous sub-layer fused with
+    the pre-mix (Sinkhorn) and the RMSNorm ``norm``; a tilelang kernel that
+    reads the fp32 ``hc_{part}_fn`` whole."""
+    what = {"attn": "attention input", "ffn": "MoE input"}[part]
+    return Op(f"hc.{part}", "gemm", f"hyper-connection mix of the {what}: mHC "
+              f"post fused with the pre-mix (Sinkhorn) and {norm}", source,
               reads=(f"hc_{part}_fn", f"hc_{part}_scale", f"hc_{part}_base",
                      f"{norm}.weight"),
               hooks_before=(hook,) if hook else ())
-
-
-def hc_word(part: str) -> str:
-    """``attn`` -> ``attention input``, ``ffn`` -> ``MoE input``."""
-    return {"attn": "attention input", "ffn": "MoE input"}[part]
 
 
 def _attention(kind: LayerKind) -> tuple[Op, ...]:
