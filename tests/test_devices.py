@@ -447,7 +447,7 @@ _GOOD_ENTRY = "{ m = [1, 4], cold_us = [1.0, 2.0], hot_us = [1.0, 0.5] }"
      "ops.glm5next.kda+moe.kda.in_projx: unknown op of a kda+moe layer",
      ('"kda.in_projx"', "kda.in_projx")),
     (f'[ops.glm5nxt."kda+moe"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
-     "ops.glm5nxt: unknown model 'glm5nxt'; did you mean 'glm5next'? (adapters: glm5next",
+     "ops.glm5nxt: unknown model 'glm5nxt'; did you mean 'glm5next'? (adapters: deepseek_v4, glm5next",
      ('[ops.glm5nxt."kda+moe"]', '[ops.glm5nxt."kda+moe"]')),
     (f'[ops."kda+moex"]\n"kda.in_proj" = {_GOOD_ENTRY}\n',
      "ops.kda+moex: unknown layer kind 'kda+moex'",

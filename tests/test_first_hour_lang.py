@@ -111,7 +111,8 @@ def test_issue43_model_config_names_are_checked_at_their_span(tmp_path, capsys):
     assert main(["check", str(bad)]) == 1
     err = capsys.readouterr().err
     assert (f"{bad}:6:14: unknown model config 'qwen3-235b'; did you mean "
-            "'qwen3-235b-a22b'? (shipped: glm53-flash, qwen3-235b-a22b, qwen3-30b-a3b; "
+            "'qwen3-235b-a22b'? (shipped: deepseek-v4-flash, glm53-flash, "
+            "qwen3-235b-a22b, qwen3-30b-a3b; "
             'or a file: model_config "config.json")') in err
     bad.write_text(head + "model_config glm53-flash\n")
     assert main(["check", str(bad)]) == 1

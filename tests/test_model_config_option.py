@@ -54,7 +54,8 @@ def test_issue43_unknown_model_config_name_names_the_option_and_suggests(capsys,
     assert main([command, *files, "--model-config", "qwen3-235b"]) == 1
     err = capsys.readouterr().err
     assert ("--model-config: unknown model config 'qwen3-235b'; did you mean "
-            "'qwen3-235b-a22b'? (shipped: glm53-flash, qwen3-235b-a22b, qwen3-30b-a3b; "
+            "'qwen3-235b-a22b'? (shipped: deepseek-v4-flash, glm53-flash, "
+            "qwen3-235b-a22b, qwen3-30b-a3b; "
             "or a file: a config.json or model directory)") in err.splitlines()
     assert main([command, *files, "--model-config", "nope"]) == 1
     assert "--model-config: unknown model config 'nope' (shipped:" in \
