@@ -7,6 +7,8 @@ lint and compile."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,3 +240,23 @@ def test_hand_schedule_checks_lints_and_compiles(capsys, tmp_path):
     assert len(b) == 42 and {i["hook"] for i in b} == {"moe.after_gate"}
     assert {r["tensor"] for i in b for r in i["ranges"]} == {
         "hc_attn_fn", "hc_attn_scale", "hc_attn_base", "attn_norm.weight"}
+
+
+def test_the_architecture_table_imports_only_the_adapter_it_finds():
+    """Each ``ARCHITECTURE_TABLE`` entry is what its adapter serves, and a
+    lookup by architecture or model_type imports that adapter alone (in a
+    fresh interpreter: no other adapter module is loaded)."""
+    from l2sched.model.adapters import ARCHITECTURE_TABLE
+
+    for name, served in ARCHITECTURE_TABLE.items():
+        ad = get_adapter(name)
+        assert set(served) == set(ad.ARCHITECTURES) | set(ad.MODEL_TYPES), name
+    code = ("import sys; from l2sched.model.adapters import adapter_for as f, "
+            "ARCHITECTURE_TABLE as t; "
+            "a = f('DeepseekV4ForCausalLM'); b = f(None, 'deepseek_v4'); "
+            "c = f('NoSuchForCausalLM'); "
+            "print(a.NAME, b.NAME, c, sorted(n for n in t "
+            "if 'l2sched.model.adapters.' + n in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["deepseek_v4", "deepseek_v4", "None", "['deepseek_v4']"]

@@ -6,8 +6,8 @@ catalogue (the hook points a schedule may name, in layer-timeline order),
 its per-layer operation timeline, its tensor inventory and its config
 checks; ``protocol.ModelAdapter`` lists every member a stage reads.
 Adding a model family is a new adapter package here and one line in
-``ADAPTERS``; nothing else in l2sched changes. Product code that needs a
-model without being told one uses ``DEFAULT_ADAPTER``. A test adds a model
+``ARCHITECTURE_TABLE``; nothing else in l2sched changes. Product code that
+needs a model without being told one uses ``DEFAULT_ADAPTER``. A test adds a model
 at run time with ``register_adapter`` (and takes it out with
 ``unregister_adapter``).
 """
@@ -19,12 +19,22 @@ from typing import Mapping
 
 from l2sched.model.adapters.protocol import ModelAdapter, missing_members
 
-#: adapter name (as written after ``model`` in a schedule) -> module path.
-ADAPTERS: dict[str, str] = {
-    "deepseek_v4": "l2sched.model.adapters.deepseek_v4",
-    "glm5next": "l2sched.model.adapters.glm5next",
-    "qwen3_moe": "l2sched.model.adapters.qwen3_moe",
+#: The architecture table: adapter name (as written after ``model`` in a
+#: schedule; its module is ``l2sched.model.adapters.NAME``) -> the
+#: ``config.json`` ``architectures`` and ``model_type`` values it serves, so
+#: that a lookup imports only the adapter it finds (as vLLM's
+#: ``model_executor/models/registry.py`` maps an architecture to its module).
+#: ``test_deepseek_v4`` checks each entry against the adapter's
+#: ``ARCHITECTURES`` and ``MODEL_TYPES``.
+ARCHITECTURE_TABLE: dict[str, tuple[str, ...]] = {
+    "deepseek_v4": ("DeepseekV4ForCausalLM", "deepseek_v4"),
+    "glm5next": ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration",
+                 "glm5_next_text", "glm5_next"),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
 }
+
+#: adapter name -> module path.
+ADAPTERS: dict[str, str] = {name: f"{__name__}.{name}" for name in ARCHITECTURE_TABLE}
 
 #: The adapter product code uses when none is named (the embedded config of
 #: ``l2sched inventory``/``fit``/``docs``, a ``model_config`` of ``None``).
@@ -81,8 +91,12 @@ def adapter_for(architecture: str | None, model_type: str | None = None
     """The adapter serving a ``config.json`` whose ``architectures`` entry is
     ``architecture`` (or, without one, whose ``model_type`` is
     ``model_type``); also the adapter of a live vLLM model whose class name
-    is ``architecture``. ``None`` when no adapter does."""
-    for ad in _all().values():
+    is ``architecture``. ``None`` when no adapter does. Imports only the
+    shipped adapter ``ARCHITECTURE_TABLE`` names for it (none when it names
+    none), then looks among the run-time registered ones."""
+    key = architecture if architecture is not None else model_type
+    shipped = [name for name, served in ARCHITECTURE_TABLE.items() if key in served]
+    for ad in [get_adapter(n) for n in shipped] + list(_RUNTIME.values()):
         if architecture in ad.ARCHITECTURES or (
                 architecture is None and model_type in ad.MODEL_TYPES):
             return ad
@@ -111,7 +125,7 @@ def supported_architectures() -> list[str]:
 
 
 __all__ = [
-    "ADAPTERS", "DEFAULT_ADAPTER", "ModelAdapter", "adapter_for", "adapter_names",
-    "adapter_of_config", "get_adapter", "register_adapter", "supported_architectures",
-    "unregister_adapter",
+    "ADAPTERS", "ARCHITECTURE_TABLE", "DEFAULT_ADAPTER", "ModelAdapter",
+    "adapter_for", "adapter_names", "adapter_of_config", "get_adapter",
+    "register_adapter", "supported_architectures", "unregister_adapter",
 ]

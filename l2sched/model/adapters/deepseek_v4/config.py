@@ -90,7 +90,8 @@ def routing(config: Mapping[str, Any]) -> tuple[int, int]:
     return int(config["num_experts_per_tok"]), int(config["n_routed_experts"])
 
 
-def subset_config(config: Mapping[str, Any], kinds: Sequence, keep: Sequence[int]) -> dict:
+def subset_config(config: Mapping[str, Any], kinds: Sequence,
+                  keep: Sequence[int]) -> dict:
     """The text config of the model made of layers ``keep`` of ``config``
     (``kinds``: the ``LayerKind`` of every layer of the full model): its
     ``num_hidden_layers``, the kept layers' ``compress_ratios``, and

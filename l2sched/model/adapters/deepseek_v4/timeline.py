@@ -86,7 +86,8 @@ def _attention(kind: LayerKind) -> tuple[Op, ...]:
     if kind.attention != "swa":
         ops.append(Op("attn.compressor.kv_score", "gemm", "compressor fused "
                       "wkv/wgate GEMM on an aux stream (torch.mm, bf16)",
-                      _AF + "696-705,725-733", reads=_w(a + "compressor.fused_wkv_wgate"),
+                      _AF + "696-705,725-733",
+                      reads=_w(a + "compressor.fused_wkv_wgate"),
                       stream="aux"))
     if kind.attention == "csa":
         ops += [Op("attn.indexer.weights_proj", "gemm", "indexer head-weight GEMM "
