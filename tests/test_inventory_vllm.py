@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vllm_cpu import run_ranks, vllm_available
+from vllm_cpu import hook_target_problems, run_ranks, vllm_available
 
 from l2sched.model.config import default_config_text, load_model_config
 from l2sched.model.inventory import (
@@ -58,32 +58,11 @@ def _rank_inventories(ctx) -> dict:
 def _check_hook_targets(model) -> list[str]:
     """Problems resolving every hook's install target on the real layers:
     module hooks need an ``nn.Module``, wrappers a callable attribute that is
-    not a class-level function only (so an instance attribute can shadow it)."""
-    import torch
+    not a class-level function only (so an instance attribute can shadow it;
+    ``vllm_cpu.hook_target_problems``)."""
+    from l2sched.model.adapters import glm5next
 
-    from l2sched.attrs import resolve_path
-    from l2sched.model.adapters import glm5next as g
-
-    problems = []
-    for i, layer in enumerate(g.decoder_layers(model)):
-        kind = g.live_layer_kind(layer)
-        for h in g.HOOKS:
-            if not h.exists_in(kind):
-                continue
-            inst = h.install_for(kind)
-            try:
-                target = resolve_path(layer, inst.target)
-            except AttributeError as e:
-                problems.append(f"layer {i} {h.name}: {inst.target}: {e}")
-                continue
-            if inst.mechanism.startswith("forward"):
-                ok = isinstance(target, torch.nn.Module)
-            else:
-                ok = callable(target) and hasattr(target, "__self__")
-            if not ok:
-                problems.append(f"layer {i} {h.name}: {inst.target} is "
-                                f"{type(target).__name__}")
-    return problems
+    return hook_target_problems(glm5next, model)
 
 
 def _load(d: dict, source: str, tp: int, ep: bool, rank: int) -> Inventory:

@@ -27,7 +27,12 @@ from __future__ import annotations
 import traceback
 
 import pytest
-from vllm_cpu import run_ranks, vllm_available
+from vllm_cpu import (
+    hook_target_problems,
+    inventory_mismatches,
+    run_ranks,
+    vllm_available,
+)
 
 from l2sched.model.adapters import get_adapter
 from l2sched.model.inventory import analytical_inventory, live_inventory
@@ -176,9 +181,6 @@ def _forward(model, cfg):
 def _rank(ctx) -> dict:
     """Per rank: the live inventory, hook-target problems, and the ordered
     trace of a dry-run forward with the every-hook plan installed."""
-    import torch
-
-    from l2sched.attrs import resolve_path
     from l2sched.compiler.compile import compile_plan
     from l2sched.lang.resolve import load_schedule_text
     from l2sched.runtime.dry_run import DryRunRuntime
@@ -187,18 +189,7 @@ def _rank(ctx) -> dict:
 
     model = ctx.build()
     live = live_inventory(model, ctx.tp, ctx.ep, ctx.rank, adapter="qwen3_moe")
-    problems = []
-    for i, layer in enumerate(AD.decoder_layers(model)):
-        kind = AD.live_layer_kind(layer)
-        for h in AD.HOOKS:
-            if not h.exists_in(kind):
-                continue
-            inst = h.install_for(kind)
-            target = resolve_path(layer, inst.target)
-            ok = (isinstance(target, torch.nn.Module) if inst.mechanism.startswith(
-                "forward") else callable(target) and hasattr(target, "__self__"))
-            if not ok:
-                problems.append(f"layer {i} {h.name}: {inst.target}")
+    problems = hook_target_problems(AD, model)
     fill_weights(model)
     trace: list = []
     _cpu_substitutions(model, trace)
@@ -285,9 +276,7 @@ def test_live_inventory_equals_analytical(tp, ep):
         live = res["live"]
         assert ana.model == live.model == "qwen3_moe"
         assert [str(k) for k in live.kinds] == ["gqa+dense"] + ["gqa+moe"] * 3
-        assert ana.diff(live) == [], f"rank {rank}"
-        for a_layer, l_layer in zip(ana.layers, live.layers, strict=True):
-            assert list(a_layer) == list(l_layer), f"rank {rank}"
+        assert inventory_mismatches(ana, live) == [], f"rank {rank}"
         assert res["problems"] == []
         w13 = live.tensor(1, "mlp.experts.routed_experts.w13_weight")
         if ep and tp > 1:

@@ -46,6 +46,10 @@ MODELS = {
                             "Glm5NextForCausalLM"),
     "Qwen3MoeForCausalLM": ("qwen3_moe", "vllm.model_executor.models.qwen3_moe",
                             "Qwen3MoeForCausalLM"),
+    # the CUDA implementation (what an H200 serves), not the package's
+    # platform pick (vllm/models/deepseek_v4/__init__.py picks cpu/ on CPU)
+    "DeepseekV4ForCausalLM": ("deepseek_v4", "vllm.models.deepseek_v4.nvidia.model",
+                              "DeepseekV4ForCausalLM"),
 }
 
 
@@ -102,6 +106,47 @@ def write_model_dir(config: dict, directory: str,
         json.dump(cfg, f, indent=1)
     return directory
 
+
+
+def hook_target_problems(adapter: Any, model: Any) -> list[str]:
+    """``layer I HOOK: TARGET`` for each hook install of ``adapter`` whose
+    target does not resolve, on a decoder layer of the live ``model``, to
+    what its mechanism needs: a module for the ``forward*`` hooks, a bound
+    method for the ``wrap_*`` ones. Runs inside a rank process (imports
+    torch)."""
+    import torch
+
+    from l2sched.attrs import resolve_path
+
+    problems = []
+    for i, layer in enumerate(adapter.decoder_layers(model)):
+        kind = adapter.live_layer_kind(layer)
+        for h in adapter.HOOKS:
+            if not h.exists_in(kind):
+                continue
+            inst = h.install_for(kind)
+            try:
+                target = resolve_path(layer, inst.target)
+            except AttributeError as e:
+                problems.append(f"layer {i} {h.name}: {inst.target}: {e}")
+                continue
+            ok = (isinstance(target, torch.nn.Module) if inst.mechanism.startswith(
+                "forward") else callable(target) and hasattr(target, "__self__"))
+            if not ok:
+                problems.append(f"layer {i} {h.name}: {inst.target} is "
+                                f"{type(target).__name__}")
+    return problems
+
+
+def inventory_mismatches(ana: Any, live: Any) -> list[str]:
+    """Where the analytical inventory ``ana`` and the live one ``live`` differ:
+    ``Inventory.diff`` (tensors, shapes, dtypes, bytes, layer kinds) and, per
+    layer, the tensor order."""
+    out = ana.diff(live)
+    for i, (a, b) in enumerate(zip(ana.layers, live.layers, strict=True)):
+        if list(a) != list(b):
+            out.append(f"layer {i}: tensor order or flags differ")
+    return out
 
 # --------------------------------------------------------------------------
 # CPU shims (each runs inside a rank process)

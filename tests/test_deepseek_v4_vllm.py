@@ -1,0 +1,98 @@
+"""The DeepSeek-V4 adapter against vLLM 0.33.0's real ``DeepseekV4ForCausalLM``
+(the CUDA implementation, ``vllm/models/deepseek_v4/nvidia/model.py``, the
+one an H200 serves), constructed on CPU (``meta`` tensors) from a reduced
+BF16 config (5 layers: compress ratios 0, 4, 128, 4, 0, the first layer
+hash-routed; hidden 256, 4 heads of 512, 8 experts top-2, a shared expert)
+at TP1 and TP2 (two gloo ranks), EP off and on:
+
+- the analytical inventory equals the live one read off the real module tree
+  on every rank: every tensor, path, shape, dtype, byte count, flag and order,
+  and the layer kinds (``swa+hash``, ``csa+moe``, ``hca+moe``, ``csa+moe``,
+  ``swa+moe``);
+- every hook's install target exists on every real layer (a module for the
+  ``forward*`` hooks, a bound method for the ``wrap_*`` ones).
+
+CPU substitutions, for construction only (no forward runs): the model's
+``torch.cuda.Stream``/``Event`` (three aux streams and the layers' events) are
+inert stand-ins, and FlashMLA's ``compute_fp8_einsum_recipe`` (it asserts a
+CUDA device) returns the SM90 recipe ``(1, 128, 128)``
+(``nvidia/ops/o_proj.py:28-32``). Slow (about a minute per layout);
+``-m vllm``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from vllm_cpu import (
+    hook_target_problems,
+    inventory_mismatches,
+    run_ranks,
+    vllm_available,
+)
+
+from l2sched.model.adapters import get_adapter
+from l2sched.model.inventory import analytical_inventory, live_inventory
+
+_OK, _WHY = vllm_available()
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not _OK, reason=_WHY)]
+
+ARCH = "DeepseekV4ForCausalLM"
+TINY = {
+    "torch_dtype": "bfloat16", "vocab_size": 1024, "hidden_size": 256,
+    "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 64, "o_lora_rank": 64,
+    "o_groups": 2, "index_n_heads": 4, "index_head_dim": 128, "index_topk": 16,
+    "compress_ratios": [0, 4, 128, 4, 0], "num_hash_layers": 1,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+    "n_shared_experts": 1, "hc_mult": 4, "hc_eps": 1e-6, "hc_sinkhorn_iters": 4,
+    "sliding_window": 32, "topk_method": "noaux_tc", "scoring_func": "sqrtsoftplus",
+    "norm_topk_prob": True, "routed_scaling_factor": 1.5, "swiglu_limit": 10.0,
+    "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000, "compress_rope_theta": 160000,
+    "num_nextn_predict_layers": 0, "tie_word_embeddings": False,
+    "attention_bias": False,
+}
+AD = get_adapter("deepseek_v4")
+
+
+class _Inert:
+    """A stand-in for ``torch.cuda.Stream``/``Event`` on a CPU host."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+def _rank(ctx) -> dict:
+    """Build the real tree on this rank: its live inventory and the hook
+    install targets that do not resolve to what their mechanism needs."""
+    import torch
+    import vllm.models.deepseek_v4.nvidia.flashmla as flashmla
+
+    torch.cuda.Stream = _Inert
+    torch.cuda.Event = _Inert
+    flashmla.compute_fp8_einsum_recipe = lambda *a, **k: ((1, 128, 128), False)
+    model = ctx.build()
+    return {"live": live_inventory(model, ctx.tp, ctx.ep, ctx.rank,
+                                   adapter="deepseek_v4"),
+            "problems": hook_target_problems(AD, model)}
+
+
+@pytest.mark.parametrize("tp,ep", [(1, False), (2, False), (2, True)])
+def test_live_inventory_equals_analytical_and_hooks_resolve(tp, ep):
+    config = {**TINY, "architectures": [ARCH]}
+    for rank, res in enumerate(run_ranks(_rank, TINY, tp, ep, device="meta",
+                                         timeout=900, architecture=ARCH)):
+        ana = analytical_inventory(config, tp, ep, rank)
+        live = res["live"]
+        assert ana.model == live.model == "deepseek_v4"
+        assert [str(k) for k in live.kinds] == [
+            "swa+hash", "csa+moe", "hca+moe", "csa+moe", "swa+moe"]
+        assert inventory_mismatches(ana, live) == [], f"rank {rank}"
+        assert res["problems"] == []
+        w13 = live.tensor(1, "ffn.experts.routed_experts.w13_weight")
+        if ep and tp > 1:
+            assert w13.shape == (4, 256, 256) and w13.experts == (4 * rank, 4 * rank + 4)
+        else:
+            assert w13.shape == (8, 256 // tp, 256) and w13.experts == (0, 8)
+        assert live.tensor(0, "attn.wq_b.weight").shape == (4 * 512 // tp, 64)
+        assert live.tensor(0, "ffn.gate.tid2eid").shape == (1024, 2)
