@@ -1,9 +1,11 @@
 """The DeepSeek-V4 adapter against vLLM 0.33.0's real ``DeepseekV4ForCausalLM``
 (the CUDA implementation, ``vllm/models/deepseek_v4/nvidia/model.py``, the
 one an H200 serves), constructed on CPU (``meta`` tensors) from a reduced
-BF16 config (5 layers: compress ratios 0, 4, 128, 4, 0, the first layer
-hash-routed; hidden 256, 4 heads of 512, 8 experts top-2, a shared expert)
-at TP1 and TP2 (two gloo ranks), EP off and on:
+config (5 layers: compress ratios 0, 4, 128, 4, 0, the first layer
+hash-routed; hidden 256, 4 heads of 512, 8 experts top-2, a shared expert),
+BF16 at TP1 and TP2 (two gloo ranks), EP off and on, and quantized as the
+public checkpoint is (FP8 128x128 blocks with e8m0 scales, MXFP4 experts)
+at TP2, EP off and on:
 
 - the analytical inventory equals the live one read off the real module tree
   on every rank: every tensor, path, shape, dtype, byte count, flag and order,
@@ -14,9 +16,13 @@ at TP1 and TP2 (two gloo ranks), EP off and on:
 
 CPU substitutions, for construction only (no forward runs): the model's
 ``torch.cuda.Stream``/``Event`` (three aux streams and the layers' events) are
-inert stand-ins, and FlashMLA's ``compute_fp8_einsum_recipe`` (it asserts a
-CUDA device) returns the SM90 recipe ``(1, 128, 128)``
-(``nvidia/ops/o_proj.py:28-32``). Slow (about a minute per layout);
+inert stand-ins; FlashMLA's ``compute_fp8_einsum_recipe`` (it asserts a CUDA
+device) returns the SM90 recipe ``(1, 128, 128)``
+(``nvidia/ops/o_proj.py:28-32``); the FP8 linear kernel choice
+(``quantization/fp8.py:347``, no CPU kernel without AMX) is skipped, and the
+MXFP4 expert backend (``quantization/mxfp4.py:578``) is Triton's, which
+rounds no size here (``fused_moe/oracle/mxfp4.py:837-880``): weight shapes
+and dtypes come from ``create_weights`` either way. About 20 s per layout;
 ``-m vllm``.
 """
 
@@ -52,6 +58,14 @@ TINY = {
     "num_nextn_predict_layers": 0, "tie_word_embeddings": False,
     "attention_bias": False,
 }
+#: The same model quantized as DeepSeek-V4-Flash is (its
+#: ``quantization_config`` and ``expert_dtype``), with the low ranks and the
+#: expert width at whole 128-blocks.
+TINY_FP8 = {**TINY, "q_lora_rank": 128, "o_lora_rank": 128,
+            "moe_intermediate_size": 256, "expert_dtype": "fp4",
+            "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                    "quant_method": "fp8", "scale_fmt": "ue8m0",
+                                    "weight_block_size": [128, 128]}}
 AD = get_adapter("deepseek_v4")
 
 
@@ -66,21 +80,30 @@ def _rank(ctx) -> dict:
     """Build the real tree on this rank: its live inventory and the hook
     install targets that do not resolve to what their mechanism needs."""
     import torch
+    import vllm.model_executor.layers.quantization.fp8 as fp8
+    import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
     import vllm.models.deepseek_v4.nvidia.flashmla as flashmla
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 
     torch.cuda.Stream = _Inert
     torch.cuda.Event = _Inert
     flashmla.compute_fp8_einsum_recipe = lambda *a, **k: ((1, 128, 128), False)
+    fp8.init_fp8_linear_kernel = lambda *a, **k: None
+    mxfp4.select_deepseek_v4_mxfp4_moe_backend = lambda *a, **k: (
+        Mxfp4MoeBackend.TRITON, None)
     model = ctx.build()
     return {"live": live_inventory(model, ctx.tp, ctx.ep, ctx.rank,
                                    adapter="deepseek_v4"),
             "problems": hook_target_problems(AD, model)}
 
 
-@pytest.mark.parametrize("tp,ep", [(1, False), (2, False), (2, True)])
-def test_live_inventory_equals_analytical_and_hooks_resolve(tp, ep):
-    config = {**TINY, "architectures": [ARCH]}
-    for rank, res in enumerate(run_ranks(_rank, TINY, tp, ep, device="meta",
+@pytest.mark.parametrize("quantized,tp,ep", [
+    (False, 1, False), (False, 2, False), (False, 2, True), (True, 2, False),
+    (True, 2, True)])
+def test_live_inventory_equals_analytical_and_hooks_resolve(quantized, tp, ep):
+    tiny = TINY_FP8 if quantized else TINY
+    config = {**tiny, "architectures": [ARCH]}
+    for rank, res in enumerate(run_ranks(_rank, tiny, tp, ep, device="meta",
                                          timeout=900, architecture=ARCH)):
         ana = analytical_inventory(config, tp, ep, rank)
         live = res["live"]
@@ -89,10 +112,17 @@ def test_live_inventory_equals_analytical_and_hooks_resolve(tp, ep):
             "swa+hash", "csa+moe", "hca+moe", "csa+moe", "swa+moe"]
         assert inventory_mismatches(ana, live) == [], f"rank {rank}"
         assert res["problems"] == []
+        im = tiny["moe_intermediate_size"]
         w13 = live.tensor(1, "ffn.experts.routed_experts.w13_weight")
-        if ep and tp > 1:
-            assert w13.shape == (4, 256, 256) and w13.experts == (4 * rank, 4 * rank + 4)
-        else:
-            assert w13.shape == (8, 256 // tp, 256) and w13.experts == (0, 8)
-        assert live.tensor(0, "attn.wq_b.weight").shape == (4 * 512 // tp, 64)
+        n, rows = (4, 2 * im) if ep and tp > 1 else (8, 2 * im // tp)
+        assert w13.shape == ((n, rows, 128) if quantized else (n, rows, 256))
+        assert w13.experts == ((4 * rank, 4 * rank + 4) if ep and tp > 1 else (0, 8))
+        wq_b = live.tensor(0, "attn.wq_b.weight")
+        assert wq_b.shape == (4 * 512 // tp, tiny["q_lora_rank"])
+        assert wq_b.dtype == ("float8_e4m3fn" if quantized else "bfloat16")
+        if quantized:
+            scale = live.tensor(0, "attn.wq_b.weight_scale_inv")
+            assert scale.shape == (16 // tp, 1) and scale.dtype == "float8_e8m0fnu"
+            assert live.tensor(1, "ffn.experts.routed_experts.w2_weight_scale").dtype \
+                == "uint8"
         assert live.tensor(0, "ffn.gate.tid2eid").shape == (1024, 2)
