@@ -36,9 +36,13 @@ with a wrapper that runs the hook before / after the original.
 
 Graph modes: `DeepseekV4Model` is not compiled (`@support_torch_compile` is
 absent), so the hooks run in every mode: every step when `eager`, once at
-capture under `full` or `piecewise` (the kernels they launched replay); the
-attention core runs in an eager break of the breakable capture, so its two
-hooks run every step there.
+capture under `full` or `piecewise` (the kernels they launched replay). The
+attention core is an eager break of the breakable capture; the two hooks
+around it wrap the decorated method from outside, so with the V2 model runner
+they too run at capture, and what they launch lies in the captured segments
+before and after the break; with the V1 runner the whole attention preparation
+is one eager break (`_prepare_and_attn_eager`), and those two hooks run at
+every step.
 """
 
 

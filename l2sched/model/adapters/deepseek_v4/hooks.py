@@ -10,10 +10,14 @@ same, so a schedule's windows read the same across families.
 Graph modes: ``DeepseekV4Model`` carries no ``@support_torch_compile``, so
 the decoder layers run as Python in every mode (as GLM-5.3's do): each step
 when ``eager``, once at capture under ``full`` or ``piecewise`` (the kernels
-the hooks launched replay). The attention core runs in an eager break of a
+the hooks launched replay). The attention core is an eager break of a
 breakable capture (``@eager_break_during_capture``,
-``models/deepseek_v4/attention.py:737``), so the core's two hooks run every
-step there."""
+``models/deepseek_v4/attention.py:737``); the two hooks around it wrap the
+decorated method from outside, so with the V2 model runner they too run at
+capture, and what they launch lies in the captured segments before and after
+the break. With the V1 runner the whole attention preparation is one eager
+break (``_prepare_and_attn_eager``, ``attention.py:323-328,542-570``), and
+those two hooks run at every step."""
 
 from __future__ import annotations
 
