@@ -12,7 +12,11 @@ at TP2, EP off and on:
   and the layer kinds (``swa+hash``, ``csa+moe``, ``hca+moe``, ``csa+moe``,
   ``swa+moe``);
 - every hook's install target exists on every real layer (a module for the
-  ``forward*`` hooks, a bound method for the ``wrap_*`` ones).
+  ``forward*`` hooks, a bound method for the ``wrap_*`` ones);
+- the vLLM plugin's install (``vllm.sites.install_plan``, dry-run runtime) of
+  a plan with a window at every hook point finds every hook site on every
+  layer, and, once a site is deleted from one layer (a vLLM that moved it),
+  refuses with the ``VllmDrift`` warning naming the site, hook and layer.
 
 CPU substitutions, for construction only (no forward runs): the model's
 ``torch.cuda.Stream``/``Event`` (three aux streams and the layers' events) are
@@ -92,9 +96,57 @@ def _rank(ctx) -> dict:
     mxfp4.select_deepseek_v4_mxfp4_moe_backend = lambda *a, **k: (
         Mxfp4MoeBackend.TRITON, None)
     model = ctx.build()
-    return {"live": live_inventory(model, ctx.tp, ctx.ep, ctx.rank,
-                                   adapter="deepseek_v4"),
-            "problems": hook_target_problems(AD, model)}
+    live = live_inventory(model, ctx.tp, ctx.ep, ctx.rank, adapter="deepseek_v4")
+    return {"live": live, "problems": hook_target_problems(AD, model),
+            "installed": _dry_run_install(model, live, ctx)}
+
+
+def every_hook_schedule(tp: int, ep: bool) -> str:
+    """A schedule with one window at every hook point, one carry chain
+    through them (every DeepSeek-V4 hook exists in every layer), each window
+    taking 4 KiB of this layer's FFN tensors."""
+    lines = ["schedule every_hook", "model deepseek_v4", "device h200", f"tp {tp}",
+             f"ep {'on' if ep else 'off'}"]
+    for j, h in enumerate(AD.HOOKS):
+        carry = f" carry w{j + 1}" if j + 1 < len(AD.HOOKS) else ""
+        body = " {\n    this ffn.*\n}" if j == 0 else ""
+        lines.append(f"window w{j} at {h.name} budget 4KiB layers all{carry}{body}")
+    return "\n".join(lines) + "\n"
+
+
+def _dry_run_install(model, live, ctx) -> list[tuple[str, str, int]]:
+    """Compile the every-hook plan for this rank, install it into the real
+    layers with the dry-run runtime (vLLM's hook sites found on every
+    layer, or ``VllmDrift``), take it out again; then install it once more
+    after deleting one hook site. The plan's issues as ``(window, hook,
+    layer)`` and the second install's drift message."""
+    from l2sched.compiler.compile import compile_plan
+    from l2sched.lang.resolve import load_schedule_text
+    from l2sched.runtime.dry_run import DryRunRuntime
+    from l2sched.vllm.drift import VllmDrift
+    from l2sched.vllm.sites import install_plan
+
+    schedule = load_schedule_text(every_hook_schedule(ctx.tp, ctx.ep), "every.l2s",
+                                  model_config=dict(live_config(ctx)))
+    plan = compile_plan(schedule, live, ctx.rank)
+    install_plan(AD.decoder_layers(model), live, plan, DryRunRuntime(plan)).remove()
+    # a vLLM that moved a hook site: layer 3 without its fused_wqa_wkv
+    del AD.decoder_layers(model)[3].attn.fused_wqa_wkv
+    try:
+        install_plan(AD.decoder_layers(model), live, plan, DryRunRuntime(plan))
+        drift = ""
+    except VllmDrift as e:
+        drift = str(e)
+    return [(wi.window, wi.hook, wi.layer) for wi in plan.issues], drift
+
+
+def live_config(ctx) -> dict:
+    """The text config the rank's model was built from (its model dir)."""
+    import json
+    import os
+
+    with open(os.path.join(ctx.model_dir, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
 
 
 @pytest.mark.parametrize("quantized,tp,ep", [
@@ -112,6 +164,13 @@ def test_live_inventory_equals_analytical_and_hooks_resolve(quantized, tp, ep):
             "swa+hash", "csa+moe", "hca+moe", "csa+moe", "swa+moe"]
         assert inventory_mismatches(ana, live) == [], f"rank {rank}"
         assert res["problems"] == []
+        # the dry-run install found every hook site: each of the 11 windows
+        # issues once in each of the 5 layers, in hook order
+        issues, drift = res["installed"]
+        assert issues == [(f"w{j}", h.name, i) for i in range(5)
+                          for j, h in enumerate(AD.HOOKS)]
+        assert ("has no hook site attn.fused_wqa_wkv of DeepseekV4DecoderLayer "
+                "(hook point attn.after_first_proj) on layer 3 (moved?)") in drift
         im = tiny["moe_intermediate_size"]
         w13 = live.tensor(1, "ffn.experts.routed_experts.w13_weight")
         n, rows = (4, 2 * im) if ep and tp > 1 else (8, 2 * im // tp)
