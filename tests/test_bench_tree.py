@@ -1,4 +1,6 @@
 """The bench module tree cannot drift from the inventory: TP4 paths, shapes, dtypes."""
+from pathlib import Path
+
 import pytest
 from extras import TORCH_MISSING
 
@@ -54,3 +56,39 @@ def test_matrix_reads_are_what_the_op_multiplies():
     assert xb.dim() == 3 and xb.shape[1] == 16
     assert runner.matrix_reads(i, ops["mla.q_b_proj"])[0][2] is x  # cached: the step's input
     assert runner.matrix_reads(i, ops["moe.routing"]) == []
+
+
+def test_dry_run_of_another_config_and_profile(tmp_path, capsys):
+    """``--model-config`` / ``--device-profile`` (issue 44): the step is the
+    config's (its layers, its experts: distinct experts from its expert
+    count and top-k), the idle intervals the profile's, both recorded."""
+    import json
+
+    from l2sched.cli import main
+
+    cfg = dict(load_model_config(None), num_hidden_layers=5, n_routed_experts=64)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    prof = tmp_path / "emul.toml"
+    data = Path(__file__).parents[1] / "l2sched" / "data"
+    text = (data / "devices" / "h200.toml").read_text()
+    prof.write_text(text.replace('name = "h200"', 'name = "h200-copy"', 1))
+    sched = tmp_path / "s.l2s"
+    sched.write_text("schedule s\nmodel glm5next\ndevice h200\ntp 4\n\n"
+                     "window B at attn.pre_all_reduce budget 4MB {\n"
+                     "    this mlp.gate.weight\n}\n")
+    out = tmp_path / "r.json"
+    assert main(["bench", "run", "--dry", "--tokens", "1,64", "--replays", "1",
+                 "--schedule", str(sched), "--model-config", str(tmp_path / "config.json"),
+                 "--device-profile", str(prof), "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["model_config"]["num_hidden_layers"] == 5
+    assert "the h200-copy device profile" in d["note"]
+    assert {m: r["distinct_experts"] for m, r in d["per_m"].items()} == {
+        "1": 8, "64": distinct_experts(64, 8, 64)}
+    assert distinct_experts(64, 8, 64) < distinct_experts(64)
+    qwen = data / "qwen3-30b-a3b-config.json"
+    capsys.readouterr()
+    assert main(["bench", "run", "--dry", "--tokens", "1", "--model-config", str(qwen),
+                 "--out", str(tmp_path / "q.json")]) == 2
+    assert "a qwen3_moe config; bench run's step is GLM-5.3-shaped" in capsys.readouterr().err
+    assert not (tmp_path / "q.json").exists()

@@ -137,7 +137,8 @@ def run(args) -> dict:
                      aa=args.aa, controls=getattr(args, "controls", False))
     for a in arms:
         if a["path"]:
-            a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"])
+            a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"],
+                                          model_config=cfg if getattr(args, "model_config", None) else None)
             a["plan"] = compile_plan(a["schedule"], inv, 0)
     _decoy_buffers(arms, torch, dry)
     progress_stage("bench run: capturing the arms")
