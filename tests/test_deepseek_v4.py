@@ -260,3 +260,33 @@ def test_the_architecture_table_imports_only_the_adapter_it_finds():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, cwd=ROOT, check=True).stdout
     assert out.split() == ["deepseek_v4", "deepseek_v4", "None", "['deepseek_v4']"]
+
+
+def test_vllms_form_of_the_config_gives_the_same_inventory():
+    """vLLM's ``hf_text_config`` (transformers' ``DeepseekV4Config``, what the
+    plugin and ``auto`` read) replaces ``compress_ratios`` and
+    ``num_hash_layers`` by ``layer_types``/``compress_rates`` and
+    ``mlp_layer_types``: the same kinds and tensors either way."""
+    pytest.importorskip("transformers.models.deepseek_v4",
+                        reason="needs transformers with DeepseekV4Config (the vllm "
+                               "extra)")
+    from transformers.models.deepseek_v4.configuration_deepseek_v4 import (
+        DeepseekV4Config,
+    )
+
+    raw = json.loads(FLASH.read_text("utf-8"))
+    hf = DeepseekV4Config(**raw).to_dict()
+    assert hf.get("compress_ratios") is None and hf.get("num_hash_layers") is None
+    hf["architectures"] = ["DeepseekV4ForCausalLM"]
+    public = load_model_config(FLASH)
+    assert AD.layer_kinds(hf) == AD.layer_kinds(public)
+    for tp, ep, rank in ((1, False, 0), (4, True, 1)):
+        assert analytical_inventory(hf, tp, ep, rank).diff(
+            analytical_inventory(public, tp, ep, rank)) == []
+    # a hash layer kept after a scored one survives the fit's subset
+    sub = AD.subset_config(hf, AD.layer_kinds(hf), [3, 0, 2])
+    assert [str(k) for k in AD.layer_kinds(sub)] == ["hca+moe", "swa+hash", "csa+hash"]
+    errs = []
+    AD.validate_config({k: v for k, v in hf.items() if k != "layer_types"},
+                       lambda k, m: errs.append(k))
+    assert errs == ["compress_ratios"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
-from l2sched.model.adapters.deepseek_v4.kinds import RATIO_KIND
+from l2sched.model.adapters.deepseek_v4.kinds import RATIO_KIND, compress_ratios
 from l2sched.model.adapters.deepseek_v4.tensors import model_dtype
 
 #: The config embedded for this adapter (package data of ``l2sched.data``;
@@ -77,7 +77,10 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
     nh, g = config["num_attention_heads"], config["o_groups"]
     if nh % g:
         err("o_groups", f"{g} does not divide num_attention_heads = {nh}")
-    for i, r in enumerate(config["compress_ratios"][:config["num_hidden_layers"]]):
+    if config.get("compress_ratios") is None and config.get("layer_types") is None:
+        err("compress_ratios", "missing: the per-layer compress ratios "
+            "(compress_ratios, or vLLM's layer_types with compress_rates)")
+    for i, r in enumerate(compress_ratios(config)[:config["num_hidden_layers"]]):
         if isinstance(r, bool) or r not in RATIO_KIND:
             err("compress_ratios", f"compress_ratios[{i}] = {r!r} is not "
                 "modelled (0, 4 or 128)")
@@ -94,16 +97,14 @@ def subset_config(config: Mapping[str, Any], kinds: Sequence,
                   keep: Sequence[int]) -> dict:
     """The text config of the model made of layers ``keep`` of ``config``
     (``kinds``: the ``LayerKind`` of every layer of the full model): its
-    ``num_hidden_layers``, the kept layers' ``compress_ratios``, and
-    ``num_hash_layers`` = the kept hash layers, which must come first (as
-    they do in the full model)."""
+    ``num_hidden_layers``, and the kept layers' ``compress_ratios`` and
+    ``mlp_layer_types`` (``hash_moe``/``moe``, so hash layers may be kept
+    anywhere), in place of the other forms of both."""
     ratio = {v: r for r, v in RATIO_KIND.items()}
-    hashed = [kinds[i].mlp == "hash" for i in keep]
-    n_hash = sum(hashed)
-    if hashed != [True] * n_hash + [False] * (len(keep) - n_hash):
-        raise ValueError("the kept hash-routed layers must come before the others")
-    out = dict(config)
+    out = {k: v for k, v in config.items()
+           if k not in ("layer_types", "compress_rates", "num_hash_layers")}
     out["num_hidden_layers"] = len(keep)
     out["compress_ratios"] = [ratio[kinds[i].attention] for i in keep]
-    out["num_hash_layers"] = n_hash
+    out["mlp_layer_types"] = ["hash_moe" if kinds[i].mlp == "hash" else "moe"
+                              for i in keep]
     return out

@@ -43,24 +43,57 @@ ALL_KINDS = tuple(LayerKind(a, m) for a, m in (
     ("hca", "hash"), ("swa", "moe")))
 
 
+#: transformers' ``DeepseekV4Config`` (what vLLM's ``hf_text_config`` is)
+#: keeps the per-layer ratios as ``layer_types`` names with ``compress_rates``
+#: (``transformers/models/deepseek_v4/configuration_deepseek_v4.py:28-32,
+#: 143-145,244-262``); a ``layer_types`` name not in ``compress_rates`` is
+#: ratio 0, as vLLM reads it (``transformers_utils/deepseek_v4_utils.py:6-19``).
+#: Hash routing is ``mlp_layer_types`` ``hash_moe`` there (:150,264-268),
+#: the first 3 layers when neither it nor ``num_hash_layers`` is given.
+DEFAULT_HASH_LAYERS = 3
+
+
+def compress_ratios(config: Mapping) -> list:
+    """The per-layer compress ratios: ``compress_ratios`` of a public
+    config.json, else ``compress_rates[layer_types[i]]`` (0 when absent) of
+    vLLM's config; empty when the config has neither."""
+    if config.get("compress_ratios") is not None:
+        return list(config["compress_ratios"])
+    rates = config.get("compress_rates") or {}
+    return [rates.get(t, 0) for t in config.get("layer_types") or ()]
+
+
+def hash_routed(config: Mapping, n: int) -> list[bool]:
+    """Whether each of the ``n`` layers routes by hash: ``mlp_layer_types[i]
+    == "hash_moe"`` of vLLM's config, else ``i < num_hash_layers`` (default
+    ``DEFAULT_HASH_LAYERS``)."""
+    kinds = config.get("mlp_layer_types")
+    if kinds is not None:
+        return [i < len(kinds) and kinds[i] == "hash_moe" for i in range(n)]
+    hashed = config.get("num_hash_layers")
+    hashed = DEFAULT_HASH_LAYERS if hashed is None else int(hashed)
+    return [i < hashed for i in range(n)]
+
+
 def layer_kinds(config: Mapping) -> list[LayerKind]:
     """Layer kinds of every decoder layer, from a text config dict
-    (``num_hidden_layers``, ``compress_ratios``, ``num_hash_layers``).
-    Raises ``ValueError`` naming the entry when ``compress_ratios`` is
-    shorter than the layers or holds a ratio other than 0, 4 or 128."""
+    (``num_hidden_layers``; ``compress_ratios`` and ``num_hash_layers``, or
+    vLLM's ``layer_types``/``compress_rates`` and ``mlp_layer_types``).
+    Raises ``ValueError`` naming the entry when the ratios are fewer than
+    the layers or one is not 0, 4 or 128."""
     n = int(config["num_hidden_layers"])
-    ratios = list(config["compress_ratios"])
+    ratios = compress_ratios(config)
     if len(ratios) < n:
         raise ValueError(f"compress_ratios[{len(ratios)}] is missing: "
                          f"{len(ratios)} entries for {n} layers")
-    hashed = int(config["num_hash_layers"])
+    hashed = hash_routed(config, n)
     out = []
     for i in range(n):
         r = ratios[i]
         if isinstance(r, bool) or r not in RATIO_KIND:
             raise ValueError(f"compress_ratios[{i}] = {r!r} is not modelled "
                              f"(0, 4 or 128)")
-        out.append(LayerKind(RATIO_KIND[r], "hash" if i < hashed else "moe"))
+        out.append(LayerKind(RATIO_KIND[r], "hash" if hashed[i] else "moe"))
     return out
 
 

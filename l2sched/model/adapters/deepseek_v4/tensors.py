@@ -35,15 +35,21 @@ REQUIRED_KEYS: dict[str, tuple[type | None, ...]] = {
     "hidden_size": (int,), "num_hidden_layers": (int,),
     "num_attention_heads": (int,), "head_dim": (int,), "q_lora_rank": (int,),
     "o_lora_rank": (int,), "o_groups": (int,), "index_n_heads": (int,),
-    "index_head_dim": (int,), "compress_ratios": (list,),
-    "num_hash_layers": (int,), "n_routed_experts": (int,),
+    "index_head_dim": (int,), "n_routed_experts": (int,),
     "n_shared_experts": (int, None), "num_experts_per_tok": (int,),
     "moe_intermediate_size": (int,), "hc_mult": (int,), "vocab_size": (int,),
 }
 #: Keys read when present (defaults: ``expert_dtype`` ``fp4``,
 #: ``quant_config.py:90``; ``topk_method`` absent = no score-correction
-#: bias, ``nvidia/model.py:301``).
+#: bias, ``nvidia/model.py:301``). The layer kinds come from
+#: ``compress_ratios`` and ``num_hash_layers`` (config.json) or from
+#: ``layer_types``, ``compress_rates`` and ``mlp_layer_types`` (vLLM's
+#: ``hf_text_config``, transformers' ``DeepseekV4Config``): one pair must be
+#: there (``validate_config``).
 OPTIONAL_KEYS: dict[str, tuple[type | None, ...]] = {
+    "compress_ratios": (list, None), "num_hash_layers": (int, None),
+    "layer_types": (list, None), "compress_rates": (dict, None),
+    "mlp_layer_types": (list, None),
     "quantization_config": (dict, None), "expert_dtype": (str, None),
     "topk_method": (str, None), "hidden_act": (str, None),
     "torch_dtype": (str, None), "dtype": (str, None),
