@@ -50,6 +50,7 @@ from l2sched.profile.timed_graph import (  # noqa: F401 (quantile, stats re-expo
 from l2sched.profile.tree import build_tree, distinct_experts
 from l2sched.profile.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
+from l2sched.errors import L2sUsageError
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
@@ -65,6 +66,10 @@ from l2sched.vllm.sites import install_plan
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")
 
+FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
+             "i.e. the kernel's exit; a bulk prefetch kernel exits once its "
+             "requests are issued, before its lines land in L2")
+
 
 def ar_note(profile_name: str) -> str:
     """``AR_NOTE`` naming the device profile the idle intervals come from."""
@@ -78,8 +83,6 @@ def step_model(args):
     profile of ``--device-profile`` (default ``h200``). Raises
     ``L2sModelError`` / ``L2sInputError`` for an unreadable config or profile,
     ``L2sUsageError`` for a config of another model (the step is GLM-shaped)."""
-    from l2sched.errors import L2sUsageError
-
     path = getattr(args, "model_config", None)
     cfg = load_model_config(path)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
@@ -87,10 +90,6 @@ def step_model(args):
         raise L2sUsageError(f"--model-config {path}: a {inv.model} config; bench run's "
                             "step is GLM-5.3-shaped (glm5next)")
     return cfg, inv, load_device(getattr(args, "device_profile", None) or "h200")
-
-FILL_NOTE = ("fill finish = the side-stream event right after the fill kernel, "
-             "i.e. the kernel's exit; a bulk prefetch kernel exits once its "
-             "requests are issued, before its lines land in L2")
 
 
 class Progress:
@@ -123,6 +122,8 @@ def run(args) -> dict:
 
     dry = args.dry
     cfg, inv, prof = step_model(args)
+    # a schedule without its own model_config line is resolved for the step's
+    own_config = cfg if getattr(args, "model_config", None) else None
     dev = "meta" if dry else "cuda"
     t0 = time.time()
     model = build_tree(inv, device=dev, expert_pools=args.expert_pools)
@@ -138,7 +139,7 @@ def run(args) -> dict:
     for a in arms:
         if a["path"]:
             a["schedule"] = load_schedule(shipped_path(a["path"]), a["overrides"],
-                                          model_config=cfg if getattr(args, "model_config", None) else None)
+                                          model_config=own_config)
             a["plan"] = compile_plan(a["schedule"], inv, 0)
     _decoy_buffers(arms, torch, dry)
     progress_stage("bench run: capturing the arms")
