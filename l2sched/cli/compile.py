@@ -101,7 +101,8 @@ def add_cli(sub) -> None:
     p = add_command(sub, "compile", cmd_compile,
                     help="compile a schedule into a plan (JSON)")
     p.add_argument("schedule", metavar="SCHEDULE")
-    p.add_argument("--tp-rank", type=int, default=0, metavar="R")
+    p.add_argument("--tp-rank", type=int, default=0, metavar="R",
+                   help="the TP rank whose plan to write, 0..tp-1 (default 0)")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write the plan here (default: stdout)")
     add_schedule_args(p)

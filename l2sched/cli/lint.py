@@ -183,7 +183,9 @@ def add_cli(sub) -> None:
                     help="predict fill overlaps and L2 hits of a schedule; report "
                          "rule violations")
     _common(p, many=True)
-    p.add_argument("--format", choices=("human", "json", "sarif"), default="human")
+    p.add_argument("--format", choices=("human", "json", "sarif"), default="human",
+                   help="human (default: file:line:column lines with the source), "
+                        "json, or sarif (SARIF 2.1.0 for code-scanning tools)")
     p.add_argument("--select", metavar="CODES",
                    help="comma-separated rule codes or prefixes to report")
     p.add_argument("--ignore", metavar="CODES",
@@ -200,7 +202,8 @@ def add_cli(sub) -> None:
                     help="write the predicted timeline as a Chrome/Perfetto trace "
                          "and an SVG Gantt")
     _common(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE.json")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json",
+                   help="the Chrome/Perfetto trace; the SVG Gantt goes beside it (.svg)")
     p.add_argument("--measured", metavar="RESULT.json",
                    help="an `l2sched bench run --out` result: draw its measured "
                         "step beside the predicted one in the SVG")

@@ -113,7 +113,8 @@ def add_cli(sub) -> None:
     """Register ``l2sched profile``."""
     p = add_command(sub, "profile", cmd_profile,
                     help="measure this GPU and write its device profile (GPU)")
-    p.add_argument("--out", required=True, metavar="PROFILE.toml")
+    p.add_argument("--out", required=True, metavar="PROFILE.toml",
+                   help="the device profile to write (never one it reads)")
     p.add_argument("--md-out", default="", metavar="REPORT.md",
                    help="markdown report of every probe")
     p.add_argument("--state", default="", metavar="STATE.json",

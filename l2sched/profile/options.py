@@ -23,12 +23,21 @@ def run_arguments(p) -> None:
     p.add_argument("--out", default=None, help="result JSON path")
     p.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 4, 16, 64], help="decode tokens M per step (list)")
-    p.add_argument("--replays", type=int, default=25)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--eager-reps", type=int, default=2)
-    p.add_argument("--ideal-reps", type=int, default=5)
-    p.add_argument("--expert-pools", type=int, default=3)
-    p.add_argument("--schedule", default=SCHEDULE)
+    p.add_argument("--replays", type=int, default=25,
+                   help="timed rounds per M; each replays every arm's graphs once, in a "
+                        "shuffled order (default 25)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed rounds before them (default 3)")
+    p.add_argument("--eager-reps", type=int, default=2,
+                   help="timed eager steps per arm with --per-op eager (default 2)")
+    p.add_argument("--ideal-reps", type=int, default=5,
+                   help="repetitions of each consumer op's cold and L2-resident timing "
+                        "behind the ideal gain (default 5)")
+    p.add_argument("--expert-pools", type=int, default=3,
+                   help="full routed-expert pools allocated; MoE layer i reads pool "
+                        "i mod N (default 3; the real model's 42 do not fit one GPU)")
+    p.add_argument("--schedule", default=SCHEDULE,
+                   help=f"the .l2s schedule of the prefetch arms (default {SCHEDULE})")
     p.add_argument("--device-profile", default="h200", metavar="NAME_OR_FILE",
                    help="device profile whose collective model times the idle "
                         "intervals standing in for the all-reduces (as bench tp's; "
@@ -85,11 +94,16 @@ def tp_arguments(p) -> None:
                    help="standalone all-reduce sizes beyond --tokens, in tokens")
     p.add_argument("--tp", type=int, default=4,
                    help="modelled TP degree of the inventory and plan")
-    p.add_argument("--schedule", default=SCHEDULE)
+    p.add_argument("--schedule", default=SCHEDULE,
+                   help=f"the .l2s schedule of the prefetch arm (default {SCHEDULE})")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="schedule override (as l2sched check)")
-    p.add_argument("--device-profile", default="h200")
-    p.add_argument("--expert-pools", type=int, default=3)
+    p.add_argument("--device-profile", default="h200", metavar="NAME_OR_FILE",
+                   help="device profile of the lint's prediction and the all-reduce model "
+                        "beside the measured one (default h200)")
+    p.add_argument("--expert-pools", type=int, default=3,
+                   help="full routed-expert pools allocated per rank; MoE layer i reads "
+                        "pool i mod N (default 3)")
     p.add_argument("--no-spin-arms", action="store_true",
                    help="skip the idle-interval (spin) arms")
     p.add_argument("--seed", type=int, default=0,
