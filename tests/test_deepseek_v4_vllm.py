@@ -16,7 +16,10 @@ at TP2, EP off and on:
 - the vLLM plugin's install (``vllm.sites.install_plan``, dry-run runtime) of
   a plan with a window at every hook point finds every hook site on every
   layer, and, once a site is deleted from one layer (a vLLM that moved it),
-  refuses with the ``VllmDrift`` warning naming the site, hook and layer.
+  refuses with the ``VllmDrift`` warning naming the site, hook and layer;
+- the vLLM plugin's post-load step (``activate_after_load``, dry-run backend)
+  installs the shipped H200 schedule at TP2 and at PP2, where each rank plans
+  only its own layers and fills none of the other rank's.
 
 CPU substitutions, for construction only (no forward runs): the model's
 ``torch.cuda.Stream``/``Event`` (three aux streams and the layers' events) are
@@ -26,16 +29,20 @@ device) returns the SM90 recipe ``(1, 128, 128)``
 (``quantization/fp8.py:347``, no CPU kernel without AMX) is skipped, and the
 MXFP4 expert backend (``quantization/mxfp4.py:578``) is Triton's, which
 rounds no size here (``fused_moe/oracle/mxfp4.py:837-880``): weight shapes
-and dtypes come from ``create_weights`` either way. About 20 s per layout;
+and dtypes come from ``create_weights`` either way. About 20 s per layout
+(a minute for a plugin one);
 ``-m vllm``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from vllm_cpu import (
     hook_target_problems,
     inventory_mismatches,
+    plugin_log_records,
     run_ranks,
     vllm_available,
 )
@@ -46,6 +53,7 @@ from l2sched.model.inventory import analytical_inventory, live_inventory
 _OK, _WHY = vllm_available()
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not _OK, reason=_WHY)]
 
+ROOT = Path(__file__).resolve().parent.parent
 ARCH = "DeepseekV4ForCausalLM"
 TINY = {
     "torch_dtype": "bfloat16", "vocab_size": 1024, "hidden_size": 256,
@@ -80,9 +88,8 @@ class _Inert:
         pass
 
 
-def _rank(ctx) -> dict:
-    """Build the real tree on this rank: its live inventory and the hook
-    install targets that do not resolve to what their mechanism needs."""
+def _cpu_stand_ins() -> None:
+    """The CPU substitutions of the module docstring (construction only)."""
     import torch
     import vllm.model_executor.layers.quantization.fp8 as fp8
     import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
@@ -95,10 +102,56 @@ def _rank(ctx) -> dict:
     fp8.init_fp8_linear_kernel = lambda *a, **k: None
     mxfp4.select_deepseek_v4_mxfp4_moe_backend = lambda *a, **k: (
         Mxfp4MoeBackend.TRITON, None)
+
+
+def _rank(ctx) -> dict:
+    """Build the real tree on this rank: its live inventory, the hook
+    install targets that do not resolve to what their mechanism needs, and
+    the dry-run install (``_dry_run_install``)."""
+    _cpu_stand_ins()
     model = ctx.build()
     live = live_inventory(model, ctx.tp, ctx.ep, ctx.rank, adapter="deepseek_v4")
     return {"live": live, "problems": hook_target_problems(AD, model),
             "installed": _dry_run_install(model, live, ctx)}
+
+
+def _plugin_rank(ctx) -> dict:
+    """The vLLM plugin's post-load step on this rank's real tree with the
+    shipped H200 schedule (its TP set to the rank's, its ``except`` to the
+    tiny model's last layer; dry-run backend): the log records, the PP rank,
+    its own layers and the installed plan's issues as ``(window, hook,
+    layer, layers its ranges fill)``."""
+    import os
+    import tempfile
+
+    from vllm.distributed import get_pp_group
+
+    from l2sched.vllm import plugin
+
+    _cpu_stand_ins()
+    model = ctx.build()
+    with open(os.path.join(ROOT, "schedules", "deepseek-v4-h200-tp1.l2s"),
+              encoding="utf-8") as f:
+        text = f.read().replace("tp 1\n", f"tp {ctx.tp}\n").replace(
+            "except 42", "except 4")
+    records = plugin_log_records()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ds.l2s")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        ctx.vllm_config.additional_config = {
+            "l2sched": {"schedule": path, "backend": "dry-run"}}
+        inst = plugin.activate_after_load(model, ctx.vllm_config)
+    out = {"pp_rank": get_pp_group().rank_in_group, "records": list(records),
+           "own": [i for i, layer in enumerate(model.model.layers)
+                   if type(layer).__name__ != "PPMissingLayer"],
+           "plan": None if inst is None else [
+               (wi.window, wi.hook, wi.layer, sorted({r.layer for r in wi.ranges}))
+               for wi in inst.plan.issues]}
+    if inst is not None:
+        inst.retire()
+    plugin.INSTALLED.clear()
+    return out
 
 
 def every_hook_schedule(tp: int, ep: bool) -> str:
@@ -185,3 +238,27 @@ def test_live_inventory_equals_analytical_and_hooks_resolve(quantized, tp, ep):
             assert live.tensor(1, "ffn.experts.routed_experts.w2_weight_scale").dtype \
                 == "uint8"
         assert live.tensor(0, "ffn.gate.tid2eid").shape == (1024, 2)
+
+
+@pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2)])
+def test_the_plugin_installs_the_shipped_schedule(tp, pp):
+    """The plugin's post-load step installs the shipped H200 schedule on each
+    rank of the real tree (vLLM's config form: ``layer_types``,
+    ``mlp_layer_types``), with one INFO line per rank and no error of the
+    lint; under PP2 each rank plans only its own layers and no window of it
+    fills another rank's layer (window B's next-layer fill stops at the
+    rank's last layer)."""
+    runs = run_ranks(_plugin_rank, TINY, tp, False, device="meta", timeout=900,
+                     architecture=ARCH, pp=pp)
+    for rank, r in enumerate(runs):
+        where = f"PP rank {r['pp_rank']}/2" if pp > 1 else f"TP rank {rank}/2"
+        lines = [x for x in r["records"] if " installed, backend dry-run" in x]
+        assert len(lines) == 1 and where in lines[0], r["records"]
+        assert "device h200, lint h200: 0 errors" in lines[0]
+        own = r["own"]
+        assert own == ([0, 1, 2] if r["pp_rank"] == 0 else [3, 4]) if pp > 1 \
+            else list(range(5))
+        want = [(w, h, i, [i + (w == "B")]) for i in own for w, h in (
+            ("A", "attn.before_core"), ("B", "moe.after_gate"))
+            if w == "A" or (i + 1 in own and i != 4)]
+        assert r["plan"] == want, r["plan"]
