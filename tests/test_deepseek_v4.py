@@ -290,3 +290,21 @@ def test_vllms_form_of_the_config_gives_the_same_inventory():
     AD.validate_config({k: v for k, v in hf.items() if k != "layer_types"},
                        lambda k, m: errs.append(k))
     assert errs == ["compress_ratios"]
+
+
+def test_fit_reproduces_the_shipped_schedule(capsys, tmp_path):
+    """``l2sched fit`` with the command in the fitted file's header writes it
+    again: NO PREFETCH for DeepSeek-V4-Flash at TP1 on the h200 profile (the
+    best candidate's lower bound does not beat the noise floor)."""
+    shipped = ROOT / "schedules" / "deepseek-v4-h200-tp1-fit.l2s"
+    out = tmp_path / shipped.name
+    rc, log = _run(capsys, "fit", "--device", "h200", "--tp", "1", "--tokens",
+                   "1,4,16,64", "--model-config", "deepseek-v4-flash", "-o", str(out))
+    assert rc == 0, log
+    got = out.read_text("utf-8")
+    strip = [ln for ln in got.splitlines() if not ln.startswith("# Command:")]
+    want = [ln for ln in shipped.read_text("utf-8").splitlines()
+            if not ln.startswith("# Command:")]
+    assert strip == want
+    assert "\nwindow " not in got and "NO PREFETCH" in got
+    assert "model deepseek_v4\nmodel_config deepseek-v4-flash\n" in got
