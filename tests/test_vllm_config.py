@@ -330,3 +330,33 @@ def test_issue43_fingerprint_tells_files_of_one_path_apart(tmp_path):
     gone = fingerprint(read_config({}, {"L2SCHED_SCHEDULE": str(tmp_path / "no.l2s")}))
     assert gone["schedule_sha256"].startswith("unreadable: ")
     assert fingerprint(read_config({}, {"L2SCHED_SCHEDULE": "auto"}))["schedule_sha256"] is None
+
+
+def test_issue47_loss_gate_lints_each_capture_size_once():
+    """The gate takes one request; the M the plugin's lint already ran
+    (M = 1) is not linted again, every other capture size is, and a loss
+    found in either place turns prefetch off."""
+    import logging
+    import types
+
+    from l2sched.lint.rules.base import Finding
+    from l2sched.vllm.loss_gate import GateRequest, PredictedLoss, loss_gate
+
+    calls = []
+
+    def lint(tokens, select, **kw):
+        calls.append(tokens)
+        assert select == ["L2S110"] and kw["tp_rank"] == 1
+        return types.SimpleNamespace(findings=[])
+
+    vcfg = types.SimpleNamespace(compilation_config=types.SimpleNamespace(
+        cudagraph_capture_sizes=[1, 2, 4, 8]))
+    cfg = types.SimpleNamespace(lint="error", on_predicted_loss="off")
+    sched = types.SimpleNamespace(max_tokens=256)
+    loss = Finding("L2S110", "stand-in loss", None, {"tokens": 1, "loss_us": 12.0})
+    req = GateRequest(sched, None, None, None, None, 2, 1, linted={1: []})
+    assert loss_gate(cfg, req, vcfg, logging.getLogger("t"), lint=lint) == ""
+    assert calls == [2, 4, 8]
+    with pytest.raises(PredictedLoss, match="predicted slower at M=1 by 12 us"):
+        loss_gate(cfg, GateRequest(sched, None, None, None, None, 2, 1, {1: [loss]}),
+                  vcfg, logging.getLogger("t"), lint=lint)

@@ -27,9 +27,11 @@ the 45-layer model is about 0.1-0.2 s. Without capture sizes (eager, or no compi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sPluginError
+from l2sched.lint import run_lint
 from l2sched.lint.noise import AA_NOISE_FLOOR_US
 
 #: The code of the lint's predicted-net-loss finding.
@@ -66,12 +68,16 @@ def capture_sizes(vllm_config, max_tokens: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def predicted_losses(lint, sizes, **kw) -> list:
+def predicted_losses(lint, sizes, known=None, **kw) -> list:
     """The L2S110 findings of ``lint`` (``run_lint``, called with ``kw`` and
     ``tokens=M``, ``select=[L2S110]``) at every M of ``sizes``, in M
-    order."""
+    order; ``known``: ``M -> findings`` already linted (taken as they are,
+    not linted again)."""
     out = []
     for m in sizes:
+        if known and m in known:
+            out += [f for f in known[m] if getattr(f, "code", None) == LOSS_CODE]
+            continue
         run = lint(tokens=m, select=[LOSS_CODE], **kw)
         out += [f for f in getattr(run, "findings", run)
                 if getattr(f, "code", None) == LOSS_CODE]
@@ -94,21 +100,37 @@ def gate(mode: str, findings: list, rank_txt: str, log) -> str:
     return f", predicted slower at M={m} (overridden: on_predicted_loss warn)"
 
 
-def loss_gate(cfg, lint, vllm_config, rank: tuple, log, lint_schedule, inventory,
-              profile, model_config, plan, schedule) -> str:
-    """The gate of one rank (``rank``: tp, tp_rank): lints with ``lint``
-    (the plugin's ``run_lint``) at every ``capture_sizes`` M, the rank's
-    ``plan`` when ``lint_schedule`` is its ``schedule`` (not one with
-    another set-aside), and judges the L2S110 findings (``gate``). Skipped
+@dataclass(frozen=True)
+class GateRequest:
+    """What one rank's gate lints: ``schedule`` as the plugin linted it (with
+    the persisting-L2 set-aside in force on the device) and ``plan``, its
+    compiled plan for the rank; the rank's ``inventory``; the
+    ``device_profile``; the live ``model_config`` (dict); ``tp`` and
+    ``tp_rank``; ``linted``: ``M -> findings`` of lint runs the plugin
+    already made (its M = 1 lint with every rule), reused instead of linting
+    that M again."""
+
+    schedule: Any
+    plan: Any
+    inventory: Any
+    device_profile: Any
+    model_config: Mapping | None
+    tp: int
+    tp_rank: int
+    linted: Mapping[int, list] = field(default_factory=dict)
+
+
+def loss_gate(cfg, request: GateRequest, vllm_config, log, lint=None) -> str:
+    """The gate of one rank: lints ``request`` (with ``lint``, default
+    ``l2sched.lint.run_lint``) at every ``capture_sizes`` M not in
+    ``request.linted`` and judges the L2S110 findings (``gate``). Skipped
     with ``"lint": "off"``. Returns a note for the summary line (may be
     empty); raises ``PredictedLoss``."""
     if cfg.lint == "off":
         return ""
-    tp, tp_rank = rank
-    if lint_schedule is not schedule:  # another set-aside: its plan, compiled once
-        plan = compile_plan(lint_schedule, inventory, tp_rank)
+    r = request
     found = predicted_losses(
-        lint, capture_sizes(vllm_config, schedule.max_tokens),
-        schedule=lint_schedule, inventory=inventory, device=profile, graph_mode="full",
-        model_config=model_config, tp_rank=tp_rank, plan=plan)
-    return gate(cfg.on_predicted_loss, found, f"TP rank {tp_rank}/{tp}", log)
+        lint or run_lint, capture_sizes(vllm_config, r.schedule.max_tokens), r.linted,
+        schedule=r.schedule, inventory=r.inventory, device=r.device_profile,
+        graph_mode="full", model_config=r.model_config, tp_rank=r.tp_rank, plan=r.plan)
+    return gate(cfg.on_predicted_loss, found, f"TP rank {r.tp_rank}/{r.tp}", log)

@@ -52,7 +52,7 @@ from l2sched.vllm.layout import (
     refuse_split_batch,
     text_config_dict,
 )
-from l2sched.vllm.loss_gate import loss_gate
+from l2sched.vllm.loss_gate import GateRequest, loss_gate
 from l2sched.vllm.sites import Installed, install_plan, refuse_drift
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 from l2sched.vllm.summary import summary_line, unmeasured_note
@@ -255,10 +255,11 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     # the set-aside into the plan only)
     lint_plan = plan if lint_schedule is schedule else replace(
         plan, set_aside=lint_schedule.set_aside)
-    lint_note = _lint(cfg, lint_schedule, inventory, model_config, profile, device,
-                      tp_rank, layout.rank_txt, plan=lint_plan)
-    lint_note += loss_gate(cfg, run_lint, vllm_config, (tp, tp_rank), log, lint_schedule,
-                           inventory, profile, model_config, lint_plan, lint_schedule)
+    lint_note, linted = _lint(cfg, lint_schedule, inventory, model_config, profile,
+                              device, tp_rank, layout.rank_txt, plan=lint_plan)
+    lint_note += loss_gate(cfg, GateRequest(lint_schedule, lint_plan, inventory, profile,
+                                            model_config, tp, tp_rank, linted),
+                           vllm_config, log, lint=run_lint)
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
     runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, profile,
@@ -370,7 +371,7 @@ def _log_diagnostics(err, tp_rank: int) -> None:
 
 def _lint(cfg: PluginConfig, schedule, inventory, model_config,
           profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str,
-          plan=None) -> str:
+          plan=None) -> tuple[str, dict]:
     """Lint with ``profile`` (named ``device`` in the log lines) through ``l2sched.lint.run_lint`` (FULL
     graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
     default) an error-severity finding raises ``L2sPluginError`` (not
@@ -379,9 +380,10 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config,
     line per rank saying so (the explicit override); ``"off"`` skips the
     lint. Warnings are logged once (TP rank 0). ``plan``: the rank's
     compiled plan (None: compiled here for ``tp_rank``). Returns a short note
-    for the summary line."""
+    for the summary line and ``{1: findings}`` of the run (it lints M = 1;
+    the loss gate reuses them: ``GateRequest.linted``)."""
     if cfg.lint == "off":
-        return "lint off"
+        return "lint off", {}
     try:
         # the rank's own plan, the one it installs (compiled once)
         run = run_lint(schedule, inventory, device=profile, graph_mode="full",
@@ -408,7 +410,7 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config,
     if warnings and tp_rank == 0:
         log.warning("l2sched: lint warnings (device profile %s):\n%s", device,
                     "\n".join(d.render() for d in warnings))
-    return f"{note}, {len(warnings)} warnings"
+    return f"{note}, {len(warnings)} warnings", {1: list(getattr(run, "findings", run))}
 
 
 # --------------------------------------------------------------------------
