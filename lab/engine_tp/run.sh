@@ -11,10 +11,7 @@
 # machine; each call tars it (without the engines' caches) into $OUT/etp.tgz
 # and prints the plugin's lines. MODEL (glm5next | qwen3_moe), ALLREDUCE_US
 # (a fixed all-reduce time instead of the SM120 profile's PCIe model) and
-# STEP_TIMEOUT (s, default 540) are passed on. On a GPU other than the H200
-# whose measured profile ships, run the "profile" step first (a --quick
-# l2sched profile of this GPU into $D/device.toml, about 20 s) and set
-# BASE=$D/device.toml so that prepare builds the emulation on it.
+# STEP_TIMEOUT (s, default 540) are passed on.
 set -u
 D=${DIR:-/tmp/etp}
 OUT=${OUT:-/tmp/out}
@@ -25,10 +22,8 @@ extra=()
 for step in ${1//,/ }; do
   echo "== $step ($(date -u +%T))"
   case $step in
-    profile) python3 -m l2sched profile --quick --base h200 --out "$D/device.toml" \
-               --md-out "$D/device.md" 2>&1 | tail -5 ;;
     prepare) python3 -m lab.engine_tp.session prepare "$D" --model "${MODEL:-glm5next}" \
-               --base "${BASE:-h200}" "${extra[@]}" ;;
+               "${extra[@]}" ;;
     serve|verify|bench)
       timeout "${STEP_TIMEOUT:-540}" python3 -m lab.engine_tp.session "$step" "$D" \
         > "$D/$step.log" 2>&1
