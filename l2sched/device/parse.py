@@ -114,6 +114,7 @@ _FILL_KEYS: dict[str, tuple[type, float, float, str]] = {
     "gbps": (float, MIN_GBPS, MAX_GBPS, "GB/s"), "effect": (float, 0, 1, ""),
     "launch_us": (float, 0, MAX_US, "us"), "slowdown": (float, 0, 100, ""),
     "gemm_slowdown": (float, 0, 100, ""), "allreduce_slowdown": (float, 0, 100, ""),
+    "attention_slowdown": (float, 0, 100, ""), "routing_slowdown": (float, 0, 100, ""),
 }
 
 
@@ -418,7 +419,9 @@ def _parse_fill_table(mode: str, v: Mapping[str, Any], problems: _Problems
                     launch_us=got["launch_us"], slowdown=got.get("slowdown", 0.0),
                     source=got.get("source", ""), landed=got.get("landed") or (),
                     allreduce_slowdown=got.get("allreduce_slowdown", 0.0),
-                    gemm_slowdown=got.get("gemm_slowdown"))
+                    gemm_slowdown=got.get("gemm_slowdown"),
+                    attention_slowdown=got.get("attention_slowdown"),
+                    routing_slowdown=got.get("routing_slowdown"))
 
 
 def _points(val: Any) -> tuple[tuple[float, float], ...] | None:

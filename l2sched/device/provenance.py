@@ -83,6 +83,10 @@ CONSERVATIVE: dict[str, tuple[str, float, str]] = {
                            "the H200)"),
     "fill.MODE.gemm_slowdown": ("at_least", 0.5, "above the largest measured (copy "
                                 "0.448 on the H200)"),
+    "fill.MODE.attention_slowdown": ("at_least", 2.5, "as fill.MODE.slowdown: no probe "
+                                     "of the attention-core class has run"),
+    "fill.MODE.routing_slowdown": ("at_least", 2.5, "as fill.MODE.slowdown: no probe of "
+                                   "the routing class has run"),
 }
 
 
@@ -216,7 +220,10 @@ def profile_fields(device_profile) -> list[str]:
                                      "fill_fork_us")]
     for mode, fm in sorted(p.fill_modes.items()):
         keys = ["gbps", "effect", "launch_us", "slowdown"]
-        keys += ["gemm_slowdown"] if fm.gemm_slowdown is not None else []
+        # a class term is a field where the profile writes it; absent, the
+        # class takes ``slowdown`` (FillMode.class_slowdown), that field's origin
+        keys += [k for k in ("gemm_slowdown", "attention_slowdown", "routing_slowdown")
+                 if getattr(fm, k) is not None]
         keys += ["landed"] if fm.landed else []
         out += [f"fill.{mode}.{k}" for k in keys + ["allreduce_slowdown"]]
     out += [f"allreduce.tp{d}" for d in sorted(p.allreduce)]

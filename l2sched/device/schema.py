@@ -24,6 +24,20 @@ from l2sched.device.provenance import FieldOrigin
 LEGACY_OPS_MODEL = "*"
 
 
+#: The kernel classes a concurrent fill slows, each with its own term in
+#: ``[fill.MODE]`` (issue 45): ``gemm`` (a memory-bound GEMM; its L2 hits are
+#: slowed by ``gemm_slowdown``), ``small`` (a latency-bound small kernel,
+#: ``slowdown``), ``attention`` (an attention core: KDA recurrent, MLA sparse
+#: decode; ``attention_slowdown``), ``routing`` (routing and top-k,
+#: ``routing_slowdown``) and ``allreduce`` (a collective,
+#: ``allreduce_slowdown``).
+INTERFERENCE_CLASSES = ("gemm", "small", "attention", "routing", "allreduce")
+#: ``[fill.MODE]`` key of each class's slowdown.
+CLASS_KEYS = {"gemm": "gemm_slowdown", "small": "slowdown",
+              "attention": "attention_slowdown", "routing": "routing_slowdown",
+              "allreduce": "allreduce_slowdown"}
+
+
 #: Launch shape of the bulk fill when a profile gives none (no ``[fill.bulk]``
 #: table): 16 KiB chunks as vLLM 0.33.0's Kimi-K3 prefetch kernel
 #: (docs/sources.md#kimi-k3-prefetch), 264 CTAs x 32 threads, the best shape
@@ -48,6 +62,13 @@ class FillMode:
     of its rate while the fill reads device memory; derived from ``l2sched
     bench tp``'s all-reduce-with-fill measurement by
     ``device.overlap.slowdown_for_extra``; 0 = not measured).
+    Per kernel class a fill can overlap (issue 45, ``INTERFERENCE_CLASSES``):
+    ``attention_slowdown`` (an attention core: the KDA recurrent core, MLA
+    sparse decode) and ``routing_slowdown`` (routing and top-k kernels:
+    ``moe.routing``, ``moe.align``, the indexer's ``topk``), each None when
+    the profile does not write it: then ``slowdown`` applies to that class
+    (one slowdown for every latency-bound kernel, the layout before per-class
+    terms). ``slowdown`` itself is the latency-bound small kernel's class.
     ``source``: the measurement the numbers come from."""
 
     mode: str
@@ -63,6 +84,19 @@ class FillMode:
     landed: tuple[tuple[float, float], ...] = ()
     allreduce_slowdown: float = 0.0
     gemm_slowdown: float | None = None
+    attention_slowdown: float | None = None
+    routing_slowdown: float | None = None
+
+    def class_slowdown(self, cls: str) -> float:
+        """The slowdown (fraction) this fill gives a concurrent kernel of
+        interference class ``cls`` (``INTERFERENCE_CLASSES``): the class's
+        own term where the profile writes one, else ``slowdown`` (the
+        all-reduce class: ``allreduce_slowdown``, 0 when not measured)."""
+        if cls == "allreduce":
+            return self.allreduce_slowdown
+        own = {"gemm": self.gemm_slowdown, "attention": self.attention_slowdown,
+               "routing": self.routing_slowdown}.get(cls)
+        return self.slowdown if own is None else own
 
     def effect_at(self, nbytes: int) -> float:
         """The landed fraction for a fill of ``nbytes`` bytes: ``landed``

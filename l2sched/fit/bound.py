@@ -51,6 +51,8 @@ DIRECTIONAL: dict[str, tuple[str, float, str]] = {
     "fill.MODE.launch_us": ("high", 1.25, "fill launch cost"),
     "fill.MODE.slowdown": ("high", 1.5, "fill slowdown of latency-bound kernels"),
     "fill.MODE.gemm_slowdown": ("high", 1.5, "fill slowdown of L2-resident GEMMs"),
+    "fill.MODE.attention_slowdown": ("high", 1.5, "fill slowdown of attention cores"),
+    "fill.MODE.routing_slowdown": ("high", 1.5, "fill slowdown of routing and top-k"),
     "fill.MODE.allreduce_slowdown": ("high", 1.5, "fill slowdown of a running all-reduce"),
     "ops.hot_us": ("high", 0.25, "op hot (L2-resident) times"),
     "bandwidth.gemm_l2_gbps": ("low", 0.9, "GEMM rate from L2"),
@@ -159,8 +161,22 @@ def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
             fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info,
                                        fm.gemm_slowdown),
             MIN_PESSIMISTIC_SLOWDOWN),
+        **{k: _pessimistic_class(device, mode, fm, k, info)
+           for k in ("attention_slowdown", "routing_slowdown")},
         allreduce_slowdown=fm.allreduce_slowdown * _factor(
             device, f"fill.{mode}.allreduce_slowdown", info, fm.allreduce_slowdown))
+
+
+def _pessimistic_class(device, mode: str, fm, key: str, info: BoundInfo):
+    """The pessimistic value of fill kernel ``mode``'s class slowdown
+    ``key`` (``attention_slowdown``, ``routing_slowdown``): None where the
+    profile writes none (the class takes the pessimistic ``slowdown``),
+    else as ``slowdown``'s (its fixed factor, at least
+    ``MIN_PESSIMISTIC_SLOWDOWN``)."""
+    v = getattr(fm, key)
+    if v is None:
+        return None
+    return max(v * _factor(device, f"fill.{mode}.{key}", info, v), MIN_PESSIMISTIC_SLOWDOWN)
 
 
 def _pessimistic_ops(device, info: BoundInfo) -> dict:

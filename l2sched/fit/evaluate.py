@@ -7,9 +7,9 @@ that do not change between runs done once: the plan is compiled once per
 candidate, the no-prefetch simulation once per (M, variant), the target
 rules (``L2S001``-``L2S003``) once per candidate. The predicted gain is
 ``step_period("base") - step_period("sim")`` (us); the hard constraints
-are every error-severity finding, the warnings of ``HARD_WARNINGS`` and the
-pending-bytes check (``max_pending_bytes``) against the profile's effective
-L2. ``tests/test_fit.py`` checks that the gains equal ``run_lint``'s.
+are every error-severity finding, the warnings of ``HARD_WARNINGS``, a fill
+larger than the usable L2 (the profile's effective L2, else its L2) and the
+pending-bytes check (``max_pending_bytes``) against the same. ``tests/test_fit.py`` checks that the gains equal ``run_lint``'s.
 
 During the search the model is a *surrogate* of the full model
 (``surrogate_layers``): the shortest cyclic subsequence of the decoder layers
@@ -41,10 +41,14 @@ from l2sched.model.adapters import adapter_of_config, get_adapter
 from l2sched.model.inventory import analytical_inventory
 
 #: Warnings that make a candidate infeasible like an error: the hook does
-#: not run in the graph mode (L2S004) and a set-aside above the device
-#: maximum (L2S108). Every error-severity finding (L2S101 fill over the
-#: expert stream, L2S107 fill larger than the L2, ...) does too.
-HARD_WARNINGS = ("L2S004", "L2S108")
+#: not run in the graph mode (L2S004), a window in dense-MLP layers whose
+#: fill overlaps the MLP or whose idle time the profile does not measure
+#: (L2S005; issue 45: no published run prefetched them) and a set-aside
+#: above the device maximum (L2S108). Every error-severity finding (L2S101
+#: fill over the expert stream, L2S107 fill larger than the L2, ...) does
+#: too, and so does a window whose fill is larger than the usable L2
+#: (``_check``).
+HARD_WARNINGS = ("L2S004", "L2S005", "L2S108")
 #: The graph mode decode runs in (vLLM serves decode with FULL CUDA graphs).
 GRAPH_MODE = "full"
 #: The rule families run per M and variant (``targets`` does not depend on
@@ -215,6 +219,16 @@ def _check(lr, variant: str, ev: Evaluation, capacity: int) -> None:
             if p not in seen:
                 ev.problems.append(p)
                 seen.add(p)
+    over: dict = {}  # window -> its largest fill above the usable L2 (B)
+    for issue in lr.plan.issues:
+        if issue.nbytes > capacity:
+            over[issue.window] = max(over.get(issue.window, 0), issue.nbytes)
+    for window, nbytes in over.items():
+        p = (f"usable L2: window '{window}' fills up to {nbytes} B at once, more than "
+             f"the {capacity} B usable L2 (the effective L2, else l2.bytes)")
+        if p not in seen:
+            ev.problems.append(p)
+            seen.add(p)
     pending = max_pending_bytes(lr)
     ev.pending = max(ev.pending, pending)
     if pending > capacity:

@@ -14,13 +14,16 @@ Each node runs in phases, in order:
   own rate (``gemm_dram_gbps`` for GEMMs and the expert stream, the fill
   kernel's ``gbps`` for fills).
 
-A fill kernel with a ``slowdown`` slows the main-stream kernels that run
-while it reads device memory (every one but collectives and the
-routed-expert stream, which shares ``dram_read_gbps`` with it): each of
-their phases advances at ``1 / (1 + fill_slowdown_scale x slowdown)`` of its
-rate (``DeviceProfile``; the scale was calibrated on one H200 decode-step
-run, docs/lint.md#validation); GEMMs use the kernel's ``gemm_slowdown``
-instead where the profile measured one (``FillMode``). A collective
+A fill kernel slows the main-stream kernels that run while it reads device
+memory (every one but collectives and the routed-expert stream, which shares
+``dram_read_gbps`` with it) by the slowdown of their interference class
+(``interference_class``; issue 45): each of their phases advances at
+``1 / (1 + fill_slowdown_scale x s)`` of its rate, ``s`` the kernel's
+``FillMode.class_slowdown`` of the class: ``gemm_slowdown`` for GEMMs,
+``attention_slowdown`` for attention cores, ``routing_slowdown`` for routing
+and top-k, ``slowdown`` for other small kernels and for every class the
+profile writes no term for (``DeviceProfile``; the scale was calibrated on
+one H200 decode-step run, docs/lint.md#validation). A collective
 advances at ``1 / (1 + allreduce_slowdown)`` of its rate while such a fill
 reads device memory (measured on the all-reduce itself, so not scaled).
 
@@ -58,6 +61,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from l2sched.device.schema import INTERFERENCE_CLASSES
 from l2sched.lint.graph import GEMM_CLASSES, StepGraph
 
 _EPS = 1e-9
@@ -109,10 +113,11 @@ class SimResult:
 
 class _FillState:
     __slots__ = ("total", "landed", "consumed", "survive", "policy", "complete",
-                 "effect", "slowdown", "allreduce_slowdown", "gemm_slowdown")
+                 "effect", "slowdown", "allreduce_slowdown", "gemm_slowdown", "by_class")
 
     def __init__(self, total: int, policy: str, effect: float, slowdown: float,
-                 allreduce_slowdown: float = 0.0, gemm_slowdown: float | None = None):
+                 allreduce_slowdown: float = 0.0, gemm_slowdown: float | None = None,
+                 by_class: dict | None = None):
         self.total = total
         self.landed = 0.0
         self.consumed = 0.0
@@ -123,6 +128,10 @@ class _FillState:
         self.slowdown = slowdown
         self.allreduce_slowdown = allreduce_slowdown
         self.gemm_slowdown = slowdown if gemm_slowdown is None else gemm_slowdown
+        # interference class -> slowdown (FillMode.class_slowdown)
+        self.by_class = by_class or {"gemm": self.gemm_slowdown, "small": slowdown,
+                                     "attention": slowdown, "routing": slowdown,
+                                     "allreduce": allreduce_slowdown}
 
     def pending(self) -> float:
         return max(0.0, self.landed - self.consumed) * self.survive
@@ -143,6 +152,30 @@ def _share(caps: list[float], total: float) -> list[float]:
 
 #: Op classes whose fixed phase a concurrent fill's ``slowdown`` stretches.
 LATENCY_BOUND = ("small", "attention_core")
+#: Op names (the adapters' shared names: glm5next, qwen3_moe, deepseek_v4)
+#: of the routing and top-k kernels, interference class ``routing``; an op
+#: whose name ends in ``.topk`` is one too (the MLA indexer's top-k).
+ROUTING_OPS = ("moe.routing", "moe.align")
+
+
+def interference_class(cls: str, op: str) -> str | None:
+    """The class (``device.schema.INTERFERENCE_CLASSES``) a concurrent fill
+    slows an op of step-graph class ``cls`` named ``op`` by: ``gemm``,
+    ``attention`` (``attention_core``), ``routing`` (``ROUTING_OPS``, ``*.topk``),
+    ``allreduce`` (a collective), ``small`` (any other main-stream kernel);
+    None for the routed-expert stream, fills and joins (``NOT_SLOWED``: the
+    expert stream shares the device-memory bandwidth with the fill instead)."""
+    if cls == "collective":
+        return "allreduce"
+    if cls in NOT_SLOWED:
+        return None
+    if cls in GEMM_CLASSES:
+        return "gemm"
+    if cls == "attention_core":
+        return "attention"
+    if op in ROUTING_OPS or op.endswith(".topk"):
+        return "routing"
+    return "small"
 #: Op classes a concurrent fill's ``slowdown`` does not stretch (see the
 #: module docstring); fills themselves neither.
 NOT_SLOWED = ("collective", "expert_stream", "join", "fill")
@@ -196,9 +229,8 @@ class _Simulation:
         n_nodes = len(self.ids)
         self.is_fill = [d["cls"] == "fill" for d in self.attrs]
         self.state_bytes = [d.get("state_bytes", 0) for d in self.attrs]
-        self.slowed_by_fill = [d["cls"] not in NOT_SLOWED for d in self.attrs]
-        self.is_gemm = [d["cls"] in GEMM_CLASSES for d in self.attrs]
-        self.is_collective = [d["cls"] == "collective" for d in self.attrs]
+        # each node's interference class (None: not slowed by a fill)
+        self.iclass = [interference_class(d["cls"], d.get("op", "")) for d in self.attrs]
         self.slow_scale = device.fill_slowdown_scale
         self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
@@ -262,7 +294,8 @@ class _Simulation:
             nbytes = issue.nbytes
             fm = self._fill_mode(issue.kernel)
             fs = _FillState(nbytes, self.policy, fm.effect_at(nbytes), fm.slowdown,
-                            fm.allreduce_slowdown, fm.gemm_slowdown)
+                            fm.allreduce_slowdown, fm.gemm_slowdown,
+                            {c: fm.class_slowdown(c) for c in INTERFERENCE_CLASSES})
             self.fills[self.ids[i]] = self.fill_of[i] = fs
             self.live.append(fs)
             self.fill_bytes[self.ids[i]] = nbytes
@@ -467,10 +500,11 @@ class _Simulation:
 
     def _rates(self) -> None:
         """The rate of every active phase: device-memory phases share the
-        bandwidth (water-filling); a main-stream phase (``slowed_by_fill``)
-        runs at ``1 / (1 + fill_slowdown_scale x slowdown)`` of that rate
-        under a concurrent fill with a ``slowdown``, a collective at ``1 / (1
-        + allreduce_slowdown)``."""
+        bandwidth (water-filling); a phase of an op with an interference
+        class (``interference_class``) runs at ``1 / (1 +
+        fill_slowdown_scale x s)`` of that rate under concurrent fills, ``s``
+        their largest slowdown of its class; a collective at ``1 / (1 +
+        allreduce_slowdown)``."""
         active, bw_dram = self.active, self.bw_dram
         dram = [st for st in active.values() if st[3] == "dram"]
         if len(dram) == 1:
@@ -479,22 +513,21 @@ class _Simulation:
             for st, r in zip(dram, _share([st[5] for st in dram], bw_dram)):
                 st[6] = r
         fills = [st[7] for st in dram if st[7] is not None]
-        slow = max((f.slowdown for f in fills), default=0.0)
-        gemm_slow = max((f.gemm_slowdown for f in fills), default=0.0)
-        ar_slow = max((f.allreduce_slowdown for f in fills), default=0.0)
-        factor = 1.0 / (1.0 + self.slow_scale * slow)
-        gemm_factor = 1.0 / (1.0 + self.slow_scale * gemm_slow)
-        ar_factor = 1.0 / (1.0 + ar_slow)
-        slowed, is_gemm, is_collective = self.slowed_by_fill, self.is_gemm, self.is_collective
+        factors = {}
+        if fills:
+            scale = self.slow_scale
+            for c in INTERFERENCE_CLASSES:
+                worst = max(f.by_class[c] for f in fills)
+                # the all-reduce's slowdown was measured on the all-reduce itself
+                factors[c] = 1.0 / (1.0 + (worst if c == "allreduce" else scale * worst))
+        iclass = self.iclass
         for i, st in active.items():
             if st[3] == "fixed":
                 st[6] = 1.0
             elif st[3] == "l2":
                 st[6] = st[5]
-            if fills and slowed[i]:
-                st[6] *= gemm_factor if is_gemm[i] else factor
-            elif fills and is_collective[i]:
-                st[6] *= ar_factor
+            if fills and iclass[i] is not None:
+                st[6] *= factors[iclass[i]]
 
     def run(self) -> SimResult:
         """The event loop: start ready nodes, advance all active phases to the

@@ -1,8 +1,9 @@
 """Timing rules over the simulated decode step: a fill overlapping the
 expert stream (L2S101), a latency-bound kernel (L2S102), a GEMM it slows
-(L2S103) or a dense MLP (L2S005); a consumer that starts before its bytes
-landed (L2S104); a budget larger than the idle window (L2S105); filled
-bytes evicted before use (L2S106).
+(L2S103) or a dense MLP (L2S005), or a window in dense-MLP layers whose idle
+time before the MLP the device profile does not measure (L2S005); a consumer
+that starts before its bytes landed (L2S104); a budget larger than the idle
+window (L2S105); filled bytes evicted before use (L2S106).
 
 Each rule aggregates over layers: one finding per (rule, window, op), naming
 the layers and the worst value over them.
@@ -14,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from l2sched.device.provenance import field_origins
+from l2sched.device.schema import LEGACY_OPS_MODEL
 from l2sched.lint.rules.base import (
     Finding,
     Rule,
@@ -28,9 +31,13 @@ from l2sched.units import format_size
 RULES = (
     Rule(
         "L2S005", "dense-layer-no-idle-window", "warning",
-        what=("a window fires in a dense-MLP layer and its fill overlaps the dense MLP's GEMMs."),
+        what=("a window fires in a dense-MLP layer and its fill overlaps the dense MLP's GEMMs, or\n"
+              "the device profile does not measure that layer kind's op times (no measured\n"
+              "`[ops.MODEL.\"KIND\"]` entries), so the idle time before the MLP is a stand-in."),
         why=("the 75 MB dense MLP follows attention with no idle window; the fill and the MLP\n"
-             "fight for device-memory bandwidth (the seed never prefetched layers 0-2)."),
+             "fight for device-memory bandwidth (the seed never prefetched layers 0-2). Where the\n"
+             "profile has no measured times for the layer's ops, the predicted idle time before the\n"
+             "MLP rests on assumed kernel times, and no published run prefetched these layers."),
         example=("`window D at attn.pre_all_reduce budget 60MB layers dense { next self_attn.* }`"),
         fix=("restrict the window with `layers ... except dense` or shrink it to what fits before\n"
              "`mlp.gate_up_proj`.")),
@@ -192,6 +199,13 @@ def _fill_findings(run, f: str, by_pos: dict, found: _Found) -> None:
                     cls in ("expert_stream", "attention_core") or d["eager_break"]):
                 if stop is None or t.start < stop[0]:
                     stop = (t.start, d["op"] + where)
+    if kind.endswith("dense") and kind not in _measured_kinds(run):
+        # no measured idle time before the MLP: flagged even without an
+        # overlap (an overlap found above says more and keeps its message)
+        mlp = next((d["op"] for d, _t in by_pos.get(layer, ())
+                    if d["cls"] == "gemm" and d["op"].startswith("mlp.")), None)
+        if mlp is not None and ("L2S005", w.name, mlp) not in found.slots:
+            found.add("L2S005", w.name, kind, mlp, layer, 0.0, {"unmeasured": True})
     if stop is None:
         return
     # L2S105: budget vs the idle window before the next protected op
@@ -204,6 +218,29 @@ def _fill_findings(run, f: str, by_pos: dict, found: _Found) -> None:
     if w.budget > fit and issue.nbytes > fit:
         found.add("L2S105", w.name, kind, stop[1], layer, fit,
                   {"idle_us": idle, "fit": fit})
+
+
+def _measured_kinds(run) -> frozenset:
+    """The layer kinds of ``run``'s model whose op times the device profile
+    measured on its box: some ``[ops.MODEL."KIND"]`` entry for the kind, in
+    op tables whose origin is ``measured`` (``device.provenance``). Cached
+    on the run."""
+    got = getattr(run, "_measured_kinds", None)
+    if got is not None:
+        return got
+    device, model = run.device, run.sg.model
+    origins = field_origins(device)
+    out = set()
+    for table_model in (model, LEGACY_OPS_MODEL):
+        o = origins.get(f"ops.{table_model}")
+        if o is not None and o.measured:
+            out |= {k for k, _op in device.ops.get(table_model, {})}
+    got = frozenset(out)
+    try:
+        run._measured_kinds = got
+    except AttributeError:  # a run object without attributes of its own
+        pass
+    return got
 
 
 def _consumer_findings(run, found: _Found) -> None:
@@ -249,7 +286,12 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
     data = {"window": wname, "layer_kinds": sorted(slot.kinds), "op": op,
             "layers": sorted(slot.layers), "value": round(worst, 3)}
     span = window_span(w)
-    if code in _TIMING_MESSAGES:
+    if code == "L2S005" and slot.extra and slot.extra.get("unmeasured"):
+        msg = (f"window '{wname}' fires in dense-MLP layers whose idle time before {quoted} "
+               f"device profile {run.device.name} does not measure (no measured op times "
+               f"for layer kind {kind}: the idle window is a stand-in); {layers}")
+        data["unmeasured"] = True
+    elif code in _TIMING_MESSAGES:
         msg = _TIMING_MESSAGES[code].format(
             w=wname, op=quoted, us=worst, size=format_size(int(worst)), layers=layers)
     elif code == "L2S105":
