@@ -307,6 +307,24 @@ class ModelAdapter(Protocol):
         ...
 
 
+#: Members an adapter may leave out, each with the value a stage uses in
+#: its place (``optional_member``): ``WRITTEN_BUFFERS``, the model's own
+#: caches and buffers it writes during decode right before reading them
+#: (glob over paths relative to the layer -> why; lint rule ``L2S003``
+#: refuses them besides vLLM's KV cache, block tables and rotary caches).
+OPTIONAL_MEMBERS: dict[str, Any] = {
+    "WRITTEN_BUFFERS": {},
+}
+
+
+def optional_member(adapter: object, name: str) -> Any:
+    """``adapter``'s member ``name`` (one of ``OPTIONAL_MEMBERS``), or its
+    default there when the adapter has none. Raises ``KeyError`` for a name
+    ``OPTIONAL_MEMBERS`` does not list."""
+    default = OPTIONAL_MEMBERS[name]
+    return getattr(adapter, name, default)
+
+
 #: Every member ``ModelAdapter`` lists, in declaration order.
 MEMBERS: tuple[str, ...] = tuple(
     name for name in list(ModelAdapter.__annotations__)

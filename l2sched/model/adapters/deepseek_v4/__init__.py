@@ -58,6 +58,7 @@ from l2sched.model.adapters.deepseek_v4.tensors import (
     EXCLUDED_BUFFERS,
     OPTIONAL_KEYS,
     REQUIRED_KEYS,
+    WRITTEN_BUFFERS,
     layer_specs,
 )
 from l2sched.model.adapters.deepseek_v4.timeline import (
@@ -95,4 +96,5 @@ __all__ = [
     "decode_timeline", "decoder_layers", "default_config_text", "derive_lazy",
     "hooks_markdown", "kind_selector", "layer_kinds", "layer_specs", "lazy_paths",
     "live_layer_kind", "live_spec", "routing", "subset_config", "validate_config",
+    "WRITTEN_BUFFERS",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.deepseek_v4.kinds import RATIO_KIND, compress_ratios
 from l2sched.model.adapters.deepseek_v4.tensors import model_dtype
 
@@ -71,9 +72,7 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
             "silu only)")
     if config.get("vision_n_layers"):
         err("vision_n_layers", "vision checkpoints are not modelled")
-    e, k = config["n_routed_experts"], config["num_experts_per_tok"]
-    if k > e:
-        err("num_experts_per_tok", f"must be at most n_routed_experts = {e}, got {k}")
+    records.check_experts_per_token(config, err, "n_routed_experts")
     nh, g = config["num_attention_heads"], config["o_groups"]
     if nh % g:
         err("o_groups", f"{g} does not divide num_attention_heads = {nh}")

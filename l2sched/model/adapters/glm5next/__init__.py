@@ -68,6 +68,7 @@ from l2sched.model.adapters.glm5next.tensors import (
     PARTLY_REPLICATED,
     REPLICATED_PATHS,
     REQUIRED_KEYS,
+    WRITTEN_BUFFERS,
     expert_range,
     is_replicated,
     layer_specs,
@@ -114,5 +115,5 @@ __all__ = [
     "decoder_layers", "default_config_text", "derive_lazy", "expert_range",
     "hooks_markdown", "is_replicated", "kind_selector", "layer_kinds",
     "layer_specs", "lazy_paths", "live_layer_kind", "live_spec", "model_dtype",
-    "routing", "subset_config", "validate_config",
+    "routing", "subset_config", "validate_config", "WRITTEN_BUFFERS",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.glm5next.tensors import model_dtype
 
 #: The config embedded for this adapter (package data of ``l2sched.data``;
@@ -40,7 +41,9 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
     """GLM-5.3's own checks of a config with every required key present and
     typed, each problem reported as ``err(key, message)``: the mHC path only
     (``mhc: true``), NoPE MLA (``qk_rope_head_dim`` 0), no quantization, a
-    float dtype, per-layer lists as long as ``num_hidden_layers``."""
+    float dtype, per-layer lists as long as ``num_hidden_layers``,
+    ``num_experts_per_tok`` (optional) within ``n_routed_experts``."""
+    records.check_experts_per_token(config, err, "n_routed_experts")
     if config["mhc"] is not True:
         err("mhc", "false is not supported: only the mHC decoder path of "
                    "GLM-5.3 (mhc: true) is modelled")
