@@ -256,10 +256,6 @@ REPLICATED_PATHS = (
     "attn.indexer.", "ffn.gate.", "attn_norm.", "ffn_norm.", "hc_",
 )
 
-#: Buffers ``live_inventory`` leaves out: the rotary cos/sin cache (a cache
-#: shared by the layers, not a weight).
-EXCLUDED_BUFFERS = ("cos_sin_cache",)
-
 #: Buffers DeepSeek-V4 writes during decode right before reading them (glob
 #: over paths relative to the layer -> why): lint rule ``L2S003`` refuses
 #: them besides vLLM's KV cache (the sliding-window, compressed and
