@@ -9,6 +9,7 @@ instead of defining its own copy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from l2sched.attrs import resolve_path
@@ -136,3 +137,25 @@ def check_experts_per_token(config: Mapping[str, Any], err: Callable[[str, str],
             f"{type(topk).__name__} {topk!r}")
     elif not 1 <= topk <= high:
         err("num_experts_per_tok", f"must be in 1..{high} ({experts_key}), got {topk}")
+
+
+#: The dtypes an adapter's inventory counts unquantized weights in.
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def check_float_dtype(config: Mapping[str, Any], err: Callable[[str, str], None],
+                      dtype: str) -> None:
+    """Report ``err(KEY, ...)`` (``torch_dtype`` when the config sets it,
+    else ``dtype``) unless ``dtype``, the adapter's reading of the config's
+    dtype, is one of ``FLOAT_DTYPES``. Raises nothing."""
+    if dtype not in FLOAT_DTYPES:
+        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
+        err(key, f"unsupported dtype {dtype!r} (bfloat16, float16 or float32)")
+
+
+def data_config_text(file_name: str) -> str:
+    """The text of the config ``file_name`` shipped as package data of
+    ``l2sched.data`` (an adapter's ``DEFAULT_CONFIG``). Raises
+    ``FileNotFoundError`` when there is none."""
+    return resources.files("l2sched.data").joinpath(file_name).read_text(
+        encoding="utf-8")

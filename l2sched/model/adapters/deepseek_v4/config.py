@@ -6,7 +6,6 @@ surrogate)."""
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
 from l2sched.model.adapters import records
@@ -33,8 +32,7 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
 def default_config_text() -> str:
     """Text of the embedded DeepSeek-V4-Flash config (``DEFAULT_CONFIG`` in
     ``l2sched/data``; its source in the ``.md`` next to it)."""
-    return resources.files("l2sched.data").joinpath(DEFAULT_CONFIG).read_text(
-        encoding="utf-8")
+    return records.data_config_text(DEFAULT_CONFIG)
 
 
 def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
@@ -62,10 +60,7 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
         if (config.get("expert_dtype") or "fp4") != "fp4":
             err("expert_dtype", f"{config['expert_dtype']!r} experts are not "
                 "modelled (fp4: MXFP4)")
-    dt = model_dtype(config)
-    if dt not in ("bfloat16", "float16", "float32"):
-        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
-        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    records.check_float_dtype(config, err, model_dtype(config))
     act = config.get("hidden_act") or "silu"
     if act != "silu":
         err("hidden_act", f"{act!r} is not supported (vLLM's DeepSeek-V4 runs "
