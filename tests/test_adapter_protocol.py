@@ -91,7 +91,7 @@ def test_register_refuses_what_does_not_honour_the_protocol():
     assert "half" not in adapter_names()
     with pytest.raises(ValueError, match="shipped"):
         register_adapter(DEFAULT_ADAPTER, get_adapter(DEFAULT_ADAPTER))
-    assert len(MEMBERS) == len(set(MEMBERS)) > 25
+    assert len(MEMBERS) == len(set(MEMBERS)) > 20
 
 
 def test_toy_registry_and_config(toy):
@@ -211,3 +211,64 @@ def test_toy_dry_run_install_fills_in_hook_order(toy):
     # removed exactly: the wrapped method is the class's again
     assert "run_experts" not in vars(model.layers[1].ffn)
     assert json.loads(toy.default_config_text()) == CONFIG
+
+
+class _NoLiveNoDocs:
+    """The toy without the opt-in capabilities and optional members: no
+    live tree, no hooks document, no PP refusal; every other member is the
+    toy's."""
+
+    NAME = "toy_core"
+    _GONE = ("DECODER_LAYER_PATHS", "decoder_layers", "live_layer_kind",
+             "live_spec", "hooks_markdown", "PIPELINE_PARALLEL_REFUSAL")
+
+    def __init__(self):
+        self._toy = ToyAdapter()
+
+    def __getattr__(self, name):
+        if name in self._GONE:
+            raise AttributeError(name)
+        return getattr(self._toy, name)
+
+
+def test_capabilities_are_opt_in_and_named_when_missing():
+    """The core protocol is what every stage needs; a live module tree and
+    the hooks document are capabilities of their own. An adapter without
+    them registers, and check/inventory/lint work; a command that needs one
+    names the adapter and what it lacks. The optional members fall back to
+    the protocol's defaults."""
+    from l2sched.cli.docs import hooks_md_text
+    from l2sched.model.adapters.protocol import (
+        AdapterCapabilityError,
+        HooksDocument,
+        LiveModel,
+        optional_member,
+    )
+    from l2sched.model.inventory import live_inventory
+
+    core = _NoLiveNoDocs()
+    assert not isinstance(core, LiveModel) and not isinstance(core, HooksDocument)
+    assert isinstance(ToyAdapter(), LiveModel)
+    register_adapter("toy_core", core)
+    try:
+        inv = analytical_inventory(CONFIG, tp=1, ep=False, adapter="toy_core")
+        assert inv.model == "toy_core"
+        with pytest.raises(AdapterCapabilityError) as e:
+            live_inventory([], 1, False, adapter="toy_core")
+        assert str(e.value) == (
+            "adapter 'toy_core' has no LiveModel capability (DECODER_LAYER_PATHS, "
+            "decoder_layers, live_layer_kind, live_spec missing), which the live "
+            "inventory needs")
+        with pytest.raises(AdapterCapabilityError, match="'toy_core' has no "
+                           "HooksDocument capability .hooks_markdown missing., "
+                           "which `l2sched docs hooks` needs"):
+            hooks_md_text("toy_core")
+    finally:
+        unregister_adapter("toy_core")
+    assert optional_member(core, "PIPELINE_PARALLEL_REFUSAL") == ""
+    assert optional_member(core, "EXCLUDED_BUFFERS") == ("cos_sin_cache",)
+    assert optional_member(core, "lazy_paths")(None) == ()
+    assert optional_member(core, "canonical_path")(
+        ["mlp.experts.gate.weight", "mlp.gate.weight"]) == "mlp.gate.weight"
+    with pytest.raises(KeyError):
+        optional_member(core, "HOOKS")  # a core member has no default

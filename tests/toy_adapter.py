@@ -128,8 +128,9 @@ class ToyAdapter:
     HOOKS = HOOKS
     HOOKS_BY_NAME = {h.name: h for h in HOOKS}
     DECODER_LAYER_PATHS = ("layers",)
-    EXCLUDED_BUFFERS = ()
-    COMPILED_MODULES = ()  # ToyForCausalLM runs as Python
+    # EXCLUDED_BUFFERS, WRITTEN_BUFFERS, COMPILED_MODULES, canonical_path,
+    # lazy_paths, derive_lazy: left out, the protocol's defaults serve
+    # (ToyForCausalLM runs as Python and has no lazy tensor)
     PIPELINE_PARALLEL_REFUSAL = "the toy model has no pipeline-parallel layout"
 
     def default_config_text(self) -> str:
@@ -193,15 +194,6 @@ class ToyAdapter:
 
     def live_layer_kind(self, layer) -> ToyKind:
         return SPARSE if hasattr(layer.ffn, "router") else DENSE
-
-    def canonical_path(self, paths: Sequence[str]) -> str:
-        return min(paths, key=lambda p: (p.count("."), p))
-
-    def lazy_paths(self, kind) -> Sequence[str]:
-        return ()
-
-    def derive_lazy(self, layer, path: str):
-        return None
 
     def live_spec(self, layer, kind, path, shape, dtype, tp, ep, tp_rank) -> ToySpec:
         experts = (0, shape[0]) if path == "ffn.experts" else None

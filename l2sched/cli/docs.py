@@ -24,6 +24,7 @@ from l2sched.files import (
 from l2sched.lint import lint_path
 from l2sched.lint.rules import rules_markdown
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_names, get_adapter
+from l2sched.model.adapters.protocol import HooksDocument, require
 from l2sched.model.config import default_config
 from l2sched.model.inventory import analytical_inventory
 
@@ -36,8 +37,10 @@ LINT_RULES_END = "<!-- end of generated rules -->"
 def hooks_md_text(model: str = DEFAULT_ADAPTER) -> str:
     """The text of ``docs/hooks.md``: adapter ``model``'s generator
     (``hooks_markdown``) with the bytes each op reads per GPU at TP4 on its
-    embedded config (``-`` for a layer kind that config has no layer of)."""
-    adapter = get_adapter(model)
+    embedded config (``-`` for a layer kind that config has no layer of).
+    Raises ``AdapterCapabilityError`` when the adapter has no
+    ``HooksDocument`` capability."""
+    adapter = require(get_adapter(model), HooksDocument, "`l2sched docs hooks`")
     inv = analytical_inventory(default_config(model), 4, False, adapter=model)
     first = {str(k): i for i, k in reversed(list(enumerate(inv.kinds)))}
 

@@ -19,7 +19,7 @@ from l2sched.cli.options import (
 )
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
-from l2sched.model.config import given_config_ref
+from l2sched.model.config import given_config_ref, model_config_help
 from l2sched.progress import enabled as progress_enabled
 from l2sched.units import FILL_MODES
 
@@ -259,9 +259,8 @@ def add_cli(sub) -> None:
                         "the model charges one only its measured expert-stream slowdown, "
                         "and one in force measured slower, docs/fit.md#caveats), max, or search (fit chooses)")
     p.add_argument("--model-config", metavar="PATH",
-                   help="HF config.json, model directory or shipped config name "
-                        "(default: the embedded GLM-5.3-Flash config); the fitted "
-                        "schedule names it in a model_config line")
+                   help=model_config_help() + "; the fitted schedule names it in "
+                        "a model_config line")
     p.add_argument("--quick", action="store_true",
                    help="a smaller search (about a third of the default's time)")
     p.add_argument("--allow-unmeasured", action="store_true",

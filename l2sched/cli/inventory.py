@@ -9,8 +9,12 @@ from typing import Sequence
 
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
-from l2sched.model.adapters import adapter_of_config
-from l2sched.model.config import load_model_config, read_config_arg
+from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config
+from l2sched.model.config import (
+    load_model_config,
+    model_config_help,
+    read_config_arg,
+)
 from l2sched.model.inventory import Inventory, TPSplitError, analytical_inventory
 from l2sched.units import MiB, plural
 
@@ -109,11 +113,9 @@ def add_cli(sub) -> None:
         help="per-GPU tensor inventory of every decoder layer",
         description="Print each layer kind's tensors (bytes per GPU, TP "
                     "replication, lazily created) and the totals, from a HF "
-                    "config.json (default: the embedded GLM-5.3-Flash config).")
-    p.add_argument("--model-config", metavar="PATH",
-                   help="HF config.json, model directory or shipped config name "
-                        "(qwen3-235b-a22b; default: the embedded GLM-5.3-Flash "
-                        "config)")
+                    "config.json (default: the embedded config of the default "
+                    f"adapter, {DEFAULT_ADAPTER}).")
+    p.add_argument("--model-config", metavar="PATH", help=model_config_help())
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel size (default 1)")
     p.add_argument("--ep", action="store_true",

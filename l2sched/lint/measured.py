@@ -15,6 +15,7 @@ summary (``--json-out``) has no per-op times and is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from l2sched.errors import Diagnostic, L2sInputError, Span
 from l2sched.files import note_input, parse_json_text, read_input_text
@@ -34,14 +35,17 @@ class MeasuredTimeline:
     fills: dict
     record: dict
 
-    def panel_bars(self, layer: int, classes: dict | None = None,
+    def panel_bars(self, layer: int, classes: Mapping[str, str],
                    next_ops: set | None = None):
         """``(bars, note)`` of decoder layer ``layer`` for ``gantt``: its
         ops (main and aux stream) and fills, plus the next layer's ops up to
         the last one named in ``next_ops`` (the next-layer ops the predicted
-        panel shows; default: up to its first expert-stream op), faded;
-        times in us from the layer's first op. ``classes``: op name -> mark
-        class (default: guessed from the name)."""
+        panel shows; default: all of them) and before its first
+        ``expert_stream`` op, faded; times in us from the layer's first op.
+        ``classes``: op name -> mark class, from the model adapter's decode
+        timeline (``gantt`` passes those of the predicted step graph); an op
+        it does not name is drawn as ``small``. The measured result names
+        its ops as the adapter does, so this module knows no op names."""
         own = {k: v for k, v in self.ops.items() if _layer(k) == layer}
         if not own:
             return [], f"measured ({self.arm} arm): no ops of layer {layer} in the result"
@@ -52,13 +56,13 @@ class MeasuredTimeline:
             keep = [i for i, (k, _) in enumerate(nxt) if _op(k) in next_ops]
             nxt = nxt[:keep[-1] + 1] if keep else []
         stop = next((v["start_us"] for k, v in nxt
-                     if _op(k) in ("moe.w13", "mlp.gate_up_proj")), None)
+                     if classes.get(_op(k)) == "expert_stream"), None)
         bars = []
         for k, v in list(own.items()) + [(k, v) for k, v in nxt
                                           if stop is None or v["start_us"] < stop]:
             faded = _layer(k) != layer
             op = _op(k)
-            cls = (classes or {}).get(op) or _guess_class(op)
+            cls = classes.get(op, "small")
             bars.append(Bar("aux" if v.get("stream") == "aux" else "main",
                             v["start_us"] - t0, v["finish_us"] - t0, cls, op,
                             f"measured L{_layer(k)} {op}: {v['start_us'] - t0:.1f}.."
@@ -97,22 +101,6 @@ def _layer(key: str) -> int:
 
 def _op(key: str) -> str:
     return key.split(":", 1)[1] if ":" in key else key
-
-
-def _guess_class(op: str) -> str:
-    """A mark class for a measured op from its name (the adapter's op names:
-    ``moe.w13`` expert stream, ``*.all_reduce`` collective, ...)."""
-    if op in ("moe.w13", "moe.w2"):
-        return "expert_stream"
-    if op.endswith("all_reduce"):
-        return "collective"
-    if op.startswith("moe.shared"):
-        return "shared_expert"
-    if op in ("kda.recurrent", "mla.sparse_decode", "kda.conv", "mla.indexer.topk"):
-        return "protected_small"
-    if op.endswith(("proj", "wq_b", "gate_up_proj", "down_proj", ".gate")):
-        return "gemm"
-    return "small"
 
 
 def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTimeline:

@@ -123,18 +123,6 @@ def validate_config(config: Mapping[str, Any], path: str = "<config>",
         if key in config and not _type_ok(config[key], types):
             err(key, f"expected {_type_name(types)}, got "
                      f"{type(config[key]).__name__} {config[key]!r}")
-    # Read by the lint's routing model (expert-stream bytes).
-    topk = config.get("num_experts_per_tok")
-    if topk is not None:
-        n_exp = config.get("n_routed_experts")
-        high = n_exp if _type_ok(n_exp, (int,)) and n_exp >= 1 else \
-            _bounds(adapter, "num_experts_per_tok")[1]
-        if not _type_ok(topk, (int,)):
-            err("num_experts_per_tok", f"expected an integer, got "
-                f"{type(topk).__name__} {topk!r}")
-        elif not 1 <= topk <= high:
-            err("num_experts_per_tok", f"must be in 1..{high} (n_routed_experts), "
-                f"got {topk}")
     if sink.has_errors:
         sink.raise_if_errors(L2sModelError)
     adapter.validate_config(config, err)
@@ -158,6 +146,16 @@ def shipped_config_names() -> list[str]:
     sorted: ``glm53-flash``, ``qwen3-235b-a22b``, ``qwen3-30b-a3b``."""
     return sorted(p.name[: -len(CONFIG_SUFFIX)]
                   for p in CONFIGS_DIR.glob("*" + CONFIG_SUFFIX))
+
+
+def model_config_help() -> str:
+    """The ``--model-config`` help text of the commands that read a model
+    config, from the registry and ``l2sched/data`` (no adapter is imported):
+    ``HF config.json, model directory or shipped config name (NAME, ...;
+    default: the embedded config of the default adapter, NAME)``."""
+    return (f"HF config.json, model directory or shipped config name "
+            f"({', '.join(shipped_config_names())}; default: the embedded config "
+            f"of the default adapter, {DEFAULT_ADAPTER})")
 
 
 def shipped_config_path(name: str) -> Path | None:

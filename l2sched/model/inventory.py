@@ -27,6 +27,7 @@ from l2sched.model.adapters import (
     adapter_of_config,
     get_adapter,
 )
+from l2sched.model.adapters.protocol import LiveModel, optional_member, require
 from l2sched.model.config import validate_config
 
 
@@ -290,8 +291,14 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
     views and decode reads come from the adapter's catalogue. Layers without
     parameters (pipeline-parallel placeholders) are skipped. ``tp``/``ep``/
     ``tp_rank`` describe the process the model was built in. Imports nothing
-    heavy itself (torch is only touched through the module's own methods)."""
-    ad = get_adapter(adapter)
+    heavy itself (torch is only touched through the module's own methods).
+    Raises ``AdapterCapabilityError`` when the adapter has no ``LiveModel``
+    capability."""
+    ad = require(get_adapter(adapter), LiveModel, "the live inventory")
+    excluded = optional_member(ad, "EXCLUDED_BUFFERS")
+    canonical_path = optional_member(ad, "canonical_path")
+    lazy_paths = optional_member(ad, "lazy_paths")
+    derive_lazy = optional_member(ad, "derive_lazy")
     _check_layout(tp, tp_rank)
     layers_mod = ad.decoder_layers(model_or_layers)
     kinds, layers = [], []
@@ -302,7 +309,7 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
             names.setdefault(id(t), []).append(n)
             tensors[id(t)] = t
         for n, t in layer.named_buffers(remove_duplicate=False):
-            if t is None or n.rsplit(".", 1)[-1] in ad.EXCLUDED_BUFFERS:
+            if t is None or n.rsplit(".", 1)[-1] in excluded:
                 continue
             names.setdefault(id(t), []).append(n)
             tensors[id(t)] = t
@@ -312,12 +319,12 @@ def live_inventory(model_or_layers: Any, tp: int, ep: bool, tp_rank: int = 0, *,
         found: dict[str, tuple[tuple[int, ...], str]] = {}
         for tid, paths in names.items():
             t = tensors[tid]
-            found[ad.canonical_path([unwrapped(p) for p in paths])] = (
+            found[canonical_path([unwrapped(p) for p in paths])] = (
                 tuple(t.shape), str(t.dtype).replace("torch.", ""))
-        for path in ad.lazy_paths(kind):
+        for path in lazy_paths(kind):
             if path in found:
                 continue
-            got = ad.derive_lazy(layer, path)
+            got = derive_lazy(layer, path)
             if got is not None:
                 found[path] = got
         order = ad.consumption_order(kind, list(found))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from l2sched.attrs import resolve_path
 from l2sched.errors import L2sError, L2sPluginError
+from l2sched.model.adapters.protocol import optional_member
 from l2sched.model.inventory import analytical_inventory, live_inventory
 
 #: How to serve a compiled model with the plugin: compilation mode NONE keeps
@@ -136,7 +137,7 @@ def compiled_module(model, adapter, vllm_config) -> tuple[str, str] | None:
     name = getattr(mode, "name", None) or ("NONE" if not mode else str(mode))
     if name == "STOCK_TORCH_COMPILE":
         return "the whole model", name
-    for path in adapter.COMPILED_MODULES:
+    for path in optional_member(adapter, "COMPILED_MODULES"):
         try:
             mod = resolve_path(model, path)
         except AttributeError:
@@ -169,9 +170,10 @@ def refuse_pipeline_parallel(adapter, layout: Layout) -> None:
     """Raise ``L2sPluginError("unsupported layout")`` at PP > 1 when the
     adapter refuses pipeline parallelism (its ``PIPELINE_PARALLEL_REFUSAL``
     says why)."""
-    if layout.pp > 1 and adapter.PIPELINE_PARALLEL_REFUSAL:
+    refusal = optional_member(adapter, "PIPELINE_PARALLEL_REFUSAL")
+    if layout.pp > 1 and refusal:
         raise L2sPluginError("unsupported layout", f"pipeline parallel size "
-                             f"{layout.pp}: {adapter.PIPELINE_PARALLEL_REFUSAL}")
+                             f"{layout.pp}: {refusal}")
 
 
 def own_layers(layers) -> range:

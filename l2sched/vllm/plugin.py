@@ -34,6 +34,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import ModelConfigRef
 from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
+from l2sched.model.adapters.protocol import LiveModel, require
 from l2sched.device import DeviceProfile
 from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
@@ -96,8 +97,10 @@ def _current_vllm_config():
 
 def _decoder_layers(model, ad):
     """The decoder-layer list of ``model``, a model of adapter ``ad`` (its
-    ``DECODER_LAYER_PATHS``). Raises ``L2sPluginError``."""
-    layers = ad.decoder_layers(model)
+    ``DECODER_LAYER_PATHS``). Raises ``AdapterCapabilityError`` when the
+    adapter cannot read a live model, ``L2sPluginError`` when none of the
+    paths holds the layers."""
+    layers = require(ad, LiveModel, "the vLLM plugin").decoder_layers(model)
     if layers is model:
         raise L2sPluginError("unsupported model", f"{type(model).__name__} has no "
                              "decoder layers at " + " or ".join(

@@ -6,6 +6,7 @@ fetches nothing wherever it fires (L2S007)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -13,6 +14,7 @@ from l2sched.compiler.compile import TargetExpander, layer_index
 from l2sched.compiler.plan import EMPTY_REASONS
 from l2sched.lint.rules.base import Finding, Rule, fires_in, target_span, window_span
 from l2sched.model.adapters import get_adapter
+from l2sched.model.adapters.protocol import optional_member
 from l2sched.units import format_size
 
 RULES = (
@@ -33,8 +35,9 @@ RULES = (
     Rule(
         "L2S003", "prefetch-of-written-buffer", "error",
         what=("a target names a cache or buffer the model writes during decode right before reading\n"
-             "it (KV cache, indexer key cache, KDA conv/recurrent state, block tables, top-k buffer,\n"
-             "rotary caches; list in `l2sched/lint/rules/targets.py` `WRITTEN_BUFFERS`)."),
+             "it: vLLM's KV cache, block tables and rotary caches (`VLLM_WRITTEN_BUFFERS` in\n"
+             "`l2sched/lint/rules/targets.py`) and the model's own, which its adapter lists in\n"
+             "`WRITTEN_BUFFERS` (indexer key caches, recurrent and conv states, top-k buffers)."),
         why=("the write replaces the prefetched lines; the fill is pure waste of bandwidth, and\n"
              "caches are never prefetched (docs/sources.md, runtime rules)."),
         example=("`this self_attn.indexer.k_cache`"),
@@ -78,19 +81,23 @@ RULES = (
                          "--set window.A.budget=1B --select L2S007")),
 )
 
-#: Caches and buffers the model writes during decode, right before reading
-#: them: never prefetch ("caches are never prefetched",
+#: Caches and buffers vLLM writes during decode in every model, right
+#: before reading them: never prefetch ("caches are never prefetched",
 #: docs/sources.md#runtime-rules). Globs over paths relative to the layer.
-WRITTEN_BUFFERS: dict[str, str] = {
+#: A model's own (indexer key caches, recurrent states, ...) are its
+#: adapter's ``WRITTEN_BUFFERS``, tried after these (``written_buffers``).
+VLLM_WRITTEN_BUFFERS: dict[str, str] = {
     "*kv_cache*": "the KV cache, written by the cache-update op before the core",
-    "*k_cache*": "the indexer key cache, written by the kpool insert",
-    "*conv_state*": "the KDA conv state, updated in place every step",
-    "*ssm_state*": "the KDA recurrent state, updated in place every step",
-    "*recurrent_state*": "the KDA recurrent state, updated in place every step",
     "*block_table*": "block tables, rewritten by the scheduler every step",
-    "*topk_indices_buffer*": "the top-k index buffer the indexer writes",
     "*cos_sin_cache*": "a rotary cache",
 }
+
+
+def written_buffers(adapter) -> dict[str, str]:
+    """The globs L2S003 refuses for a model of ``adapter`` -> why:
+    ``VLLM_WRITTEN_BUFFERS`` then the adapter's optional ``WRITTEN_BUFFERS``
+    (none when it has none)."""
+    return {**VLLM_WRITTEN_BUFFERS, **optional_member(adapter, "WRITTEN_BUFFERS")}
 
 
 def check(run) -> list[Finding]:
@@ -103,6 +110,7 @@ def check(run) -> list[Finding]:
     out: list[Finding] = check_data_dependent(run) + check_fetches_nothing(run)
     n = len(inventory.layers)
     expander = TargetExpander(inventory)
+    buffers = written_buffers(get_adapter(schedule.model))
     for w in schedule.windows:
         # per scope, one layer per distinct tensor list among the target
         # layers: its index and tensors (once per window, not per target)
@@ -111,7 +119,7 @@ def check(run) -> list[Finding]:
                   for scope, layers in expander.target_layers(w).items()}
         for t in w.targets:
             for p in t.patterns:
-                written = _written_buffer(p.text)
+                written = _written_buffer(buffers, p.text)
                 if written:
                     out.append(Finding("L2S003", f"window '{w.name}' prefetches "
                                        f"'{p.text}': {written}; it is written "
@@ -269,16 +277,18 @@ def _glob_re(glob: str) -> str:
     return "".join(".*" if c == "*" else re.escape(c) for c in glob)
 
 
-#: ``WRITTEN_BUFFERS`` compiled once into one regex, a named group per glob:
-#: one match per pattern, not one per glob.
-_WRITTEN_RX = re.compile("|".join(f"(?P<b{i}>{_glob_re(glob)})"
-                                  for i, glob in enumerate(WRITTEN_BUFFERS)))
-_WRITTEN_WHY = {f"b{i}": why for i, why in enumerate(WRITTEN_BUFFERS.values())}
+@functools.lru_cache(maxsize=None)
+def _written_rx(globs: tuple[str, ...]) -> re.Pattern:
+    """``globs`` compiled into one regex, a named group per glob (``b0``,
+    ``b1``, ...): one match per pattern, not one per glob."""
+    return re.compile("|".join(f"(?P<b{i}>{_glob_re(glob)})"
+                               for i, glob in enumerate(globs)))
 
 
-def _written_buffer(pattern: str) -> str:
-    """What the first ``WRITTEN_BUFFERS`` glob that matches ``pattern``
-    whole says of it (``""`` for none): the alternation tries the globs in
-    order, so the group that matched is the first one that does."""
-    m = _WRITTEN_RX.fullmatch(pattern)
-    return "" if m is None else _WRITTEN_WHY[m.lastgroup]
+def _written_buffer(buffers: dict[str, str], pattern: str) -> str:
+    """What the first glob of ``buffers`` (``written_buffers``) that
+    matches ``pattern`` whole says of it (``""`` for none): the alternation
+    tries the globs in order, so the group that matched is the first one
+    that does."""
+    m = _written_rx(tuple(buffers)).fullmatch(pattern)
+    return "" if m is None else list(buffers.values())[int(m.lastgroup[1:])]

@@ -31,6 +31,9 @@ from typing import (
     runtime_checkable,
 )
 
+from l2sched.errors import L2sModelError
+from l2sched.model.adapters import records
+
 
 @runtime_checkable
 class LayerKindLike(Protocol):
@@ -138,7 +141,7 @@ class TensorSpecLike(Protocol):
 
 @runtime_checkable
 class ModelAdapter(Protocol):
-    """The facts l2sched needs about one model family, by stage.
+    """The facts every stage needs about one model family, by stage.
 
     Identity and configs (``model.config``, CLI): ``NAME``,
     ``ARCHITECTURES``, ``MODEL_TYPES``, ``DEFAULT_CONFIG``,
@@ -149,11 +152,14 @@ class ModelAdapter(Protocol):
     vLLM install): ``HOOKS``, ``HOOKS_BY_NAME``. Timeline (lint, fit):
     ``decode_timeline``, ``condition_holds``, ``core_state_bytes``,
     ``consumption_order``, ``routing``. Tensors (inventory): ``DTYPE_BYTES``,
-    ``layer_specs``. Live model (``live_inventory``, the vLLM plugin):
-    ``DECODER_LAYER_PATHS``, ``decoder_layers``, ``live_layer_kind``,
-    ``EXCLUDED_BUFFERS``, ``canonical_path``, ``lazy_paths``,
-    ``derive_lazy``, ``live_spec``, ``COMPILED_MODULES``,
-    ``PIPELINE_PARALLEL_REFUSAL``. Docs: ``hooks_markdown``.
+    ``layer_specs``.
+
+    What only some commands need is a capability of its own, opt-in:
+    ``LiveModel`` (a live module tree: ``live_inventory``, the vLLM plugin)
+    and ``HooksDocument`` (``l2sched docs hooks``); ``require`` names the
+    adapter and what it lacks. Members with a default most adapters share
+    (``OptionalMembers``: lazily created tensors, buffers, compiled modules,
+    pipeline parallelism) may be left out; ``optional_member`` reads them.
     """
 
     #: The adapter's name, as written after ``model`` in a schedule and
@@ -188,23 +194,6 @@ class ModelAdapter(Protocol):
     HOOKS: Sequence[HookPointLike]
     #: ``HOOKS`` by name, same order.
     HOOKS_BY_NAME: Mapping[str, HookPointLike]
-    #: Attribute paths where a live model keeps its decoder-layer list
-    #: (tried in order by ``decoder_layers``; named in the plugin's error).
-    DECODER_LAYER_PATHS: Sequence[str]
-    #: Buffer names (last path component) the live inventory leaves out.
-    EXCLUDED_BUFFERS: Sequence[str]
-    #: Attribute paths, from the top-level vLLM model object, of the modules
-    #: vLLM compiles with ``torch.compile`` (its ``@support_torch_compile``
-    #: classes, e.g. Qwen3-MoE's ``model``: ``Qwen3MoeModel``); empty when
-    #: the decoder layers run as Python (GLM-5.3). Under a compiling
-    #: ``compilation_config.mode`` Dynamo traces the hooks of such a module
-    #: instead of running them, so the vLLM plugin refuses to install.
-    COMPILED_MODULES: Sequence[str]
-    #: Why the vLLM plugin refuses pipeline parallelism (PP > 1) for this
-    #: model, with its source (GLM-5.3: vLLM 0.33.0 gates PP off); ``""``
-    #: when each PP rank may plan and install its own layers.
-    PIPELINE_PARALLEL_REFUSAL: str
-
     def default_config_text(self) -> str:
         """The text (JSON) of the config embedded for this adapter."""
         ...
@@ -271,6 +260,15 @@ class ModelAdapter(Protocol):
         ``tokens`` tokens streams through the L2 (0 when none)."""
         ...
 
+@runtime_checkable
+class LiveModel(Protocol):
+    """Capability: reading a live vLLM module tree of the model
+    (``model.inventory.live_inventory``, the vLLM plugin's install)."""
+
+    #: Attribute paths where a live model keeps its decoder-layer list
+    #: (tried in order by ``decoder_layers``; named in the plugin's error).
+    DECODER_LAYER_PATHS: Sequence[str]
+
     def decoder_layers(self, model: Any) -> Any:
         """The decoder-layer list of a live model (``model`` itself when no
         ``DECODER_LAYER_PATHS`` entry resolves)."""
@@ -280,24 +278,16 @@ class ModelAdapter(Protocol):
         """The kind of a live decoder layer."""
         ...
 
-    def canonical_path(self, paths: Sequence[str]) -> str:
-        """The one name of a tensor reachable under several module aliases."""
-        ...
-
-    def lazy_paths(self, kind: Any) -> Sequence[str]:
-        """Paths of the lazily created tensors a layer of ``kind`` has (read
-        from a live layer when present, else ``derive_lazy``)."""
-        ...
-
-    def derive_lazy(self, layer: Any, path: str) -> tuple[tuple[int, ...], str] | None:
-        """``(shape, dtype)`` the lazy tensor ``path`` will have in the live
-        ``layer``; ``None`` when the layer lacks what it is built from."""
-        ...
-
     def live_spec(self, layer: Any, kind: Any, path: str, shape: tuple[int, ...],
                   dtype: str, tp: int, ep: bool, tp_rank: int) -> TensorSpecLike:
         """The ``TensorSpecLike`` of a tensor read off a live layer."""
         ...
+
+
+@runtime_checkable
+class HooksDocument(Protocol):
+    """Capability: generating the hook catalogue document (``l2sched docs
+    hooks``)."""
 
     def hooks_markdown(self, op_bytes: Callable[[Any, OpLike], str] | None = None
                        ) -> str:
@@ -307,15 +297,108 @@ class ModelAdapter(Protocol):
         ...
 
 
+class OptionalMembers(Protocol):
+    """Members an adapter may leave out; ``optional_member`` gives the
+    default (``OPTIONAL_MEMBERS``) in place of a missing one."""
+
+    #: Buffer names (last path component) the live inventory leaves out.
+    #: Default: vLLM's rotary ``cos_sin_cache`` (a cache ``get_rope`` shares
+    #: between layers, not a weight).
+    EXCLUDED_BUFFERS: Sequence[str]
+    #: The model's own caches and buffers it writes during decode right
+    #: before reading them: glob over paths relative to the layer -> why
+    #: (lint rule ``L2S003`` refuses them besides vLLM's KV cache, block
+    #: tables and rotary caches). Default: none.
+    WRITTEN_BUFFERS: Mapping[str, str]
+    #: Attribute paths, from the top-level vLLM model object, of the modules
+    #: vLLM compiles with ``torch.compile`` (its ``@support_torch_compile``
+    #: classes, e.g. Qwen3-MoE's ``model``: ``Qwen3MoeModel``). Under a
+    #: compiling ``compilation_config.mode`` Dynamo traces the hooks of such
+    #: a module instead of running them, so the vLLM plugin refuses to
+    #: install. Default: none (the decoder layers run as Python).
+    COMPILED_MODULES: Sequence[str]
+    #: Why the vLLM plugin refuses pipeline parallelism (PP > 1) for this
+    #: model, with its source (GLM-5.3: vLLM 0.33.0 gates PP off). Default
+    #: ``""``: each PP rank may plan and install its own layers.
+    PIPELINE_PARALLEL_REFUSAL: str
+
+    def canonical_path(self, paths: Sequence[str]) -> str:
+        """The one name of a tensor reachable under several module aliases.
+        Default: ``records.canonical_path`` (fewest components first)."""
+        ...
+
+    def lazy_paths(self, kind: Any) -> Sequence[str]:
+        """Paths of the lazily created tensors a layer of ``kind`` has (read
+        from a live layer when present, else ``derive_lazy``). Default:
+        none."""
+        ...
+
+    def derive_lazy(self, layer: Any, path: str) -> tuple[tuple[int, ...], str] | None:
+        """``(shape, dtype)`` the lazy tensor ``path`` will have in the live
+        ``layer``; ``None`` when the layer lacks what it is built from.
+        Default: always ``None``."""
+        ...
+
+
+def _no_lazy_paths(kind: Any) -> tuple[str, ...]:
+    return ()
+
+
+def _no_lazy_tensor(layer: Any, path: str) -> None:
+    return None
+
+
+#: ``OptionalMembers`` name -> the value used where an adapter has none.
+OPTIONAL_MEMBERS: dict[str, Any] = {
+    "EXCLUDED_BUFFERS": ("cos_sin_cache",),
+    "WRITTEN_BUFFERS": {},
+    "COMPILED_MODULES": (),
+    "PIPELINE_PARALLEL_REFUSAL": "",
+    "canonical_path": records.canonical_path,
+    "lazy_paths": _no_lazy_paths,
+    "derive_lazy": _no_lazy_tensor,
+}
+
+
+def optional_member(adapter: object, name: str) -> Any:
+    """``adapter``'s member ``name`` (one of ``OPTIONAL_MEMBERS``), or its
+    default there when the adapter has none. Raises ``KeyError`` for a name
+    ``OPTIONAL_MEMBERS`` does not list."""
+    default = OPTIONAL_MEMBERS[name]
+    return getattr(adapter, name, default)
+
+
+class AdapterCapabilityError(L2sModelError):
+    """A command needs a capability (``LiveModel``, ``HooksDocument``) the
+    model's adapter does not offer; the message names both."""
+
+
+def _members(protocol: type) -> tuple[str, ...]:
+    """The member names ``protocol`` declares, in declaration order."""
+    return tuple(
+        list(getattr(protocol, "__annotations__", {}))
+        + [k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_")])
+
+
+def require(adapter: Any, capability: type, needed_by: str) -> Any:
+    """``adapter`` when it has every member of ``capability`` (a protocol
+    of this module); raises ``AdapterCapabilityError`` naming the adapter,
+    what it lacks and ``needed_by`` (the command or stage) otherwise."""
+    missing = [m for m in _members(capability) if not hasattr(adapter, m)]
+    if missing:
+        raise AdapterCapabilityError(
+            f"adapter {getattr(adapter, 'NAME', adapter)!r} has no "
+            f"{capability.__name__} capability ({', '.join(missing)} missing), "
+            f"which {needed_by} needs")
+    return adapter
+
+
 #: Every member ``ModelAdapter`` lists, in declaration order.
-MEMBERS: tuple[str, ...] = tuple(
-    name for name in list(ModelAdapter.__annotations__)
-    + [k for k, v in vars(ModelAdapter).items() if callable(v) and not k.startswith("_")]
-)
+MEMBERS: tuple[str, ...] = _members(ModelAdapter)
 
 
 def missing_members(adapter: object) -> list[str]:
     """The ``ModelAdapter`` members ``adapter`` lacks (empty: it honours the
-    protocol, as far as names go)."""
+    protocol, as far as names go; the capabilities and ``OptionalMembers``
+    are not asked for)."""
     return [m for m in MEMBERS if not hasattr(adapter, m)]
-

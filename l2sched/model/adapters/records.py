@@ -9,7 +9,8 @@ instead of defining its own copy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from importlib import resources
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from l2sched.attrs import resolve_path
 
@@ -118,3 +119,43 @@ def canonical_path(paths: Sequence[str]) -> str:
     (``mlp.gate.weight`` over ``mlp.experts.gate.weight``: a MoE runner holds
     its block's gate)."""
     return min(paths, key=lambda p: (p.count("."), p))
+
+
+def check_experts_per_token(config: Mapping[str, Any], err: Callable[[str, str], None],
+                            experts_key: str) -> None:
+    """Report ``err("num_experts_per_tok", ...)`` unless the config's
+    ``num_experts_per_tok`` (read by the lint's routing model for the
+    expert-stream bytes; absent or null: nothing to check) is an integer in
+    ``1..config[experts_key]`` (the routed-expert count, an integer the
+    caller's ``REQUIRED_KEYS`` has checked). Raises nothing."""
+    topk = config.get("num_experts_per_tok")
+    if topk is None:
+        return
+    high = config[experts_key]
+    if not isinstance(topk, int) or isinstance(topk, bool):
+        err("num_experts_per_tok", f"expected an integer, got "
+            f"{type(topk).__name__} {topk!r}")
+    elif not 1 <= topk <= high:
+        err("num_experts_per_tok", f"must be in 1..{high} ({experts_key}), got {topk}")
+
+
+#: The dtypes an adapter's inventory counts unquantized weights in.
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def check_float_dtype(config: Mapping[str, Any], err: Callable[[str, str], None],
+                      dtype: str) -> None:
+    """Report ``err(KEY, ...)`` (``torch_dtype`` when the config sets it,
+    else ``dtype``) unless ``dtype``, the adapter's reading of the config's
+    dtype, is one of ``FLOAT_DTYPES``. Raises nothing."""
+    if dtype not in FLOAT_DTYPES:
+        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
+        err(key, f"unsupported dtype {dtype!r} (bfloat16, float16 or float32)")
+
+
+def data_config_text(file_name: str) -> str:
+    """The text of the config ``file_name`` shipped as package data of
+    ``l2sched.data`` (an adapter's ``DEFAULT_CONFIG``). Raises
+    ``FileNotFoundError`` when there is none."""
+    return resources.files("l2sched.data").joinpath(file_name).read_text(
+        encoding="utf-8")

@@ -46,18 +46,15 @@ from l2sched.model.adapters.deepseek_v4.kinds import (
 from l2sched.model.adapters.deepseek_v4.live import (
     COMPILED_MODULES,
     DECODER_LAYER_PATHS,
-    PIPELINE_PARALLEL_REFUSAL,
     decoder_layers,
-    derive_lazy,
-    lazy_paths,
     live_layer_kind,
     live_spec,
 )
 from l2sched.model.adapters.deepseek_v4.tensors import (
     DTYPE_BYTES,
-    EXCLUDED_BUFFERS,
     OPTIONAL_KEYS,
     REQUIRED_KEYS,
+    WRITTEN_BUFFERS,
     layer_specs,
 )
 from l2sched.model.adapters.deepseek_v4.timeline import (
@@ -66,7 +63,7 @@ from l2sched.model.adapters.deepseek_v4.timeline import (
     core_state_bytes,
     decode_timeline,
 )
-from l2sched.model.adapters.records import Op, TensorSpec, canonical_path
+from l2sched.model.adapters.records import Op, TensorSpec
 
 NAME = "deepseek_v4"
 
@@ -88,11 +85,12 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 __all__ = [
     "ALL_KINDS", "ARCHITECTURES", "ATTENTION_KINDS", "COMPILED_MODULES",
     "CONFIG_BOUNDS", "DECODER_LAYER_PATHS", "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME",
-    "DTYPE_BYTES", "EXCLUDED_BUFFERS", "HOOKS", "HOOKS_BY_NAME", "HookPoint",
+    "DTYPE_BYTES", "HOOKS", "HOOKS_BY_NAME", "HookPoint",
     "Install", "LayerKind", "MLP_KINDS", "MODEL_TYPES", "NAME", "OPTIONAL_KEYS",
-    "Op", "PIPELINE_PARALLEL_REFUSAL", "REQUIRED_KEYS", "SELECTORS", "TensorSpec",
-    "canonical_path", "condition_holds", "consumption_order", "core_state_bytes",
-    "decode_timeline", "decoder_layers", "default_config_text", "derive_lazy",
-    "hooks_markdown", "kind_selector", "layer_kinds", "layer_specs", "lazy_paths",
+    "Op", "REQUIRED_KEYS", "SELECTORS", "TensorSpec",
+    "condition_holds", "consumption_order", "core_state_bytes",
+    "decode_timeline", "decoder_layers", "default_config_text",
+    "hooks_markdown", "kind_selector", "layer_kinds", "layer_specs",
     "live_layer_kind", "live_spec", "routing", "subset_config", "validate_config",
+    "WRITTEN_BUFFERS",
 ]

@@ -6,9 +6,9 @@ surrogate)."""
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.deepseek_v4.kinds import RATIO_KIND, compress_ratios
 from l2sched.model.adapters.deepseek_v4.tensors import model_dtype
 
@@ -32,8 +32,7 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
 def default_config_text() -> str:
     """Text of the embedded DeepSeek-V4-Flash config (``DEFAULT_CONFIG`` in
     ``l2sched/data``; its source in the ``.md`` next to it)."""
-    return resources.files("l2sched.data").joinpath(DEFAULT_CONFIG).read_text(
-        encoding="utf-8")
+    return records.data_config_text(DEFAULT_CONFIG)
 
 
 def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
@@ -61,19 +60,14 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
         if (config.get("expert_dtype") or "fp4") != "fp4":
             err("expert_dtype", f"{config['expert_dtype']!r} experts are not "
                 "modelled (fp4: MXFP4)")
-    dt = model_dtype(config)
-    if dt not in ("bfloat16", "float16", "float32"):
-        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
-        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    records.check_float_dtype(config, err, model_dtype(config))
     act = config.get("hidden_act") or "silu"
     if act != "silu":
         err("hidden_act", f"{act!r} is not supported (vLLM's DeepSeek-V4 runs "
             "silu only)")
     if config.get("vision_n_layers"):
         err("vision_n_layers", "vision checkpoints are not modelled")
-    e, k = config["n_routed_experts"], config["num_experts_per_tok"]
-    if k > e:
-        err("num_experts_per_tok", f"must be at most n_routed_experts = {e}, got {k}")
+    records.check_experts_per_token(config, err, "n_routed_experts")
     nh, g = config["num_attention_heads"], config["o_groups"]
     if nh % g:
         err("o_groups", f"{g} does not divide num_attention_heads = {nh}")

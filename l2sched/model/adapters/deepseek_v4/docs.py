@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from l2sched.model.adapters.deepseek_v4.hooks import HOOKS
+from l2sched.model.adapters.hooks_doc import op_sources, timeline_table
 from l2sched.model.adapters.deepseek_v4.kinds import ALL_KINDS, LayerKind
 from l2sched.model.adapters.deepseek_v4.timeline import Op, decode_timeline
 
@@ -66,38 +67,18 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
             "skipped; its hooks still fire at its position. `aux` ops run on a",
             "side stream, overlapping the main stream's next ops."]
     for kind in ALL_KINDS[:4]:
-        out += _kind_table(kind, op_bytes)
+        out += timeline_table(kind, decode_timeline(kind), op_bytes,
+                              shown_read=_shown_read)
     out += ["", "(`.weight_scale_inv` is read with each FP8 weight; "
             "`ffn.experts.routed_experts._expert_map` by `moe.align` under EP "
             "only; `ffn.gate.e_score_correction_bias` exists in `moe` layers, "
             "`ffn.gate.tid2eid` in `hash` layers, where a decode step gathers one "
             "row per token; the `hca+hash` and `swa+moe` kinds no public config "
             "has are the same ops.)", "", "## Op sources", ""]
-    names: dict[str, Op] = {}
-    for kind in ALL_KINDS:
-        for op in decode_timeline(kind):
-            names.setdefault(op.name, op)
-    out += [f"- `{op.name}`: {op.description} (`{op.source}`)" for op in names.values()]
+    out += op_sources(decode_timeline(kind) for kind in ALL_KINDS)
     return "\n".join(out) + "\n"
 
 
-def _kind_table(kind: LayerKind, op_bytes: Callable[[LayerKind, Op], str] | None
-                ) -> list[str]:
-    """The timeline table of one kind."""
-    cols = ["#", "op", "class", "stream", "condition", "reads"]
-    if op_bytes is not None:
-        cols.append("bytes read per GPU at TP4")
-    cols += ["hooks before", "hooks after"]
-    out = ["", f"### {kind}", "", "| " + " | ".join(cols) + " |",
-           "|" + "---|" * len(cols)]
-    for n, op in enumerate(decode_timeline(kind), 1):
-        reads = [r for r in op.reads if not r.endswith(("._expert_map",
-                                                        ".weight_scale_inv"))]
-        row = [str(n), f"`{op.name}`", op.cls, op.stream, op.condition or "-",
-               "<br>".join(f"`{r}`" for r in reads) or "-"]
-        if op_bytes is not None:
-            row.append(op_bytes(kind, op))
-        row += [", ".join(f"`{x}`" for x in op.hooks_before) or "-",
-                ", ".join(f"`{x}`" for x in op.hooks_after) or "-"]
-        out.append("| " + " | ".join(row) + " |")
-    return out
+def _shown_read(path: str) -> bool:
+    # the expert map exists under EP only; every FP8 weight has its scales
+    return not path.endswith(("._expert_map", ".weight_scale_inv"))

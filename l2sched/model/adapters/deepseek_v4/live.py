@@ -2,7 +2,16 @@
 ``DeepseekV4DecoderLayer``): where the decoder layers are, each layer's kind,
 and the ``TensorSpec`` of a tensor found in a layer.
 ``l2sched.model.inventory.live_inventory`` calls these; they touch torch
-only through the modules' own attributes."""
+only through the modules' own attributes.
+
+Pipeline parallelism needs no ``PIPELINE_PARALLEL_REFUSAL`` (the protocol's
+default, ``""``): ``DeepseekV4ForCausalLM`` supports PP (``SupportsPP``,
+``nvidia/model.py:1309-1311``; ``make_layers`` at :864): each rank plans and
+installs its own layers. No lazily created tensor is modelled (the
+protocol's default ``lazy_paths``): layer 0's ``hc_attn_fn_broadcast``, set
+after weight loading by ``finalize_mhc_broadcast_weights``
+(``nvidia/model.py:1210-1223``), is a plain attribute of one layer, not a
+tensor of a kind."""
 
 from __future__ import annotations
 
@@ -26,11 +35,6 @@ DECODER_LAYER_PATHS = ("model.layers", "layers")
 #: (``models/deepseek_v4/nvidia/model.py:811``): the layers run as Python.
 COMPILED_MODULES: tuple[str, ...] = ()
 
-#: ``DeepseekV4ForCausalLM`` supports PP (``SupportsPP``,
-#: ``nvidia/model.py:1309-1311``; ``make_layers`` at :864): each rank plans
-#: and installs its own layers.
-PIPELINE_PARALLEL_REFUSAL = ""
-
 
 def decoder_layers(model: Any) -> Any:
     """The decoder-layer ``ModuleList`` of a ``DeepseekV4ForCausalLM`` or a
@@ -48,19 +52,6 @@ def live_layer_kind(layer: Any) -> LayerKind:
            "hca" if getattr(attn, "compressor", None) is not None else "swa")
     mlp = "hash" if getattr(layer.ffn.gate, "tid2eid", None) is not None else "moe"
     return LayerKind(att, mlp)
-
-
-def lazy_paths(kind: LayerKind) -> list[str]:
-    """No DeepSeek-V4 tensor of a decoder layer is modelled as lazy (layer 0's
-    ``hc_attn_fn_broadcast``, set after weight loading by
-    ``finalize_mhc_broadcast_weights``, ``nvidia/model.py:1210-1223``, is a
-    plain attribute of one layer, not a tensor of a kind): always empty."""
-    return []
-
-
-def derive_lazy(layer: Any, path: str) -> None:
-    """No lazily created tensors are modelled: always ``None``."""
-    return None
 
 
 def live_spec(layer: Any, kind: LayerKind, path: str, shape: tuple[int, ...],

@@ -256,9 +256,17 @@ REPLICATED_PATHS = (
     "attn.indexer.", "ffn.gate.", "attn_norm.", "ffn_norm.", "hc_",
 )
 
-#: Buffers ``live_inventory`` leaves out: the rotary cos/sin cache (a cache
-#: shared by the layers, not a weight).
-EXCLUDED_BUFFERS = ("cos_sin_cache",)
+#: Buffers DeepSeek-V4 writes during decode right before reading them (glob
+#: over paths relative to the layer -> why): lint rule ``L2S003`` refuses
+#: them besides vLLM's KV cache (the sliding-window, compressed and
+#: compressor-state caches are ``kv_cache`` tensors), block tables and
+#: rotary caches.
+WRITTEN_BUFFERS: dict[str, str] = {
+    "*k_cache*": "the indexer key cache, written by the compressor's cache insert "
+                 "(models/deepseek_v4/attention.py:1030-1045)",
+    "*topk_indices_buffer*": "the top-k index buffer the indexer writes "
+                             "(models/deepseek_v4/attention.py:299,1056)",
+}
 
 
 def is_replicated(path: str) -> bool:

@@ -62,12 +62,12 @@ from l2sched.model.adapters.glm5next.live import (
 )
 from l2sched.model.adapters.glm5next.tensors import (
     DTYPE_BYTES,
-    EXCLUDED_BUFFERS,
     LAZY_TENSORS,
     OPTIONAL_KEYS,
     PARTLY_REPLICATED,
     REPLICATED_PATHS,
     REQUIRED_KEYS,
+    WRITTEN_BUFFERS,
     expert_range,
     is_replicated,
     layer_specs,
@@ -82,7 +82,7 @@ from l2sched.model.adapters.glm5next.timeline import (
     decode_reads,
     decode_timeline,
 )
-from l2sched.model.adapters.records import Op, TensorSpec, canonical_path
+from l2sched.model.adapters.records import Op, TensorSpec
 
 NAME = "glm5next"
 
@@ -105,14 +105,14 @@ __all__ = [
     "COMPILED_MODULES", "PIPELINE_PARALLEL_REFUSAL",
     "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
     "DECODER_LAYER_PATHS",
-    "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES", "EXCLUDED_BUFFERS",
+    "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES",
     "FLASH_KINDS", "HOOKS", "HOOKS_BY_NAME", "HookPoint", "Install",
     "LAZY_TENSORS", "LayerKind", "MLP_KINDS", "MODEL_TYPES", "NAME", "OPTIONAL_KEYS",
     "OP_CLASSES", "Op", "PARTLY_REPLICATED", "REPLICATED_PATHS", "REQUIRED_KEYS",
-    "SELECTORS", "TensorSpec", "canonical_path", "condition_holds",
+    "SELECTORS", "TensorSpec", "condition_holds",
     "consumption_order", "core_state_bytes", "decode_reads", "decode_timeline",
     "decoder_layers", "default_config_text", "derive_lazy", "expert_range",
     "hooks_markdown", "is_replicated", "kind_selector", "layer_kinds",
     "layer_specs", "lazy_paths", "live_layer_kind", "live_spec", "model_dtype",
-    "routing", "subset_config", "validate_config",
+    "routing", "subset_config", "validate_config", "WRITTEN_BUFFERS",
 ]

@@ -5,9 +5,9 @@ made of a subset of the layers (``subset_config``, the fit's surrogate)."""
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.glm5next.tensors import model_dtype
 
 #: The config embedded for this adapter (package data of ``l2sched.data``;
@@ -32,15 +32,16 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
 def default_config_text() -> str:
     """Text of the embedded GLM-5.3-Flash config (``DEFAULT_CONFIG`` in
     ``l2sched/data``; sources in the ``.md`` next to it)."""
-    return resources.files("l2sched.data").joinpath(DEFAULT_CONFIG).read_text(
-        encoding="utf-8")
+    return records.data_config_text(DEFAULT_CONFIG)
 
 
 def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
     """GLM-5.3's own checks of a config with every required key present and
     typed, each problem reported as ``err(key, message)``: the mHC path only
     (``mhc: true``), NoPE MLA (``qk_rope_head_dim`` 0), no quantization, a
-    float dtype, per-layer lists as long as ``num_hidden_layers``."""
+    float dtype, per-layer lists as long as ``num_hidden_layers``,
+    ``num_experts_per_tok`` (optional) within ``n_routed_experts``."""
+    records.check_experts_per_token(config, err, "n_routed_experts")
     if config["mhc"] is not True:
         err("mhc", "false is not supported: only the mHC decoder path of "
                    "GLM-5.3 (mhc: true) is modelled")
@@ -51,10 +52,7 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
         err("quantization_config", "quantized checkpoints are not modelled (the "
             "dense MLP and the experts would be FP8 with block scales); use "
             "the BF16 config")
-    dt = model_dtype(config)
-    if dt not in ("bfloat16", "float16", "float32"):
-        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
-        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    records.check_float_dtype(config, err, model_dtype(config))
     n = config["num_hidden_layers"]
     for key in ("layer_types", "mlp_layer_types"):
         v = config.get(key)

@@ -10,6 +10,7 @@ from typing import Callable
 from l2sched.model.adapters.glm5next.hooks import HOOKS, HookPoint, Install
 from l2sched.model.adapters.glm5next.kinds import FLASH_KINDS, LayerKind
 from l2sched.model.adapters.glm5next.timeline import Op, decode_timeline
+from l2sched.model.adapters.hooks_doc import op_sources, timeline_table
 
 
 def _kinds_of(h: HookPoint) -> str:
@@ -78,35 +79,13 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
         "eager-break region.",
     ]
     for kind in FLASH_KINDS:
-        out += ["", f"### {kind}", ""]
-        head = "| # | op | class | stream | condition | reads |"
-        sep = "|---|---|---|---|---|---|"
-        if op_bytes is not None:
-            head += " bytes read per GPU at TP4 |"
-            sep += "---|"
-        out += [head + " hooks before | hooks after |", sep + "---|---|"]
-        reads_in_kind = set()
-        for n, op in enumerate(decode_timeline(kind), 1):
-            reads = [r for r in op.reads if _read_exists(kind, r)]
-            reads_in_kind.update(reads)
-            row = (f"| {n} | `{op.name}`{'*' if op.eager_break else ''} | "
-                   f"{op.cls} | {op.stream} | {op.condition or '-'} | "
-                   f"{'<br>'.join(f'`{r}`' for r in reads) or '-'} |")
-            if op_bytes is not None:
-                row += f" {op_bytes(kind, op)} |"
-            row += (f" {', '.join(f'`{x}`' for x in op.hooks_before) or '-'} |"
-                    f" {', '.join(f'`{x}`' for x in op.hooks_after) or '-'} |")
-            out.append(row)
+        out += timeline_table(kind, decode_timeline(kind), op_bytes, eager_mark=True,
+                              shown_read=_read_exists)
     out += ["", "## Op sources", ""]
-    seen: set[str] = set()
-    for kind in FLASH_KINDS:
-        for op in decode_timeline(kind):
-            if op.name not in seen:
-                seen.add(op.name)
-                out.append(f"- `{op.name}`: {op.description} (`{op.source}`)")
+    out += op_sources(decode_timeline(kind) for kind in FLASH_KINDS)
     return "\n".join(out) + "\n"
 
 
-def _read_exists(kind: LayerKind, path: str) -> bool:
+def _read_exists(path: str) -> bool:
     # Only EP configs have the expert map; the docs show the TP (no EP) case.
     return not path.endswith("._expert_map")

@@ -29,7 +29,6 @@ FLASH_KINDS = (LayerKind("kda", "dense"), LayerKind("kda", "moe"),
                LayerKind("mla", "moe"))
 
 
-
 def layer_kinds(config: Mapping) -> list[LayerKind]:
     """Layer kinds of every decoder layer, from a HF text config dict.
 

@@ -225,10 +225,16 @@ REPLICATED_PATHS = (
 PARTLY_REPLICATED = {"self_attn.in_proj_qkvbfg_a.weight": "head_dim"}
 
 
-#: Buffers ``live_inventory`` leaves out: rotary caches are caches, not
-#: weights, and are never prefetched (the MLA indexer's ``cos_sin_cache`` is
-#: ``(max_position_embeddings, 0)``, 0 B, since GLM-5.3 is NoPE).
-EXCLUDED_BUFFERS = ("cos_sin_cache",)
+#: Buffers GLM-5.3 writes during decode right before reading them (glob over
+#: paths relative to the layer -> why): lint rule ``L2S003`` refuses them
+#: besides vLLM's KV cache, block tables and rotary caches.
+WRITTEN_BUFFERS: dict[str, str] = {
+    "*k_cache*": "the indexer key cache, written by the kpool insert",
+    "*conv_state*": "the KDA conv state, updated in place every step",
+    "*ssm_state*": "the KDA recurrent state, updated in place every step",
+    "*recurrent_state*": "the KDA recurrent state, updated in place every step",
+    "*topk_indices_buffer*": "the top-k index buffer the indexer writes",
+}
 
 
 def is_replicated(path: str) -> bool:

@@ -47,16 +47,12 @@ from l2sched.model.adapters.qwen3_moe.kinds import (
 from l2sched.model.adapters.qwen3_moe.live import (
     COMPILED_MODULES,
     DECODER_LAYER_PATHS,
-    PIPELINE_PARALLEL_REFUSAL,
     decoder_layers,
-    derive_lazy,
-    lazy_paths,
     live_layer_kind,
     live_spec,
 )
 from l2sched.model.adapters.qwen3_moe.tensors import (
     DTYPE_BYTES,
-    EXCLUDED_BUFFERS,
     OPTIONAL_KEYS,
     REPLICATED_PATHS,
     REQUIRED_KEYS,
@@ -74,7 +70,7 @@ from l2sched.model.adapters.qwen3_moe.timeline import (
     decode_reads,
     decode_timeline,
 )
-from l2sched.model.adapters.records import Op, TensorSpec, canonical_path
+from l2sched.model.adapters.records import Op, TensorSpec
 
 NAME = "qwen3_moe"
 
@@ -94,16 +90,16 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 
 
 __all__ = [
-    "COMPILED_MODULES", "PIPELINE_PARALLEL_REFUSAL",
+    "COMPILED_MODULES",
     "ALL_KINDS", "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
     "DECODER_LAYER_PATHS", "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES",
-    "EXCLUDED_BUFFERS", "HOOKS", "HOOKS_BY_NAME", "HOOK_GRAPH_MODES", "HookPoint",
+    "HOOKS", "HOOKS_BY_NAME", "HOOK_GRAPH_MODES", "HookPoint",
     "Install", "LayerKind", "MLP_KINDS", "MODEL_TYPES", "NAME", "OPTIONAL_KEYS",
     "OP_CLASSES", "Op", "REPLICATED_PATHS", "REQUIRED_KEYS", "SELECTORS",
-    "TensorSpec", "canonical_path", "condition_holds", "consumption_order",
+    "TensorSpec", "condition_holds", "consumption_order",
     "core_state_bytes", "decode_reads", "decode_timeline", "decoder_layers",
-    "default_config_text", "derive_lazy", "expert_range", "hooks_markdown",
-    "is_replicated", "kind_selector", "layer_kinds", "layer_specs", "lazy_paths",
+    "default_config_text", "expert_range", "hooks_markdown",
+    "is_replicated", "kind_selector", "layer_kinds", "layer_specs",
     "live_layer_kind", "live_spec", "model_dtype", "routing", "subset_config",
     "validate_config",
 ]

@@ -5,9 +5,9 @@ made of a subset of the layers (``subset_config``, the fit's surrogate)."""
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
+from l2sched.model.adapters import records
 from l2sched.model.adapters.qwen3_moe.tensors import model_dtype
 
 #: The config embedded for this adapter (package data of ``l2sched.data``;
@@ -32,8 +32,7 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
 def default_config_text() -> str:
     """Text of the embedded Qwen3-30B-A3B config (``DEFAULT_CONFIG`` in
     ``l2sched/data``; its source in the ``.md`` next to it)."""
-    return resources.files("l2sched.data").joinpath(DEFAULT_CONFIG).read_text(
-        encoding="utf-8")
+    return records.data_config_text(DEFAULT_CONFIG)
 
 
 def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) -> None:
@@ -52,10 +51,7 @@ def validate_config(config: Mapping[str, Any], err: Callable[[str, str], None]) 
             + (f" ({method!r})" if method else "") + ": their packed weights "
             "and scales have other shapes and byte counts than the inventory's; "
             "use the BF16 checkpoint's config")
-    dt = model_dtype(config)
-    if dt not in ("bfloat16", "float16", "float32"):
-        key = "torch_dtype" if config.get("torch_dtype") else "dtype"
-        err(key, f"unsupported dtype {dt!r} (bfloat16, float16 or float32)")
+    records.check_float_dtype(config, err, model_dtype(config))
     act = config.get("hidden_act") or "silu"
     if act != "silu":
         err("hidden_act", f"{act!r} is not supported (vLLM's Qwen3-MoE runs silu only)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from l2sched.model.adapters.hooks_doc import op_sources, timeline_table
 from l2sched.model.adapters.qwen3_moe.hooks import HOOKS
 from l2sched.model.adapters.qwen3_moe.kinds import ALL_KINDS, LayerKind
 from l2sched.model.adapters.qwen3_moe.timeline import Op, decode_timeline
@@ -59,27 +60,15 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
             "Op classes as in docs/hooks.md. An op whose condition is false is",
             "skipped; its hooks still fire at its position."]
     for kind in ALL_KINDS:
-        cols = ["#", "op", "class", "condition", "reads"]
-        if op_bytes is not None:
-            cols.append("bytes read per GPU at TP4")
-        cols += ["hooks before", "hooks after"]
-        out += ["", f"### {kind}", "", "| " + " | ".join(cols) + " |",
-                "|" + "---|" * len(cols)]
-        for n, op in enumerate(decode_timeline(kind), 1):
-            reads = [r for r in op.reads if not r.endswith(("._expert_map", ".bias"))]
-            row = [str(n), f"`{op.name}`", op.cls, op.condition or "-",
-                   "<br>".join(f"`{r}`" for r in reads) or "-"]
-            if op_bytes is not None:
-                row.append(op_bytes(kind, op))
-            row += [", ".join(f"`{x}`" for x in op.hooks_before) or "-",
-                    ", ".join(f"`{x}`" for x in op.hooks_after) or "-"]
-            out.append("| " + " | ".join(row) + " |")
+        out += timeline_table(kind, decode_timeline(kind), op_bytes, stream=False,
+                              shown_read=_shown_read)
     out += ["", "(`mlp.experts.routed_experts._expert_map` is read by `moe.align` "
             "under EP only; `self_attn.qkv_proj.bias` exists with "
             "`attention_bias` only.)", "", "## Op sources", ""]
-    names: dict[str, Op] = {}
-    for kind in ALL_KINDS:
-        for op in decode_timeline(kind):
-            names.setdefault(op.name, op)
-    out += [f"- `{op.name}`: {op.description} (`{op.source}`)" for op in names.values()]
+    out += op_sources(decode_timeline(kind) for kind in ALL_KINDS)
     return "\n".join(out) + "\n"
+
+
+def _shown_read(path: str) -> bool:
+    # the expert map exists under EP only, the qkv bias with attention_bias
+    return not path.endswith(("._expert_map", ".bias"))

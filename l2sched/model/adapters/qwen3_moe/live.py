@@ -2,7 +2,13 @@
 ``Qwen3MoeDecoderLayer``): where the decoder layers are, each layer's kind,
 and the ``TensorSpec`` of a tensor found in a layer.
 ``l2sched.model.inventory.live_inventory`` calls these; they touch torch
-only through the modules' own attributes."""
+only through the modules' own attributes.
+
+Pipeline parallelism needs no ``PIPELINE_PARALLEL_REFUSAL`` (the protocol's
+default, ``""``): ``Qwen3MoeForCausalLM`` supports PP (``SupportsPP``,
+``qwen3_moe.py:543``; layers of other PP ranks are ``PPMissingLayer``
+placeholders, ``model_executor/models/utils.py`` ``make_layers``): each rank
+plans and installs its own layers."""
 
 from __future__ import annotations
 
@@ -26,12 +32,6 @@ DECODER_LAYER_PATHS = ("model.layers", "layers")
 #: default ``compilation_config.mode`` Dynamo traces its decoder layers.
 COMPILED_MODULES = ("model",)
 
-#: ``Qwen3MoeForCausalLM`` supports PP (``SupportsPP``, ``qwen3_moe.py:543``;
-#: layers of other PP ranks are ``PPMissingLayer`` placeholders,
-#: ``model_executor/models/utils.py`` ``make_layers``): each rank plans and
-#: installs its own layers.
-PIPELINE_PARALLEL_REFUSAL = ""
-
 
 def decoder_layers(model: Any) -> Any:
     """The decoder-layer ``ModuleList`` of a ``Qwen3MoeForCausalLM`` or a
@@ -44,16 +44,6 @@ def live_layer_kind(layer: Any) -> LayerKind:
     ``mlp`` has ``experts`` (``Qwen3MoeSparseMoeBlock``), else ``gqa+dense``
     (``Qwen3MoeMLP``; ``qwen3_moe.py:390-405``)."""
     return GQA_MOE if hasattr(layer.mlp, "experts") else GQA_DENSE
-
-
-def lazy_paths(kind: LayerKind) -> list[str]:
-    """No Qwen3-MoE tensor is created lazily: always empty."""
-    return []
-
-
-def derive_lazy(layer: Any, path: str) -> None:
-    """No lazily created tensors: always ``None``."""
-    return None
 
 
 def live_spec(layer: Any, kind: LayerKind, path: str, shape: tuple[int, ...],

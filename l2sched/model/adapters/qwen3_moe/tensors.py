@@ -150,11 +150,6 @@ REPLICATED_PATHS = (
     "mlp.gate.",
 )
 
-#: Buffers ``live_inventory`` leaves out: the rotary cos/sin cache is a
-#: cache, not a weight, shared by every layer (``get_rope`` caches one
-#: instance), and never prefetched.
-EXCLUDED_BUFFERS = ("cos_sin_cache",)
-
 
 def is_replicated(path: str) -> bool:
     """True when every TP rank holds the same full tensor ``path``
