@@ -38,10 +38,10 @@ def measure(profile, tp: int, hidden: int, *, rounds: int = 30,
     ``errors``."""
     import torch
 
-    from l2sched.profile.step import spin_cycles_per_us
-    from l2sched.profile.tp_allreduce import _FillSource, _warm_fill
+    from l2sched.bench.step import spin_cycles_per_us
+    from l2sched.bench.tp_allreduce import _FillSource, _warm_fill
     from l2sched.device.overlap import slowdown_for_extra
-    from l2sched.profile.tp_step import CAPTURE_MODE, record_event
+    from l2sched.bench.tp_step import CAPTURE_MODE, record_event
     from l2sched.runtime import kernel as K
     from l2sched.runtime.streams import side_stream
 

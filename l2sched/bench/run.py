@@ -38,17 +38,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import arm_specs, schedule_text  # noqa: F401 (re-exported)
-from l2sched.profile.ideal import ideal_gain
-from l2sched.profile.isolation import SetAsideIsolation
-from l2sched.profile.trace import trace_replays
-from l2sched.profile.options import SCHEDULE  # noqa: F401 (re-exported)
-from l2sched.profile.step import StepRunner
-from l2sched.profile.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, schedule_text  # noqa: F401 (re-exported)
+from l2sched.bench.ideal import ideal_gain
+from l2sched.bench.isolation import SetAsideIsolation
+from l2sched.bench.trace import trace_replays
+from l2sched.bench.options import SCHEDULE  # noqa: F401 (re-exported)
+from l2sched.bench.step import StepRunner
+from l2sched.bench.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
     capture_timed, collect, quantile, stats, summarize, sync_unless_dry, timed_eager)
-from l2sched.profile.tree import build_tree, distinct_experts
-from l2sched.profile.controls import DecoyRows
+from l2sched.bench.tree import build_tree, distinct_experts
+from l2sched.bench.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sUsageError
 from l2sched.files import write_text_atomically

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import time
 
-from l2sched.profile.run import stats
-from l2sched.profile.tp_step import CAPTURE_MODE, TPStepRunner, record_event
+from l2sched.bench.run import stats
+from l2sched.bench.tp_step import CAPTURE_MODE, TPStepRunner, record_event
 from l2sched.runtime import kernel as K
 from l2sched.runtime.streams import side_stream
 
