@@ -9,11 +9,13 @@ truth; ``tests/test_layers.py`` checks this list and README's table follow it):
   ``device_ops``), as data with sources;
 - ``lang``: ``.l2s`` text -> typed AST -> a resolved ``Schedule``;
 - ``compiler``: schedule + inventory -> ``Plan`` of byte ranges per hook point;
-- ``runtime``: gates, the side stream, the fill kernel, hooks in a module tree;
+- ``runtime``: gates, the side stream, the fill kernel, hooks in a module
+  tree (``sites.install_plan``);
 - ``lint``: the decode-step graph, its simulation and the rules;
 - ``fit``: the search for the schedule the lint predicts fastest;
-- ``vllm``: the vLLM general plugin;
 - ``bench``: the GLM-shaped decode step and its timing (``bench run|tp``);
+- ``vllm``: the vLLM general plugin (a sibling of ``profile``: neither
+  imports the other);
 - ``profile``: the probes that measure a box into a device profile;
 - ``cli``: the ``l2sched`` command (``python -m l2sched``).
 

@@ -24,7 +24,7 @@ AA_ARM = "none-aa"
 
 
 #: A ``--variant`` item that installs the arm's plan with a join at the end
-#: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
+#: of every decoder layer (``runtime.sites.install_plan(join_every_layer=True)``)
 #: instead of once per forward.
 JOIN_EVERY_LAYER = "join=every-layer"
 #: ``--variant`` items ``launch=CHOICE`` that install the arm's plan on a

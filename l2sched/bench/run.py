@@ -61,7 +61,7 @@ from l2sched.runtime import make_runtime
 from l2sched.runtime.capture_nodes import NODE_LAUNCHES
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
-from l2sched.vllm.sites import install_plan
+from l2sched.runtime.sites import install_plan
 
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")

@@ -47,7 +47,7 @@ from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
-from l2sched.vllm.sites import install_plan
+from l2sched.runtime.sites import install_plan
 
 #: The arms measured without ``--validation``; they also get the timed
 #: variant (per-op events) and, unless ``--no-spin-arms``, the ``/spin`` arm.
