@@ -463,8 +463,8 @@ def log_checks(name: str, lines: list[str], section: dict | None,
 
 
 def stats(xs: list[float]) -> dict:
-    """``{median, p10, p90, n}`` (``l2sched.profile.run.stats``)."""
-    from l2sched.profile.run import stats as _stats
+    """``{median, p10, p90, n}`` (``l2sched.bench.run.stats``)."""
+    from l2sched.bench.run import stats as _stats
 
     return _stats(xs)
 

@@ -1,15 +1,22 @@
 """l2sched: write, check and ship L2-cache weight-prefetch schedules for LLM decode.
 
-The pipeline, one package per stage, each importing only the stages below it
-(the import-linter contract in ``pyproject.toml``):
+The pipeline, one package per stage, bottom up; each imports only the stages
+below it (the import-linter layers contract in ``pyproject.toml`` is the
+truth; ``tests/test_layers.py`` checks this list and README's table follow it):
 
+- ``device``: one GPU's numbers from a device profile TOML, knowing no model;
+- ``model``: facts about the model (``adapters``, ``config``, ``inventory``,
+  ``device_ops``), as data with sources;
 - ``lang``: ``.l2s`` text -> typed AST -> a resolved ``Schedule``;
-- ``model``: facts about the model (``adapters``, ``config``, ``inventory``)
-  and the device (``devices``), as data with sources;
 - ``compiler``: schedule + inventory -> ``Plan`` of byte ranges per hook point;
+- ``runtime``: gates, the side stream, the fill kernel, hooks in a module
+  tree (``sites.install_plan``);
 - ``lint``: the decode-step graph, its simulation and the rules;
-- ``runtime``: gates, the side stream, the fill kernel, hooks in a module tree;
-- ``vllm``: the vLLM general plugin; ``bench``: the GPU benchmarks;
+- ``fit``: the search for the schedule the lint predicts fastest;
+- ``bench``: the GLM-shaped decode step and its timing (``bench run|tp``);
+- ``vllm``: the vLLM general plugin (a sibling of ``profile``: neither
+  imports the other);
+- ``profile``: the probes that measure a box into a device profile;
 - ``cli``: the ``l2sched`` command (``python -m l2sched``).
 
 Base modules every stage may use: ``errors`` (one error family with spans),

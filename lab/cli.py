@@ -15,7 +15,7 @@ from l2sched.cli.bench import _check_outputs, _require_torch
 from l2sched.cli.options import add_command
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.files import check_output_path
-from l2sched.profile import read_json_file, read_text_file
+from l2sched.bench import read_json_file, read_text_file
 
 from lab.bench.options import (kernel_arguments, lab_run_arguments, lab_tp_arguments,
                                tp_report_arguments)
@@ -23,10 +23,10 @@ from lab.bench.options import (kernel_arguments, lab_run_arguments, lab_tp_argum
 
 def _research_arms(args) -> None:
     """Turn ``--validation``/``--perturbations`` into the A/A arm and the
-    variants ``l2sched.profile.arms.arm_specs`` takes (``args.aa``,
+    variants ``l2sched.bench.arms.arm_specs`` takes (``args.aa``,
     ``args.arm_variants``)."""
     from lab.bench.arms import perturbation_variants, validation_variants
-    from l2sched.profile import shipped_path
+    from l2sched.bench import shipped_path
     variants = []
     if getattr(args, "validation", False):
         variants += validation_variants(shipped_path(args.schedule))

@@ -180,7 +180,7 @@ def test_toy_dry_run_install_fills_in_hook_order(toy):
     from l2sched.model.inventory import live_inventory
     from l2sched.runtime.dry_run import DryRunRuntime
     from l2sched.runtime.gate import StepInfo
-    from l2sched.vllm.sites import hook_sites, install_plan
+    from l2sched.runtime.sites import hook_sites, install_plan
 
     s, inv, plan = _plan(toy)
     model = toy_model(torch)
@@ -211,6 +211,20 @@ def test_toy_dry_run_install_fills_in_hook_order(toy):
     # removed exactly: the wrapped method is the class's again
     assert "run_experts" not in vars(model.layers[1].ffn)
     assert json.loads(toy.default_config_text()) == CONFIG
+    # a hook site the plan uses gone from layer 0: an install error of the
+    # runtime (nothing installed); the vLLM plugin's install calls it drift
+    from l2sched.errors import L2sInstallError
+    from l2sched.runtime.sites import MissingHookSites
+    from l2sched.vllm import sites as vllm_sites
+    from l2sched.vllm.drift import VllmDrift
+
+    del model.layers[0].mix
+    with pytest.raises(MissingHookSites) as e:
+        install_plan(model.layers, live, plan, DryRunRuntime(plan))
+    assert isinstance(e.value, L2sInstallError)
+    assert e.value.sites == ["mix of Layer (hook point toy.after_mix) on layer 0"]
+    with pytest.raises(VllmDrift, match="hook site mix of Layer "):
+        vllm_sites.install_plan(model.layers, live, plan, DryRunRuntime(plan))
 
 
 class _NoLiveNoDocs:

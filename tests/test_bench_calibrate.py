@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.bench import calibrate_model as cm
-from l2sched.profile import read_json_file
+from l2sched.bench import read_json_file
 from l2sched.cli import main
 from l2sched.device import load_device
 from lab import main as lab_main

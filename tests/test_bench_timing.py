@@ -12,12 +12,12 @@ from extras import TORCH_MISSING
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.profile.options import run_arguments as add_arguments
+from l2sched.bench.options import run_arguments as add_arguments
 from lab.bench.report import report
-from l2sched.profile.run import run
-from l2sched.profile.timed_graph import TimedGraph, collect, summarize
-from l2sched.profile.step import FakeEvent
-from l2sched.profile.arms import spin_collectives
+from l2sched.bench.run import run
+from l2sched.bench.timed_graph import TimedGraph, collect, summarize
+from l2sched.bench.step import FakeEvent
+from l2sched.bench.arms import spin_collectives
 from lab.bench.verdicts import (
     correct_fills,
     correct_ops,
@@ -522,7 +522,7 @@ def test_recovered_share_uses_means_and_a_paired_interval():
     not fit the L2 hot; unequal rounds are an error."""
     import random
 
-    from l2sched.profile.timing import recovered_share
+    from l2sched.bench.timing import recovered_share
     rng = random.Random(3)
     n = 300
     drift = [rng.gauss(0, 0.5) for _ in range(n)]  # shared by a round's cases
@@ -542,7 +542,7 @@ def test_trace_comparison_finds_where_an_arm_loses_time():
     """``bench run --trace-dir`` traces: the main stream is the busiest one,
     and the extra time of an arm splits into kernel time and gaps, per
     kernel name; main streams that do not match are an error."""
-    from l2sched.profile.trace import compare_timelines, kernel_timeline
+    from l2sched.bench.trace import compare_timelines, kernel_timeline
 
     def trace(events):
         return {"traceEvents": [{"ph": "X", "cat": "kernel", "tid": tid, "ts": ts,
@@ -573,7 +573,7 @@ def test_trace_comparison_finds_where_an_arm_loses_time():
 def test_recovered_share_interval_survives_draws_without_a_gap():
     """A bootstrap draw whose cold and hot means meet has no share; it is
     left out instead of breaking the interval (seen: "3.40 [22.62-22.55]")."""
-    from l2sched.profile.timing import recovered_share
+    from l2sched.bench.timing import recovered_share
     cold = [10.0] * 19 + [30.0]       # one slow round makes the whole gap
     hot = [10.0] * 20
     after = [10.0] * 19 + [20.0]

@@ -13,7 +13,7 @@ from extras import TORCH_MISSING
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.profile.run import SCHEDULE
+from l2sched.bench.run import SCHEDULE
 from l2sched.cli import main
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule

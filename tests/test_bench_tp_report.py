@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.profile.options import SCHEDULE
+from l2sched.bench.options import SCHEDULE
 from l2sched.profile.tp_interference import (allreduce_slowdowns, fill_rows,
                                           write_allreduce_slowdown)
 from l2sched.profile.collective_terms import collective_terms_text, update_profile_extras
 from lab.bench.tp_report import markdown
 from lab.bench.tp_validation import (arm_rounds, collectives_as_run, lint_predictor,
                                         validation, validation_lines)
-from l2sched.profile.arms import AA_ARM
+from l2sched.bench.arms import AA_ARM
 from lab.bench.validation import aa_noise_floor
 from l2sched.cli import main
 from l2sched.device import DEVICES_DIR, load_device, parse_device

@@ -15,13 +15,13 @@ from extras import TORCH_MISSING  # noqa: E402
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import arm_specs
-from l2sched.profile.options import SCHEDULE
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs
+from l2sched.bench.options import SCHEDULE
 from lab.bench.arms import validation_variants
 from lab.bench.options import BENCH_DIR
-from l2sched.profile.tp_allreduce import FILL_WARM_ROUNDS, replay_order
-from l2sched.profile.arms import AA_ARM
+from l2sched.bench.tp_allreduce import FILL_WARM_ROUNDS, replay_order
+from l2sched.bench.arms import AA_ARM
 from l2sched.cli import main
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
@@ -114,7 +114,7 @@ def test_replay_order_is_lockstep_and_seeded(result):
 
 
 def test_replay_order_does_not_depend_on_the_process():
-    code = ("from l2sched.profile.tp_allreduce import replay_order;"
+    code = ("from l2sched.bench.tp_allreduce import replay_order;"
             "print(replay_order(['a', 'b', 'c', 'd', 'e', 'f'], 3, 16, 5))")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": h},
@@ -156,7 +156,7 @@ def test_collective_interference_shape(result):
 
 
 def test_default_run_is_none_and_compiled_with_p2p_on(tmp_path):
-    from l2sched.profile.tp import arms, env_set
+    from l2sched.bench.tp import arms, env_set
     o = {"validation": False, "schedule": "s.l2s", "overrides": ["policy=evict_normal"],
          "p2p": "on", "bench_dir": BENCH_DIR}
     assert arms(o) == [{"name": "none", "path": None, "overrides": []},
@@ -179,7 +179,7 @@ def test_the_ranks_runtime_launches_the_profiles_fill_kernels():
     """``timed_runtime`` (the CudaRuntime of every arm on the GPU) takes each
     issue's kernel and launch shape from the device profile, as bench run's
     runtime and the lint; without a profile it would be bulk."""
-    from l2sched.profile.tp_step import timed_runtime
+    from l2sched.bench.tp_step import timed_runtime
     prof = load_device("h200")
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=1)
     plan = compile_plan(load_schedule(SCHEDULE, []), inv, 1)

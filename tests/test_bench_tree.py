@@ -6,7 +6,7 @@ from extras import TORCH_MISSING
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
-from l2sched.profile.tree import build_tree, distinct_experts, tree_entries
+from l2sched.bench.tree import build_tree, distinct_experts, tree_entries
 from l2sched.model.config import load_model_config
 from l2sched.model.inventory import analytical_inventory
 
@@ -42,7 +42,7 @@ def test_dry_run(tmp_path):
 def test_matrix_reads_are_what_the_op_multiplies():
     """The ops probe reads these back after its flush (weights cold,
     activations hot): they must be the very tensors the op's GEMMs take."""
-    from l2sched.profile.step import StepRunner
+    from l2sched.bench.step import StepRunner
     from l2sched.device import load_device
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
     runner = StepRunner(build_tree(inv, device="meta"), load_device("h200"), tokens=16)

@@ -12,13 +12,13 @@ import json
 
 import pytest
 
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import arm_specs, check_variants
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, check_variants
 from lab.bench.calibrate_model import control_residuals, gain_rows, recorded_profile
-from l2sched.profile.controls import CONTROL_PREFIX, control_arms
+from l2sched.bench.controls import CONTROL_PREFIX, control_arms
 from lab.bench.arms import validation_variants
 from lab.bench.controls import residuals, with_controls
-from l2sched.profile.arms import AA_ARM
+from l2sched.bench.arms import AA_ARM
 from lab.bench.validation import validate
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sError, L2sInputError
@@ -219,7 +219,7 @@ def test_a_controls_run_without_an_arms_control_writes_nothing(tmp_path, cut_run
 
 
 def test_bench_tp_controls_follow_its_set_overrides():
-    from l2sched.profile.tp import arms
+    from l2sched.bench.tp import arms
     o = {"validation": True, "schedule": SCHED, "controls": True, "bench_dir": "",
          "arm_variants": validation_variants(SCHED),
          "overrides": ["window.A.budget=0MB", "window.A_MLA.budget=0MB"]}
@@ -330,7 +330,7 @@ def test_decoy_rows_move_every_fill_into_the_scratch_buffer():
     """A decoy control reads as many bytes as its arm, each (issue, row) at
     one span of the scratch buffer that stays put, no two spans of a step
     overlapping, and wraps at the buffer's end."""
-    from l2sched.profile.controls import DecoyRows
+    from l2sched.bench.controls import DecoyRows
     base = 1 << 40
     dec = DecoyRows(base, 1 << 20)
     a = dec.rows(0, [(0x7000_0000, 4096), (0, 0), (0x7100_0000, 100_000)])
@@ -349,7 +349,7 @@ def test_decoy_rows_move_every_fill_into_the_scratch_buffer():
 
 
 def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs):
-    from l2sched.profile.controls import without_hits
+    from l2sched.bench.controls import without_hits
     from l2sched.lint import run_lint
     arms = arm_specs(SCHED, "schedules/bench", False, validation_variants(SCHED), aa=True,
                      controls="decoy")
@@ -368,7 +368,7 @@ def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs)
     rows = {(r["arm"], r["M"]): r for r in gain_rows(d, prof)}
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    from l2sched.profile.arms import spin_collectives
+    from l2sched.bench.arms import spin_collectives
     lr = run_lint(load_schedule(SCHED, []), inv, device=without_hits(spin_collectives(prof)),
                   tokens=16, model_config=cfg)
     got = rows[(CONTROL_PREFIX + "compiled", 16)]["pred_gain_us"]

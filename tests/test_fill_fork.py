@@ -24,7 +24,7 @@ from l2sched.lint import lint_path
 from l2sched.lint.graph import StepGraph
 from l2sched.lint.noise import aa_noise_floor
 from l2sched.lint.simulate import simulate
-from l2sched.profile.arms import spin_collectives
+from l2sched.bench.arms import spin_collectives
 from l2sched.profile.fill_fork import (check_fill_fork, fill_fork_markdown,
                                        fill_fork_summary, probe_fill_fork)
 from l2sched.profile.write import derive, profile_markdown, profile_toml

@@ -243,7 +243,7 @@ def test_lint_path_imports_neither_torch_nor_vllm_nor_networkx(extra):
             f"main(['lint', {str(SHIPPED)!r}] + {extra!r}); "
             "bad = [m for m in sys.modules "
             "if m.split('.')[0] in ('torch', 'vllm', 'networkx') "
-            "or m in ('l2sched.profile.run', 'l2sched.profile.step', 'l2sched.profile.tp')]; "
+            "or m in ('l2sched.bench.run', 'l2sched.bench.step', 'l2sched.bench.tp')]; "
             "print('BAD', bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

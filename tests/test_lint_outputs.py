@@ -247,7 +247,7 @@ def test_item10_sarif_is_valid_located_and_percent_encoded(tmp_path, monkeypatch
 
 
 def _fake_bench_result(run, tokens: int = 1) -> dict:
-    """A ``bench run`` result shaped as ``l2sched/profile/run.py`` writes it,
+    """A ``bench run`` result shaped as ``l2sched/bench/run.py`` writes it,
     made from the prediction itself with every time 10% later (a drawing
     fixture, not a measurement)."""
     ops, fills = {}, {}

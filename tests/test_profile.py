@@ -343,7 +343,7 @@ def test_a_recorded_profile_is_read_from_the_result_and_its_errors_located_there
     """Every report lints a bench result with the copy of the device
     profile the run recorded; a bad copy is an error at the result's key,
     line and column (not at a temporary file)."""
-    from l2sched.profile import recorded_profile
+    from l2sched.bench import recorded_profile
     from lab.bench.tp_validation import lint_profile
     with open(load_device("h200").path, encoding="utf-8") as f:
         text = f.read()

@@ -211,8 +211,8 @@ def test_bench_replays_give_each_arm_its_own_set_aside(drv):
     before every replay."""
     import types as T
 
-    from l2sched.profile.isolation import SetAsideIsolation
-    from l2sched.profile.run import _replay_interleaved
+    from l2sched.bench.isolation import SetAsideIsolation
+    from l2sched.bench.run import _replay_interleaved
     drv.initial = 0
     # what the runtimes requested at prepare(): the fitted arm asked for the maximum
     SA.apply_set_aside(0, -1, "plan fit", capturing=False)
@@ -261,7 +261,7 @@ def test_bench_replays_give_each_arm_its_own_set_aside(drv):
 
 
 def test_bench_replays_without_a_set_aside_change_nothing(drv):
-    from l2sched.profile.isolation import SetAsideIsolation
+    from l2sched.bench.isolation import SetAsideIsolation
     iso = SetAsideIsolation({"none": 0, "compiled": 0}, device=0)
     iso.start([object()])
     iso.before("compiled")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from l2sched.profile.arms import arm_specs
+from l2sched.bench.arms import arm_specs
 
 from lab.bench.arms import validation_variants
-from l2sched.profile.arms import AA_ARM
+from l2sched.bench.arms import AA_ARM
 from lab.bench.validation import (
     AA_MIN_FLOOR_US,
     THRESHOLDS,
@@ -133,7 +133,7 @@ def test_report_validation_section(tmp_path):
     src.write_text(json.dumps(res))
     s = report(str(src), str(tmp_path / "s.json"), str(tmp_path / "s.md"), "cmd")
     v = s["validation"]
-    from l2sched.profile.arms import spin_collectives
+    from l2sched.bench.arms import spin_collectives
     prof = spin_collectives(load_device("h200"))  # a bench run's all-reduces are idle intervals
     inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
     pred = {}
@@ -178,7 +178,7 @@ def test_perturbations_of_a_schedule():
 def test_result_arms_carry_their_schedule_text(tmp_path):
     """A result records each arm's schedule text, so its report lints what
     was measured even when the file was temporary or has changed since."""
-    from l2sched.profile.arms import arm_schedule, schedule_text
+    from l2sched.bench.arms import arm_schedule, schedule_text
     from l2sched.errors import L2sError
     src = Path(__file__).resolve().parent.parent / "schedules" / "glm53-flash-h200-tp4.l2s"
     gone = tmp_path / "previous.l2s"

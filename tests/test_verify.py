@@ -99,8 +99,8 @@ def test_cli_refuses_before_starting_an_engine(tmp_path, capsys):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"architectures": ["Glm5NextForCausalLM"]}))
     assert main(["verify", str(tmp_path), "--schedule", "x.l2s",
-                 "--batch-size", "0,4"]) == 2
-    assert "--batch-size takes distinct positive integers" in capsys.readouterr().err
+                 "--tokens", "0,4"]) == 2
+    assert "--tokens takes distinct positive integers" in capsys.readouterr().err
     assert main(["verify", str(tmp_path), "--schedule", "x.l2s",
                  "--batch-size", "4,4"]) == 2
     assert main(["verify", str(cfg), "--schedule", "x.l2s", "--timing", "generate",
@@ -447,8 +447,8 @@ def test_batch_sizes_take_plain_digits(tmp_path, capsys, text):
 
     (tmp_path / "config.json").write_text(json.dumps(default_config()))
     assert main(["verify", str(tmp_path), "--schedule", "schedules/glm53-flash-h200-tp4.l2s",
-                 "--batch-size", text]) == 2
-    assert "--batch-size takes comma-separated numbers" in capsys.readouterr().err
+                 "--tokens", text]) == 2
+    assert "--tokens takes comma-separated numbers" in capsys.readouterr().err
 
 
 def test_issue36_capture_launch_reaches_the_plugin_section(tmp_path, capsys):

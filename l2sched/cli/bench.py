@@ -1,5 +1,5 @@
 """``l2sched bench run|report|kernel|tp|tp-report|calibrate``: the H200 stand-in benchmark of
-a GLM-5.3-Flash decode step (``l2sched.profile``). Options are validated
+a GLM-5.3-Flash decode step (``l2sched.bench``). Options are validated
 before torch is imported or ranks are spawned."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import contextlib
 import os
 import sys
 
-from l2sched.profile import shipped_path
-from l2sched.profile.options import run_arguments, tp_arguments
+from l2sched.bench import shipped_path
+from l2sched.bench.options import run_arguments, tp_arguments
 from l2sched.cli.options import add_command, check_token_counts
 from l2sched.device import profile_path
 from l2sched.errors import L2sError, L2sUsageError
@@ -70,7 +70,7 @@ def cmd_run(args) -> int:
     bad = _bad_tokens(args.tokens)
     if bad:
         raise L2sUsageError(bad)
-    from l2sched.profile.arms import check_variants
+    from l2sched.bench.arms import check_variants
     try:
         check_variants(args.variant, args.schedule)
     except ValueError as e:
@@ -85,7 +85,7 @@ def cmd_run(args) -> int:
             raise L2sUsageError(f"--trace-dir {args.trace_dir}: cannot make it: "
                                 f"{e.strerror or e}") from None
     _require_torch(gpu=not args.dry, dry_hint=True)
-    from l2sched.profile.run import run  # imports torch
+    from l2sched.bench.run import run  # imports torch
 
     run(args)
     return 0
@@ -101,7 +101,7 @@ def cmd_tp(args) -> int:
     if bad:
         raise L2sUsageError(bad)
     _require_torch()
-    from l2sched.profile.tp import run_tp  # imports torch
+    from l2sched.bench.tp import run_tp  # imports torch
 
     try:
         run_tp(args)

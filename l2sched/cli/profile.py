@@ -1,7 +1,7 @@
 """``l2sched profile --out PROFILE.toml``: measure this box once and write
-its device profile (``bench.profile`` probes, ``bench.profile_write``; with
-``--collectives N`` the all-reduce part across N GPUs,
-``bench.profile_collectives``)."""
+its device profile (``l2sched.profile.probes``, ``l2sched.profile.write``;
+with ``--collectives N`` the all-reduce part across N GPUs,
+``l2sched.profile.collectives``)."""
 
 from __future__ import annotations
 

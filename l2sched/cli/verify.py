@@ -1,8 +1,10 @@
 """``l2sched verify``: a schedule's gain measured inside vLLM's offline
 engine, prefetch switched on and off in one engine (``l2sched.vllm.verify``),
 beside the lint's prediction. Options follow ``vllm bench latency`` where
-they fit (``--batch-size``, ``--input-len``, ``--output-len``,
-``--num-iters``, ``--num-iters-warmup``, ``--output-json``, ``--load-format``).
+they fit (``--input-len``, ``--output-len``, ``--num-iters``,
+``--num-iters-warmup``, ``--output-json``, ``--load-format``); tokens per
+decode step is ``--tokens``, as in every other command (``--batch-size``,
+``vllm bench latency``'s spelling, is kept as an alias).
 """
 
 from __future__ import annotations
@@ -100,10 +102,10 @@ def _check_args(args) -> list[int]:
     for a model config that does not read."""
     from l2sched.cli.options import check_device_arg, model_config_arg
 
-    batches = [int(b) for b in numbers("--batch-size", args.batch_size, int)]
+    batches = [int(b) for b in numbers("--tokens", args.tokens, int)]
     if any(b < 1 for b in batches) or len(set(batches)) != len(batches):
-        raise L2sUsageError("--batch-size takes distinct positive integers, got "
-                            f"{args.batch_size}")
+        raise L2sUsageError("--tokens takes distinct positive integers, got "
+                            f"{args.tokens}")
     if not args.schedule.strip():
         raise L2sUsageError("--schedule: empty (a .l2s path, or auto)")
     generate = args.timing == "generate"
@@ -237,7 +239,7 @@ def cmd_verify(args) -> int:
     try:
         missing = engine.missing_graphs(batches) if args.timing == "replay" else ""
         if missing:
-            print(f"l2sched verify: {missing}; give --batch-size among the captured sizes, "
+            print(f"l2sched verify: {missing}; give --tokens among the captured sizes, "
                   "or capture these (--engine-arg 'compilation_config={\"cudagraph_capture_"
                   "sizes\": [...]}'), or use --timing generate", file=sys.stderr)
             return 1
@@ -297,8 +299,10 @@ def add_cli(sub) -> None:
     p.add_argument("--capture-launch", default=None, choices=CAPTURE_LAUNCHES,
                    help="how a fill enters the FULL decode graphs (the plugin's "
                         "capture_launch; default: the runtime's, fork; docs/runtime.md)")
-    p.add_argument("--batch-size", default="1,4,16,64", metavar="M[,M...]",
-                   help="decode batch sizes (default 1,4,16,64)")
+    p.add_argument("--tokens", "--batch-size", dest="tokens", default="1,4,16,64",
+                   metavar="M[,M...]",
+                   help="tokens per decode step, the batch sizes timed (default "
+                        "1,4,16,64; --batch-size: vllm bench latency's spelling)")
     p.add_argument("--input-len", type=int, default=32, metavar="N",
                    help="prompt tokens (default 32)")
     p.add_argument("--output-len", type=int, default=64, metavar="N",

@@ -2,7 +2,7 @@
 (``l2sched timeline --measured RESULT.json``).
 
 ``RESULT.json`` is what ``l2sched bench run --out`` writes
-(``l2sched/profile/run.py``): ``{"kind": "l2sched bench", "per_m": {"M":
+(``l2sched/bench/run.py``): ``{"kind": "l2sched bench", "per_m": {"M":
 {"arms": {ARM: {...}}}}}`` where each arm measured with in-graph events
 holds ``ops`` (``"layer:op" -> {"start_us", "finish_us", "dur_us",
 "stream"}``, us from the step's start event, medians over the replays),

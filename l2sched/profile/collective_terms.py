@@ -13,7 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from l2sched.profile.options import FIT_MAX_BYTES
+from l2sched.bench.options import FIT_MAX_BYTES
 from l2sched.profile.tp_interference import allreduce_slowdowns
 from l2sched.profile.tp_interference import median_present as _med
 from l2sched.profile.tp_interference import write_allreduce_slowdown

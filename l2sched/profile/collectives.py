@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from l2sched.profile.options import tp_arguments
+from l2sched.bench.options import tp_arguments
 
 #: Where the collective part's result sits in the profile's state.
 STATE_KEY = "collectives"
@@ -51,7 +51,7 @@ def run_collectives(world_size: int, *, tp: int, tokens: list[int], base: str,
     ``ValueError`` for unusable options (fewer than 2 GPUs, more ranks than
     GPUs, ``world_size`` above ``tp``) and
     ``torch.multiprocessing.ProcessRaisedException`` when a rank fails."""
-    from l2sched.profile.tp import run_tp
+    from l2sched.bench.tp import run_tp
     return run_tp(collective_args(world_size, tp=tp, tokens=tokens, base=base,
                                   iters=iters, dry=dry))
 

@@ -67,8 +67,8 @@ def fork_variants(schedule_path: str) -> dict[str, str]:
     0 B). Raises ``L2sError`` for a schedule that does not resolve and
     ``ValueError`` when it lacks one of the windows."""
     from l2sched.lang.resolve import load_schedule
-    from l2sched.profile import shipped_path
-    from l2sched.profile.arms import window_alone_variant
+    from l2sched.bench import shipped_path
+    from l2sched.bench.arms import window_alone_variant
     sched = load_schedule(shipped_path(schedule_path), [])
     names = {w.name for w in sched.windows}
     missing = [w for w in FORK_WINDOWS if w not in names]
@@ -88,8 +88,8 @@ def probe_fill_fork(ctx) -> dict:
         return {"skipped": "--quick"}
     if ctx.tp != BENCH_TP:
         return {"skipped": f"bench run's decode step is TP{BENCH_TP}, the profile --tp {ctx.tp}"}
-    from l2sched.profile.options import SCHEDULE, run_arguments
-    from l2sched.profile.run import run as bench_run
+    from l2sched.bench.options import SCHEDULE, run_arguments
+    from l2sched.bench.run import run as bench_run
     launch = DEFAULT_CAPTURE_LAUNCH
     variants = fork_variants(SCHEDULE)
     with tempfile.TemporaryDirectory(prefix="l2sched-fill-fork-") as tmp:

@@ -73,7 +73,7 @@ def predicted_hits(profile, schedule_text: str, tokens,
     run`` (TP4 inventory, all-reduces as idle intervals), at each M of
     ``tokens``; and each node's layer kind. ``overrides``: settings on top
     of the schedule (a lone window's budgets)."""
-    from l2sched.profile.arms import spin_collectives
+    from l2sched.bench.arms import spin_collectives
     from l2sched.lint import run_lint
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
     prof = spin_collectives(profile)
@@ -98,7 +98,7 @@ def step_hits_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> 
 
 def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
     """The lint's step period (us) of the schedule in ``bench run``'s step."""
-    from l2sched.profile.arms import spin_collectives
+    from l2sched.bench.arms import spin_collectives
     from l2sched.lint import run_lint
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
     run = run_lint(sched, inv, device=spin_collectives(profile), tokens=M, model_config=cfg)
@@ -107,7 +107,7 @@ def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> floa
 
 def _decoy_step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
     """``_step_us`` of the schedule's decoy (its fills land nothing)."""
-    from l2sched.profile.controls import without_hits
+    from l2sched.bench.controls import without_hits
     return _step_us(without_hits(profile), schedule_text, M, overrides)
 
 
@@ -116,7 +116,7 @@ def with_step_gaps(profile, gaps: dict, scale=1.0, at: int | None = None):
     step gaps times ``scale`` (a number, or ``{(kind, op): factor}`` with 1
     for an op it lacks; only M ``at`` when given)."""
     import dataclasses
-    from l2sched.profile.step import MODEL
+    from l2sched.bench.step import MODEL
     ops = dict(profile.op_times(MODEL))
     for k, per in gaps.items():
         ms = sorted(m for m in per if at is None or m == at)
@@ -145,7 +145,7 @@ def step_gaps(step: dict, profile) -> StepGaps:
     M's gaps times that M's ``scale``: the window's that fills the op
     (``window_scales``, where the record has lone windows) or the whole
     step's (``_total_scale``). Empty without per-op records."""
-    from l2sched.profile.step import MODEL
+    from l2sched.bench.step import MODEL
     per_m = {int(m): r for m, r in (step.get("per_m") or {}).items() if r.get("ops_us")}
     table = profile.op_times(MODEL)
     if not per_m or not table:
@@ -198,7 +198,7 @@ def window_scales(step: dict, profile, gaps: dict, M: int) -> dict:
     the reference kernel, ``lone_hits_us``); all 1 where the reference hits
     are under ``MIN_REFERENCE_HITS_US`` (the probe moved too little)."""
     from l2sched.profile.step_fill import MIN_REFERENCE_HITS_US, lone_variants
-    from l2sched.profile.arms import split_variant
+    from l2sched.bench.arms import split_variant
     text, rec = step["schedule"], step["per_m"].get(M) or step["per_m"][str(M)]
     lone = {w: tuple(split_variant(v)[1]) for w, (_, v) in lone_variants(text).items()
             if w in rec["lone_hits_us"]}

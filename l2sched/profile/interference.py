@@ -6,7 +6,7 @@ Needs torch with CUDA at call time (nothing is imported at module import).
 
 from __future__ import annotations
 
-from l2sched.profile.timing import TimingBench, dependent_read, gemm_consumer, row_table, stats
+from l2sched.bench.timing import TimingBench, dependent_read, gemm_consumer, row_table, stats
 
 MB = 10**6
 

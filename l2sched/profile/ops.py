@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 
-from l2sched.profile.timing import stats
+from l2sched.bench.timing import stats
 
 MB = 10**6
 

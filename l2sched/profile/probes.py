@@ -62,7 +62,7 @@ from l2sched.profile.fill_fork import probe_fill_fork
 from l2sched.profile.ops import probe_ops
 from l2sched.profile.state import save_state
 from l2sched.profile.step_fill import probe_step_fill
-from l2sched.profile.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
+from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.runtime import kernel as K
 from l2sched.runtime.limits import read_device_limits
@@ -237,7 +237,7 @@ def probe_set_aside(ctx) -> dict:
     demoted before each case). ``slowdown`` per M = mean with / mean
     without - 1; the profile's ``l2.set_aside_stream_slowdown`` is their
     median (the lint scales it by the reserved share of the maximum)."""
-    from l2sched.profile.isolation import SetAsideIsolation
+    from l2sched.bench.isolation import SetAsideIsolation
     from l2sched.runtime.set_aside import in_force, reset_persisting_lines
     torch, b, runner = ctx.torch, ctx.bench, ctx.runner
     mode, shape = next(iter(ctx.fill_shapes.items()))
@@ -389,8 +389,8 @@ class ProbeContext:
     reference)."""
 
     def __init__(self, torch, args, base_profile, results: dict):
-        from l2sched.profile.step import StepRunner
-        from l2sched.profile.tree import build_tree
+        from l2sched.bench.step import StepRunner
+        from l2sched.bench.tree import build_tree
         from l2sched.model.config import default_config
         from l2sched.model.inventory import analytical_inventory
         self.torch = torch

@@ -18,7 +18,7 @@ from l2sched.profile.fill_fork import apply_fill_fork, fill_fork_markdown
 from l2sched.profile.interference import gemm_chain_record
 from l2sched.profile.ops import ops_markdown
 from l2sched.profile.gaps import step_gap_markdown
-from l2sched.profile.step import MODEL
+from l2sched.bench.step import MODEL
 from l2sched.profile.step_fill import apply_step_fill, step_fill_markdown
 from l2sched.device import slowdown_for_extra
 from l2sched.profile.origins import apply_base_policy, origin_table, toml_value

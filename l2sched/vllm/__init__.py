@@ -36,7 +36,8 @@ decode graphs, ``verify_startup``). With neither schedule source, nothing
 happens. See ``docs/vllm.md``.
 
 Modules: ``config`` (what the user asked for), ``plugin`` (the post-load
-step), ``sites`` (hook sites and ``install_plan``), ``step_info`` (what the
+step), ``sites`` (``runtime.sites.install_plan``, a missing hook site
+turned into vLLM drift), ``step_info`` (what the
 gate needs to know about vLLM's forward), ``drift`` (a vLLM name missing:
 one WARNING line, prefetch off), ``replaced`` (hooked modules replaced
 after install, loaders that skip ``process_weights_after_loading``).

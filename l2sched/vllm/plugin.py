@@ -38,11 +38,13 @@ from l2sched.model.adapters.protocol import LiveModel, require
 from l2sched.device import DeviceProfile
 from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
+from l2sched.runtime.sites import Installed
 from l2sched.units import format_size
 from l2sched.vllm import agreement as _agreement
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
 from l2sched.vllm.device_check import first_line as _first_line
+from l2sched.vllm.drift import refuse_drift
 from l2sched.vllm.layout import (
     Layout,
     own_layers,
@@ -54,7 +56,7 @@ from l2sched.vllm.layout import (
     text_config_dict,
 )
 from l2sched.vllm.loss_gate import GateRequest, loss_gate
-from l2sched.vllm.sites import Installed, install_plan, refuse_drift
+from l2sched.vllm.sites import install_plan
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 from l2sched.vllm.summary import summary_line, unmeasured_note
 

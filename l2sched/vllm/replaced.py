@@ -6,7 +6,7 @@ more in ``*WithLoRA`` layers (``LoRAModelManager._create_lora_modules``)
 after the model is loaded and the plugin installed, before any graph is
 captured (``after_lora``). At that moment, and when a loader returns its
 model (``after_load``), every hooked module is looked up again
-(``sites.Installed.follow``): a hook on a module that a wrapper now stands
+(``runtime.sites.Installed.follow``): a hook on a module that a wrapper now stands
 for (the original kept as ``base_layer``) is hooked again at the wrapper;
 a hook whose module was replaced otherwise is taken out and reported. The
 summary then counts only the issues that can fire:

@@ -1,14 +1,14 @@
 """The arm sets of the research runs: the validation set of
 docs/lint.md#validation (``validation_variants``) and the perturbations of a
 fitted schedule (``perturbation_variants``), as ``NAME:KEY=VALUE,...``
-variants for ``l2sched.profile.arms.arm_specs``."""
+variants for ``l2sched.bench.arms.arm_specs``."""
 
 from __future__ import annotations
 
 from l2sched.device import load_device
 from l2sched.lang.resolve import load_schedule
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import window_alone_variant
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import window_alone_variant
 
 
 def validation_variants(schedule_path: str) -> list[str]:

@@ -30,13 +30,13 @@ import math
 import re
 import statistics
 
-from l2sched.profile import read_json_file
+from l2sched.bench import read_json_file
 from lab.bench import tp_validation
-from l2sched.profile import recorded_profile as bench_recorded_profile
-from l2sched.profile.arms import arm_schedule
-from l2sched.profile.controls import CONTROL_PREFIX, control_of, is_control, without_hits
+from l2sched.bench import recorded_profile as bench_recorded_profile
+from l2sched.bench.arms import arm_schedule
+from l2sched.bench.controls import CONTROL_PREFIX, control_of, is_control, without_hits
 from lab.bench.controls import Residuals, residuals, run_control_kind
-from l2sched.profile.arms import AA_ARM, spin_collectives
+from l2sched.bench.arms import AA_ARM, spin_collectives
 from lab.bench.validation import aa_noise_floor, validate
 from lab.bench.verdicts import is_schedule_arm
 from l2sched.errors import L2sInputError

@@ -1,11 +1,11 @@
-"""The research half of the dispatch controls (``l2sched.profile.controls``
+"""The research half of the dispatch controls (``l2sched.bench.controls``
 runs them): the residuals of a controls run and the predicted gains they
 correct in a validation (docs/bench.md#dispatch-controls)."""
 
 from __future__ import annotations
 
 from l2sched.errors import L2sError
-from l2sched.profile.controls import CONTROL_BUDGET, CONTROL_PREFIX, control_of, is_control
+from l2sched.bench.controls import CONTROL_BUDGET, CONTROL_PREFIX, control_of, is_control
 
 
 class Residuals(dict):

@@ -42,7 +42,7 @@ import sys
 import time
 
 from l2sched.profile.interference import bench_interference, gemm_chain_record
-from l2sched.profile.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
+from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.files import write_texts_atomically
 from l2sched.runtime import kernel as K

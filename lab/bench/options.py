@@ -1,12 +1,12 @@
 """Command-line options of the lab's ``bench`` commands: the research
 options of ``run`` and ``tp`` (the validation and perturbation arm sets,
 the verdict set, the dispatch controls) on top of the product's
-(``l2sched.profile.options``), and the options of ``tp-report`` and
+(``l2sched.bench.options``), and the options of ``tp-report`` and
 ``kernel``."""
 
 from __future__ import annotations
 
-from l2sched.profile.options import FIT_MAX_BYTES, run_arguments, tp_arguments
+from l2sched.bench.options import FIT_MAX_BYTES, run_arguments, tp_arguments
 
 #: The deliberately bad schedules of the verdict set.
 BENCH_DIR = "schedules/bench"

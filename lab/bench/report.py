@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from l2sched.profile import read_json_file, recorded_profile
-from l2sched.profile.arms import arm_schedule
+from l2sched.bench import read_json_file, recorded_profile
+from l2sched.bench.arms import arm_schedule
 from lab.bench.calibrate_model import pooled_controls
-from l2sched.profile.controls import is_control, without_hits
+from l2sched.bench.controls import is_control, without_hits
 from lab.bench.controls import kind_of, status_note
 from lab.bench.markdown import markdown
-from l2sched.profile.run import AR_NOTE, FILL_NOTE
-from l2sched.profile.arms import AA_ARM, spin_collectives
+from l2sched.bench.run import AR_NOTE, FILL_NOTE
+from l2sched.bench.arms import AA_ARM, spin_collectives
 from lab.bench.validation import aa_noise_floor, validate
 from lab.bench.verdicts import (
     KERNEL_MODE_WHY,

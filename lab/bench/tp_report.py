@@ -32,8 +32,8 @@ import json
 import statistics
 import sys
 
-from l2sched.profile import read_json_file, shipped_path
-from l2sched.profile.options import FIT_MAX_BYTES
+from l2sched.bench import read_json_file, shipped_path
+from l2sched.bench.options import FIT_MAX_BYTES
 from lab.bench.calibrate_model import pooled_controls
 from l2sched.profile.tp_interference import fill_lines
 from l2sched.profile.tp_interference import median_present as _med

@@ -29,10 +29,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from l2sched.profile import recorded_profile
-from l2sched.profile.arms import arm_schedule
+from l2sched.bench import recorded_profile
+from l2sched.bench.arms import arm_schedule
 from lab.bench.controls import control_lines, kind_of, status_note
-from l2sched.profile.arms import AA_ARM
+from l2sched.bench.arms import AA_ARM
 from lab.bench.validation import aa_noise_floor, validate
 from lab.bench.verdicts import is_schedule_arm
 from l2sched.lint import run_lint

@@ -75,7 +75,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_right
 
-from l2sched.profile.run import quantile
+from l2sched.bench.run import quantile
 
 VERDICT_RULE = ("lint verdict bad = an error finding, or a predicted step-time change "
                 "that is a slowdown beyond the noise threshold; measured verdict bad = "

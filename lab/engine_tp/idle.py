@@ -145,7 +145,7 @@ def _install(out: IdleIntervals, site: IdleSite, owner, target, idle) -> None:
 def cuda_spin(cycles_per_us: float) -> Callable[[float], None]:
     """A function ``spin(us)`` that enqueues ``torch.cuda._sleep`` for
     ``us`` microseconds on the current stream (``cycles_per_us``: the spin
-    kernel's measured rate, ``l2sched.profile.step.spin_cycles_per_us``)."""
+    kernel's measured rate, ``l2sched.bench.step.spin_cycles_per_us``)."""
     import torch
 
     def spin(us: float) -> None:

@@ -83,7 +83,7 @@ def idle_for(spec: dict):
     def calibrate() -> None:
         import torch
 
-        from l2sched.profile.step import spin_cycles_per_us
+        from l2sched.bench.step import spin_cycles_per_us
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("the idle spin was first used inside a graph capture "
                                "(calibrate before capturing)")

@@ -126,7 +126,7 @@ def verify(d: Path) -> int:
     arguments; its report is ``d/verify.json`` + ``.md``."""
     spec = json.loads((d / "spec.json").read_text())
     cmd = [sys.executable, "-m", "l2sched", "verify", str(d / "rank"), "--schedule", "auto",
-           "--device", spec["device_profile"], "--batch-size", ",".join(map(str, TOKENS)),
+           "--device", spec["device_profile"], "--tokens", ",".join(map(str, TOKENS)),
            "--num-iters", "5", "--output-len", "64", "--output-json", str(d / "verify.json")]
     for k, v in engine_kwargs(d, spec).items():
         if k not in ("model", "load_format", "skip_tokenizer_init", "seed",

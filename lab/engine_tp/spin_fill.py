@@ -38,16 +38,16 @@ def measure(profile, tp: int, hidden: int, *, rounds: int = 30,
     ``errors``."""
     import torch
 
-    from l2sched.profile.step import spin_cycles_per_us
-    from l2sched.profile.tp_allreduce import _FillSource, _warm_fill
+    from l2sched.bench.step import spin_cycles_per_us
+    from l2sched.bench.tp_allreduce import FillSource, warm_fill
     from l2sched.device.overlap import slowdown_for_extra
-    from l2sched.profile.tp_step import CAPTURE_MODE, record_event
+    from l2sched.bench.tp_step import CAPTURE_MODE, record_event
     from l2sched.runtime import kernel as K
     from l2sched.runtime.streams import side_stream
 
     dev = torch.cuda.current_device()
     fill_bytes = int(FILL_MB * 1e6)
-    src = _FillSource(torch, torch.device("cuda", dev), fill_bytes)
+    src = FillSource(torch, torch.device("cuda", dev), fill_bytes)
     side, cur = side_stream(dev), torch.cuda.current_stream()
     cycles = spin_cycles_per_us(torch)
     out: dict = {"fill_bytes": fill_bytes, "rounds": rounds, "policy": policy,
@@ -60,7 +60,7 @@ def measure(profile, tp: int, hidden: int, *, rounds: int = 30,
             kern = K.get_kernel(dev, spec)
             if kern is None:
                 raise RuntimeError(K.disabled_reason() or f"{spec} did not compile")
-            kern = _warm_fill(torch, kern, src, side, cur)
+            kern = warm_fill(torch, kern, src, side, cur)
             launches[mode] = (lambda k=kern: k.launch(src.table.data_ptr(), 0, 1,
                                                       side.cuda_stream))
         except Exception as e:

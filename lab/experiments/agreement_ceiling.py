@@ -36,8 +36,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
-from l2sched.profile import read_json_file  # noqa: E402
-from l2sched.profile.controls import is_control  # noqa: E402
+from l2sched.bench import read_json_file  # noqa: E402
+from l2sched.bench.controls import is_control  # noqa: E402
 from lab.bench.calibrate_model import measured_gain_rows, none_rounds  # noqa: E402
 from lab.bench.validation import (  # noqa: E402
     AA_MIN_FLOOR_US,

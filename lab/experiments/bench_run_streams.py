@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 import torch  # noqa: E402
 
-from l2sched.profile import step  # noqa: E402
+from l2sched.bench import step  # noqa: E402
 # `python -m lab bench run`: the product's bench run with the research arm sets
 # (--validation, --perturbations, --controls, --bench-dir)
 from lab import main  # noqa: E402

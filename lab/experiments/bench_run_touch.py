@@ -25,7 +25,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from l2sched.profile import run as bench_run  # noqa: E402
+from l2sched.bench import run as bench_run  # noqa: E402
 # `python -m lab bench run`: the product's bench run with the research arm sets
 # (--validation, --perturbations, --controls, --bench-dir)
 from lab import main  # noqa: E402

@@ -27,8 +27,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
-from l2sched.profile.timing import dependent_read  # noqa: E402
-from l2sched.profile.timing import TimingBench, after_fill, gemm_consumer, stats  # noqa: E402
+from l2sched.bench.timing import dependent_read  # noqa: E402
+from l2sched.bench.timing import TimingBench, after_fill, gemm_consumer, stats  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 

@@ -56,7 +56,7 @@ def main() -> int:
 
     from l2sched.profile.probes import ProbeContext
     from l2sched.profile.ops import other_layer
-    from l2sched.profile.timing import after_fill
+    from l2sched.bench.timing import after_fill
     from l2sched.device import load_device
     from l2sched.runtime import kernel as K
     from probe_output import write_probe

@@ -155,14 +155,14 @@ def main() -> int:
     import torch
 
     import l2sched.profile.probes as P
-    from l2sched.profile.timing import TimingBench
+    from l2sched.bench.timing import TimingBench
     if not torch.cuda.is_available():
         print("fill_wait_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
     if a.fill_stream == "side":
         P.after_fill = functools.partial(P.after_fill, fill_stream=torch.cuda.Stream())
     if a.graph:
-        import l2sched.profile.timing as T
+        import l2sched.bench.timing as T
         T._fill_then_wait = _graphed(torch, T._fill_then_wait)
     if a.touch_pages:
         P.after_fill = _touching_pages(torch, P.after_fill)

@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from probe_output import write_probe  # noqa: E402
 
-from l2sched.profile.timing import stats  # noqa: E402
+from l2sched.bench.timing import stats  # noqa: E402
 
 
 class Chain:

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue  # noqa: E402
 from l2sched.runtime import kernel as K  # noqa: E402
 from l2sched.runtime.cuda import CudaRuntime
-from l2sched.profile.timing import TimingBench, dependent_read, stats  # noqa: E402
+from l2sched.bench.timing import TimingBench, dependent_read, stats  # noqa: E402
 from l2sched.runtime.gate import StepInfo  # noqa: E402
 
 MB = 10 ** 6
@@ -48,7 +48,7 @@ q = stats
 
 
 class Bench(TimingBench):
-    """``l2sched.profile.timing.TimingBench`` with this script's 400 us lead
+    """``l2sched.bench.timing.TimingBench`` with this script's 400 us lead
     before each timed repetition (the 11-29 probes were measured with it)."""
 
     lead_us = 400
@@ -60,7 +60,7 @@ class Bench(TimingBench):
 
 def make_read(w, reverse=False):
     """A bandwidth-bound dependent read of all of ``w`` and its name:
-    ``l2sched.profile.timing.dependent_read`` (a Triton kernel summing 16 KiB
+    ``l2sched.bench.timing.dependent_read`` (a Triton kernel summing 16 KiB
     per program as int32; ``torch.sum``, not bandwidth-bound, without
     Triton)."""
     return dependent_read(torch, w, reverse)

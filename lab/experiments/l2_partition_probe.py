@@ -33,7 +33,7 @@ import cupy as cp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from probe_output import write_probe  # noqa: E402
 
-from l2sched.profile.timing import stats  # noqa: E402
+from l2sched.bench.timing import stats  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void read_set(const int4* __restrict__ buf, long long n16,

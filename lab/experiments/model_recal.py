@@ -31,7 +31,7 @@ import sys
 
 # the lab is not installed: the repository root (two folders up) on sys.path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from l2sched.profile import read_json_file  # noqa: E402
+from l2sched.bench import read_json_file  # noqa: E402
 from lab.bench.calibrate_model import gain_rows, pooled_controls, recorded_profile  # noqa: E402
 from lab.bench.validation import validate  # noqa: E402
 from l2sched.errors import L2sError, L2sInputError  # noqa: E402

@@ -26,10 +26,10 @@ import argparse
 import re
 import sys
 
-from l2sched.profile import read_json_file
+from l2sched.bench import read_json_file
 from l2sched.profile.gaps import gap_probe_text, step_gaps, window_scale_records
 from l2sched.profile.step_fill import apply_step_fill, check_step_fill
-from l2sched.profile.step import MODEL
+from l2sched.bench.step import MODEL
 from l2sched.profile.write import default_fill_mode, toml_value
 from l2sched.errors import L2sError
 from l2sched.files import check_output_path, write_text_atomically

@@ -14,7 +14,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
-from l2sched.profile.trace import compare_timelines, kernel_timeline, main_stream  # noqa: E402
+from l2sched.bench.trace import compare_timelines, kernel_timeline, main_stream  # noqa: E402
 from l2sched.errors import L2sError  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 

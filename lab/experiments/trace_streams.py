@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
-from l2sched.profile.trace import kernel_timeline, main_stream  # noqa: E402
+from l2sched.bench.trace import kernel_timeline, main_stream  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 
 #: A substring of the fill kernels' names (l2sched.runtime.kernel's CuTe DSL kernels).

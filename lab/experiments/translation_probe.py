@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 import torch  # noqa: E402
 
-from l2sched.profile.timing import TimingBench, gemm_consumer, stats  # noqa: E402
+from l2sched.bench.timing import TimingBench, gemm_consumer, stats  # noqa: E402
 from probe_output import write_probe  # noqa: E402
 
 PAGE_STRIDE = 64 * 1024  # bytes between the touched elements

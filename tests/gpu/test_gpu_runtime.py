@@ -318,7 +318,7 @@ def test_bench_set_aside_isolation_on_the_device():
     """Each arm's replays run with its own set-aside (``bench.isolation``):
     the driver resets persisting lines without error, the limit follows the
     arm, and closing restores the limit found before."""
-    from l2sched.profile.isolation import SetAsideIsolation
+    from l2sched.bench.isolation import SetAsideIsolation
     from l2sched.runtime.set_aside import reset_persisting_lines
 
     torch.cuda.init()
@@ -441,7 +441,7 @@ def test_kernel_times_measures_the_body_kernels_alone():
     in-place add behind the flush takes about what CUDA events around it
     say (within 15%, never more: events also hold the launch), and a body
     without a kernel of its own is an error."""
-    from l2sched.profile.timing import TimingBench, stats
+    from l2sched.bench.timing import TimingBench, stats
 
     b = TimingBench(torch, reps=7)
     x = torch.zeros(64 << 20, dtype=torch.float32, device="cuda")

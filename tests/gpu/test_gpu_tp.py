@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu,
 def groups(tmp_path_factory):
     import torch.distributed as dist
 
-    from l2sched.profile.tp import MULTICAST_OFF
+    from l2sched.bench.tp import MULTICAST_OFF
     if dist.is_initialized():
         pytest.skip("a process group already exists in this process")
     os.environ.update(MULTICAST_OFF)
@@ -39,8 +39,8 @@ def groups(tmp_path_factory):
 
 
 def test_allreduce_with_each_fill_kernel_in_a_graph(groups):
-    from l2sched.profile.tp_allreduce import measure_allreduce_fill
-    from l2sched.profile.tp_step import has_external_events
+    from l2sched.bench.tp_allreduce import measure_allreduce_fill
+    from l2sched.bench.tp_step import has_external_events
     from l2sched.device import load_device
     from l2sched.runtime import kernel as K
     dist, ctl = groups

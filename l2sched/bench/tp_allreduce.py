@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import time
 
-from l2sched.profile.run import stats
-from l2sched.profile.tp_step import CAPTURE_MODE, TPStepRunner, record_event
+from l2sched.bench.run import stats
+from l2sched.bench.tp_step import CAPTURE_MODE, TPStepRunner, record_event
 from l2sched.runtime import kernel as K
 from l2sched.runtime.streams import side_stream
 
@@ -184,7 +184,7 @@ def measure_allreduce_fill(runner: TPStepRunner, profile, tokens: list[int],
         out["error"] = "this torch has no external CUDA events (in-graph timing)"
         return out
     if gpu:
-        src = _FillSource(torch, runner.device, fill_bytes)
+        src = FillSource(torch, runner.device, fill_bytes)
         launches = _fill_launches(torch, runner, profile, policy, src, ctl, out)
     else:
         launches = {m: None for m in out["modes"]}
@@ -239,7 +239,7 @@ def _lockstep_rounds(names: list[str], run, iters: int, seed: int, M: int,
     return times
 
 
-class _FillSource:
+class FillSource:
     """The fill's source on the GPU: ``SLICES`` buffers of ``nbytes`` bytes
     (a one-row fill table, ``table``, points at one of them) and a 256 MiB
     buffer whose read flushes the L2. ``next()`` (before a replay, on the
@@ -265,7 +265,7 @@ class _FillSource:
         self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
 
 
-def _fill_launches(torch, runner, profile, policy: str, src: _FillSource, ctl,
+def _fill_launches(torch, runner, profile, policy: str, src: FillSource, ctl,
                    out: dict) -> dict:
     """mode -> a zero-argument launch of its fill (``src.table``, row 0, on
     the side stream), for the modes whose kernel compiled and launched
@@ -285,7 +285,7 @@ def _fill_launches(torch, runner, profile, policy: str, src: _FillSource, ctl,
             if kern is None:
                 err = K.disabled_reason() or f"{spec} did not compile (see the log)"
             else:
-                kern = _warm_fill(torch, kern, src, side, cur)
+                kern = warm_fill(torch, kern, src, side, cur)
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         if not all_ranks_ok(ctl, not err):
@@ -297,7 +297,7 @@ def _fill_launches(torch, runner, profile, policy: str, src: _FillSource, ctl,
     return launches
 
 
-def _warm_fill(torch, kern, src: _FillSource, side, cur):
+def warm_fill(torch, kern, src: FillSource, side, cur):
     """One eager fill on ``side`` (loads the module, checks the launch);
     the generic launch path when the TVM-FFI call raises. Returns the
     kernel that launched; raises when none does."""
@@ -346,7 +346,7 @@ def _capture_fill_graphs(torch, dist, buf, sync, launches: dict):
     return graphs, ""
 
 
-def _graph_runner(torch, graphs: dict, src: _FillSource):
+def _graph_runner(torch, graphs: dict, src: FillSource):
     """``run(variant)``: next fill source + L2 flush, replay, the in-graph
     all-reduce time (us)."""
     def run(k: str) -> float:

@@ -23,7 +23,7 @@ are ``nn.Module`` with a per-module ``quant_method`` object whose ``apply``
 runs the GEMM (``o_proj``'s forward then runs the all-reduce stand-in),
 ``self_attn._forward`` (KDA core), ``self_attn.mla_attn.mla_attn`` (MLA core
 module), ``mlp.gate``, ``mlp.experts.routed_experts.forward_modular`` and
-``mlp.experts._maybe_reduce_final_output``. ``l2sched.profile.step`` gives them
+``mlp.experts._maybe_reduce_final_output``. ``l2sched.bench.step`` gives them
 behaviour. torch is imported inside functions only.
 """
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 
-from l2sched.profile import shipped_path
+from l2sched.bench import shipped_path
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 
 from l2sched.attrs import resolve_path
-from l2sched.profile.tree import distinct_experts
+from l2sched.bench.tree import distinct_experts
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.streams import side_stream
 

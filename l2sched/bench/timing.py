@@ -11,7 +11,7 @@ import os
 import statistics
 import tempfile
 
-from l2sched.profile.trace import kernel_timeline
+from l2sched.bench.trace import kernel_timeline
 
 
 def stats(xs: list[float]) -> dict:

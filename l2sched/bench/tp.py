@@ -71,10 +71,10 @@ import time
 import traceback
 from pathlib import Path
 
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import arm_specs, schedule_text
-from l2sched.profile.controls import add_controls
-from l2sched.profile.tp_rank import rank_bench
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, schedule_text
+from l2sched.bench.controls import add_controls
+from l2sched.bench.tp_rank import rank_bench
 from l2sched.files import write_text_atomically
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config

@@ -38,17 +38,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from l2sched.profile import shipped_path
-from l2sched.profile.arms import arm_specs, schedule_text  # noqa: F401 (re-exported)
-from l2sched.profile.ideal import ideal_gain
-from l2sched.profile.isolation import SetAsideIsolation
-from l2sched.profile.trace import trace_replays
-from l2sched.profile.options import SCHEDULE  # noqa: F401 (re-exported)
-from l2sched.profile.step import StepRunner
-from l2sched.profile.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import arm_specs, schedule_text  # noqa: F401 (re-exported)
+from l2sched.bench.ideal import ideal_gain
+from l2sched.bench.isolation import SetAsideIsolation
+from l2sched.bench.trace import trace_replays
+from l2sched.bench.options import SCHEDULE  # noqa: F401 (re-exported)
+from l2sched.bench.step import StepRunner
+from l2sched.bench.timed_graph import (  # noqa: F401 (quantile, stats re-exported)
     capture_timed, collect, quantile, stats, summarize, sync_unless_dry, timed_eager)
-from l2sched.profile.tree import build_tree, distinct_experts
-from l2sched.profile.controls import DecoyRows
+from l2sched.bench.tree import build_tree, distinct_experts
+from l2sched.bench.controls import DecoyRows
 from l2sched.compiler.compile import compile_plan
 from l2sched.errors import L2sUsageError
 from l2sched.files import write_text_atomically
@@ -61,7 +61,7 @@ from l2sched.runtime import make_runtime
 from l2sched.runtime.capture_nodes import NODE_LAUNCHES
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
-from l2sched.vllm.sites import install_plan
+from l2sched.runtime.sites import install_plan
 
 AR_NOTE = ("all-reduces are idle intervals (spin kernels) of the h200 device "
            "profile's collective model, not NCCL: one GPU stands in for TP rank 0")

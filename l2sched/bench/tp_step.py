@@ -7,7 +7,7 @@ bytes. torch is imported inside functions only.
 
 from __future__ import annotations
 
-from l2sched.profile.step import FakeEvent, StepRunner
+from l2sched.bench.step import FakeEvent, StepRunner
 from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.streams import side_stream
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from l2sched.profile import shipped_path
-from l2sched.profile.controls import CONTROL_PREFIX, add_controls
+from l2sched.bench import shipped_path
+from l2sched.bench.controls import CONTROL_PREFIX, add_controls
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
 from l2sched.device import load_device
@@ -24,7 +24,7 @@ AA_ARM = "none-aa"
 
 
 #: A ``--variant`` item that installs the arm's plan with a join at the end
-#: of every decoder layer (``vllm.sites.install_plan(join_every_layer=True)``)
+#: of every decoder layer (``runtime.sites.install_plan(join_every_layer=True)``)
 #: instead of once per forward.
 JOIN_EVERY_LAYER = "join=every-layer"
 #: ``--variant`` items ``launch=CHOICE`` that install the arm's plan on a

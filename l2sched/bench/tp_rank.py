@@ -23,10 +23,10 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from l2sched.profile import shipped_path
-from l2sched.profile.isolation import SetAsideIsolation
-from l2sched.profile.run import stats
-from l2sched.profile.tp_allreduce import (
+from l2sched.bench import shipped_path
+from l2sched.bench.isolation import SetAsideIsolation
+from l2sched.bench.run import stats
+from l2sched.bench.tp_allreduce import (
     CaptureFailed,
     all_ranks_ok,
     barrier,
@@ -35,11 +35,11 @@ from l2sched.profile.tp_allreduce import (
     replay_order,
     same_on_all_ranks,
 )
-from l2sched.profile.tp_step import CAPTURE_MODE, TPStepRunner, timed_runtime
-from l2sched.profile.tree import build_tree
+from l2sched.bench.tp_step import CAPTURE_MODE, TPStepRunner, timed_runtime
+from l2sched.bench.tree import build_tree
 from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
-from l2sched.profile.step import STEP_ADAPTER
+from l2sched.bench.step import STEP_ADAPTER
 from l2sched.model.config import load_model_config
 from l2sched.device import load_device
 from l2sched.model.inventory import analytical_inventory
@@ -47,7 +47,7 @@ from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version
-from l2sched.vllm.sites import install_plan
+from l2sched.runtime.sites import install_plan
 
 #: The arms measured without ``--validation``; they also get the timed
 #: variant (per-op events) and, unless ``--no-spin-arms``, the ``/spin`` arm.
