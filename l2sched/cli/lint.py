@@ -205,7 +205,7 @@ def add_cli(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="the Chrome/Perfetto trace; the SVG Gantt goes beside it (.svg)")
     p.add_argument("--measured", metavar="RESULT.json",
-                   help="an `l2sched bench run --out` result: draw its measured "
+                   help="an `l2sched bench run --output` result: draw its measured "
                         "step beside the predicted one in the SVG")
     p.add_argument("--arm", default=None,
                    help="the --measured result's arm to draw (default: compiled)")
