@@ -1,4 +1,5 @@
-"""Issue 47: every option of every ``l2sched`` command says what it does,
+"""Issue 47: every option and argument of every ``l2sched`` command says
+what it does,
 and the path a command writes is spelled one way: ``-o/--output`` (a second
 file in another format: ``--FORMAT-output``, ``profile --md-output``); the
 spellings before it stay as aliases, so nothing users type breaks."""
@@ -27,14 +28,14 @@ ALIASES = {("profile",): {"--out": "--output", "--md-out": "--md-output"},
            ("verify",): {"--output-json": "--output"}}
 
 
-def command_options(parser, path=()):
-    """``(command path, action)`` for every option of every (sub)command of
-    ``parser``, ``--help`` left out."""
+def command_arguments(parser, path=()):
+    """``(command path, action)`` for every option and positional argument
+    of every (sub)command of ``parser``, ``--help`` left out."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                yield from command_options(sub, path + (name,))
-        elif action.option_strings and action.dest != "help":
+                yield from command_arguments(sub, path + (name,))
+        elif action.dest != "help":
             yield path, action
 
 
@@ -65,15 +66,15 @@ def output_spelling_problems(options) -> list[str]:
     return problems
 
 
-def test_every_option_says_what_it_does():
-    """13 options had no help text before issue 47."""
-    missing = [f"l2sched {' '.join(path)} {'/'.join(a.option_strings)}"
-               for path, a in command_options(build_parser()) if not a.help]
+def test_every_argument_says_what_it_does():
+    """13 options and 6 positional arguments had no help text before issue 47."""
+    missing = [f"l2sched {' '.join(path)} {'/'.join(a.option_strings) or a.dest}"
+               for path, a in command_arguments(build_parser()) if not a.help]
     assert missing == []
 
 
 def test_every_output_path_option_is_spelled_output():
-    assert output_spelling_problems(command_options(build_parser())) == []
+    assert output_spelling_problems(command_arguments(build_parser())) == []
 
 
 @pytest.mark.parametrize("path", sorted(ALIASES))

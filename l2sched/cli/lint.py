@@ -164,9 +164,11 @@ def cmd_timeline(args) -> int:
 
 def _common(p, many: bool = False) -> None:
     if many:
-        p.add_argument("schedules", nargs="+", metavar="SCHEDULE")
+        p.add_argument("schedules", nargs="+", metavar="SCHEDULE",
+                       help="the .l2s schedules to lint")
     else:
-        p.add_argument("schedule", metavar="SCHEDULE")
+        p.add_argument("schedule", metavar="SCHEDULE",
+                       help="the .l2s schedule whose decode step to draw")
     add_schedule_args(p)
     if many:
         p.add_argument("--tokens", default="1", metavar="M[,M...]",
