@@ -1,5 +1,5 @@
 """The CuTe DSL bodies of the fill kernels, one per fill mode
-(``runtime.kernel.FILL_MODES``), traced and compiled by ``compile_fill``.
+(``units.FILL_MODES``), traced and compiled by ``compile_fill``.
 
 Every mode walks rows ``[row_begin, row_end)`` of a device table, int64
 ``[rows, 2]`` of ``(address, nbytes)``, cuts each row into ``chunk``-byte
