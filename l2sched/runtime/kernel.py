@@ -49,6 +49,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
+from importlib.metadata import version
 
 from l2sched.device.limits import DeviceLimits
 from l2sched.env import env_flag
@@ -319,7 +320,7 @@ def _direct_ffi_call(compiled):
     plain ints, so there is nothing to convert; when the DSL says a slot
     needs converting, the DSL's own call is kept."""
     try:
-        import tvm_ffi
+        import tvm_ffi  # optional: cutlass-dsl's TVM-FFI, with the DSL
         ea = getattr(compiled, "execution_args", None)
         if ea is not None and getattr(ea, "has_pointer_address_arg_specs", False):
             return compiled
@@ -489,7 +490,6 @@ def fallback_to_generic(kern: PrefetchKernel) -> PrefetchKernel | None:
 
 def cutlass_version() -> str | None:
     """Installed ``nvidia-cutlass-dsl`` version string, or ``None``."""
-    from importlib.metadata import version
     for dist in ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"):
         try:
             return version(dist)
