@@ -16,9 +16,12 @@ lab bench ...``), which this package never imports.
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 
+from l2sched.device import load_device_text
 from l2sched.errors import L2sInputError
 from l2sched.files import note_input, packaged_dir, read_input_text
 
@@ -48,8 +51,6 @@ def read_json_file(path: str, what: str = "result file"):
     results are committed compressed); ``L2sInputError`` when it is not
     JSON (or nested too deeply for the reader) or not gzip."""
     if str(path).endswith(".gz"):
-        import gzip
-        import zlib
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 text = f.read()
@@ -75,5 +76,4 @@ def recorded_profile(d: dict, where: str = "the result"):
     device_profile_toml:LINE:COL`` (``where``: the result file)."""
     if not isinstance(d, dict) or not d.get("device_profile_toml"):
         return None
-    from l2sched.device import load_device_text
     return load_device_text(d["device_profile_toml"], f"{where}: device_profile_toml")

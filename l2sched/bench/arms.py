@@ -8,6 +8,7 @@ read them without the step machinery.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -156,7 +157,6 @@ def spin_collectives(prof):
     all-reduce (the ``/spin`` arms of ``bench tp``:
     benchmarks/results/h200x2-2026-12-01-T1-shipped-profile.md gains +13..+55
     us where the same schedule with real all-reduces lost 170-225 us)."""
-    import dataclasses
     modes = {m: dataclasses.replace(fm, allreduce_slowdown=0.0)
              for m, fm in prof.fill_modes.items()}
     return dataclasses.replace(prof, fill_modes=modes)

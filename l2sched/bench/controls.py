@@ -30,6 +30,7 @@ the control arms themselves (``is_control``). Units: us; bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from l2sched.bench import shipped_path
@@ -174,7 +175,6 @@ def without_hits(prof):
     """``prof`` (a ``DeviceProfile``) whose fills land nothing: every fill
     kernel's landed fraction 0 (and the profile's default ``fill_effect``),
     everything else as is: the lint's picture of a decoy control."""
-    import dataclasses
     modes = {m: dataclasses.replace(fm, effect=0.0, landed=())
              for m, fm in prof.fill_modes.items()}
     return dataclasses.replace(prof, fill_modes=modes, fill_effect=0.0)

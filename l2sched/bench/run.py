@@ -35,6 +35,7 @@ import os
 import random
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,6 @@ def run(args) -> dict:
         try:
             _one_m(M, args, arms, runner, model, inv, prog, out, torch, dry)
         except Exception as e:  # keep what was measured; say what broke
-            import traceback
             traceback.print_exc()
             out.setdefault("errors", []).append(f"M={M}: {type(e).__name__}: {e}")
             if args.out:

@@ -51,6 +51,7 @@ Units: microseconds. ``device="meta"`` runs shapes only with a fake clock
 from __future__ import annotations
 
 import math
+import random
 
 from l2sched.attrs import resolve_path
 from l2sched.bench.tree import distinct_experts
@@ -266,7 +267,6 @@ class StepRunner(StepTiming):
     def set_tokens(self, tokens: int) -> None:
         """Set M: inputs, expert ranges (a random contiguous range of
         ``distinct_experts(M)`` experts per MoE layer) and state buffers."""
-        import random
         torch = self.torch
         self.M = tokens
         rng = random.Random(self.seed * 1000 + tokens)

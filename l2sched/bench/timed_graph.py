@@ -9,6 +9,7 @@ the expert stream and each fill's exit (``collect``), and their medians
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 
 
 def sync_unless_dry(torch, dry: bool) -> None:
@@ -101,7 +102,6 @@ def collect(tg: TimedGraph, acc: dict) -> None:
     expert stream they must finish before; None after the last MoE layer and
     for fills issued after the step's last op, recorded as op ``step_end``)
     and the margin (expert start - fill exit; positive = exited before)."""
-    from bisect import bisect_left
     st = tg.start
     ops = acc.setdefault("ops", {})
     at: dict[str, tuple[float, float]] = {}

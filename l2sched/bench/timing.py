@@ -8,6 +8,7 @@ Needs torch with CUDA at call time (nothing is imported at module import).
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import tempfile
 
@@ -207,7 +208,6 @@ def recovered_share(cold: list, hot: list, after: list, resamples: int = 2000,
     cold time (the weight does not fit the L2 hot: a 50.3 MB weight's 0.5 us
     "gap" gave shares of 6) or when half the bootstrap draws have no gap. Raises ``ValueError`` on lists of different
     lengths or empty ones."""
-    import random
     n = len(cold)
     if not n or len(hot) != n or len(after) != n:
         raise ValueError(f"need rounds of equal length, got {len(cold)}, {len(hot)}, "

@@ -9,6 +9,7 @@ import os
 import sys
 
 from l2sched.bench import shipped_path
+from l2sched.bench.arms import check_variants
 from l2sched.bench.options import run_arguments, tp_arguments
 from l2sched.cli.options import add_command, check_token_counts
 from l2sched.device import profile_path
@@ -70,7 +71,6 @@ def cmd_run(args) -> int:
     bad = _bad_tokens(args.tokens)
     if bad:
         raise L2sUsageError(bad)
-    from l2sched.bench.arms import check_variants
     try:
         check_variants(args.variant, args.schedule)
     except ValueError as e:

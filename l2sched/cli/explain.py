@@ -16,6 +16,7 @@ from l2sched.cli.options import (
 from l2sched.compiler.plan import Plan
 from l2sched.errors import L2sUsageError
 from l2sched.lang.syntax import read_source
+from l2sched.runtime.gate import StepInfo
 if TYPE_CHECKING:
     from l2sched.runtime.dry_run import DryRunEvent
 from l2sched.units import GRAPH_MODES, format_size
@@ -101,7 +102,6 @@ def cmd_explain(args) -> int:
     check_token_counts("--tokens", [args.tokens])
     # the runtime is loaded by this command only: `l2sched lint` starts faster
     from l2sched.runtime.dry_run import explain_step
-    from l2sched.runtime.gate import StepInfo
 
     step = StepInfo(num_tokens=args.tokens, graph_mode=args.graph_mode,
                     capturing=args.capturing)

@@ -5,6 +5,7 @@ gain beats the noise floor."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -17,9 +18,13 @@ from l2sched.cli.options import (
     model_config_arg,
     numbers as _numbers,
 )
+from l2sched.device import device_names
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
+from l2sched.fit import FitOptions, Search, fit_text
 from l2sched.model.config import given_config_ref, model_config_help
+from l2sched.model.device_ops import check_device_ops
+from l2sched.model.inventory import TPSplitError
 from l2sched.progress import enabled as progress_enabled
 from l2sched.units import FILL_MODES
 
@@ -28,8 +33,6 @@ def parse_options(args):
     """``FitOptions`` from the parsed arguments. Raises ``L2sUsageError``
     naming the option for a bad ``--tokens``, ``--weights``,
     ``--noise-floor-us``, ``--tp`` or ``--jobs``."""
-    from l2sched.fit import FitOptions
-
     tokens = _numbers("--tokens", args.tokens, int)
     if min(tokens) < 1 or tokens != sorted(set(tokens)):
         raise L2sUsageError(f"--tokens must be increasing whole numbers >= 1, got "
@@ -72,8 +75,6 @@ def load_profile(arg: str, kernel: str | None):
     ``L2sInputError`` for a value that names no profile, a missing file or
     a profile file with errors (its op tables checked against the model
     adapters), as every command's ``--device`` (``check_device_arg``)."""
-    from l2sched.device import device_names
-    from l2sched.model.device_ops import check_device_ops
 
     device_profile = check_device_arg(arg)  # every command's --device reader
     check_device_ops(device_profile)
@@ -174,11 +175,8 @@ def cmd_fit(args) -> int:
         # before the search, not after it; after reading the device profile
         # and model config, which it may not replace (files.check_output_path)
         check_output_path(args.output)
-    import dataclasses
 
-    from l2sched.fit import Search, fit_text
 
-    from l2sched.model.inventory import TPSplitError
 
     progress = _Progress(args.quiet)
     t0 = time.monotonic()

@@ -17,6 +17,7 @@ from l2sched.cli.options import (
 from l2sched.errors import L2sError, L2sUsageError
 from l2sched.lint import lint_path, report, rules
 from l2sched.lint.measured import load_measured
+from l2sched.lint.timeline import timeline_paths, write_timeline
 from l2sched.units import GRAPH_MODES
 
 
@@ -141,8 +142,6 @@ def cmd_timeline(args) -> int:
     ``--measured RESULT.json`` (a ``bench run`` result; arm ``--arm``, M =
     ``--tokens``) beside it. An unusable ``-o`` or result is refused before
     the lint runs."""
-    from l2sched.lint.timeline import timeline_paths, write_timeline
-
     timeline_paths(args.output)
     device_profile = check_device_arg(args.device)
     check_token_counts("--tokens", [args.tokens])

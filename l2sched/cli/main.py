@@ -20,6 +20,7 @@ from typing import Sequence
 
 import l2sched
 from l2sched import progress
+from l2sched.cli.bench import moved_to_lab
 from l2sched.errors import L2sError, L2sUsageError, reset_spell_checks
 from l2sched.files import command_inputs
 
@@ -72,7 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     l2sched``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
-        from l2sched.cli.bench import moved_to_lab
         moved = moved_to_lab(argv[1:])
         if moved:
             print(f"l2sched bench: error: {moved}", file=sys.stderr)

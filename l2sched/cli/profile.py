@@ -8,8 +8,23 @@ from __future__ import annotations
 import sys
 
 from l2sched.cli.options import add_command, check_token_counts
+from l2sched.device import load_device, load_device_text
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
+from l2sched.model.config import default_config
+from l2sched.model.inventory import analytical_inventory
+from l2sched.profile.collective_terms import collective_terms_text
+from l2sched.profile.collectives import (
+    STATE_KEY,
+    collectives_markdown,
+    run_collectives,
+    state_source,
+)
+from l2sched.profile.gaps import apply_step_gaps, step_gaps
+from l2sched.profile.origins import record_collectives
+from l2sched.profile.probes import STATE_KEYS, run_profile
+from l2sched.profile.state import load_state, save_state
+from l2sched.profile.write import derive, profile_markdown, profile_toml
 
 
 def cmd_profile(args) -> int:
@@ -32,10 +47,7 @@ def cmd_profile(args) -> int:
                             f"{args.collectives}")
     if args.state:  # read (resumed) and written back in place
         check_output_path(args.state)
-    from l2sched.device import load_device
     base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
-    from l2sched.profile.probes import STATE_KEYS, run_profile
-    from l2sched.profile.state import load_state
     # a bad state is an error before the GPU is asked for
     state = load_state(args.state, STATE_KEYS) if args.state else {}
     for path in (args.out, args.md_out or None):
@@ -50,9 +62,6 @@ def cmd_profile(args) -> int:
     if args.collectives > torch.cuda.device_count():
         raise L2sUsageError(f"--collectives {args.collectives} but "
                             f"{torch.cuda.device_count()} GPU(s) visible")
-    from l2sched.profile.write import derive, profile_markdown, profile_toml
-    from l2sched.model.config import default_config
-    from l2sched.model.inventory import analytical_inventory
 
     got = run_profile(args, state)
     coll = _collectives(args, got, torch)
@@ -63,15 +72,10 @@ def cmd_profile(args) -> int:
     text = profile_toml(name, desc, got["provenance"], derived, base)
     step = got["results"].get("step_fill") or {}
     if step.get("per_m"):  # per-op step gaps, against the op table just derived
-        from l2sched.profile.gaps import apply_step_gaps, step_gaps
-        from l2sched.device import load_device_text
         apply_step_gaps(derived, step_gaps(step, load_device_text(text, args.out)))
         text = profile_toml(name, desc, got["provenance"], derived, base)
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
-        from l2sched.profile.collectives import collectives_markdown, state_source
-        from l2sched.profile.collective_terms import collective_terms_text
-        from l2sched.profile.origins import record_collectives
         try:
             text, lines = collective_terms_text(coll, text, state_source(args.state))
             text = record_collectives(text, args.out, derived, lines,
@@ -94,8 +98,6 @@ def _collectives(args, got: dict, torch):
     from the state when an earlier run measured it across as many GPUs, else
     measured now (the single-GPU probes' memory released first) and kept in
     the state; None without ``--collectives``."""
-    from l2sched.profile.state import save_state
-    from l2sched.profile.collectives import STATE_KEY, run_collectives
     if not args.collectives:
         return None
     res = got["results"]

@@ -16,10 +16,19 @@ import sys
 from pathlib import Path
 
 from l2sched import progress
-from l2sched.cli.options import SetAction, add_command, numbers
+from l2sched.cli.options import (
+    SetAction,
+    add_command,
+    check_device_arg,
+    model_config_arg,
+    numbers,
+)
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path
+from l2sched.lang.resolve import load_schedule
+from l2sched.lint.run import lint_path
 from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
+from l2sched.vllm import verify as V
 from l2sched.vllm.replay import REPLAYS
 
 #: File names whose presence says a model directory holds weights.
@@ -79,9 +88,6 @@ def predicted_gains(args, config: dict, batches: list[int]) -> tuple[dict, str]:
     (before any engine starts)."""
     if args.schedule == "auto":
         return {}, "schedule auto: the plugin fits at start-up; see its log line"
-    from l2sched.lang.resolve import load_schedule
-    from l2sched.lint.run import lint_path
-
     sets = _schedule_sets(args)
     load_schedule(args.schedule, sets, config)  # a bad schedule: exit 1, no engine
     out = {}
@@ -101,8 +107,6 @@ def _check_args(args) -> list[int]:
     """The batch sizes, after checking every option before any work (the
     report's two paths included). Raises ``L2sUsageError``; ``L2sError``
     for a model config that does not read."""
-    from l2sched.cli.options import check_device_arg, model_config_arg
-
     batches = [int(b) for b in numbers("--tokens", args.tokens, int)]
     if any(b < 1 for b in batches) or len(set(batches)) != len(batches):
         raise L2sUsageError("--tokens takes distinct positive integers, got "
@@ -157,8 +161,6 @@ def _default_tp(args) -> None:
     if args.schedule == "auto":
         args.tp = 1
         return
-    from l2sched.lang.resolve import load_schedule
-
     args.tp = load_schedule(args.schedule, args.overrides).tp
 
 
@@ -185,7 +187,7 @@ def _start(args, batches: list[int], load_format: str, engine_args: dict):
     """The started ``verify_engine.VllmEngine``, or ``None`` after one line
     on stderr when vLLM's engine did not start. Raises ``L2sUsageError``
     without vLLM."""
-    from l2sched.vllm.verify_engine import start_engine
+    from l2sched.vllm.verify_engine import start_engine  # optional: imports vLLM
 
     try:
         import torch
@@ -214,8 +216,7 @@ def cmd_verify(args) -> int:
     measure), 1 when they differed, the engine did not start or a worker
     has no installed schedule (the engine's log says why), 2 for usage
     errors."""
-    from l2sched.vllm import verify as V
-    from l2sched.vllm.verify_engine import SwitchFailed
+    from l2sched.vllm.verify_engine import SwitchFailed  # optional: imports vLLM
 
     engine_args = _engine_args(args.engine_arg)
     batches = _check_args(args)

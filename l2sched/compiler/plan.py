@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from l2sched.compiler.plan_check import check_plan_text
 from l2sched.units import format_layers
 
 
@@ -174,8 +175,6 @@ class Plan:
         twice; bytes fetched twice; see ``compiler.plan_check``). Raises
         ``L2sInputError`` with every problem at ``path:line:col`` of its
         value."""
-        from l2sched.compiler.plan_check import check_plan_text
-
         d = dict(check_plan_text(text, path, model_config))
         issues = tuple(
             WindowIssue(**{**i, "ranges": tuple(ByteRange(**r) for r in i["ranges"])})

@@ -21,6 +21,7 @@ in one place.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import math
 import os
@@ -853,7 +854,6 @@ def _parse_allreduce_table(k: str, v: Mapping[str, Any], problems: _Problems
 
 
 def _is_iso_date(text: str) -> bool:
-    import datetime
     try:
         datetime.date.fromisoformat(text)
     except ValueError:

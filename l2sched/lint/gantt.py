@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 
+from l2sched.lint.graph import layer_graph
 from l2sched.lint.report import measured_lines, predicted_gain_pct
 from l2sched.units import format_signed, format_size, plural
 
@@ -137,8 +138,6 @@ def panel_layers(run) -> tuple[list[tuple[str, int]], list[str]]:
 def predicted_panel(run, kind: str, layer: int) -> Panel:
     """The predicted bars of ``layer`` (extended into the next layer's ops
     that read bytes its fills fetched), findings attached."""
-    from l2sched.lint.graph import layer_graph
-
     g = layer_graph(run.sg, layer)
     timing, base = run.sim.timing, run.base.timing
     ids = [v for v in run.sg.nodes if v in g and timing[v].finish > timing[v].start]

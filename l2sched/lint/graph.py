@@ -112,7 +112,7 @@ class StepGraph:
         as in ``nodes`` / ``adj``), built on first use and cached until the
         tables change through ``add_node`` / ``add_edge``."""
         if self._nx is None:
-            import networkx as nx
+            import networkx as nx  # on demand: the lint's simulation never needs it
             g = nx.DiGraph()
             g.add_nodes_from(self.nodes.items())
             g.add_edges_from((u, v, d) for u, out in self.adj.items()
@@ -347,5 +347,5 @@ def layer_graph(sg: StepGraph, layer: int):
 
 def timeline_order(sg: StepGraph) -> Sequence[str]:
     """Node ids in a topological order (ties by insertion order)."""
-    import networkx as nx
+    import networkx as nx  # on demand: the lint's simulation never needs it
     return list(nx.topological_sort(sg.graph))

@@ -14,6 +14,7 @@ summary (``--json-out``) has no per-op times and is refused.
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -110,7 +111,6 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
     result or is a ``--dry`` one, lacks that M or arm (naming
     those it has), or has no per-op times (a ``bench report`` summary)."""
     if str(path).endswith(".gz"):  # results are committed gzipped
-        import gzip
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 text = f.read()

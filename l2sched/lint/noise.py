@@ -22,6 +22,7 @@ Units: microseconds (us).
 from __future__ import annotations
 
 import math
+import random
 import statistics
 
 #: A/A noise floors (us) per decode-token count M, measured on one H200
@@ -59,7 +60,6 @@ def aa_noise_floor(none_us: list[float], aa_us: list[float], seed: int = 0) -> f
     fixed ``seed``), the ``AA_QUANTILE`` quantile of |median(none) -
     median(aa)| over the resamples, never below ``AA_MIN_FLOOR_US``. Raises
     ``ValueError`` when the lists are empty or of different lengths."""
-    import random
     if not none_us or len(none_us) != len(aa_us):
         raise ValueError(f"A/A needs paired rounds, got {len(none_us)} and {len(aa_us)}")
     rng = random.Random(seed)

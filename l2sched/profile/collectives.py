@@ -23,6 +23,9 @@ import argparse
 import os
 
 from l2sched.bench.options import tp_arguments
+from l2sched.bench.tp import run_tp
+from l2sched.profile.collective_terms import allreduce_points
+from l2sched.profile.tp_interference import fill_lines
 
 #: Where the collective part's result sits in the profile's state.
 STATE_KEY = "collectives"
@@ -51,7 +54,6 @@ def run_collectives(world_size: int, *, tp: int, tokens: list[int], base: str,
     ``ValueError`` for unusable options (fewer than 2 GPUs, more ranks than
     GPUs, ``world_size`` above ``tp``) and
     ``torch.multiprocessing.ProcessRaisedException`` when a rank fails."""
-    from l2sched.bench.tp import run_tp
     return run_tp(collective_args(world_size, tp=tp, tokens=tokens, base=base,
                                   iters=iters, dry=dry))
 
@@ -59,8 +61,6 @@ def run_collectives(world_size: int, *, tp: int, tokens: list[int], base: str,
 def collectives_markdown(result: dict) -> list[str]:
     """The report section of the collective part: every all-reduce message
     (graph and eager medians over ranks) and the all-reduce with a fill."""
-    from l2sched.profile.tp_interference import fill_lines
-    from l2sched.profile.collective_terms import allreduce_points
     out = [f"## Collectives ({result['world_size']} GPUs, NCCL, multicast off)", "",
            "| bytes | graph us | eager us |", "|---|---|---|"]
     graph = dict(allreduce_points(result, max_bytes=None, source="graph"))

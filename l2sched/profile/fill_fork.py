@@ -41,6 +41,12 @@ import os
 import statistics
 import tempfile
 
+from l2sched.bench import shipped_path
+from l2sched.bench.arms import window_alone_variant
+from l2sched.bench.options import SCHEDULE, run_arguments
+from l2sched.bench.run import run as bench_run
+from l2sched.lang.resolve import load_schedule
+from l2sched.lint.noise import aa_noise_floor
 from l2sched.profile.step_fill import BENCH_TP, STEP_FILL_REPLAYS, STEP_FILL_TOKENS
 from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 
@@ -66,9 +72,6 @@ def fork_variants(schedule_path: str) -> dict[str, str]:
     at ``FORK_BUDGET`` in the schedule at ``schedule_path`` (the others at
     0 B). Raises ``L2sError`` for a schedule that does not resolve and
     ``ValueError`` when it lacks one of the windows."""
-    from l2sched.lang.resolve import load_schedule
-    from l2sched.bench import shipped_path
-    from l2sched.bench.arms import window_alone_variant
     sched = load_schedule(shipped_path(schedule_path), [])
     names = {w.name for w in sched.windows}
     missing = [w for w in FORK_WINDOWS if w not in names]
@@ -88,8 +91,6 @@ def probe_fill_fork(ctx) -> dict:
         return {"skipped": "--quick"}
     if ctx.tp != BENCH_TP:
         return {"skipped": f"bench run's decode step is TP{BENCH_TP}, the profile --tp {ctx.tp}"}
-    from l2sched.bench.options import SCHEDULE, run_arguments
-    from l2sched.bench.run import run as bench_run
     launch = DEFAULT_CAPTURE_LAUNCH
     variants = fork_variants(SCHEDULE)
     with tempfile.TemporaryDirectory(prefix="l2sched-fill-fork-") as tmp:
@@ -127,7 +128,6 @@ def fill_fork_summary(result: dict, capture_launch: str,
     "per_fill_us": {W: us}, "floor_us", "fork_us", "spread_us"}}}`` (module
     docstring). Raises ``ValueError`` when an arm is missing or a window
     forked no fill."""
-    from l2sched.lint.noise import aa_noise_floor
     per_m = {}
     for m_key, rec in sorted(result["per_m"].items(), key=lambda kv: int(kv[0])):
         arms = rec["arms"]

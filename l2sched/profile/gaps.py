@@ -33,7 +33,22 @@ whole schedule and of each lone window to the probe's (``window_scales``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
+
+from l2sched.bench.arms import spin_collectives, split_variant
+from l2sched.bench.controls import without_hits
+from l2sched.bench.step import MODEL
+from l2sched.lang.resolve import load_schedule_text
+from l2sched.lint import run_lint
+from l2sched.model.config import load_model_config
+from l2sched.model.inventory import analytical_inventory
+from l2sched.profile.step_fill import (
+    LONE_BUDGET_FRACTION,
+    MIN_REFERENCE_HITS_US,
+    lone_variants,
+)
 
 #: Least summed hit share (in layers' worth of fully resident weights) for
 #: which a step gap is formed: below it the saved time over the hit share
@@ -56,9 +71,6 @@ def _lint_setup(schedule_text: str, overrides: tuple = ()):
     """``(schedule, inventory, config)`` the probe's schedule (with
     ``overrides``, ``KEY=VALUE`` settings) is linted with: built once per
     schedule, not once per lint."""
-    from l2sched.lang.resolve import load_schedule_text
-    from l2sched.model.config import load_model_config
-    from l2sched.model.inventory import analytical_inventory
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     return load_schedule_text(schedule_text, "<step_fill>", list(overrides)), inv, cfg
@@ -73,8 +85,6 @@ def predicted_hits(profile, schedule_text: str, tokens,
     run`` (TP4 inventory, all-reduces as idle intervals), at each M of
     ``tokens``; and each node's layer kind. ``overrides``: settings on top
     of the schedule (a lone window's budgets)."""
-    from l2sched.bench.arms import spin_collectives
-    from l2sched.lint import run_lint
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
     prof = spin_collectives(profile)
     out: dict = {}
@@ -98,8 +108,6 @@ def step_hits_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> 
 
 def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
     """The lint's step period (us) of the schedule in ``bench run``'s step."""
-    from l2sched.bench.arms import spin_collectives
-    from l2sched.lint import run_lint
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
     run = run_lint(sched, inv, device=spin_collectives(profile), tokens=M, model_config=cfg)
     return run.step_period("sim")
@@ -107,7 +115,6 @@ def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> floa
 
 def _decoy_step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
     """``_step_us`` of the schedule's decoy (its fills land nothing)."""
-    from l2sched.bench.controls import without_hits
     return _step_us(without_hits(profile), schedule_text, M, overrides)
 
 
@@ -115,8 +122,6 @@ def with_step_gaps(profile, gaps: dict, scale=1.0, at: int | None = None):
     """``profile`` whose ops in ``gaps`` (``step_gaps``'s shape) have those
     step gaps times ``scale`` (a number, or ``{(kind, op): factor}`` with 1
     for an op it lacks; only M ``at`` when given)."""
-    import dataclasses
-    from l2sched.bench.step import MODEL
     ops = dict(profile.op_times(MODEL))
     for k, per in gaps.items():
         ms = sorted(m for m in per if at is None or m == at)
@@ -145,7 +150,6 @@ def step_gaps(step: dict, profile) -> StepGaps:
     M's gaps times that M's ``scale``: the window's that fills the op
     (``window_scales``, where the record has lone windows) or the whole
     step's (``_total_scale``). Empty without per-op records."""
-    from l2sched.bench.step import MODEL
     per_m = {int(m): r for m, r in (step.get("per_m") or {}).items() if r.get("ops_us")}
     table = profile.op_times(MODEL)
     if not per_m or not table:
@@ -197,8 +201,6 @@ def window_scales(step: dict, profile, gaps: dict, M: int) -> dict:
     probe's schedule and of each lone window to the record's (``hits_us`` of
     the reference kernel, ``lone_hits_us``); all 1 where the reference hits
     are under ``MIN_REFERENCE_HITS_US`` (the probe moved too little)."""
-    from l2sched.profile.step_fill import MIN_REFERENCE_HITS_US, lone_variants
-    from l2sched.bench.arms import split_variant
     text, rec = step["schedule"], step["per_m"].get(M) or step["per_m"][str(M)]
     lone = {w: tuple(split_variant(v)[1]) for w, (_, v) in lone_variants(text).items()
             if w in rec["lone_hits_us"]}
@@ -244,7 +246,6 @@ def bounded_least_squares(cols: list[list[float]], y: list[float], lo: float,
     ``scipy.optimize.lsq_linear`` does; l2sched does not depend on scipy,
     and neither vLLM 0.33 nor torch brings it, for one fit of <= 4
     unknowns.)"""
-    import itertools
     n = len(cols)
     best, best_x = None, [1.0] * n
     for fix in itertools.product((None, lo, hi), repeat=n):
@@ -292,7 +293,6 @@ def _total_scale(text: str, want: float | None, profile, gaps: dict, M: int) -> 
     step's hits among the ops and the untimed replays give the total.
     1 where the reference's hits are under ``MIN_REFERENCE_HITS_US``; within
     ``TOTAL_SCALE_RANGE``."""
-    from l2sched.profile.step_fill import MIN_REFERENCE_HITS_US
     if want is None or want < MIN_REFERENCE_HITS_US:
         return 1.0
     other = step_hits_us(with_step_gaps(profile, gaps, 0.0, M), text, M)
@@ -324,7 +324,6 @@ def window_scale_records(gaps) -> dict:
     """``[measured]`` records ``step_fill.WINDOW.scale`` of ``gaps``' window
     fits (``StepGaps.fits``): per M the factor, the probe's hits of the
     window alone and the lint's with the factor (us)."""
-    from l2sched.profile.step_fill import LONE_BUDGET_FRACTION
     fits = getattr(gaps, "fits", {})
     out: dict = {}
     for w in sorted({w for f in fits.values() for w in f["scale"]}):

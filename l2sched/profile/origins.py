@@ -18,6 +18,7 @@ this GPU, conservative otherwise. Pure Python (no torch).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from l2sched.device import GpuIdentity, identity_mismatches, load_device_text
@@ -157,7 +158,6 @@ def record_collectives(text: str, shown: str, derived: dict, lines: list[str],
     ``collective_terms_text`` said it wrote: ``[allreduce.tpN] ...`` and
     ``[fill.MODE] allreduce_slowdown = ...``): those fields measured on
     ``date`` from ``source``."""
-    import re
     origins = derived.setdefault("origins", {})
     probe = "l2sched profile --collectives (NCCL, all-reduce alone and beside a 30 MB fill)"
     for line in lines:

@@ -53,10 +53,13 @@ from (``[measured]``). Units: bytes, us, GB/s. torch is imported inside function
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
 
 from l2sched import progress
+from l2sched.bench.isolation import SetAsideIsolation
+from l2sched.bench.step import StepRunner
 from l2sched.profile.collectives import STATE_KEY as COLLECTIVES_KEY
 from l2sched.profile.fill_fork import probe_fill_fork
 from l2sched.profile.ops import probe_ops
@@ -64,8 +67,14 @@ from l2sched.profile.state import save_state
 from l2sched.profile.step_fill import probe_step_fill
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
+from l2sched.bench.tree import build_tree
+from l2sched.device import load_device
+from l2sched.model.config import default_config
+from l2sched.model.inventory import analytical_inventory
+from l2sched.profile.interference import bench_interference, gemm_chain_record
 from l2sched.runtime import kernel as K
 from l2sched.runtime.limits import read_device_limits
+from l2sched.runtime.set_aside import in_force, reset_persisting_lines
 
 MB = 10**6
 
@@ -237,8 +246,6 @@ def probe_set_aside(ctx) -> dict:
     demoted before each case). ``slowdown`` per M = mean with / mean
     without - 1; the profile's ``l2.set_aside_stream_slowdown`` is their
     median (the lint scales it by the reserved share of the maximum)."""
-    from l2sched.bench.isolation import SetAsideIsolation
-    from l2sched.runtime.set_aside import in_force, reset_persisting_lines
     torch, b, runner = ctx.torch, ctx.bench, ctx.runner
     mode, shape = next(iter(ctx.fill_shapes.items()))
     kern = K.get_kernel(0, policy="evict_last", **shape)
@@ -294,7 +301,6 @@ def probe_interference(ctx) -> dict:
     an L2-resident weight under a 24 MB fill (``bench.interference``;
     interleaved with the chain alone): each chain's extra us (and per us of
     fill, ``*extra_per_fill_us``), read by ``profile_write.probe_slowdowns``."""
-    from l2sched.profile.interference import bench_interference, gemm_chain_record
     out = {}
     for mode, shape in ctx.fill_shapes.items():
         kern = K.get_kernel(0, **{"policy": "evict_last", **shape})
@@ -389,10 +395,6 @@ class ProbeContext:
     reference)."""
 
     def __init__(self, torch, args, base_profile, results: dict):
-        from l2sched.bench.step import StepRunner
-        from l2sched.bench.tree import build_tree
-        from l2sched.model.config import default_config
-        from l2sched.model.inventory import analytical_inventory
         self.torch = torch
         self.quick = args.quick
         self.bench = TimingBench(torch, 15 if args.quick else args.reps)
@@ -426,7 +428,6 @@ def run_profile(args, state: dict) -> dict:
     into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
     import torch
 
-    from l2sched.device import load_device
     base = load_device(args.base)
     results = state.get("results", {})
     props = torch.cuda.get_device_properties(0)
@@ -458,7 +459,6 @@ def run_profile(args, state: dict) -> dict:
 
 def _driver_version() -> str:
     try:
-        import subprocess
         r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
                             "--format=csv,noheader"], capture_output=True, text=True,
                            timeout=30)

@@ -37,7 +37,12 @@ import re
 import statistics
 import tempfile
 
+from l2sched.bench.arms import window_alone_variant
+from l2sched.bench.options import run_arguments
+from l2sched.bench.run import run as bench_run
 from l2sched.bench.step import MODEL
+from l2sched.errors import L2sError
+from l2sched.lang.resolve import load_schedule_text
 
 #: The fill kernel the other kernels are measured against: the one whose
 #: ``fill`` probe figures agree with the decode step (copy: window A, A_MLA
@@ -102,8 +107,6 @@ def lone_variants(text: str) -> dict[str, tuple[int, str]]:
     the probe's schedule ``text`` that has targets of its own, alone at
     ``LONE_BUDGET_FRACTION`` of its budget (rounded to kB), the others at
     0 B. Raises ``L2sError`` if ``text`` is not a valid schedule."""
-    from l2sched.bench.arms import window_alone_variant
-    from l2sched.lang.resolve import load_schedule_text
     sched = load_schedule_text(text, "<step_fill>", [])
     out = {}
     for w in sched.windows:
@@ -137,8 +140,6 @@ def probe_step_fill(ctx) -> dict:
         return {"skipped": f"bench run's decode step is TP{BENCH_TP}, the profile --tp {ctx.tp}"}
     if REFERENCE_MODE not in ctx.fill_shapes:
         return {"skipped": f"no {REFERENCE_MODE} kernel in the profile"}
-    from l2sched.bench.options import run_arguments
-    from l2sched.bench.run import run as bench_run
     text = step_fill_schedule(ctx.device_name, ctx.tp)
     others = [m for m in ctx.fill_shapes if m != REFERENCE_MODE]
     lone = lone_variants(text)
@@ -254,7 +255,6 @@ def check_step_fill(rec: dict | None) -> None:
 def _check_lone_budgets(lone, sched: str | None) -> None:
     """``check_step_fill`` of ``lone_budgets``: ``{window: bytes}``, exactly
     the lone windows ``lone_variants`` makes of the record's schedule."""
-    from l2sched.errors import L2sError
     if not (isinstance(lone, dict) and lone and all(
             isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in lone.values())):
         raise ValueError(f".lone_budgets: want {{window: budget bytes > 0}}, got {lone!r:.40}")

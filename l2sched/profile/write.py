@@ -21,6 +21,7 @@ from l2sched.profile.gaps import step_gap_markdown
 from l2sched.bench.step import MODEL
 from l2sched.profile.step_fill import apply_step_fill, step_fill_markdown
 from l2sched.device import slowdown_for_extra
+from l2sched.model.adapters import get_adapter
 from l2sched.profile.origins import apply_base_policy, origin_table, toml_value
 
 MB = 10**6
@@ -198,7 +199,6 @@ def _gemm_points(ops: dict, inventory) -> dict:
     out = {"cold": [], "hot": []}
     if not ops or inventory is None:
         return out
-    from l2sched.model.adapters import get_adapter
     ad = get_adapter(inventory.model)
     first = {}
     for i, k in enumerate(inventory.kinds):

@@ -50,6 +50,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from importlib.metadata import version
 
 from l2sched.device.kernel_spec import (  # noqa: F401  (the runtime's API re-exports them)
     DEFAULT_CHUNK, DEFAULT_GRID, DEFAULT_THREADS, MAX_THREADS, MIN_COPY_CHUNK, PTX_POLICY,
@@ -204,7 +205,7 @@ def _direct_ffi_call(compiled):
     plain ints, so there is nothing to convert; when the DSL says a slot
     needs converting, the DSL's own call is kept."""
     try:
-        import tvm_ffi
+        import tvm_ffi  # optional: cutlass-dsl's TVM-FFI, with the DSL
         ea = getattr(compiled, "execution_args", None)
         if ea is not None and getattr(ea, "has_pointer_address_arg_specs", False):
             return compiled
@@ -374,7 +375,6 @@ def fallback_to_generic(kern: PrefetchKernel) -> PrefetchKernel | None:
 
 def cutlass_version() -> str | None:
     """Installed ``nvidia-cutlass-dsl`` version string, or ``None``."""
-    from importlib.metadata import version
     for dist in ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"):
         try:
             return version(dist)

@@ -329,6 +329,7 @@ def _after_reload(original, model_of):
         if depth == 0:
             model = model_of(args, kwargs)
             if model is not None:
+                # Lazy: register() imports only the standard library (above).
                 from l2sched.vllm.plugin import reactivate
 
                 reactivate(model)

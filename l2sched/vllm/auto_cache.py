@@ -143,7 +143,7 @@ class CacheEntry:
         ``fcntl``, a directory that cannot be made or written, no cache)."""
         fd = None
         try:
-            import fcntl
+            import fcntl  # optional: POSIX only (no lock elsewhere)
 
             if self.directory is None:
                 raise OSError("no cache directory")

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import jsonschema
+
 from l2sched.env import NO_WORDS, YES_WORDS
 from l2sched.errors import L2sPluginError, suggest
 from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
@@ -203,11 +205,6 @@ def _schema_problem(err) -> str:
 
 def _from_section(section: Any) -> PluginConfig:
     """The ``PluginConfig`` of a validated ``additional_config["l2sched"]``."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - a dependency of the vllm extra
-        raise _bad("the jsonschema package is missing (pip install the "
-                   "l2sched[vllm] extra)") from None
     validator = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
     errors = sorted(validator.iter_errors(section),
                     key=lambda e: [str(p) for p in e.absolute_path])

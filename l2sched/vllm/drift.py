@@ -14,6 +14,7 @@ import importlib.machinery
 import logging
 import sys
 import threading
+from importlib.metadata import version
 
 from l2sched.errors import L2sPluginError
 
@@ -76,8 +77,6 @@ def vllm_version() -> str:
     if v:
         return str(v)
     try:
-        from importlib.metadata import version
-
         return version("vllm")
     except Exception:
         return "?"

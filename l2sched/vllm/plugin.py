@@ -35,12 +35,14 @@ from l2sched.model.config import ModelConfigRef
 from l2sched.lint import run_lint
 from l2sched.model.adapters import adapter_for, supported_architectures
 from l2sched.model.adapters.protocol import LiveModel, require
-from l2sched.device import DeviceProfile
+from l2sched.device import DeviceProfile, profile_for_gpu
+from l2sched.fit.search import FitOptions
 from l2sched.runtime import make_runtime
 from l2sched.runtime.set_aside import planned_set_aside, set_aside_requests
 from l2sched.runtime.sites import Installed
 from l2sched.units import format_size
 from l2sched.vllm import agreement as _agreement
+from l2sched.vllm.auto import auto_schedule
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
 from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
 from l2sched.vllm.device_check import first_line as _first_line
@@ -55,7 +57,7 @@ from l2sched.vllm.layout import (
     refuse_split_batch,
     text_config_dict,
 )
-from l2sched.vllm.loss_gate import GateRequest, loss_gate
+from l2sched.vllm.loss_gate import GateRequest, capture_sizes, loss_gate
 from l2sched.vllm.sites import install_plan
 from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
 from l2sched.vllm.summary import summary_line, unmeasured_note
@@ -341,10 +343,6 @@ def _auto(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
     fit's largest M), its choice logged in one INFO line per rank. Raises
     ``AutoNoPrefetch`` for no prefetch, ``L2sPluginError`` when the fit
     fails."""
-    from l2sched.device import profile_for_gpu
-    from l2sched.fit.search import FitOptions
-    from l2sched.vllm.auto import auto_schedule
-    from l2sched.vllm.loss_gate import capture_sizes
 
     gpu = None
     name = cfg.device

@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from l2sched.vllm.replay import full_decode_graphs, graphs_for, replay_ab, time_replays
+
 log = logging.getLogger("l2sched.vllm")
 
 #: The qualified name to pass as vLLM's ``worker_extension_cls``.
@@ -43,6 +45,7 @@ class SwitchState:
 
 
 def _installed() -> list:
+    # Lazy: the plugin imports vLLM (its logger); the CLI's process loads this module.
     from l2sched.vllm.plugin import INSTALLED
 
     return [i for i in INSTALLED if i.model is None or i.model() is not None]
@@ -120,8 +123,6 @@ class PrefetchSwitchExtension:
         graph) and ``RuntimeError`` when this worker has no installed
         schedule or refused a switch, before or during the timing, or when
         called outside a vLLM worker."""
-        from l2sched.vllm.replay import replay_ab
-
         runner = _model_runner(self, "l2sched_replay_ab")
 
         def switch(on: bool) -> None:
@@ -137,8 +138,6 @@ class PrefetchSwitchExtension:
         """The batch sizes of this worker's captured FULL decode graphs
         (``replay.full_decode_graphs``), sorted. Raises ``RuntimeError``
         outside a vLLM worker."""
-        from l2sched.vllm.replay import full_decode_graphs
-
         return sorted(full_decode_graphs(_model_runner(self, "l2sched_decode_graph_sizes")))
 
     def l2sched_time_replays(self, batches: list, replays: int) -> dict:
@@ -147,8 +146,6 @@ class PrefetchSwitchExtension:
         benchmark's no-plugin arm). Raises ``replay.ReplayUnavailable``,
         ``ValueError`` for ``replays < 1`` (before any replay) and
         ``RuntimeError`` outside a vLLM worker."""
-        from l2sched.vllm.replay import graphs_for, time_replays
-
         if replays < 1:
             raise ValueError(f"replays must be at least 1, got {replays}")
         graphs = graphs_for(_model_runner(self, "l2sched_time_replays"),

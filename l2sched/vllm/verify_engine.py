@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 
+from l2sched.vllm.replay import worst_of_ranks
 from l2sched.vllm.switch import WORKER_EXTENSION
 
 
@@ -92,8 +93,6 @@ class VllmEngine:
         (``switch.PrefetchSwitchExtension.l2sched_replay_ab``), the slowest
         rank's times. Raises ``SwitchFailed`` with the worker's first line
         (a batch size without a FULL decode graph, no installed schedule)."""
-        from l2sched.vllm.replay import worst_of_ranks
-
         try:
             answers = self.llm.collective_rpc(
                 "l2sched_replay_ab", args=([int(batch)], rounds, warmup, replays))

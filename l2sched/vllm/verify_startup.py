@@ -28,8 +28,10 @@ import math
 import time
 from typing import Sequence
 
-from l2sched.vllm.config import AGREE_TIMEOUT_S
-from l2sched.vllm.replay import REPLAYS
+from l2sched.vllm import agreement
+from l2sched.vllm.config import AGREE_TIMEOUT_S, read_config
+from l2sched.vllm.layout import parallel_layout
+from l2sched.vllm.replay import REPLAYS, full_decode_graphs, replay_ab
 from l2sched.vllm.verify import from_rounds
 
 log = logging.getLogger("vllm.l2sched")
@@ -77,8 +79,6 @@ def decide(timings: dict) -> tuple[bool, str]:
 
 
 def _config(worker):
-    from l2sched.vllm.config import read_config
-
     vc = getattr(worker, "vllm_config", None)
     try:
         return read_config(getattr(vc, "additional_config", None) or {})
@@ -88,8 +88,6 @@ def _config(worker):
 
 def _rank_txt(worker) -> str:
     try:
-        from l2sched.vllm.layout import parallel_layout
-
         return parallel_layout(worker.vllm_config).rank_txt
     except Exception:
         return "TP rank ?"
@@ -97,6 +95,7 @@ def _rank_txt(worker) -> str:
 
 def _installation(worker):
     try:
+        # Lazy: the plugin imports vLLM (its logger).
         from l2sched.vllm.plugin import installed_for
 
         return installed_for(worker.model_runner.get_model())
@@ -113,8 +112,6 @@ def verify_after_capture(worker) -> None:
     configured rank takes part in both of verify's agreements whatever
     happened to it; each is bounded in time. Never raises: an error
     switches the fills off with one line."""
-    from l2sched.vllm import agreement
-
     cfg = _config(worker)
     timeout = cfg.agree_timeout_s if cfg is not None else AGREE_TIMEOUT_S
     verdict = agreement.after_capture(lambda: _rank_txt(worker), timeout)
@@ -126,8 +123,6 @@ def verify_after_capture(worker) -> None:
         return
     inst, rank_txt, runner, sizes, why = None, "TP rank ?", None, [], ""
     try:
-        from l2sched.vllm.replay import full_decode_graphs
-
         vc = worker.vllm_config
         rank_txt = _rank_txt(worker)
         runner = worker.model_runner
@@ -159,8 +154,6 @@ def verify_after_capture(worker) -> None:
         return
     on, text, t0 = False, "", time.monotonic()
     try:
-        from l2sched.vllm.replay import replay_ab
-
         timings = replay_ab(runner, sizes, rounds=cfg.verify, warmup=1, replays=REPLAYS,
                             switch=lambda flag: _switch(inst, flag))
         on, text = decide(timings)

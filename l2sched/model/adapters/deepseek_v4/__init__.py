@@ -28,6 +28,7 @@ from l2sched.model.adapters.deepseek_v4.config import (
     subset_config,
     validate_config,
 )
+from l2sched.model.adapters.deepseek_v4.docs import hooks_markdown as generate
 from l2sched.model.adapters.deepseek_v4.hooks import (
     HOOKS,
     HOOKS_BY_NAME,
@@ -74,11 +75,9 @@ MODEL_TYPES = ("deepseek_v4",)
 
 
 def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> str:
-    """The text of ``docs/hooks-deepseek_v4.md`` (``docs.hooks_markdown``,
-    imported only here); ``op_bytes(kind, op)`` gives the bytes-read column
+    """The text of ``docs/hooks-deepseek_v4.md`` (``docs.hooks_markdown``);
+    ``op_bytes(kind, op)`` gives the bytes-read column
     (per GPU), omitted without it."""
-    from l2sched.model.adapters.deepseek_v4.docs import hooks_markdown as generate
-
     return generate(op_bytes)
 
 

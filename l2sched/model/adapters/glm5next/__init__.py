@@ -35,6 +35,7 @@ from l2sched.model.adapters.glm5next.config import (
     subset_config,
     validate_config,
 )
+from l2sched.model.adapters.glm5next.docs import hooks_markdown as generate
 from l2sched.model.adapters.glm5next.hooks import (
     HOOKS,
     HOOKS_BY_NAME,
@@ -93,11 +94,8 @@ MODEL_TYPES = ("glm5_next_text", "glm5_next")
 
 
 def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> str:
-    """The text of ``docs/hooks.md`` (``docs.hooks_markdown``, imported only
-    here: no other command needs the generator); ``op_bytes(kind, op)``
+    """The text of ``docs/hooks.md`` (``docs.hooks_markdown``); ``op_bytes(kind, op)``
     gives the bytes-read column (per GPU), omitted without it."""
-    from l2sched.model.adapters.glm5next.docs import hooks_markdown as generate
-
     return generate(op_bytes)
 
 

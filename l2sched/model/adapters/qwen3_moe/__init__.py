@@ -28,6 +28,7 @@ from l2sched.model.adapters.qwen3_moe.config import (
     subset_config,
     validate_config,
 )
+from l2sched.model.adapters.qwen3_moe.docs import hooks_markdown as generate
 from l2sched.model.adapters.qwen3_moe.hooks import (
     HOOK_GRAPH_MODES,
     HOOKS,
@@ -81,11 +82,9 @@ MODEL_TYPES = ("qwen3_moe",)
 
 
 def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> str:
-    """The text of ``docs/hooks-qwen3_moe.md`` (``docs.hooks_markdown``,
-    imported only here); ``op_bytes(kind, op)`` gives the bytes-read column
+    """The text of ``docs/hooks-qwen3_moe.md`` (``docs.hooks_markdown``);
+    ``op_bytes(kind, op)`` gives the bytes-read column
     (per GPU), omitted without it."""
-    from l2sched.model.adapters.qwen3_moe.docs import hooks_markdown as generate
-
     return generate(op_bytes)
 
 
