@@ -165,8 +165,8 @@ def is_stream(target: str) -> bool:
 
 def check_output_path(path, protect=(), in_place: bool = False) -> tuple[str, str]:
     """The one check of an output path, shared by every output option of
-    every command (``compile -o``, ``timeline -o``, ``fit -o``, ``profile
-    --out``, ``verify --output-json``, ``bench run --out``, ``bench report
+    every command (``-o/--output`` of compile, timeline, fit, profile,
+    verify and bench run, ``profile --md-output``, the lab's ``bench report
     --json-out/--md-out``, ...), run before the command's work (after it has
     read its inputs) and again by the writers here. Returns ``(shown,
     target)``: the path as the user wrote it and the file that will be

@@ -97,22 +97,3 @@ def test_negative_lists_get_the_tools_range_message(argv, message, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
-
-def test_every_option_says_what_it_does():
-    """Issue 47: every option of every command has help text (13 had none)."""
-    import argparse
-
-    from l2sched.cli.main import build_parser
-
-    missing = []
-
-    def walk(parser, path):
-        for a in parser._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                for name, sub in a.choices.items():
-                    walk(sub, path + [name])
-            elif a.option_strings and not a.help and a.dest != "help":
-                missing.append(f"{' '.join(path)} {'/'.join(a.option_strings)}")
-
-    walk(build_parser(), ["l2sched"])
-    assert missing == []

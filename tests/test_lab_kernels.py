@@ -45,3 +45,23 @@ def test_register_is_idempotent_and_adds_the_none_policy():
     lab.kernels.register()
     assert K.PTX_POLICY["none"] is None
     assert K.KernelSpec("touch", chunk=65536, policy="none").check().mode == "touch"
+
+
+def test_buildable_forms_name_exactly_the_registered_forms():
+    # KernelSpec.check (device.kernel_spec) reads BUILDABLE_FORMS; the
+    # runtime's register_form keeps it in step with the forms it can build
+    import lab.kernels
+    from l2sched.device.kernel_spec import BUILDABLE_FORMS
+    from l2sched.runtime.fill_kernels import FORMS
+    lab.kernels.register()
+    assert BUILDABLE_FORMS == set(FORMS)
+
+
+def test_the_spec_checks_without_the_runtime():
+    # the lint and the fit use KernelSpec with no runtime imported
+    code = ("import sys\nfrom l2sched.device.kernel_spec import KernelSpec\n"
+            "assert KernelSpec('copy', stages=4, chunk=32768).check().stages == 4\n"
+            "print(sorted(m for m in sys.modules if m.startswith('l2sched.runtime')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

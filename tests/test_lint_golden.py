@@ -77,12 +77,18 @@ def _check(path: Path, actual: str) -> None:
     assert path.exists(), f"no golden file {path} (set L2SCHED_UPDATE_GOLDEN=1)"
     expected = path.read_text(encoding="utf-8")
     if actual != expected:
-        a, e = actual.splitlines(), expected.splitlines()
-        first = next((i for i, (x, y) in enumerate(zip(a, e)) if x != y),
-                     min(len(a), len(e)))
-        pytest.fail(f"{path.name} differs from the golden output at line "
-                    f"{first + 1}:\n  golden: {e[first] if first < len(e) else '<end>'}"
-                    f"\n  now:    {a[first] if first < len(a) else '<end>'}")
+        pytest.fail(f"{path.name} differs from the golden output at "
+                    f"{first_difference(actual, expected)}")
+
+
+def first_difference(actual: str, expected: str) -> str:
+    """``line N:\n  golden: ...\n  now:    ...``: where ``actual`` first
+    differs from ``expected`` (``<end>`` past a text's last line)."""
+    a, e = actual.splitlines(), expected.splitlines()
+    first = next((i for i, (x, y) in enumerate(zip(a, e)) if x != y),
+                 min(len(a), len(e)))
+    return (f"line {first + 1}:\n  golden: {e[first] if first < len(e) else '<end>'}"
+            f"\n  now:    {a[first] if first < len(a) else '<end>'}")
 
 
 def test_every_schedule_has_golden_cases():

@@ -129,8 +129,8 @@ def test_cli_bad_schedule_is_an_input_error_naming_the_file(tmp_path, capsys):
     (["--input-len", "0"], "--input-len must be at least 1"),
     (["--engine-arg", "tensor_parallel_size=2"], "set by verify itself"),
     (["--engine-arg", "compilation_config={bad"], "the value is not JSON"),
-    (["--output-json", "/dev/null"], "--output-json: a .json file path"),
-    (["--output-json", "report.md"], "--output-json: a .json file path"),
+    (["--output", "/dev/null"], "--output: a .json file path"),
+    (["--output-json", "report.md"], "--output: a .json file path"),
     (["--schedule", "auto", "--set", "window.B.budget=1MB"], "not with --schedule auto"),
 ])
 def test_cli_usage_errors_name_the_option(tmp_path, capsys, extra, words):

@@ -20,7 +20,9 @@ AR_FILL_MB = 30.0
 
 def run_arguments(p) -> None:
     """Options of ``bench run`` on the argparse parser ``p``."""
-    p.add_argument("--out", default=None, help="result JSON path")
+    # --out: the spelling before the one output option name (issue 47)
+    p.add_argument("-o", "--output", "--out", dest="out", default=None,
+                   help="result JSON path")
     p.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 4, 16, 64], help="decode tokens M per step (list)")
     p.add_argument("--replays", type=int, default=25,
@@ -81,7 +83,8 @@ def tp_arguments(p) -> None:
                    help="default: nccl when CUDA is available and not --dry, else gloo")
     p.add_argument("--dry", action="store_true",
                    help="CPU: meta-device tree, dry-run runtime, gloo all-reduces")
-    p.add_argument("--out", default=None, help="result JSON path (rank 0 writes it)")
+    p.add_argument("-o", "--output", "--out", dest="out", default=None,
+                   help="result JSON path (rank 0 writes it)")
     p.add_argument("--tokens", type=toks, default=[1, 2, 4, 8, 16, 32, 64],
                    help="decode tokens M per step (list)")
     p.add_argument("--replays", type=int, default=25, help="timed replays per graph")

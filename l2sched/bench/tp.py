@@ -1,7 +1,7 @@
 """``l2sched bench tp``: the GLM-5.3-Flash-shaped decode step with real all-reduces.
 
 One process per rank, started by ``torch.multiprocessing.spawn`` from the CLI
-(not by ``torchrun``): ``l2sched bench tp --world-size N --out FILE``.
+(not by ``torchrun``): ``l2sched bench tp --world-size N --output FILE``.
 Rendezvous through a file store in a temporary directory; backend ``nccl``
 (one GPU per rank, ``cuda:RANK``) or ``gloo`` (CPU; with ``--dry`` the tree
 lives on the meta device and the runtime is ``DryRunRuntime``, the path CI

@@ -66,7 +66,7 @@ def _bad_tokens(tokens) -> str | None:
 
 def cmd_run(args) -> int:
     """``bench run``: exit 2 on unusable options or without torch; exit 1
-    for an unusable ``--out`` (before anything runs)."""
+    for an unusable ``--output`` (before anything runs)."""
     _check_outputs(args.out, inputs=_run_inputs(args))
     bad = _bad_tokens(args.tokens)
     if bad:
@@ -93,7 +93,7 @@ def cmd_run(args) -> int:
 
 def cmd_tp(args) -> int:
     """``bench tp``: exit 2 on unusable options or without torch; exit 1
-    for an unusable ``--out`` (before any rank is spawned)."""
+    for an unusable ``--output`` (before any rank is spawned)."""
     _check_outputs(args.out, inputs=_run_inputs(args))
     bad = _bad_tokens(args.tokens)
     if not bad and args.world_size and args.world_size < 2:

@@ -104,7 +104,7 @@ def add_cli(sub) -> None:
     """Register ``l2sched check``."""
     p = add_command(sub, "check", cmd_check,
                     help="parse and resolve schedules, report errors")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the .l2s schedules to check")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing for clean files")
     add_schedule_args(p)

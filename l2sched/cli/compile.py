@@ -100,7 +100,7 @@ def add_cli(sub) -> None:
     """Register ``l2sched compile``."""
     p = add_command(sub, "compile", cmd_compile,
                     help="compile a schedule into a plan (JSON)")
-    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("schedule", metavar="SCHEDULE", help="the .l2s schedule to compile")
     p.add_argument("--tp-rank", type=int, default=0, metavar="R",
                    help="the TP rank whose plan to write, 0..tp-1 (default 0)")
     p.add_argument("-o", "--output", metavar="PLAN.json",

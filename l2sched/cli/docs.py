@@ -149,7 +149,8 @@ def add_cli(sub) -> None:
     p = add_command(sub, "docs", cmd_docs,
                     help="regenerate the generated documentation (hooks.md, the "
                          "rules of lint.md)")
-    p.add_argument("which", choices=("hooks", "lint"))
+    p.add_argument("which", choices=("hooks", "lint"),
+                   help="the document: hooks (the hook catalogue) or lint (the rules)")
     p.add_argument("--model", default=DEFAULT_ADAPTER, choices=adapter_names(),
                    help=f"the adapter whose hook catalogue `hooks` writes (default "
                         f"{DEFAULT_ADAPTER}: docs/hooks.md; another: "

@@ -40,6 +40,7 @@ def add_cli(sub) -> None:
     """Register ``l2sched fmt``."""
     p = add_command(sub, "fmt", cmd_fmt,
                     help="rewrite schedules to the canonical layout")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="the .l2s schedules to rewrite in place (--check: only report)")
     p.add_argument("--check", action="store_true",
                    help="do not write; exit 1 if a file would change")

@@ -163,9 +163,11 @@ def cmd_timeline(args) -> int:
 
 def _common(p, many: bool = False) -> None:
     if many:
-        p.add_argument("schedules", nargs="+", metavar="SCHEDULE")
+        p.add_argument("schedules", nargs="+", metavar="SCHEDULE",
+                       help="the .l2s schedules to lint")
     else:
-        p.add_argument("schedule", metavar="SCHEDULE")
+        p.add_argument("schedule", metavar="SCHEDULE",
+                       help="the .l2s schedule whose decode step to draw")
     add_schedule_args(p)
     if many:
         p.add_argument("--tokens", default="1", metavar="M[,M...]",
@@ -204,7 +206,7 @@ def add_cli(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="the Chrome/Perfetto trace; the SVG Gantt goes beside it (.svg)")
     p.add_argument("--measured", metavar="RESULT.json",
-                   help="an `l2sched bench run --out` result: draw its measured "
+                   help="an `l2sched bench run --output` result: draw its measured "
                         "step beside the predicted one in the SVG")
     p.add_argument("--arm", default=None,
                    help="the --measured result's arm to draw (default: compiled)")

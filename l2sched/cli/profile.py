@@ -1,4 +1,4 @@
-"""``l2sched profile --out PROFILE.toml``: measure this box once and write
+"""``l2sched profile --output PROFILE.toml``: measure this box once and write
 its device profile (``l2sched.profile.probes``, ``l2sched.profile.write``;
 with ``--collectives N`` the all-reduce part across N GPUs,
 ``l2sched.profile.collectives``)."""
@@ -29,7 +29,7 @@ from l2sched.profile.write import derive, profile_markdown, profile_toml
 
 def cmd_profile(args) -> int:
     """Run the probes (resuming ``--state``), write the profile TOML, the
-    probe report (``--md-out``) and the raw results (``--state``). Raises
+    probe report (``--md-output``) and the raw results (``--state``). Raises
     ``L2sUsageError`` for bad options, without torch or without a GPU."""
     try:
         args.tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
@@ -115,9 +115,11 @@ def add_cli(sub) -> None:
     """Register ``l2sched profile``."""
     p = add_command(sub, "profile", cmd_profile,
                     help="measure this GPU and write its device profile (GPU)")
-    p.add_argument("--out", required=True, metavar="PROFILE.toml",
+    # --out and --md-out: the spellings before the one output option name (issue 47)
+    p.add_argument("-o", "--output", "--out", dest="out", required=True,
+                   metavar="PROFILE.toml",
                    help="the device profile to write (never one it reads)")
-    p.add_argument("--md-out", default="", metavar="REPORT.md",
+    p.add_argument("--md-output", "--md-out", dest="md_out", default="", metavar="REPORT.md",
                    help="markdown report of every probe")
     p.add_argument("--state", default="", metavar="STATE.json",
                    help="raw probe results; an existing file is resumed")

@@ -2,9 +2,10 @@
 engine, prefetch switched on and off in one engine (``l2sched.vllm.verify``),
 beside the lint's prediction. Options follow ``vllm bench latency`` where
 they fit (``--input-len``, ``--output-len``, ``--num-iters``,
-``--num-iters-warmup``, ``--output-json``, ``--load-format``); tokens per
-decode step is ``--tokens``, as in every other command (``--batch-size``,
-``vllm bench latency``'s spelling, is kept as an alias).
+``--num-iters-warmup``, ``--load-format``); tokens per decode step is
+``--tokens`` and the report path ``-o/--output``, as in every other command
+(``--batch-size`` and ``--output-json``, ``vllm bench latency``'s
+spellings, are kept as aliases).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _check_args(args) -> list[int]:
     args.model_dir = _model_dir(args.model)
     out = Path(args.output_json)
     if str(out).startswith("/dev/") or out.suffix != ".json":
-        raise L2sUsageError(f"--output-json: a .json file path (the markdown goes "
+        raise L2sUsageError(f"--output: a .json file path (the markdown goes "
                             f"beside it, .md), got {args.output_json!r}")
     model_config_arg(str(args.model_dir / "config.json"))  # file:line:col errors
     check_device_arg(args.device)
@@ -328,7 +329,9 @@ def add_cli(sub) -> None:
                    help="extra vllm.LLM keyword argument (repeatable; not one verify "
                         "sets: " + ", ".join(OWN_ENGINE_ARGS) + "), e.g. "
                         "--engine-arg 'compilation_config={\"cudagraph_capture_sizes\":[1,4]}'")
-    p.add_argument("--output-json", default="l2sched-verify.json", metavar="PATH",
+    # --output-json: vllm bench latency's spelling, kept as an alias
+    p.add_argument("-o", "--output", "--output-json", dest="output_json",
+                   default="l2sched-verify.json", metavar="PATH",
                    help="JSON report (a .json path); the markdown goes beside it "
                         "(.md) and to stdout, which also carries vLLM's log "
                         "(default l2sched-verify.json)")

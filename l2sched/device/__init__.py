@@ -9,7 +9,9 @@ reads them (``docs/devices.md``).
   ``edit`` writes a fitted table into a profile file;
 - ``overlap``: a fill's measured cost to a concurrent op read as the
   lint's slowdown;
-- ``identity``: which profile describes a GPU.
+- ``identity``: which profile describes a GPU;
+- ``limits``: the limits a fill kernel is built against (``DeviceLimits``);
+  ``kernel_spec``: a fill kernel's launch shape and its fitting to them.
 
 The package knows no model: op tables are keyed by the model adapter's
 name (``[ops.MODEL."KIND"]``), and whether their layer kinds and ops exist

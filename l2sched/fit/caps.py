@@ -17,7 +17,7 @@ Units: bytes (B), microseconds (us), GB/s = 10^9 B/s.
 
 from __future__ import annotations
 
-from l2sched.runtime.kernel import KernelSpec, fit_spec
+from l2sched.device.kernel_spec import KernelSpec, fit_spec
 
 #: Margin over a hook's idle-window bytes (see the module docstring).
 CAP_MARGIN = 1.25
@@ -78,7 +78,7 @@ def fitting_kernels(device) -> tuple[list[str], dict[str, str]]:
     shape (``[fill.MODE]``) fits the GPU's limits as the profile gives them
     (``DeviceProfile.limits``; every kernel when it gives none), sorted, and
     ``mode -> why not`` for the others. A shape that does not fit would be
-    fitted to another shape on that GPU (``runtime.kernel.fit_spec``), and
+    fitted to another shape on that GPU (``device.kernel_spec.fit_spec``), and
     the profile's numbers are not that shape's, so the fit does not propose
     it."""
     limits = device.limits

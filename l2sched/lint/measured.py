@@ -1,7 +1,7 @@
 """A measured decode step to draw beside the predicted one
 (``l2sched timeline --measured RESULT.json``).
 
-``RESULT.json`` is what ``l2sched bench run --out`` writes
+``RESULT.json`` is what ``l2sched bench run --output`` writes
 (``l2sched/bench/run.py``): ``{"kind": "l2sched bench", "per_m": {"M":
 {"arms": {ARM: {...}}}}}`` where each arm measured with in-graph events
 holds ``ops`` (``"layer:op" -> {"start_us", "finish_us", "dur_us",
@@ -140,7 +140,7 @@ def load_measured(path: str, tokens: int, arm: str = "compiled") -> MeasuredTime
     if not isinstance(rec.get("ops"), dict) or not rec["ops"]:
         raise bad(f"arm '{arm}' has no per-op times ('ops'): a `bench report` "
                   f"summary and the results committed under benchmarks/results (which "
-                  f"drop them) have none; give the full `bench run --out` result")
+                  f"drop them) have none; give the full `bench run --output` result")
     for key, v in rec["ops"].items():
         if not isinstance(v, dict) or not all(
                 isinstance(v.get(f), (int, float)) for f in ("start_us", "finish_us")):

@@ -97,7 +97,7 @@ def probe_fill_fork(ctx) -> dict:
         p = argparse.ArgumentParser()
         run_arguments(p)
         args = p.parse_args(
-            ["--out", os.path.join(tmp, "fill-fork.json"), "--schedule", SCHEDULE,
+            ["--output", os.path.join(tmp, "fill-fork.json"), "--schedule", SCHEDULE,
              "--tokens", ",".join(map(str, FILL_FORK_TOKENS)),
              "--replays", str(FILL_FORK_REPLAYS), "--aa"]
             + [f"--variant={v}" for v in variants.values()]

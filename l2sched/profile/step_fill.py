@@ -150,7 +150,7 @@ def probe_step_fill(ctx) -> dict:
         p = argparse.ArgumentParser()
         run_arguments(p)
         args = p.parse_args(
-            ["--out", os.path.join(tmp, "step-fill.json"), "--schedule", path,
+            ["--output", os.path.join(tmp, "step-fill.json"), "--schedule", path,
              "--tokens", ",".join(map(str, STEP_FILL_TOKENS)),
              "--replays", str(STEP_FILL_REPLAYS)]
             + [f"--variant={arm_of(m)}:kernel={m}" for m in others]

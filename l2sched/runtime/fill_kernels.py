@@ -1,5 +1,5 @@
 """The CuTe DSL bodies of the fill kernels, one per fill mode
-(``runtime.kernel.FILL_MODES``), traced and compiled by ``compile_fill``.
+(``units.FILL_MODES``), traced and compiled by ``compile_fill``.
 
 Every mode walks rows ``[row_begin, row_end)`` of a device table, int64
 ``[rows, 2]`` of ``(address, nbytes)``, cuts each row into ``chunk``-byte
@@ -46,17 +46,11 @@ writing the word turns the graph's fills on or off without a recapture.
 from dataclasses import dataclass
 from typing import Callable
 
+from l2sched.device.kernel_spec import BARRIER_BYTES, BUILDABLE_FORMS, copy_smem_bytes
 from l2sched.units import ALIGN
 
-#: Bytes of dynamic shared memory the copy kernel keeps in front of its
-#: buffers for the mbarriers (one ``BARRIER_SLOT_BYTES`` barrier per stage,
-#: so at most 128 stages), so the buffers start 1024-byte aligned.
-BARRIER_BYTES = 1024
 #: Alignment (bytes) of the int32 switch word the kernels read.
 SWITCH_ALIGN = 4
-#: Bytes of one mbarrier object (PTX ISA, "mbarrier": a 64-bit shared-memory
-#: object, 8-byte aligned).
-BARRIER_SLOT_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -76,7 +70,8 @@ class IssueForm:
 
 #: (mode, the policy is a cache hint) -> ``make(chunk, ptx_policy) ->
 #: IssueForm``. A spec whose (mode, hint) has no form is refused by
-#: ``KernelSpec.check``.
+#: ``KernelSpec.check`` (``register_form`` keeps
+#: ``device.kernel_spec.BUILDABLE_FORMS``, which it reads, in step).
 FORMS: dict[tuple[str, bool], Callable[[int, "str | None"], IssueForm]] = {}
 
 
@@ -87,6 +82,7 @@ def register_form(mode: str, hinted: bool,
     ``make(chunk, ptx_policy) -> IssueForm``. Replaces an earlier form of
     the same key."""
     FORMS[(mode, hinted)] = make
+    BUILDABLE_FORMS.add((mode, hinted))
 
 
 def _bulk_form(chunk: int, ptx_policy) -> IssueForm:
@@ -115,12 +111,6 @@ def _copy_form(chunk: int, ptx_policy) -> IssueForm:
 register_form("bulk", True, _bulk_form)
 register_form("load", True, load_form)
 register_form("copy", True, _copy_form)
-
-
-def copy_smem_bytes(spec) -> int:
-    """Dynamic shared memory (bytes) a copy-mode kernel of ``spec`` needs:
-    the barriers plus ``stages`` buffers of ``chunk`` bytes."""
-    return BARRIER_BYTES + spec.stages * spec.chunk
 
 
 def compile_fill(spec, ptx_policy: str | None, ffi: bool):

@@ -16,7 +16,8 @@ Fill modes (``units.FILL_MODES``; the lab adds its experiments' modes,
 - ``copy``: TMA bulk copies into shared memory from one thread per CTA,
   ``stages`` buffers deep, data discarded; lands lines from few CTAs.
 
-A variant is a ``KernelSpec`` (mode, grid, threads, chunk, stages, policy):
+A variant is a ``KernelSpec`` (mode, grid, threads, chunk, stages, policy;
+``device.kernel_spec``, re-exported here, with ``fit_spec``):
 every parameter that defines the compiled code is in it, and it is the cache
 key (with the device). The launch shape per mode comes from the device
 profile (``device.DeviceProfile.fill_mode``); the constants below are the
@@ -48,146 +49,30 @@ fails to compile is disabled alone (one log line). Callers get ``None`` from
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.metadata import version
 
+from l2sched.device.kernel_spec import (  # noqa: F401  (the runtime's API re-exports them)
+    DEFAULT_CHUNK, DEFAULT_GRID, DEFAULT_THREADS, MAX_THREADS, MIN_COPY_CHUNK, PTX_POLICY,
+    KernelSpec, fit_spec, register_cache_policy)
 from l2sched.device.limits import DeviceLimits
 from l2sched.env import env_flag
 from l2sched.errors import L2sUsageError
-from l2sched.runtime.fill_kernels import (BARRIER_BYTES, BARRIER_SLOT_BYTES, FORMS,
-                                          SWITCH_ALIGN, compile_fill, copy_smem_bytes)
+from l2sched.runtime.fill_kernels import SWITCH_ALIGN, compile_fill
 from l2sched.runtime.limits import read_device_limits
 from l2sched.runtime.switch import always_on
-from l2sched.units import ALIGN, CACHE_POLICIES, FILL_MODES
+from l2sched.units import ALIGN
 
 log = logging.getLogger("l2sched.kernel")
 
-#: Cache policy of a plan (``units.CACHE_POLICIES``) -> PTX ``createpolicy``
-#: priority qualifier (None: a plain instruction, no cache hint; only the
-#: lab registers such a policy, ``register_cache_policy``).
-PTX_POLICY: dict[str, str | None] = {p: f"L2::{p}" for p in CACHE_POLICIES}
-
-
-def register_cache_policy(name: str, ptx: str | None) -> None:
-    """Make ``KernelSpec(policy=name)`` buildable with the PTX priority
-    qualifier ``ptx`` (None: the plain instructions of
-    ``fill_kernels.FORMS`` registered with ``hinted=False``)."""
-    PTX_POLICY[name] = ptx
-#: Bytes per bulk-prefetch request when no profile says otherwise: the chunk
-#: of vLLM 0.33.0's Kimi-K3 prefetch kernel (docs/sources.md#kimi-k3-prefetch)
-#: and the best chunk of the earlier H200 probe
-#: (docs/sources.md#h200-early-probes); lab/experiments/kernel_search.py.
-DEFAULT_CHUNK = 16384
-#: CTAs per launch when no profile says otherwise: 2 per SM of the H200's
-#: 132 SMs; the earlier probe was best at 264-528 CTAs x 32 threads
-#: (docs/sources.md#h200-early-probes).
-DEFAULT_GRID = 264
-#: Threads per CTA (one warp), as in the Kimi-K3 kernel.
-DEFAULT_THREADS = 32
 #: Load-mode kernel shape that filled L2 best on the H200 (kernel_probe_l2.py,
 #: benchmarks/results/h200-kernel-2026-11-29.md): pass as
 #: ``get_kernel(..., **H200_LOAD_SHAPE)`` or ``CudaRuntime(plan, **H200_LOAD_SHAPE)``.
 H200_LOAD_SHAPE = {"mode": "load", "grid": 1056, "threads": 128, "chunk": 128}
-#: Threads a CTA may have (CUDA C Programming Guide, "Compute capabilities":
-#: 1024 on every compute capability this project runs on).
-MAX_THREADS = 1024
 #: Dynamic shared memory (B) a block may use on every CUDA device without
 #: opting in (CUDA C Programming Guide, "Compute capabilities": 48 KiB); the
 #: bound of a copy kernel when the device's limits cannot be read.
 PORTABLE_SMEM_BYTES = 48 * 1024
-#: Smallest chunk (B) a copy kernel is fitted down to: what ``KernelSpec``
-#: and ``fill_kernels`` accept (a positive multiple of ``units.ALIGN``).
-MIN_COPY_CHUNK = ALIGN
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """Everything that defines one compiled fill kernel.
-
-    ``mode`` in ``FILL_MODES`` (or a mode the lab registered,
-    ``fill_kernels.register_form``); ``grid`` CTAs; ``threads`` per
-    CTA; ``chunk`` bytes per request (a positive multiple of 16); ``stages``
-    shared-memory buffers of ``chunk`` bytes (``copy`` mode; 1 otherwise);
-    ``policy`` a cache policy (``PTX_POLICY``). ``check()`` raises
-    ``ValueError`` naming the bad field; ``check(limits)`` also checks the
-    shared memory against a device's ``DeviceLimits`` (``fit_spec`` makes a
-    copy shape fit instead). No device's limit is assumed here."""
-
-    mode: str = "bulk"
-    grid: int = DEFAULT_GRID
-    threads: int = DEFAULT_THREADS
-    chunk: int = DEFAULT_CHUNK
-    stages: int = 1
-    policy: str = "evict_last"
-
-    def check(self, limits: DeviceLimits | None = None) -> "KernelSpec":
-        """This spec, after checking every field and, given ``limits``,
-        that its shared memory (``smem_bytes``) fits the device's opt-in
-        limit per block. Raises ``ValueError``."""
-        if not any(mode == self.mode for mode, _ in FORMS):
-            raise ValueError(f"unknown fill mode {self.mode!r} (known: "
-                             f"{', '.join(FILL_MODES)})")
-        if self.policy not in PTX_POLICY:
-            raise ValueError(f"unknown cache policy {self.policy!r} (known: "
-                             f"{', '.join(sorted(PTX_POLICY))})")
-        if (self.mode, PTX_POLICY[self.policy] is not None) not in FORMS:
-            raise ValueError(f"fill mode {self.mode!r} has no form for cache policy "
-                             f"{self.policy!r}")
-        for name in ("grid", "threads", "stages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.threads > MAX_THREADS:
-            raise ValueError(f"threads must be at most {MAX_THREADS} (a CTA's limit), "
-                             f"got {self.threads}")
-        if self.chunk <= 0 or self.chunk % ALIGN:
-            raise ValueError(f"chunk {self.chunk} is not a positive multiple of {ALIGN}")
-        if self.mode == "copy" and self.stages * BARRIER_SLOT_BYTES > BARRIER_BYTES:
-            raise ValueError(f"copy mode: stages must be at most "
-                             f"{BARRIER_BYTES // BARRIER_SLOT_BYTES} (one "
-                             f"{BARRIER_SLOT_BYTES}-byte mbarrier each in "
-                             f"{BARRIER_BYTES} B), got {self.stages}")
-        if limits is not None and self.smem_bytes > limits.smem_per_block_optin_bytes:
-            raise ValueError(f"copy mode: stages x chunk + barriers = {self.smem_bytes:,} B "
-                             f"does not fit the {limits.smem_per_block_optin_bytes:,} B of "
-                             f"shared memory per block of the device ({limits.source})")
-        return self
-
-    @property
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory (B) the kernel asks for at launch:
-        ``stages * chunk + BARRIER_BYTES`` for ``copy``, 0 otherwise."""
-        return copy_smem_bytes(self) if self.mode == "copy" else 0
-
-    def shape_text(self) -> str:
-        """``copy grid=66 threads=32 chunk=32768 stages=4 (132,096 B shared
-        memory)``."""
-        smem = f" ({self.smem_bytes:,} B shared memory)" if self.smem_bytes else ""
-        return (f"{self.mode} grid={self.grid} threads={self.threads} "
-                f"chunk={self.chunk} stages={self.stages}{smem}")
-
-
-def fit_spec(spec: KernelSpec, limits: DeviceLimits) -> KernelSpec | None:
-    """``spec`` made to fit ``limits``: unchanged when its shared memory
-    (``KernelSpec.smem_bytes``) fits the device's opt-in limit per block;
-    else a copy shape with fewer stages (same chunk), and when even one
-    stage does not fit, one stage of a smaller chunk (halved, a multiple of
-    ``units.ALIGN``, never below ``MIN_COPY_CHUNK``); ``None`` when nothing
-    fits. No log line (``get_kernel`` logs; the fit and the lint ask
-    this for a device that is not present)."""
-    room = limits.smem_per_block_optin_bytes
-    if spec.smem_bytes <= room:
-        return spec
-    for stages in range(spec.stages - 1, 0, -1):
-        cand = replace(spec, stages=stages)
-        if cand.smem_bytes <= room:
-            return cand
-    chunk = spec.chunk
-    while chunk > MIN_COPY_CHUNK:
-        chunk = max(MIN_COPY_CHUNK, chunk // 2 // ALIGN * ALIGN)
-        cand = replace(spec, stages=1, chunk=chunk)
-        if cand.smem_bytes <= room:
-            return cand
-    return None
 
 
 def fit_spec_logged(spec: KernelSpec, limits: DeviceLimits) -> KernelSpec | None:

@@ -288,7 +288,7 @@ def auto_schedule(model_config: Mapping, tp: int, ep: bool,
         have = ("" if device_profile is None else
                 f" (profile {device_profile.name} is an estimate, not measured)")
         return _off(f"auto: no measured device profile for {which}"
-                    f"{have}; measure one with `l2sched profile --out my-box.toml` "
+                    f"{have}; measure one with `l2sched profile --output my-box.toml` "
                     "and name it with \"device\": \"/path/my-box.toml\"", "no profile")
     if ep:
         return _off("auto: `l2sched fit` models tensor parallelism without expert "

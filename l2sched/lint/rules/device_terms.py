@@ -2,7 +2,7 @@
 shared memory per block (L2S111), and the terms a prediction rests on that
 were not measured on the box (L2S112).
 
-L2S111 uses the runtime's own fitting (``runtime.kernel.fit_spec``, a pure
+L2S111 uses the runtime's own fitting (``device.kernel_spec.fit_spec``, a pure
 function: what ``get_kernel`` builds in place of a shape that does not fit)
 on the limits the profile gives (``DeviceProfile.limits``: ``[gpu]
 smem_per_block_optin_bytes``). L2S112 reads the profile's field origins
@@ -12,9 +12,9 @@ the fill kernels its windows use.
 
 from __future__ import annotations
 
+from l2sched.device.kernel_spec import KernelSpec, fit_spec
 from l2sched.device.provenance import unmeasured_terms
 from l2sched.lint.rules.base import Finding, Rule, window_span
-from l2sched.runtime.kernel import KernelSpec, fit_spec
 
 RULES = (
     Rule(
