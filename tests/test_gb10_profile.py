@@ -113,3 +113,16 @@ def test_deepseek_v4_fit_against_the_published_port(dev):
                     model_config="deepseek-v4-flash")
     fitted = _lint(load_schedule_text(text, str(ROOT / "fit.l2s")), dev)
     assert 2.0 <= _steps_gain(fitted) <= 6.0, _steps_gain(fitted)
+
+
+def test_auto_keeps_prefetch_off_on_a_gb10():
+    """The record's "prefetch off by default" row: the shipped gb10 profile
+    matches a GB10, but it is an estimate, so the plugin's ``auto`` finds no
+    measured profile for it and fits nothing."""
+    from l2sched.device import GpuIdentity, matching_profiles
+    from l2sched.device.identity import profile_for_gpu
+
+    gb10 = GpuIdentity("NVIDIA GB10", 24 * 2**20, 48, (12, 1))
+    assert matching_profiles(gb10) == ["gb10"]
+    assert not load_device("gb10").is_measured
+    assert profile_for_gpu(gb10) is None
