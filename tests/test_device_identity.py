@@ -26,6 +26,7 @@ SM120 = ROOT / "schedules" / "glm53-flash-sm120-tp4.l2s"
 H200 = GpuIdentity("NVIDIA H200", 62914560, 132, (9, 0))
 GB10 = GpuIdentity("NVIDIA GB10", 24 * 2**20, 48, (12, 1))
 H100 = GpuIdentity("NVIDIA H100 80GB HBM3", 50 * 2**20, 132, (9, 0))
+RTX5090 = GpuIdentity("NVIDIA GeForce RTX 5090", 96 * 2**20, 170, (12, 0))
 PRO6000 = GpuIdentity("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
                       134217728, 188, (12, 0))
 
@@ -61,13 +62,17 @@ def test_item03_shipped_profiles_carry_the_driver_identity():
     sm120 = load_device("sm120-rtx-pro-6000-maxq")
     assert sm120.sm_count == 188 and sm120.l2_bytes == 134217728
     assert sm120.compute_capability == (12, 0)
+    gb10 = load_device("gb10")  # issue 45 item 4, docs/sources.md#gb10
+    assert (gb10.gpu_names, gb10.sm_count, gb10.l2_bytes,
+            gb10.compute_capability) == (("NVIDIA GB10",), 48, 25165824, (12, 1))
 
 
 def test_item03_matching_on_name_l2_and_sms():
     assert matching_profiles(H200) == ["h200"]
     assert matching_profiles(PRO6000) == ["sm120-rtx-pro-6000-maxq"]
+    assert matching_profiles(GB10) == ["gb10"]  # shipped since issue 45
     # same capability as a shipped profile, different GPU: no match
-    assert matching_profiles(GB10) == []
+    assert matching_profiles(RTX5090) == []
     assert matching_profiles(H100) == []
     why = identity_mismatches(load_device("h200"), H100)
     assert any("L2" in w for w in why) and any("name" in w for w in why), why
@@ -117,11 +122,16 @@ def test_item03_plugin_refuses_a_gpu_the_schedule_was_not_written_for(monkeypatc
     assert e.value.what == "device mismatch"
     d = e.value.detail
     for part in ("sm120-rtx-pro-6000-maxq", "NVIDIA GB10", "25,165,824 B L2",
-                 "48 SMs", "sm_121", "no shipped profile matches", '"device"'):
+                 "48 SMs", "sm_121", "the shipped profile gb10 matches", '"device"'):
         assert part in d, (part, d)
     # docs/devices.md shows this very line (item 17: examples from the tool)
     docs = (ROOT / "docs" / "devices.md").read_text()
     assert f"l2sched: TP rank 0/4: prefetch OFF: {e.value}\n" in docs
+    # a GPU no shipped profile describes is told to write one
+    _fake_torch(monkeypatch, RTX5090)
+    with pytest.raises(L2sPluginError) as e:
+        device_profile("cuda", "sm120-rtx-pro-6000-maxq")
+    assert "no shipped profile matches this GPU: write one" in e.value.detail
 
 
 def test_item03_plugin_names_the_matching_shipped_profile(monkeypatch):
