@@ -265,6 +265,31 @@ def test_every_fill_mode_compiles_for_sm120(mode, shape):
     assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch="sm_120a")
 
 
+
+@pytest.mark.parametrize("mode, shape", [
+    ("copy", {"grid": 66, "threads": 32, "chunk": 32768, "stages": 4}),
+    ("load", {"grid": 1056, "threads": 128, "chunk": 128}),
+    ("bulk", {}),
+])
+def test_every_fill_mode_compiles_for_gb10(mode, shape):
+    """Issue 45: DGX Spark's GB10 (sm_121): each fill mode, fitted to the
+    shipped gb10 profile's shared memory per block (the copy shape's
+    4 x 32 KiB stages become 3), traces and compiles for sm_121a with each
+    cache policy (compile-only; benchmarks/results/compile-arch-2026-12-05)."""
+    pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl: pip install -e '.[gpu]'")
+    from extras import assert_fill_kernels_compile
+    from l2sched.device import load_device
+    from l2sched.runtime import kernel as K
+    gb10 = load_device("gb10").limits
+    assert gb10 is not None and gb10.compute_capability == (12, 1)
+    if mode == "copy":
+        fitted = K.fit_spec(K.KernelSpec(mode, shape["grid"], shape["threads"], shape["chunk"],
+                                         shape["stages"]), gb10)
+        assert fitted is not None and fitted.smem_bytes <= gb10.smem_per_block_optin_bytes
+        assert fitted.stages < shape["stages"]
+        shape = {**shape, "chunk": fitted.chunk, "stages": fitted.stages}
+    assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch="sm_121a")
+
 def test_kernel_spec_is_checked_and_keys_the_cache():
     from l2sched.device.limits import DeviceLimits
     from l2sched.runtime import kernel as K
