@@ -253,16 +253,23 @@ def test_every_fill_mode_compiles_for_sm120(mode, shape):
     (``extras.SM120``: the copy shape's 4 x 32 KiB stages become 3), traces
     and compiles for sm_120a with each cache policy (compile-only: an sm_120a
     cubin does not load on the lent sm_90 GPU)."""
+    from extras import SM120
+    _compile_fitted(mode, shape, SM120, "sm_120a")
+
+
+def _compile_fitted(mode, shape, limits, arch):
+    """Compile ``mode`` for ``arch`` in the shape ``fit_spec`` gives it under
+    ``limits`` (a copy shape that does not fit gets fewer stages)."""
     pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl: pip install -e '.[gpu]'")
-    from extras import SM120, assert_fill_kernels_compile
+    from extras import assert_fill_kernels_compile
     from l2sched.runtime import kernel as K
     if mode == "copy":
         fitted = K.fit_spec(K.KernelSpec(mode, shape["grid"], shape["threads"], shape["chunk"],
-                                         shape["stages"]), SM120)
-        assert fitted is not None and fitted.smem_bytes <= SM120.smem_per_block_optin_bytes
+                                         shape["stages"]), limits)
+        assert fitted is not None and fitted.smem_bytes <= limits.smem_per_block_optin_bytes
         assert fitted.stages < shape["stages"]
         shape = {**shape, "chunk": fitted.chunk, "stages": fitted.stages}
-    assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch="sm_120a")
+    assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch=arch)
 
 
 
@@ -276,19 +283,10 @@ def test_every_fill_mode_compiles_for_gb10(mode, shape):
     shipped gb10 profile's shared memory per block (the copy shape's
     4 x 32 KiB stages become 3), traces and compiles for sm_121a with each
     cache policy (compile-only; benchmarks/results/compile-arch-2026-12-05)."""
-    pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl: pip install -e '.[gpu]'")
-    from extras import assert_fill_kernels_compile
     from l2sched.device import load_device
-    from l2sched.runtime import kernel as K
     gb10 = load_device("gb10").limits
     assert gb10 is not None and gb10.compute_capability == (12, 1)
-    if mode == "copy":
-        fitted = K.fit_spec(K.KernelSpec(mode, shape["grid"], shape["threads"], shape["chunk"],
-                                         shape["stages"]), gb10)
-        assert fitted is not None and fitted.smem_bytes <= gb10.smem_per_block_optin_bytes
-        assert fitted.stages < shape["stages"]
-        shape = {**shape, "chunk": fitted.chunk, "stages": fitted.stages}
-    assert_fill_kernels_compile(mode, shape, ("evict_last", "evict_first"), arch="sm_121a")
+    _compile_fitted(mode, shape, gb10, "sm_121a")
 
 def test_kernel_spec_is_checked_and_keys_the_cache():
     from l2sched.device.limits import DeviceLimits
