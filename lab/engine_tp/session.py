@@ -7,6 +7,8 @@ a device call runs one or more of them):
     python -m lab.engine_tp.session serve DIR          # GPU: auto + start-up verify
     python -m lab.engine_tp.session verify DIR         # GPU: l2sched verify, M = 1/4/16/64
     python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
+    SCHEDULE=S.l2s [SET=k=v,...] python -m lab.engine_tp.session forced DIR
+                                                       # GPU: S forced on, start-up A/B, tokens
     python -m lab.engine_tp.session report DIR         # tables + thresholds
 
 ``prepare`` (CPU) writes ``DIR/full.json`` (the TP model, cut to the layers
@@ -113,12 +115,53 @@ def serve(d: Path) -> int:
     out = {"tokens": {}}
     sp = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     for m in TOKENS:
-        prompts = [{"prompt_token_ids": [(97 * (i + 1) + 13 * j) % (vocab - 200) + 100
-                                         for j in range(32)]} for i in range(m)]
-        res = llm.generate(prompts, sp, use_tqdm=False)
+        res = llm.generate(_prompts(vocab, m), sp, use_tqdm=False)
         out["tokens"][str(m)] = [list(r.outputs[0].token_ids) for r in res]
     (d / "serve.json").write_text(json.dumps(out))
     return 0
+
+
+def _prompts(vocab: int, m: int) -> list:
+    return [{"prompt_token_ids": [(97 * (i + 1) + 13 * j) % (vocab - 200) + 100
+                                  for j in range(32)]} for i in range(m)]
+
+
+def forced(d: Path) -> int:
+    """One engine with ``$SCHEDULE`` forced on (``$SET``: comma-separated
+    ``KEY=VALUE`` settings; ``on_predicted_loss: warn``, so a predicted loss
+    installs anyway) and the start-up A/B (``verify: 5``, its lines in the
+    engine's log); then greedy token ids at every M of ``TOKENS`` with the
+    fills on, switched off (``l2sched_set_prefetch``), and off again, into
+    ``d/forced.json``. Returns 1 when the ids differ or nothing installed.
+    For the schedule ``auto`` does not choose (issue 44: where its fit and
+    the engine disagree)."""
+    spec = json.loads((d / "spec.json").read_text())
+    os.environ.update(_env(d))
+    from vllm import LLM, SamplingParams
+
+    section = {"schedule": str(Path(os.environ["SCHEDULE"]).resolve()), "verify": 5,
+               "device": spec["device_profile"], "on_predicted_loss": "warn"}
+    if os.environ.get("SET"):
+        section["set"] = os.environ["SET"].split(",")
+    kw = engine_kwargs(d, spec)
+    kw["additional_config"] = {"l2sched": section}
+    llm = LLM(**kw)
+    vocab = int(llm.llm_engine.model_config.hf_text_config.vocab_size)
+    sp = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+
+    def ids() -> dict:
+        return {str(m): [list(r.outputs[0].token_ids) for r in
+                         llm.generate(_prompts(vocab, m), sp, use_tqdm=False)] for m in TOKENS}
+
+    state = llm.collective_rpc("l2sched_prefetch_state")
+    out = {"schedule": section, "state_on": state, "on": ids()}
+    out["state_off"] = llm.collective_rpc("l2sched_set_prefetch", args=(False,))
+    out["off"], out["off_again"] = ids(), ids()
+    out["equal"] = {m: out["on"][m] == out["off"][m] == out["off_again"][m] for m in out["on"]}
+    (d / "forced.json").write_text(json.dumps(out))
+    print("session forced: installed", [s.get("installed") for s in state],
+          "tokens equal", json.dumps(out["equal"]), flush=True)
+    return 0 if all(out["equal"].values()) and all(s.get("installed") for s in state) else 1
 
 
 def verify(d: Path) -> int:
@@ -161,8 +204,8 @@ def bench(d: Path) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.engine_tp.session",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("step", choices=("prepare", "spin-fill", "serve", "verify", "bench",
-                                    "report"))
+    p.add_argument("step", choices=("prepare", "spin-fill", "serve", "forced", "verify",
+                                    "bench", "report"))
     p.add_argument("dir")
     p.add_argument("--model", choices=sorted(CONFIGS), default="glm5next")
     p.add_argument("--tp", type=int, default=4)
@@ -198,7 +241,7 @@ def main(argv=None) -> int:
     if a.step == "report":
         from lab.engine_tp.report import write_report
         return write_report(d)
-    return {"serve": serve, "verify": verify, "bench": bench}[a.step](d)
+    return {"serve": serve, "forced": forced, "verify": verify, "bench": bench}[a.step](d)
 
 
 if __name__ == "__main__":
