@@ -287,3 +287,40 @@ def test_option_values_that_say_nothing_are_usage_errors(argv, message, tmp_path
     err = capsys.readouterr().err
     assert f"error: {message}" in err, err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["check", "lint", "compile", "explain", "fmt"])
+def test_a_name_the_os_cannot_look_up_is_one_line_not_a_traceback(tmp_path, command):
+    # stat fails with ENAMETOOLONG (as with a directory the user cannot enter)
+    name = "x" * 300 + ".l2s"
+    r = l2sched(command, name, cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "Traceback" not in err
+    assert f"{name}:1:1: cannot read: File name too long" in err
+
+
+def test_extends_a_name_the_os_cannot_look_up_is_an_error_at_the_extends(tmp_path):
+    (tmp_path / "s.l2s").write_text(f'schedule p\nextends "{"x" * 300}.l2s"\n',
+                                    encoding="utf-8")
+    r = l2sched("check", "s.l2s", cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "Traceback" not in err
+    assert "s.l2s:2:9: cannot extend" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_that_cannot_be_written_is_one_line_and_exit_1(tmp_path):
+    sched = str(Path(__file__).resolve().parents[1] / "schedules" / "glm53-flash-h200-tp4.l2s")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "l2sched", "lint", sched], cwd=tmp_path,
+                           stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("l2sched lint: error: cannot write to standard output: "
+                                "No space left on device")
+    r = subprocess.run([sys.executable, "-m", "l2sched", "lint", sched], cwd=tmp_path,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       pass_fds=(), close_fds=True,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "cannot write to standard output: standard output is closed" in r.stderr

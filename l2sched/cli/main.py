@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -105,11 +107,59 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+class StdoutError(OSError):
+    """Writing to standard output failed (a full disk behind ``> file``, a
+    closed descriptor): the command's report is lost, so the exit code is 1,
+    with one line on stderr instead of a traceback."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: writes and flushes that fail
+    raise ``StdoutError`` (a broken pipe stays ``BrokenPipeError``: a reader
+    such as ``head`` may stop early); ``None`` (started with stdout closed)
+    fails at the first write. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _guarded(self, call, *a):
+        if self._stream is None:
+            raise StdoutError(errno.EBADF, "standard output is closed")
+        try:
+            return call(*a)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def write(self, text):
+        return self._guarded(lambda t: self._stream.write(t), text)
+
+    def flush(self):
+        return self._guarded(lambda: self._stream.flush())
+
+
+@contextlib.contextmanager
+def _guarded_stdout():
+    """``sys.stdout`` guarded (``_GuardedStdout``) while the command runs."""
+    before = sys.stdout
+    sys.stdout = _GuardedStdout(before)
+    try:
+        yield
+    finally:
+        if sys.stdout.__class__ is _GuardedStdout:
+            sys.stdout = before
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse ``argv`` with ``parser`` (subcommands registered with
     ``cli.options.add_command``), run the chosen handler and return its exit
     code: 2 for usage errors (an output that is one of the command's input
-    files among them, ``files.command_inputs``), 1 for ``L2sError``, 130 on
+    files among them, ``files.command_inputs``), 1 for ``L2sError`` and for
+    a standard output that cannot be written (``StdoutError``), 130 on
     Ctrl-C, 143 on SIGTERM (``Terminated``; the lab's command line runs
     through it too)."""
     args, extra = parser.parse_known_args(argv)
@@ -127,8 +177,10 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         args.argv = list(argv)
         # no output of the command may replace a file it reads (files.py)
         with _sigterm_as_interrupt(), progress.reporting(args.prog), gc_pause, \
-                command_inputs():
-            return int(args.handler(args) or 0)
+                command_inputs(), _guarded_stdout():
+            code = int(args.handler(args) or 0)
+            sys.stdout.flush()  # a failing flush is this command's error, not the exit's
+            return code
     except L2sUsageError as err:
         print(f"{args.prog}: error: {err}", file=sys.stderr)
         return 2
@@ -137,6 +189,12 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except StdoutError as err:
+        print(f"{args.prog}: error: cannot write to standard output: {err.strerror}",
+              file=sys.stderr)
+        # what is left in the buffer would fail again at the interpreter's exit
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")
+        return 1
     except Terminated:  # SIGTERM: the same clean-up as Ctrl-C
         print(f"{args.prog}: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

@@ -52,10 +52,23 @@ class Draft:
 
 def _resolve_extends(ref: n.StringValue, from_path: str) -> str:
     candidate = Path(from_path).parent / ref.text
-    if candidate.exists() or os.path.isabs(ref.text):
+    if _exists(candidate) or os.path.isabs(ref.text):
         return str(candidate)
     shipped = packaged_dir("l2sched.schedules", "schedules") / ref.text
-    return str(shipped) if shipped.exists() else str(candidate)
+    return str(shipped) if _exists(shipped) else str(candidate)
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a name the OS cannot look up (too long, in a
+    directory the user cannot enter) counts as there, so that reading it
+    reports why (``read_source``)."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _load_chain(path: str, sink: DiagnosticSink, seen: tuple[str, ...] = (),

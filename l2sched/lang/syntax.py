@@ -156,12 +156,15 @@ def read_source(path: str | os.PathLike) -> str:
     if "\0" in shown:  # the OS cannot even look such a name up
         raise L2sInputError(Diagnostic("no such file (the name contains a NUL "
                                        "character)", Span.point(shown)))
-    if p.is_dir():
-        raise L2sInputError(Diagnostic("is a directory, not a schedule file",
-                                       Span.point(shown)))
     try:
+        # stat inside the try: a directory the user cannot enter or a name
+        # too long raises here, not only on the read
+        mode = p.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise L2sInputError(Diagnostic("is a directory, not a schedule file",
+                                           Span.point(shown)))
         # A FIFO or a device would block the read (or never end).
-        if not stat.S_ISREG(p.stat().st_mode):
+        if not stat.S_ISREG(mode):
             raise L2sInputError(Diagnostic("not a regular file", Span.point(shown)))
         data = p.read_bytes()
     except FileNotFoundError:
