@@ -1,0 +1,46 @@
+"""The dispatch-tax bisection (``lab/experiments/tax_bisect``, issue 48) on
+CPU: rung parsing, the table, and a dry run of two rungs (the meta device:
+the swapped step bodies defer to the real ones, so the wiring of the parts
+into ``bench run`` is exercised without a GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.experiments import tax_bisect as tb
+
+
+def test_rung_parts_expand_aliases_and_refuse_unknown_parts():
+    assert tb.rung_parts("real") == ()
+    assert tb.rung_parts("synthetic") == ("stream", "tfill", "torchsync")
+    assert tb.rung_parts("noaux+synthetic+noaux") == ("noaux", "stream", "tfill", "torchsync")
+    with pytest.raises(ValueError, match="unknown part cublas"):
+        tb.rung_parts("stream+cublas")
+    with pytest.raises(ValueError, match="unknown part"):
+        tb.rung_parts("+")
+
+
+def test_table_rows_per_rung_and_m_with_missing_arms_and_errors():
+    results = {"real": {"4": {"none_us": 5000.0, "floor_us": 12.5,
+                              "arms": {"compiled": 40.0, "A0.5-fork": -90.25}}},
+               "stream": {"error": "rc=1: OSError: gone"}}
+    md = tb.table(results).splitlines()
+    assert md[0].startswith("| rung | M | none step, us | A/A floor, us | compiled | A0.5-fork")
+    assert md[2].startswith("| real | 4 | 5000 | 12.5 | +40.0 | -90.2 | - |")
+    assert "rc=1: OSError: gone" in md[3]
+
+
+def test_dry_rungs_write_their_bench_results_and_tables(tmp_path):
+    assert tb.main(["-o", str(tmp_path), "--dry", "--rungs", "real,noaux+conn1",
+                    "--tokens", "4", "--replays", "1"]) == 0
+    for r in ("real", "noaux+conn1"):
+        run = json.loads(open(tb.rung_path(str(tmp_path), r), encoding="utf-8").read())
+        names = [a["name"] for a in run["arms"]]
+        assert names[:2] == ["none", "none-aa"]
+        assert [v.split(":")[0] for v in tb.VARIANTS] == names[-len(tb.VARIANTS):]
+    summary = json.loads((tmp_path / "tax-bisect.json").read_text(encoding="utf-8"))
+    assert summary["rungs"] == ["real", "noaux+conn1"]
+    assert set(summary["gains"]) == {"real", "noaux+conn1"}
+    assert (tmp_path / "tax-bisect.md").read_text(encoding="utf-8").startswith("| rung |")
