@@ -166,7 +166,8 @@ def _bench(tmp_path, *argv, no_torch=False, lab=False):
     return r.returncode, r.stderr
 
 
-NEEDS_TORCH = "needs torch (pip install -e '.[vllm]' or a torch wheel)\n"
+NEEDS_TORCH = ("needs torch: pip install 'l2sched[vllm]' (in a checkout: pip install -e "
+               "'.[vllm]') or a torch wheel\n")
 
 
 @pytest.mark.parametrize("argv, code, err", [

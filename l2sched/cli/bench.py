@@ -26,8 +26,8 @@ def _require_torch(gpu: bool = False, dry_hint: bool = False) -> None:
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise
-        raise L2sUsageError("needs torch (pip install -e '.[vllm]' or a torch "
-                            "wheel)") from None
+        raise L2sUsageError("needs torch: pip install 'l2sched[vllm]' (in a checkout: "
+                            "pip install -e '.[vllm]') or a torch wheel") from None
     if gpu and not torch.cuda.is_available():
         raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)"
                             + ("; --dry runs the shapes on the CPU" if dry_hint else ""))

@@ -146,7 +146,7 @@ class _Progress:
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self.quiet:
             return
-        text = f"l2sched fit: {phase} ({done} evaluations, " \
+        text = f"l2sched fit: {phase} ({done} evaluation{'' if done == 1 else 's'}, " \
                f"{time.monotonic() - self.t0:.0f} s)"
         if self.status is not None:
             self.status.update(text)

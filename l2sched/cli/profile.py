@@ -56,7 +56,8 @@ def cmd_profile(args) -> int:
     try:
         import torch
     except ModuleNotFoundError:
-        raise L2sUsageError("needs torch") from None
+        raise L2sUsageError("needs torch and a GPU: pip install 'l2sched[vllm,gpu]' "
+                            "(in a checkout: pip install -e '.[vllm,gpu]')") from None
     if not torch.cuda.is_available():
         raise L2sUsageError("needs a CUDA GPU (compute capability >= 9.0)")
     if args.collectives > torch.cuda.device_count():

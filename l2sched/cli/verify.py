@@ -193,8 +193,8 @@ def _start(args, batches: list[int], load_format: str, engine_args: dict):
         import torch
         import vllm  # noqa: F401
     except ImportError:
-        raise L2sUsageError("needs vLLM 0.33.0 and a GPU: pip install -e '.[vllm,gpu]'"
-                            ) from None
+        raise L2sUsageError("needs vLLM 0.33.0 and a GPU: pip install 'l2sched[vllm,gpu]' "
+                            "(in a checkout: pip install -e '.[vllm,gpu]')") from None
     if torch.cuda.device_count() < args.tp:
         raise L2sUsageError(f"needs {args.tp} CUDA GPU{'s' if args.tp > 1 else ''}; "
                             f"this machine has {torch.cuda.device_count()}")

@@ -498,6 +498,9 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
     elif isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
         message = f"unexpected character {ch!r}"
+        if ch == "-" and text[err.pos_in_stream + 1: err.pos_in_stream + 2].isdigit():
+            # budgets, tp, max_tokens, set_aside and layer numbers are >= 0
+            message += " (a negative number: the schedule's numbers are sizes and counts, >= 0)"
         expected = err.allowed or set()
         width = 1
     elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
