@@ -51,7 +51,7 @@ def lint_clean(text: str, device, tokens=TOKENS) -> None:
     schedule = load_schedule_text(text, "<fitted>")
     inv = schedule_inventory(schedule)
     for m in tokens:
-        lr = run_lint(schedule, inv, device=device, tokens=m)
+        lr = run_lint(schedule, inv, device_profile=device, tokens=m)
         bad = [f"{f.code} {f.message}" for f in lr.findings
                if f.severity == "error" or f.code in HARD_WARNINGS]
         assert bad == [], (m, bad)
@@ -230,7 +230,7 @@ def test_evaluation_equals_run_lint():
     schedule = load_schedule(str(H200_SCHEDULE))
     inv = schedule_inventory(schedule)
     for m in (1, 16):
-        lr = run_lint(schedule, inv, device=device, tokens=m)
+        lr = run_lint(schedule, inv, device_profile=device, tokens=m)
         want = lr.step_period("base") - lr.step_period("sim")
         assert full.gains["median"][m] == pytest.approx(want, abs=1e-6)
         assert sur.gains["median"][m] == pytest.approx(want, abs=0.5)

@@ -90,7 +90,7 @@ def predicted_hits(profile, schedule_text: str, tokens,
     out: dict = {}
     kinds: dict = {}
     for M in tokens:
-        run = run_lint(sched, inv, device=prof, tokens=M, model_config=cfg)
+        run = run_lint(sched, inv, device_profile=prof, tokens=M, model_config=cfg)
         out[M] = {v: t.fast_bytes / t.read_bytes
                   for v, t in run.sim.timing.items() if t.read_bytes > 0}
         if not kinds:  # the same node ids at every M
@@ -109,7 +109,8 @@ def step_hits_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> 
 def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
     """The lint's step period (us) of the schedule in ``bench run``'s step."""
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
-    run = run_lint(sched, inv, device=spin_collectives(profile), tokens=M, model_config=cfg)
+    run = run_lint(sched, inv, device_profile=spin_collectives(profile), tokens=M,
+                   model_config=cfg)
     return run.step_period("sim")
 
 

@@ -131,6 +131,6 @@ def loss_gate(cfg, request: GateRequest, vllm_config, log, lint=None) -> str:
     r = request
     found = predicted_losses(
         lint or run_lint, capture_sizes(vllm_config, r.schedule.max_tokens), r.linted,
-        schedule=r.schedule, inventory=r.inventory, device=r.device_profile,
+        schedule=r.schedule, inventory=r.inventory, device_profile=r.device_profile,
         graph_mode="full", model_config=r.model_config, tp_rank=r.tp_rank, plan=r.plan)
     return gate(cfg.on_predicted_loss, found, f"TP rank {r.tp_rank}/{r.tp}", log)

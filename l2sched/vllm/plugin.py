@@ -389,7 +389,7 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config,
         return "lint off", {}
     try:
         # the rank's own plan, the one it installs (compiled once)
-        run = run_lint(schedule, inventory, device=profile, graph_mode="full",
+        run = run_lint(schedule, inventory, device_profile=profile, graph_mode="full",
                        model_config=model_config, tp_rank=tp_rank, plan=plan)
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
