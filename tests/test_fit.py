@@ -247,7 +247,7 @@ def test_pessimistic_variants():
     h200 = load_device("h200")
     variants, info = profile_variants(h200)
     assert [v.name for v in variants] == ["median", "low", "high"]
-    low, high = variants[1].device, variants[2].device
+    low, high = variants[1].device_profile, variants[2].device_profile
     m = h200.measured["bandwidth.dram_read_gbps"]
     # the ends of the recorded spread (issue 32: the same for any value inside it)
     assert low.dram_read_gbps == pytest.approx(m["p10"])
@@ -265,7 +265,7 @@ def test_pessimistic_variants():
     variants, info = profile_variants(sm)
     assert [v.name for v in variants] == ["median", "low"]
     assert not info.from_measurements
-    assert variants[1].device.fill_modes["bulk"].slowdown == pytest.approx(0.1)
+    assert variants[1].device_profile.fill_modes["bulk"].slowdown == pytest.approx(0.1)
 
 
 def test_noise_floor_defaults():
