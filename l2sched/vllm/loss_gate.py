@@ -33,6 +33,7 @@ from typing import Any, Mapping
 from l2sched.errors import L2sPluginError
 from l2sched.lint import run_lint
 from l2sched.lint.noise import AA_NOISE_FLOOR_US
+from l2sched.device import DeviceProfile
 
 #: The code of the lint's predicted-net-loss finding.
 LOSS_CODE = "L2S110"
@@ -113,7 +114,7 @@ class GateRequest:
     schedule: Any
     plan: Any
     inventory: Any
-    device_profile: Any
+    device_profile: DeviceProfile
     model_config: Mapping | None
     tp: int
     tp_rank: int
