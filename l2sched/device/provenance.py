@@ -29,10 +29,7 @@ writes for a field it cannot measure when its base describes another GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
-
-if TYPE_CHECKING:  # schema imports this module
-    from l2sched.device.schema import DeviceProfile
+from typing import Any, Mapping
 
 #: Kinds of origin: ``measured`` (on the GPU the profile describes, by a
 #: probe or a calibration run), ``base`` (copied from the profile named in
@@ -203,7 +200,7 @@ def check_origin_entry(entry: Any) -> list[tuple[str, str]]:
     return out
 
 
-def profile_fields(device_profile: DeviceProfile) -> list[str]:
+def profile_fields(device_profile) -> list[str]:
     """Every field of ``device_profile`` the cost model or the kernel
     choice reads, as ``[origin]`` names them: ``section.key``,
     ``fill.MODE.key``, ``allreduce.tpN`` (a whole table) and
@@ -247,7 +244,7 @@ def _kept(key: str, kept: list[str]) -> bool:
     return any(key == k or key.startswith(k + ".") for k in kept)
 
 
-def _derived_origin(device_profile: DeviceProfile, key: str) -> FieldOrigin:
+def _derived_origin(device_profile, key: str) -> FieldOrigin:
     """The origin of ``key`` in a profile without an ``[origin]`` entry for
     it (see the module docstring)."""
     if key.endswith(".allreduce_slowdown"):
@@ -288,7 +285,7 @@ def _derived_origin(device_profile: DeviceProfile, key: str) -> FieldOrigin:
     return FieldOrigin(key, "measured", "l2sched profile (no per-field record)", date)
 
 
-def field_origins(device_profile: DeviceProfile) -> dict[str, FieldOrigin]:
+def field_origins(device_profile) -> dict[str, FieldOrigin]:
     """``key -> FieldOrigin`` for every field of ``profile_fields``: the
     profile's ``[origin]`` entry where it has one, else derived from what
     an older file says (module docstring)."""
@@ -297,7 +294,7 @@ def field_origins(device_profile: DeviceProfile) -> dict[str, FieldOrigin]:
             for k in profile_fields(device_profile)}
 
 
-def _used_degree(device_profile: DeviceProfile, tp: int) -> int | None:
+def _used_degree(device_profile, tp: int) -> int | None:
     """The ``[allreduce.tpN]`` degree the model uses at ``tp``
     (``DeviceProfile.allreduce_us``: the nearest larger, else the largest)."""
     degrees = sorted(device_profile.allreduce)
@@ -306,7 +303,7 @@ def _used_degree(device_profile: DeviceProfile, tp: int) -> int | None:
     return next((d for d in degrees if d >= tp), degrees[-1])
 
 
-def relevant(device_profile: DeviceProfile, key: str, tp: int, modes=None) -> bool:
+def relevant(device_profile, key: str, tp: int, modes=None) -> bool:
     """Whether a decision at TP degree ``tp`` with fill kernels ``modes``
     (None = every kernel of the profile) rests on field ``key``: the
     all-reduce terms only at TP > 1 (one ``[allreduce.tpN]`` table, the one
@@ -321,7 +318,7 @@ def relevant(device_profile: DeviceProfile, key: str, tp: int, modes=None) -> bo
     return True
 
 
-def unmeasured_terms(device_profile: DeviceProfile, tp: int, modes=None,
+def unmeasured_terms(device_profile, tp: int, modes=None,
                      capture_launch: str | None = None) -> list[str]:
     """The fields a decision at TP degree ``tp`` (fill kernels ``modes``,
     None = all the profile has) rests on that were not measured on the GPU
@@ -346,7 +343,7 @@ def unmeasured_terms(device_profile: DeviceProfile, tp: int, modes=None,
     return terms
 
 
-def fill_fork_launch(device_profile: DeviceProfile) -> str | None:
+def fill_fork_launch(device_profile) -> str | None:
     """The capture launch the profile's measured fork cost
     (``latency.fill_fork_us``) was measured with, from its ``[measured]``
     record (``l2sched profile``'s ``fill_fork`` probe); None when the term is
@@ -358,7 +355,7 @@ def fill_fork_launch(device_profile: DeviceProfile) -> str | None:
     return launch if isinstance(launch, str) and launch else None
 
 
-def allreduce_slowdown_unmeasured(device_profile: DeviceProfile, tp: int, modes=None) -> list[str]:
+def allreduce_slowdown_unmeasured(device_profile, tp: int, modes=None) -> list[str]:
     """The ``fill.MODE.allreduce_slowdown`` terms (of ``modes``, None = all)
     not measured on the box, as ``unmeasured_terms`` writes them; empty at
     TP 1 (no all-reduce)."""

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, profile_variants
-from l2sched.device.provenance import unmeasured_terms
+from l2sched.device import DeviceProfile, provenance
 from l2sched.fit.caps import fitting_kernels, hook_caps
 from l2sched.fit.unmeasured import gate_unmeasured
 from l2sched.fit.pool import BatchEvaluator
@@ -50,7 +50,6 @@ from l2sched.lang.formatter import format_file
 from l2sched.lint.noise import noise_floor_us
 from l2sched.model.adapters import DEFAULT_ADAPTER, adapter_of_config, get_adapter
 from l2sched.model.config import default_config
-from l2sched.device import DeviceProfile
 
 #: Smallest budget a window gets (B): 1 MB.
 MIN_BUDGET = 1_000_000
@@ -166,8 +165,7 @@ class Search:
     got. ``run()`` returns the ``FitResult``."""
 
     def __init__(self, device_profile: DeviceProfile, opts: FitOptions, progress=None):
-        # kernel_notes: fill kernels not searched, mode -> why
-        self.device_profile = device_profile
+        self.device_profile = device_profile  # kernel_notes: unsearched kernel -> why
         fitting, self.kernel_notes = fitting_kernels(device_profile)
         if opts.kernel in self.kernel_notes:
             raise L2sUsageError(f"--kernel {opts.kernel}: "
@@ -432,9 +430,9 @@ class Search:
         if best is None or best[1] <= floor:
             rows = [(m, self.opts.weight(m), 0.0, 0.0, self.opts.floor(m))
                     for m in self.opts.tokens]
-            why = tuple(unmeasured_terms(self.device_profile, self.opts.tp, set(self.kernels)))
+            why = provenance.unmeasured_terms(self.device_profile, self.opts.tp, set(self.kernels))
             return FitResult(None, rows, 0.0, best_rejected=best and best[1],
-                             unmeasured=why, **common)
+                             unmeasured=tuple(why), **common)
         s, obj, ev = best
         rows = [(m, self.opts.weight(m), ev.gains["median"][m],
                  min(ev.gains[v][m] for v in names), self.opts.floor(m))

@@ -39,14 +39,12 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def derive(res: dict, device_profile: DeviceProfile, inventory=None,
            provenance: dict | None = None) -> dict:
-    """The profile's values from probe results ``res`` (``run_profile``'s
-    ``results``), its ``provenance`` (GPU facts: ``l2_bytes``,
-    ``set_aside_max_bytes``) and ``device_profile``, the base profile
-    (``--base``; numbers no probe measures); ``inventory``: the analytical inventory the op probe
-    ran (weight bytes per op, for the GEMM rate fit). A dict of sections ->
-    {key: value}, ``fill`` (mode -> table), ``ops``, ``measured``
-    (``section.key`` -> {probe, median, p10, p90}), ``kept`` and
-    ``origins`` (``origins.apply_base_policy``)."""
+    """The profile's values from probe results ``res`` (``run_profile``'s ``results``),
+    its ``provenance`` (GPU facts: ``l2_bytes``, ``set_aside_max_bytes``) and
+    ``device_profile``, the base profile (``--base``: numbers no probe measures);
+    ``inventory``: the analytical inventory the op probe ran (weight bytes per op, for the
+    GEMM rate fit). A dict of sections -> {key: value}, ``fill`` (mode -> table), ``ops``,
+    ``measured`` (``section.key`` -> {probe, median, p10, p90}), ``kept`` and ``origins``."""
     measured: dict[str, dict] = {}
     kept: list[str] = []
     l2 = res.get("l2", {})
