@@ -86,7 +86,7 @@ def _in_process(repeat: int) -> dict:
     full = []
     for _ in range(repeat * 5):
         t = time.perf_counter()
-        run_lint(schedule, inv, device=device, tokens=16)
+        run_lint(schedule, inv, device_profile=device, tokens=16)
         full.append(time.perf_counter() - t)
     low = [v for v in profile_variants(device)[0] if v.name == "low"]
     ev = Evaluator(default_config("glm5next"), 4, low, (1, 4, 16, 64),

@@ -168,7 +168,7 @@ def test_toy_compile_and_lint(toy):
         ("B", "toy.before_experts", 1, NORM + MIX,
          [(0, "norm.weight", 0, NORM), (0, "mix.weight", 0, MIX)]),
     ]
-    run = run_lint(s, inv, device=load_device("h200"), tokens=4)
+    run = run_lint(s, inv, device_profile=load_device("h200"), tokens=4)
     assert not run.has_errors, [f.message for f in run.findings]
     ops = {d["op"] for d in run.sg.nodes.values()}
     assert {"toy.mix", "toy.route", "toy.experts"} <= ops

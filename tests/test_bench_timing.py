@@ -208,7 +208,7 @@ def test_report_synthetic(tmp_path, inv):
     cfg = load_model_config(None)
     prof = spin_collectives(load_device("h200"))  # as bench report lints a bench run
     sched = {"compiled": load_schedule(SCHED, []), "bench/fill-over-experts": load_schedule(BAD, [])}
-    lint = {k: run_lint(s, inv, device=prof, tokens=1, model_config=cfg) for k, s in sched.items()}
+    lint = {k: run_lint(s, inv, device_profile=prof, tokens=1, model_config=cfg) for k, s in sched.items()}
     base = lint["compiled"]
     # none: durations twice the lint's modeled ones, finish times 1.25 x its baseline's
     none_ops = _ops_from(base.base_sg, base.base, 2.0, 1.25)
@@ -267,7 +267,7 @@ def test_report_synthetic(tmp_path, inv):
             # calibrated: with the report's measured kernel gap too
             p = prof if meas is None else dataclasses.replace(
                 prof, kernel_gap_us=m["calibrated_kernel_gap_us"])
-            lr = run_lint(sched[name], inv, device=p, tokens=1, model_config=cfg, measured=meas)
+            lr = run_lint(sched[name], inv, device_profile=p, tokens=1, model_config=cfg, measured=meas)
             pred = lr.step_period("base") - lr.step_period("sim")
             errs = sorted({f.code for f in lr.findings if f.severity == "error"})
             assert r[label]["pred_gain_us"] == pytest.approx(pred, abs=1e-6)
@@ -361,7 +361,7 @@ def _true_and_timed(sg, sim):
 
 def test_correct_ops_exact(inv):
     cfg = load_model_config(None)
-    lr = run_lint(load_schedule(SCHED, []), inv, device=load_device("h200"), tokens=1,
+    lr = run_lint(load_schedule(SCHED, []), inv, device_profile=load_device("h200"), tokens=1,
                   model_config=cfg)
     true, timed, untimed = _true_and_timed(lr.base_sg, lr.base)
     n_main = sum(1 for v in true.values() if v["stream"] == "main")
@@ -424,8 +424,8 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     cfg = load_model_config(None)
     prof = spin_collectives(load_device("h200"))  # as bench report lints a bench run
     s_c, s_b = load_schedule(SCHED, []), load_schedule(BAD, [])
-    lc = run_lint(s_c, inv, device=prof, tokens=1, model_config=cfg)
-    lb = run_lint(s_b, inv, device=prof, tokens=1, model_config=cfg)
+    lc = run_lint(s_c, inv, device_profile=prof, tokens=1, model_config=cfg)
+    lb = run_lint(s_b, inv, device_profile=prof, tokens=1, model_config=cfg)
     o = C_PRE + C_POST + G_US
     arms, truth = {}, {}
     for name, (sg, sim), step in (("none", (lc.base_sg, lc.base), 1000.0),
@@ -471,7 +471,7 @@ def test_report_corrected_and_agreement(tmp_path, inv):
     for name, sched in (("compiled", s_c), ("bench/fill-over-experts", s_b)):
         r = rows[name]
         for label, meas in (("uncalibrated", None), ("calibrated", want)):
-            lr = run_lint(sched, inv, device=prof if meas is None else prof_cal, tokens=1,
+            lr = run_lint(sched, inv, device_profile=prof if meas is None else prof_cal, tokens=1,
                           model_config=cfg, measured=meas)
             errs = finish_errors(lr.sg, lr.sim, truth[name])
             assert r[label]["finish_err"]["median"] == pytest.approx(statistics.median(errs),

@@ -166,7 +166,7 @@ def test_prediction_is_the_uncalibrated_lint_with_the_recorded_profile():
     prof = load_device(H200)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    lr = run_lint(load_schedule(SCHEDULE, ["kernel=bulk"]), inv, device=prof, tokens=1,
+    lr = run_lint(load_schedule(SCHEDULE, ["kernel=bulk"]), inv, device_profile=prof, tokens=1,
                   model_config=cfg)
     gain, errs = lint_predictor(d, prof)(ARMS[3], 1)
     assert gain == lr.step_period("base") - lr.step_period("sim")

@@ -369,7 +369,7 @@ def test_a_decoy_control_has_the_arms_fills_and_is_linted_without_hits(cut_runs)
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
     from l2sched.bench.arms import spin_collectives
-    lr = run_lint(load_schedule(SCHED, []), inv, device=without_hits(spin_collectives(prof)),
+    lr = run_lint(load_schedule(SCHED, []), inv, device_profile=without_hits(spin_collectives(prof)),
                   tokens=16, model_config=cfg)
     got = rows[(CONTROL_PREFIX + "compiled", 16)]["pred_gain_us"]
     assert got == pytest.approx(lr.step_period("base") - lr.step_period("sim"))

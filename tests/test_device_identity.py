@@ -114,11 +114,11 @@ def _fake_torch(monkeypatch, gpu: GpuIdentity):
 
 def test_item03_plugin_refuses_a_gpu_the_schedule_was_not_written_for(monkeypatch):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
-    from l2sched.vllm.plugin import device_profile
+    from l2sched.vllm.plugin import checked_device_profile
 
     _fake_torch(monkeypatch, GB10)
     with pytest.raises(L2sPluginError) as e:
-        device_profile("cuda", "sm120-rtx-pro-6000-maxq")
+        checked_device_profile("cuda", "sm120-rtx-pro-6000-maxq")
     assert e.value.what == "device mismatch"
     d = e.value.detail
     for part in ("sm120-rtx-pro-6000-maxq", "NVIDIA GB10", "25,165,824 B L2",
@@ -130,32 +130,32 @@ def test_item03_plugin_refuses_a_gpu_the_schedule_was_not_written_for(monkeypatc
     # a GPU no shipped profile describes is told to write one
     _fake_torch(monkeypatch, RTX5090)
     with pytest.raises(L2sPluginError) as e:
-        device_profile("cuda", "sm120-rtx-pro-6000-maxq")
+        checked_device_profile("cuda", "sm120-rtx-pro-6000-maxq")
     assert "no shipped profile matches this GPU: write one" in e.value.detail
 
 
 def test_item03_plugin_names_the_matching_shipped_profile(monkeypatch):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
-    from l2sched.vllm.plugin import device_profile
+    from l2sched.vllm.plugin import checked_device_profile
 
     _fake_torch(monkeypatch, H200)
     with pytest.raises(L2sPluginError, match="the shipped profile h200 matches"):
-        device_profile("cuda", "sm120-rtx-pro-6000-maxq")
-    assert device_profile("cuda", "h200").name == "h200"
+        checked_device_profile("cuda", "sm120-rtx-pro-6000-maxq")
+    assert checked_device_profile("cuda", "h200").name == "h200"
 
 
 def test_item03_plugin_takes_a_user_profile_file(monkeypatch, tmp_path):
     pytest.importorskip("torch", reason="needs torch: pip install -e '.[vllm]'")
-    from l2sched.vllm.plugin import device_profile
+    from l2sched.vllm.plugin import checked_device_profile
 
     prof = _gb10_profile(tmp_path)
     _fake_torch(monkeypatch, GB10)
-    got = device_profile("cuda", str(prof))
+    got = checked_device_profile("cuda", str(prof))
     assert got.name == "gb10" and got.path == str(prof)
     # the dry-run backend checks no GPU
-    assert device_profile("dry-run", "h200").name == "h200"
+    assert checked_device_profile("dry-run", "h200").name == "h200"
     with pytest.raises(L2sPluginError, match="bad device profile"):
-        device_profile("dry-run", str(tmp_path / "missing.toml"))
+        checked_device_profile("dry-run", str(tmp_path / "missing.toml"))
 
 
 # --------------------------------------------------------------------------

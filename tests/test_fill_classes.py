@@ -118,7 +118,7 @@ def _sm120_with(extra: str):
 
 def _gain(device, m: int = 1) -> float:
     schedule = load_schedule_text(SCHEDULE, "<test>")
-    lr = run_lint(schedule, schedule_inventory(schedule), device=device, tokens=m)
+    lr = run_lint(schedule, schedule_inventory(schedule), device_profile=device, tokens=m)
     return lr.step_period("base") - lr.step_period("sim")
 
 

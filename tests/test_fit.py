@@ -51,7 +51,7 @@ def lint_clean(text: str, device, tokens=TOKENS) -> None:
     schedule = load_schedule_text(text, "<fitted>")
     inv = schedule_inventory(schedule)
     for m in tokens:
-        lr = run_lint(schedule, inv, device=device, tokens=m)
+        lr = run_lint(schedule, inv, device_profile=device, tokens=m)
         bad = [f"{f.code} {f.message}" for f in lr.findings
                if f.severity == "error" or f.code in HARD_WARNINGS]
         assert bad == [], (m, bad)
@@ -230,7 +230,7 @@ def test_evaluation_equals_run_lint():
     schedule = load_schedule(str(H200_SCHEDULE))
     inv = schedule_inventory(schedule)
     for m in (1, 16):
-        lr = run_lint(schedule, inv, device=device, tokens=m)
+        lr = run_lint(schedule, inv, device_profile=device, tokens=m)
         want = lr.step_period("base") - lr.step_period("sim")
         assert full.gains["median"][m] == pytest.approx(want, abs=1e-6)
         assert sur.gains["median"][m] == pytest.approx(want, abs=0.5)
@@ -247,7 +247,7 @@ def test_pessimistic_variants():
     h200 = load_device("h200")
     variants, info = profile_variants(h200)
     assert [v.name for v in variants] == ["median", "low", "high"]
-    low, high = variants[1].device, variants[2].device
+    low, high = variants[1].device_profile, variants[2].device_profile
     m = h200.measured["bandwidth.dram_read_gbps"]
     # the ends of the recorded spread (issue 32: the same for any value inside it)
     assert low.dram_read_gbps == pytest.approx(m["p10"])
@@ -265,7 +265,7 @@ def test_pessimistic_variants():
     variants, info = profile_variants(sm)
     assert [v.name for v in variants] == ["median", "low"]
     assert not info.from_measurements
-    assert variants[1].device.fill_modes["bulk"].slowdown == pytest.approx(0.1)
+    assert variants[1].device_profile.fill_modes["bulk"].slowdown == pytest.approx(0.1)
 
 
 def test_noise_floor_defaults():

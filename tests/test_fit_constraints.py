@@ -42,7 +42,7 @@ def _evaluate(device_name: str, text: str, tokens=(1,)):
 
 def _lint(device_name: str, text: str, tokens: int = 1):
     schedule = load_schedule_text(text, "<test>")
-    return run_lint(schedule, schedule_inventory(schedule), device=load_device(device_name),
+    return run_lint(schedule, schedule_inventory(schedule), device_profile=load_device(device_name),
                     tokens=tokens)
 
 

@@ -30,7 +30,7 @@ def dev():
 
 
 def _lint(schedule, dev, m: int = 1):
-    return run_lint(schedule, schedule_inventory(schedule), device=dev, tokens=m)
+    return run_lint(schedule, schedule_inventory(schedule), device_profile=dev, tokens=m)
 
 
 def _steps_gain(lr) -> float:

@@ -301,17 +301,34 @@ def test_calibrating_with_the_models_own_cold_times_keeps_the_prefetch_gain():
     assert cal_gain == pytest.approx(gain, rel=0.1)
 
 
+def test_run_lint_takes_a_device_name_or_a_loaded_device_profile():
+    """``device=`` is the name or path a schedule writes; a loaded profile
+    goes as ``device_profile=`` (issue 47); a profile under ``device=`` is
+    refused with a message saying so."""
+    from l2sched.device import load_device
+
+    run = lint_path(str(SHIPPED))
+    by_name = run_lint(run.schedule, run.inventory, device="h200")
+    loaded = load_device("h200")
+    by_profile = run_lint(run.schedule, run.inventory, device_profile=loaded)
+    assert by_name.device_profile.name == by_profile.device_profile.name == "h200"
+    assert by_profile.device_profile is loaded
+    assert by_name.step_period("sim") == by_profile.step_period("sim")
+    with pytest.raises(TypeError, match="device_profile="):
+        run_lint(run.schedule, run.inventory, device=loaded)
+
+
 def test_fill_effect_scales_the_predicted_gain():
     import dataclasses
 
     run = lint_path(str(SHIPPED))
     gains = {}
     for effect in (0.0, 0.5, 1.0):
-        bulk = dataclasses.replace(run.device.fill_mode("bulk"), effect=effect)
-        dev = dataclasses.replace(run.device, fill_modes={"bulk": bulk})
-        r = run_lint(run.schedule, run.inventory, device=dev)
+        bulk = dataclasses.replace(run.device_profile.fill_mode("bulk"), effect=effect)
+        dev = dataclasses.replace(run.device_profile, fill_modes={"bulk": bulk})
+        r = run_lint(run.schedule, run.inventory, device_profile=dev)
         gains[effect] = r.step_period("base") - r.step_period("sim")
-    assert run.device.fill_mode().effect == 1.0  # the SM120 profile's assumption
+    assert run.device_profile.fill_mode().effect == 1.0  # the SM120 profile's assumption
     assert gains[1.0] == run.step_period("base") - run.step_period("sim")
     assert gains[0.0] < 0 < gains[0.5] < gains[1.0]  # with no effect, fills only cost
 
@@ -335,17 +352,17 @@ def test_fill_mode_numbers_come_from_the_profile_per_window():
 
     def gain(device, overrides=()):
         r = lint_path(str(SHIPPED), list(overrides)) if overrides else run
-        r2 = run_lint(r.schedule, r.inventory, device=device)
+        r2 = run_lint(r.schedule, r.inventory, device_profile=device)
         return r2.step_period("base") - r2.step_period("sim")
 
-    bulk = run.device.fill_mode()
-    good = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=bulk.effect,
+    bulk = run.device_profile.fill_mode()
+    good = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=bulk.effect,
                            launch_us=bulk.launch_us)
     assert gain(good, ["kernel=copy"]) == pytest.approx(base_gain)
-    worse = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=0.5,
+    worse = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=0.5,
                             launch_us=bulk.launch_us)
     assert gain(worse, ["kernel=copy"]) < base_gain
-    slow = _with_fill_mode(run.device, "copy", gbps=bulk.gbps, effect=bulk.effect,
+    slow = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=bulk.effect,
                            launch_us=bulk.launch_us, slowdown=0.5)
     assert gain(slow, ["kernel=copy"]) < base_gain
     only_a = gain(worse, ["window.A.kernel=copy"])
@@ -356,7 +373,7 @@ def test_fill_kernel_missing_from_the_profile_is_an_error():
     run = lint_path(str(SHIPPED), ["kernel=copy"])
     f = only(run, "L2S109")
     assert f and all(x.severity == "error" for x in f)
-    assert "copy" in f[0].message and run.device.name in f[0].message
+    assert "copy" in f[0].message and run.device_profile.name in f[0].message
     assert (f[0].span.line, f[0].span.column) == (1, 8)  # the --set value
     per_window = lint_path(str(SHIPPED), ["window.B.kernel=load"])
     assert [x.data["window"] for x in only(per_window, "L2S109")] == ["B"]
@@ -367,7 +384,7 @@ def test_fill_larger_than_the_l2_is_an_error():
     run = lint_path(str(bad))
     f = only(run, "L2S107")
     assert {x.severity for x in f} == {"error"}
-    l2 = run.device.l2_bytes
+    l2 = run.device_profile.l2_bytes
     assert all(x.data["bytes"] > l2 == x.data["l2_bytes"] for x in f)
     assert {x.data["window"] for x in f} == {"B"}
     assert (f[0].span.line, f[0].span.column) == (14, 40)  # B's budget
@@ -389,7 +406,7 @@ def test_set_aside_above_the_device_maximum_is_a_warning(cfg, inv):
     run = lint_text(text, cfg, inv)
     f = only(run, "L2S108")[0]
     assert f.severity == "warning" and (f.span.line, f.span.column) == (5, 11)
-    assert f.data == {"set_aside": 10**9, "max": run.device.set_aside_max_bytes}
+    assert f.data == {"set_aside": 10**9, "max": run.device_profile.set_aside_max_bytes}
     ok = lint_text(text.replace("set_aside 1GB", "set_aside max"), cfg, inv)
     assert "L2S108" not in codes(ok)
 

@@ -171,7 +171,7 @@ def test_bad_measured_values_are_errors_at_their_key(tmp_path):
 
 def _gain(device, overrides=()):
     run = lint_path(H200, list(overrides))
-    r = run_lint(run.schedule, run.inventory, device=device)
+    r = run_lint(run.schedule, run.inventory, device_profile=device)
     return r.step_period("base") - r.step_period("sim")
 
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _gain(device, overrides=()):
     run = lint_path(H200, list(overrides))
-    r = run_lint(run.schedule, run.inventory, device=device, tokens=16)
+    r = run_lint(run.schedule, run.inventory, device_profile=device, tokens=16)
     return r.step_period("base") - r.step_period("sim")
 
 

@@ -139,7 +139,7 @@ def test_report_validation_section(tmp_path):
     pred = {}
     for name, path in (("compiled", SCHED),
                        ("bench/fill-over-experts", "schedules/bench/fill-over-experts.l2s")):
-        lr = run_lint(load_schedule(path, []), inv, device=prof, tokens=1,
+        lr = run_lint(load_schedule(path, []), inv, device_profile=prof, tokens=1,
                       model_config=load_model_config(None))
         pred[name] = lr.step_period("base") - lr.step_period("sim")
     rows = {r["arm"]: r for r in v["rows"]}

@@ -268,7 +268,7 @@ def test_the_fitted_schedule_compiles_and_lints(tmp_path, fits, idle_profile):
     for rank in range(4):
         assert compile_plan(schedule, inventory, rank).issues
     for m in tokens:
-        run = run_lint(schedule, inventory, device=profile, graph_mode="full",
+        run = run_lint(schedule, inventory, device_profile=profile, graph_mode="full",
                        model_config=CONFIG, tokens=m)
         codes = [f.code for f in run.findings]
         assert not [f for f in run.findings if f.severity == "error"], codes

@@ -16,7 +16,7 @@ from l2sched.bench import shipped_path
 from l2sched.bench.controls import CONTROL_PREFIX, add_controls
 from l2sched.errors import L2sError
 from l2sched.lang.resolve import load_schedule, load_schedule_text
-from l2sched.device import load_device
+from l2sched.device import DeviceProfile, load_device
 from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
 from l2sched.runtime.kernel import H200_LOAD_SHAPE
 
@@ -149,8 +149,8 @@ def arm_schedule(arm: dict):
     return load_schedule(shipped_path(arm["path"]), arm["overrides"])
 
 
-def spin_collectives(prof):
-    """``prof`` (a ``DeviceProfile``) with every fill kernel's
+def spin_collectives(device_profile: DeviceProfile):
+    """``device_profile`` (a ``DeviceProfile``) with every fill kernel's
     ``allreduce_slowdown`` at 0: the lint's picture of a single-GPU ``bench
     run``, whose all-reduces are spin kernels of the collective model's
     length (idle intervals), which a fill does not slow as it slows NCCL's
@@ -158,5 +158,5 @@ def spin_collectives(prof):
     benchmarks/results/h200x2-2026-12-01-T1-shipped-profile.md gains +13..+55
     us where the same schedule with real all-reduces lost 170-225 us)."""
     modes = {m: dataclasses.replace(fm, allreduce_slowdown=0.0)
-             for m, fm in prof.fill_modes.items()}
-    return dataclasses.replace(prof, fill_modes=modes)
+             for m, fm in device_profile.fill_modes.items()}
+    return dataclasses.replace(device_profile, fill_modes=modes)

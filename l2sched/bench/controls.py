@@ -40,6 +40,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import load_model_config
 from l2sched.model.inventory import analytical_inventory
 from l2sched.units import ALIGN
+from l2sched.device import DeviceProfile
 
 #: Name prefix of a control arm: ``ctl-compiled`` is the control of ``compiled``.
 CONTROL_PREFIX = "ctl-"
@@ -171,10 +172,10 @@ class DecoyRows:
         runtime.set_rows = lambda index, rows: bind(index, self.rows(index, rows))
 
 
-def without_hits(prof):
-    """``prof`` (a ``DeviceProfile``) whose fills land nothing: every fill
+def without_hits(device_profile: DeviceProfile):
+    """``device_profile`` (a ``DeviceProfile``) whose fills land nothing: every fill
     kernel's landed fraction 0 (and the profile's default ``fill_effect``),
     everything else as is: the lint's picture of a decoy control."""
     modes = {m: dataclasses.replace(fm, effect=0.0, landed=())
-             for m, fm in prof.fill_modes.items()}
-    return dataclasses.replace(prof, fill_modes=modes, fill_effect=0.0)
+             for m, fm in device_profile.fill_modes.items()}
+    return dataclasses.replace(device_profile, fill_modes=modes, fill_effect=0.0)

@@ -122,13 +122,13 @@ def run(args) -> dict:
     import torch
 
     dry = args.dry
-    cfg, inv, prof = step_model(args)
+    cfg, inv, device_profile = step_model(args)
     # a schedule without its own model_config line is resolved for the step's
     own_config = cfg if getattr(args, "model_config", None) else None
     dev = "meta" if dry else "cuda"
     t0 = time.time()
     model = build_tree(inv, device=dev, expert_pools=args.expert_pools)
-    runner = StepRunner(model, prof, tokens=args.tokens[0],
+    runner = StepRunner(model, device_profile, tokens=args.tokens[0],
                         top_k=int(cfg["num_experts_per_tok"]))
     cyc = runner.calibrate_sleep()
     # the lab's research runs (python -m lab bench run) add arm variants, the
@@ -145,7 +145,7 @@ def run(args) -> dict:
     _decoy_buffers(arms, torch, dry)
     progress_stage("bench run: capturing the arms")
     out: dict[str, Any] = {
-        "kind": "l2sched bench", "note": ar_note(prof.name), "dry": dry,
+        "kind": "l2sched bench", "note": ar_note(device_profile.name), "dry": dry,
         # the step's model: the report lints this config (default: embedded)
         "model_config": cfg,
         "argv": sys.argv, "tokens": args.tokens, "replays": args.replays,
@@ -153,7 +153,7 @@ def run(args) -> dict:
         "warmup": args.warmup, "per_op": getattr(args, "per_op", "graph"),
         "fill_note": FILL_NOTE,
         # the idle intervals come from this profile; the report lints with it
-        "device_profile_toml": Path(prof.path).read_text(encoding="utf-8"),
+        "device_profile_toml": Path(device_profile.path).read_text(encoding="utf-8"),
         "machine": _machine(torch, dry), "spin_cycles_per_us": cyc,
         "build_s": time.time() - t0,
         "expert_pools": args.expert_pools,
@@ -280,7 +280,7 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
     inst = rt = None
     if a.get("plan"):
         rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                          **({} if dry else {"device_profile": runner.profile,
+                          **({} if dry else {"device_profile": runner.device_profile,
                                              **a.get("runtime", {})}))
         if a.get("decoy"):
             DecoyRows(*a["decoy_buffer"]).attach(rt)

@@ -57,6 +57,7 @@ from l2sched.attrs import resolve_path
 from l2sched.bench.tree import distinct_experts
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
 from l2sched.runtime.streams import side_stream
+from l2sched.device import DeviceProfile
 
 #: The adapter whose decode step the probes measure: the model of the op
 #: tables ``l2sched profile`` writes (``[ops.MODEL."KIND"]``).
@@ -213,7 +214,7 @@ class StepTiming:
 
 class StepRunner(StepTiming):
     """Runs decode steps of ``model`` (``tree.build_tree``) at ``tokens``
-    tokens. ``profile``: ``DeviceProfile`` (durations of the stand-in kernels,
+    tokens. ``device_profile``: ``DeviceProfile`` (durations of the stand-in kernels,
     collective model); ``tp``: the inventory's TP size; ``seed``: routing.
     Timing switches: ``timing`` (record events), ``in_graph`` (external
     events from the pool, see the module docstring), ``fill_count`` (a
@@ -223,13 +224,13 @@ class StepRunner(StepTiming):
     ``side_records`` = ``[(layer, op, fills issued since the previous side
     event, ev)]``, ``start_event``, ``end_event``."""
 
-    def __init__(self, model, profile, *, tokens: int = 1, seed: int = 0,
+    def __init__(self, model, device_profile: DeviceProfile, *, tokens: int = 1, seed: int = 0,
                  top_k: int = 8):
         import torch
         self.torch = torch
         self.model = model
         self.inv = model.inventory
-        self.profile = profile
+        self.device_profile = device_profile
         self.tp = self.inv.tp
         self.n = len(self.inv.layers)
         p0 = next(iter(model.parameters()))
@@ -446,9 +447,9 @@ class StepRunner(StepTiming):
         torch = self.torch
         F = torch.nn.functional
         M = self.M
-        prof = self.profile
+        device_profile = self.device_profile
         if op.cls == "collective":
-            self.spin(prof.allreduce_us(self.tp, M * self.hidden * 2))
+            self.spin(device_profile.allreduce_us(self.tp, M * self.hidden * 2))
             return
         if op.cls == "expert_stream":
             pool = resolve_path(lay, op.reads[0])
@@ -460,7 +461,7 @@ class StepRunner(StepTiming):
             return
         if op.cls == "attention_core":
             self.state.mul_(1.0)
-            self.spin(prof.attention_core_us)
+            self.spin(device_profile.attention_core_us)
             return
         did = False
         for path, w, x in self._matrix_reads(lay, op):
@@ -473,4 +474,4 @@ class StepRunner(StepTiming):
                 torch.bmm(x, w)
             did = True
         if not did:
-            self.spin(prof.small_kernel_us)
+            self.spin(device_profile.small_kernel_us)

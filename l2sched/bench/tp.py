@@ -150,9 +150,9 @@ def options(args) -> dict:
     for a in o["arms"]:
         if a["path"]:
             load_schedule(shipped_path(a["path"]), a["overrides"])  # raises L2sError
-    prof = load_device(o["device_profile"])
+    device_profile = load_device(o["device_profile"])
     # the profile's text as the run read it: the report lints with it
-    o["device_profile_toml"] = Path(prof.path).read_text(encoding="utf-8")
+    o["device_profile_toml"] = Path(device_profile.path).read_text(encoding="utf-8")
     o["ar_fill_bytes"] = int(o["ar_fill_mb"] * 10**6) // 16 * 16
     analytical_inventory(load_model_config(None), tp=o["tp"], ep=False)
     return o

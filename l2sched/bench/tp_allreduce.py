@@ -17,6 +17,7 @@ from l2sched.bench.run import stats
 from l2sched.bench.tp_step import CAPTURE_MODE, TPStepRunner, record_event
 from l2sched.runtime import kernel as K
 from l2sched.runtime.streams import side_stream
+from l2sched.device import DeviceProfile
 
 
 def barrier(ctl) -> None:
@@ -62,7 +63,7 @@ def replay_order(names, seed: int, M: int, rnd: int) -> list[str]:
 
 
 def measure_allreduce(runner: TPStepRunner, sizes: list[int], iters: int, ctl,
-                      profile, tp: int) -> list[dict]:
+                      device_profile: DeviceProfile, tp: int) -> list[dict]:
     """Standalone all-reduce (sum, bf16) times per message size (bytes):
     ``eager_us`` (CUDA events around each of ``iters`` calls enqueued behind
     a spin kernel, so host launches do not show; host wall time per call on
@@ -80,8 +81,8 @@ def measure_allreduce(runner: TPStepRunner, sizes: list[int], iters: int, ctl,
         for _ in range(3):
             dist.all_reduce(buf)
         row = {"bytes": nbytes, "tokens": nbytes // (2 * runner.hidden),
-               "model_us": profile.allreduce_us(tp, nbytes),
-               "model_ws_us": profile.allreduce_us(runner.world_size, nbytes)}
+               "model_us": device_profile.allreduce_us(tp, nbytes),
+               "model_ws_us": device_profile.allreduce_us(runner.world_size, nbytes)}
         barrier(ctl)
         if gpu:
             torch.cuda.synchronize()
@@ -146,13 +147,13 @@ def _graph_allreduce(torch, dist, buf, iters: int, ctl) -> dict | None:
 FILL_WARM_ROUNDS = 2
 
 
-def measure_allreduce_fill(runner: TPStepRunner, profile, tokens: list[int],
+def measure_allreduce_fill(runner: TPStepRunner, device_profile: DeviceProfile, tokens: list[int],
                            fill_bytes: int, iters: int, ctl, *, seed: int = 0,
                            policy: str = "evict_last") -> dict:
     """Collective interference: the all-reduce (sum, bf16) of an ``(M,
     hidden)`` message, per M of ``tokens``, alone and with a concurrent
     fill of ``fill_bytes`` bytes by each fill kernel of the device profile
-    (``profile.fill_modes``: its mode and launch shape, cache ``policy``;
+    (``device_profile.fill_modes``: its mode and launch shape, cache ``policy``;
     compiled by ``runtime.kernel.get_kernel`` as the runtime does), forked
     onto the l2sched side stream right before the all-reduce, on every rank.
 
@@ -177,7 +178,7 @@ def measure_allreduce_fill(runner: TPStepRunner, profile, tokens: list[int],
     out: dict = {"fill_bytes": fill_bytes, "iters": iters, "policy": policy,
                  "modes": {m: {k: getattr(fm, k) for k in ("grid", "threads", "chunk",
                                                            "stages")}
-                           for m, fm in sorted(profile.fill_modes.items())},
+                           for m, fm in sorted(device_profile.fill_modes.items())},
                  "rows": []}
     src = None
     if gpu and not runner.external_events:
@@ -185,7 +186,7 @@ def measure_allreduce_fill(runner: TPStepRunner, profile, tokens: list[int],
         return out
     if gpu:
         src = FillSource(torch, runner.device, fill_bytes)
-        launches = _fill_launches(torch, runner, profile, policy, src, ctl, out)
+        launches = _fill_launches(torch, runner, device_profile, policy, src, ctl, out)
     else:
         launches = {m: None for m in out["modes"]}
         out["dry_note"] = "CPU dry run: no fill kernel; every variant is the bare all-reduce"
@@ -265,7 +266,7 @@ class FillSource:
         self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
 
 
-def _fill_launches(torch, runner, profile, policy: str, src: FillSource, ctl,
+def _fill_launches(torch, runner, device_profile: DeviceProfile, policy: str, src: FillSource, ctl,
                    out: dict) -> dict:
     """mode -> a zero-argument launch of its fill (``src.table``, row 0, on
     the side stream), for the modes whose kernel compiled and launched
@@ -276,7 +277,7 @@ def _fill_launches(torch, runner, profile, policy: str, src: FillSource, ctl,
     cur = torch.cuda.current_stream()
     launches = {}
     for mode in out["modes"]:
-        fm = profile.fill_modes[mode]
+        fm = device_profile.fill_modes[mode]
         kern, err = None, ""
         try:
             spec = K.KernelSpec(mode=mode, grid=fm.grid, threads=fm.threads,

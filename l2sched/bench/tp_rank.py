@@ -41,7 +41,7 @@ from l2sched.compiler.compile import compile_plan
 from l2sched.lang.resolve import load_schedule
 from l2sched.bench.step import STEP_ADAPTER
 from l2sched.model.config import load_model_config
-from l2sched.device import load_device
+from l2sched.device import DeviceProfile, load_device
 from l2sched.model.inventory import analytical_inventory
 from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
@@ -67,12 +67,12 @@ def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
     tp_rank = rank % o["tp"]
     cfg = load_model_config(None)
     inv = analytical_inventory(cfg, tp=o["tp"], ep=False, tp_rank=tp_rank)
-    prof = load_device(o["device_profile"])
-    arms = compile_arms(o["arms"], inv, tp_rank, prof)
+    device_profile = load_device(o["device_profile"])
+    arms = compile_arms(o["arms"], inv, tp_rank, device_profile)
     plan = next(a["plan"] for a in arms if a["name"] == "compiled")
     model = build_tree(inv, device="cuda" if gpu else "meta",
                        expert_pools=o["expert_pools"], seed=rank)
-    runner = TPStepRunner(model, prof, rank=rank, world_size=o["world_size"],
+    runner = TPStepRunner(model, device_profile, rank=rank, world_size=o["world_size"],
                           tokens=o["tokens"][0])
     cyc = runner.calibrate_sleep()
     rec: dict[str, Any] = {
@@ -86,10 +86,11 @@ def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
                   for a in arms if a["plan"] is not None},
         "build_s": time.time() - t0}
     sizes = sorted({t * runner.hidden * 2 for t in o["tokens"] + o["ar_extra_tokens"]})
-    rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, prof, o["tp"])
+    rec["allreduce"] = measure_allreduce(runner, sizes, o["ar_iters"], ctl, device_profile,
+                                         o["tp"])
     rec["per_m"] = {}
     for i, M in enumerate([] if o.get("collectives_only") else o["tokens"]):
-        rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, prof, M, o, ctl)
+        rec["per_m"][str(M)] = _one_m(runner, model, inv, arms, device_profile, M, o, ctl)
         _log(rank, f"M={M} done, {time.time() - t0:.0f}s")
         rec["total_s"] = time.time() - t0
         left = o["tokens"][i + 1:]
@@ -98,14 +99,15 @@ def rank_bench(rank: int, o: dict, ctl, checkpoint=None) -> dict:
                        + "the all-reduce with fills")
     if o["ar_fill_bytes"] > 0:
         rec["allreduce_fill"] = measure_allreduce_fill(
-            runner, prof, o["tokens"], o["ar_fill_bytes"], o["ar_iters"], ctl,
+            runner, device_profile, o["tokens"], o["ar_fill_bytes"], o["ar_iters"], ctl,
             seed=o["seed"], policy=plan.policy)
         _log(rank, f"all-reduce with fills done, {time.time() - t0:.0f}s")
     rec["total_s"] = time.time() - t0
     return rec
 
 
-def compile_arms(specs: list[dict], inv, tp_rank: int, prof) -> list[dict]:
+def compile_arms(specs: list[dict], inv, tp_rank: int,
+                 device_profile: DeviceProfile) -> list[dict]:
     """Every arm of ``specs`` (``tp.arms``) with its plan compiled for
     ``tp_rank`` (``plan`` None for a no-prefetch arm) and the fill kernels
     its issues get from the device profile (``fill_kernels``, distinct
@@ -117,7 +119,8 @@ def compile_arms(specs: list[dict], inv, tp_rank: int, prof) -> list[dict]:
             plan = compile_plan(load_schedule(shipped_path(a["path"]), a["overrides"]),
                                 inv, tp_rank)
             kernels = list(dict.fromkeys(
-                s.mode for s in issue_specs(plan, prof.fill_modes, prof.fill_default)))
+                s.mode for s in issue_specs(plan, device_profile.fill_modes,
+                                            device_profile.fill_default)))
         out.append({**a, "plan": plan, "fill_kernels": kernels})
     return out
 
@@ -167,8 +170,8 @@ class _Timer:
         return e0.elapsed_time(e1) * 1000.0
 
 
-def _one_m(runner: TPStepRunner, model, inv, arms: list[dict], prof, M: int, o: dict,
-           ctl) -> dict:
+def _one_m(runner: TPStepRunner, model, inv, arms: list[dict],
+           device_profile: DeviceProfile, M: int, o: dict, ctl) -> dict:
     """All arms at ``M`` tokens on this rank (see the module docstring).
     Long function: one pass over the arms (install, check, capture,
     remove), the lockstep replays, then the summaries; split up, the
@@ -178,7 +181,7 @@ def _one_m(runner: TPStepRunner, model, inv, arms: list[dict], prof, M: int, o: 
     runner.set_tokens(M)
     nbytes = M * runner.hidden * 2
     res: dict[str, Any] = {"allreduce_bytes": nbytes,
-                           "allreduce_model_us": prof.allreduce_us(o["tp"], nbytes),
+                           "allreduce_model_us": device_profile.allreduce_us(o["tp"], nbytes),
                            "arms": {}}
     steps: dict[str, Any] = {}   # arm -> zero-argument callable (a replay)
     timed: dict[str, Any] = {}
@@ -190,7 +193,7 @@ def _one_m(runner: TPStepRunner, model, inv, arms: list[dict], prof, M: int, o: 
         if plan is not None:
             a["fill_kernels"] = arm["fill_kernels"]
             rt = (timed_runtime(plan, runner.device.index or 0, runner.external_events,
-                                prof, **arm.get("runtime", {}))
+                                device_profile, **arm.get("runtime", {}))
                   if gpu else DryRunRuntime(plan))
             rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))
             inst = install_plan(model.layers, inv, plan, rt)

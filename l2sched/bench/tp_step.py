@@ -8,6 +8,7 @@ bytes. torch is imported inside functions only.
 from __future__ import annotations
 
 from l2sched.bench.step import FakeEvent, StepRunner
+from l2sched.device import DeviceProfile
 from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.streams import side_stream
 
@@ -32,7 +33,7 @@ class TPStepRunner(StepRunner):
     from ``TimedCudaRuntime``). ``external_events``: whether this torch has
     external CUDA events (``has_external_events``; False off the GPU)."""
 
-    def __init__(self, model, profile, *, rank: int, world_size: int,
+    def __init__(self, model, device_profile: DeviceProfile, *, rank: int, world_size: int,
                  tokens: int = 1, seed: int = 0):
         import torch.distributed as dist
         self.dist = dist
@@ -42,7 +43,7 @@ class TPStepRunner(StepRunner):
         self.ar_calls = 0
         self.ar_checks: list[bool] = []
         self.runtime = None
-        super().__init__(model, profile, tokens=tokens, seed=seed)
+        super().__init__(model, device_profile, tokens=tokens, seed=seed)
         self.external_events = has_external_events(self.torch) if self.cuda else False
         self._side = None
         if self.cuda:
@@ -111,13 +112,14 @@ def record_event(torch, stream=None, external: bool = False):
     return e
 
 
-def timed_runtime(plan, device: int, external: bool, profile=None, **shape):
-    """A ``CudaRuntime`` for ``plan`` on ``device`` that, while ``timing`` is
+def timed_runtime(plan, device_index: int, external: bool,
+                  device_profile: DeviceProfile | None = None, **shape):
+    """A ``CudaRuntime`` for ``plan`` on CUDA device ``device_index`` that, while ``timing`` is
     set, records an event on the current stream before each fork and one on
     the side stream after each fill launch: ``fills`` =
     ``[(issue index, fork event, exit event)]``. The exit event's time is
     the fill kernel's exit, not the landing of its lines (bulk mode).
-    ``profile`` (a ``DeviceProfile``) gives each issue its fill kernel and
+    ``device_profile`` (a ``DeviceProfile``) gives each issue its fill kernel and
     launch shape, as ``runtime.make_runtime`` does for ``bench run`` and the
     lint assumes (without one: bulk, the kernel module's shape); ``shape``
     (``mode``, ``grid``, ...) overrides every issue's (kernel-mode arms)."""
@@ -138,8 +140,8 @@ def timed_runtime(plan, device: int, external: bool, profile=None, **shape):
                 self.fills.append((i, fork, record_event(torch, side, external)))
             return ok
 
-    fill = ({"fill": profile.fill_modes, "fill_default": profile.fill_default}
-            if profile is not None else {})
-    rt = TimedCudaRuntime(plan, device=device, **fill, **shape)
+    fill = ({"fill": device_profile.fill_modes, "fill_default": device_profile.fill_default}
+            if device_profile is not None else {})
+    rt = TimedCudaRuntime(plan, device=device_index, **fill, **shape)
     rt.fills = []
     return rt

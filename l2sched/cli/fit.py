@@ -18,7 +18,7 @@ from l2sched.cli.options import (
     model_config_arg,
     numbers as _numbers,
 )
-from l2sched.device import device_names
+from l2sched.device import DeviceProfile, device_names
 from l2sched.errors import L2sUsageError
 from l2sched.files import check_output_path, write_texts_atomically
 from l2sched.fit import FitOptions, Search, fit_text
@@ -159,18 +159,18 @@ class _Progress:
             self.status.stop()
 
 
-def _name(output: str | None, device, tp: int) -> str:
+def _name(output: str | None, device_profile: DeviceProfile, tp: int) -> str:
     """The schedule name: the output file's stem, else fit-DEVICE-tpN."""
     stem = os.path.splitext(os.path.basename(output))[0] if output else ""
     stem = re.sub(r"[^A-Za-z0-9_.\-]", "-", stem).strip("-.")
-    return stem if stem and stem[0].isalpha() else f"fit-{device.name}-tp{tp}"
+    return stem if stem and stem[0].isalpha() else f"fit-{device_profile.name}-tp{tp}"
 
 
 def cmd_fit(args) -> int:
     """Fit, write the schedule (``-o``, atomically; else stdout) and print
     the per-M prediction on stderr."""
     opts = parse_options(args)
-    device, ref = load_profile(args.device, args.kernel)
+    device_profile, ref = load_profile(args.device, args.kernel)
     if args.output is not None:
         # before the search, not after it; after reading the device profile
         # and model config, which it may not replace (files.check_output_path)
@@ -181,7 +181,7 @@ def cmd_fit(args) -> int:
     progress = _Progress(args.quiet)
     t0 = time.monotonic()
     try:
-        search = Search(device, dataclasses.replace(opts, device_ref=ref), progress)
+        search = Search(device_profile, dataclasses.replace(opts, device_ref=ref), progress)
         result = search.run()
     except TPSplitError as e:  # --tp is an option: a usage error, exit 2
         raise L2sUsageError(str(e.diagnostics[0].message)) from None
@@ -193,7 +193,7 @@ def cmd_fit(args) -> int:
             ref, os.path.dirname(os.path.abspath(args.output))))
     text = fit_text(result, search, device_arg=args.device,
                     command=command_line(args, opts),
-                    name=_name(args.output, device, opts.tp),
+                    name=_name(args.output, device_profile, opts.tp),
                     # the config it was fitted for, so lint reads it
                     model_config=written_config_ref(args.model_config, args.output)
                     if args.model_config else None)

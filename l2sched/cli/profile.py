@@ -47,7 +47,7 @@ def cmd_profile(args) -> int:
                             f"{args.collectives}")
     if args.state:  # read (resumed) and written back in place
         check_output_path(args.state)
-    base = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
+    device_profile = load_device(args.base)  # an L2sInputError for a bad --base: exit 1
     # a bad state is an error before the GPU is asked for
     state = load_state(args.state, STATE_KEYS) if args.state else {}
     for path in (args.out, args.md_out or None):
@@ -67,14 +67,14 @@ def cmd_profile(args) -> int:
     got = run_profile(args, state)
     coll = _collectives(args, got, torch)
     inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
-    derived = derive(got["results"], base, inv, got["provenance"])
-    name = args.name or base.name
+    derived = derive(got["results"], device_profile, inv, got["provenance"])
+    name = args.name or device_profile.name
     desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
-    text = profile_toml(name, desc, got["provenance"], derived, base)
+    text = profile_toml(name, desc, got["provenance"], derived, device_profile)
     step = got["results"].get("step_fill") or {}
     if step.get("per_m"):  # per-op step gaps, against the op table just derived
         apply_step_gaps(derived, step_gaps(step, load_device_text(text, args.out)))
-        text = profile_toml(name, desc, got["provenance"], derived, base)
+        text = profile_toml(name, desc, got["provenance"], derived, device_profile)
     report = profile_markdown(got["provenance"], got["results"], derived)
     if coll is not None:
         try:

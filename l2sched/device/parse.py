@@ -263,14 +263,14 @@ def parse_device(raw: Mapping[str, Any], path: str = "<profile>",
     _parse_measured_tables(raw, problems, values)
     origin = _parse_origin(raw, problems, values)
     if not problems.found:
-        got = DeviceProfile(path=path, allreduce=ar, source_text=text, **values)
-        known = set(profile_fields(got))
+        device_profile = DeviceProfile(path=path, allreduce=ar, source_text=text, **values)
+        known = set(profile_fields(device_profile))
         for key in origin:
             if key not in known:
                 problems.bad("origin", key, f"names no field of this profile"
                              f"{suggest(key, sorted(known))}")
         if not problems.found:
-            return got
+            return device_profile
     # in file order; problems without a line (a missing key) last
     raise L2sInputError(sorted(problems.found, key=lambda d: (
         d.span.line == 0, d.span.line, d.span.column)))

@@ -205,12 +205,11 @@ def profile_fields(device_profile) -> list[str]:
     choice reads, as ``[origin]`` names them: ``section.key``,
     ``fill.MODE.key``, ``allreduce.tpN`` (a whole table) and
     ``ops.MODEL`` (a model's op tables)."""
-    p = device_profile
     out = [f"gpu.{k}" for k in ("sm_count", "smem_per_block_optin_bytes")
-           if getattr(p, k) is not None]
+           if getattr(device_profile, k) is not None]
     out += ["l2.bytes", "l2.set_aside_max_bytes", "l2.evict_last_protected_bytes",
             "l2.evict_normal_survival", "l2.fill_effect"]
-    if p.effective_l2_bytes:
+    if device_profile.effective_l2_bytes:
         out.append("l2.effective_bytes")
     out.append("l2.set_aside_stream_slowdown")
     out += [f"bandwidth.{k}" for k in ("dram_read_gbps", "gemm_dram_gbps", "gemm_l2_gbps",
@@ -218,7 +217,7 @@ def profile_fields(device_profile) -> list[str]:
     out += [f"latency.{k}" for k in ("kernel_gap_us", "small_kernel_us",
                                      "attention_core_us", "fill_slowdown_scale",
                                      "fill_fork_us")]
-    for mode, fm in sorted(p.fill_modes.items()):
+    for mode, fm in sorted(device_profile.fill_modes.items()):
         keys = ["gbps", "effect", "launch_us", "slowdown"]
         # a class term is a field where the profile writes it; absent, the
         # class takes ``slowdown`` (FillMode.class_slowdown), that field's origin
@@ -226,8 +225,8 @@ def profile_fields(device_profile) -> list[str]:
                  if getattr(fm, k) is not None]
         keys += ["landed"] if fm.landed else []
         out += [f"fill.{mode}.{k}" for k in keys + ["allreduce_slowdown"]]
-    out += [f"allreduce.tp{d}" for d in sorted(p.allreduce)]
-    out += [f"ops.{m}" for m in sorted(p.ops)]
+    out += [f"allreduce.tp{d}" for d in sorted(device_profile.allreduce)]
+    out += [f"ops.{m}" for m in sorted(device_profile.ops)]
     return out
 
 
@@ -245,43 +244,43 @@ def _kept(key: str, kept: list[str]) -> bool:
     return any(key == k or key.startswith(k + ".") for k in kept)
 
 
-def _derived_origin(p, key: str) -> FieldOrigin:
+def _derived_origin(device_profile, key: str) -> FieldOrigin:
     """The origin of ``key`` in a profile without an ``[origin]`` entry for
     it (see the module docstring)."""
     if key.endswith(".allreduce_slowdown"):
-        fm = p.fill_modes.get(key.split(".")[1])
+        fm = device_profile.fill_modes.get(key.split(".")[1])
         if fm is None or not fm.allreduce_slowdown:
             return FieldOrigin(key, "default", source="no fill-vs-all-reduce measurement "
                                "(0 is the reader's default)")
-    if key == "latency.fill_fork_us" and not p.fill_fork_us:
+    if key == "latency.fill_fork_us" and not device_profile.fill_fork_us:
         return FieldOrigin(key, "default", source="no fork-cost measurement (0 us per "
                            "fill is the reader's default)")
-    if not p.is_measured:
+    if not device_profile.is_measured:
         return FieldOrigin(key, "estimate", source="the profile's comments (an estimate "
                            "profile: no [provenance])")
-    prov = p.provenance
+    prov = device_profile.provenance
     date, base = str(prov.get("date", "")), str(prov.get("base_profile", ""))
-    rec = p.measured.get(key) or {}
+    rec = device_profile.measured.get(key) or {}
     if rec:
         return FieldOrigin(key, "measured", str(rec.get("probe", "")), date,
                            _opt(rec.get("p10")), _opt(rec.get("p90")))
     if key.endswith(".allreduce_slowdown"):
-        runs = [m for m in p.allreduce.values() if m.measured]
+        runs = [m for m in device_profile.allreduce.values() if m.measured]
         if runs:
             return FieldOrigin(key, "measured", "l2sched bench tp / profile --collectives",
                                runs[0].measured, source=runs[0].source)
         return FieldOrigin(key, "estimate", source="written without a record of its "
                            "measurement")
     if key.startswith("allreduce.tp"):
-        m = p.allreduce.get(int(key[len("allreduce.tp"):]))
+        m = device_profile.allreduce.get(int(key[len("allreduce.tp"):]))
         if m is not None and m.measured:
             return FieldOrigin(key, "measured", "l2sched bench tp (all-reduce curve fit)",
                                m.measured, source=m.source)
     if _kept(key, list(prov.get("kept_from_base", ()))):
         return FieldOrigin(key, "base", base=base or "the base profile")
-    if key == "latency.fill_slowdown_scale" and p.fill_slowdown_scale == 1.0:
+    if key == "latency.fill_slowdown_scale" and device_profile.fill_slowdown_scale == 1.0:
         return FieldOrigin(key, "default", source="1 (the reader's default)")
-    if key == "l2.set_aside_stream_slowdown" and not p.set_aside_stream_slowdown:
+    if key == "l2.set_aside_stream_slowdown" and not device_profile.set_aside_stream_slowdown:
         return FieldOrigin(key, "default", source="0 (the reader's default)")
     return FieldOrigin(key, "measured", "l2sched profile (no per-field record)", date)
 

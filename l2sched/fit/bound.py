@@ -37,6 +37,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from l2sched.device.provenance import field_origins, generic_key
+from l2sched.device import DeviceProfile
 
 #: Numbers whose pessimistic direction for a prefetch gain is known:
 #: ``[measured]`` key (``MODE`` = every fill kernel) -> (direction,
@@ -80,10 +81,10 @@ AMBIGUOUS: dict[str, str] = {
 @dataclass(frozen=True)
 class Variant:
     """One device profile the fit simulates: ``name`` (``median``, ``low``,
-    ``high``) and the ``device`` (``DeviceProfile``)."""
+    ``high``) and the ``device_profile`` (``DeviceProfile``)."""
 
     name: str
-    device: object
+    device_profile: DeviceProfile
 
 
 @dataclass
@@ -103,17 +104,17 @@ class BoundInfo:
         return self.profile_measured and bool(self.measured)
 
 
-def _ends(device, key: str) -> tuple[float, float, str] | None:
+def _ends(device_profile: DeviceProfile, key: str) -> tuple[float, float, str] | None:
     """``(low, high, what)`` of the run-to-run spread recorded for field
     ``key``: its ``[measured]`` p10/p90 and its ``[origin]`` entry's
     p10/p90 and ``repeats`` together (``what``: ``p10/p90``, ``repeats``
     or both); None without one."""
     vals, what = [], []
-    m = (device.measured or {}).get(key) or {}
+    m = (device_profile.measured or {}).get(key) or {}
     if all(isinstance(m.get(k), (int, float)) for k in ("p10", "p90")):
         vals += [m["p10"], m["p90"]]
         what.append("p10/p90")
-    o = field_origins(device).get(key)
+    o = field_origins(device_profile).get(key)
     if o is not None and o.spread() is not None:
         vals += list(o.spread())
         what.append("repeats" if o.repeats else "p10/p90")
@@ -122,7 +123,7 @@ def _ends(device, key: str) -> tuple[float, float, str] | None:
     return min(vals), max(vals), " and ".join(dict.fromkeys(what))
 
 
-def _factor(device, key: str, info: BoundInfo, value: float,
+def _factor(device_profile: DeviceProfile, key: str, info: BoundInfo, value: float,
             shown: str | None = None) -> float:
     """The pessimistic factor (corner / ``value``) of a ``DIRECTIONAL``
     number (``key`` may name one fill kernel: ``fill.copy.effect``): the
@@ -133,7 +134,7 @@ def _factor(device, key: str, info: BoundInfo, value: float,
     box whose values differ within their recorded spread get the same
     corner."""
     direction, fixed, _what = DIRECTIONAL[generic_key(key)]
-    ends = _ends(device, key)
+    ends = _ends(device_profile, key)
     label = shown or key
     info.fixed.append(f"{label} x{fixed:g}")
     if ends is None or not value:
@@ -145,29 +146,30 @@ def _factor(device, key: str, info: BoundInfo, value: float,
     return fixed * end / value
 
 
-def _pessimistic_fill(device, mode: str, fm, info: BoundInfo):
+def _pessimistic_fill(device_profile: DeviceProfile, mode: str, fm, info: BoundInfo):
     """The ``FillMode`` ``fm`` of kernel ``mode`` at its pessimistic end."""
-    eff = _factor(device, f"fill.{mode}.effect", info, fm.effect)
-    slow = max(fm.slowdown * _factor(device, f"fill.{mode}.slowdown", info, fm.slowdown),
+    eff = _factor(device_profile, f"fill.{mode}.effect", info, fm.effect)
+    slow = max(fm.slowdown * _factor(device_profile, f"fill.{mode}.slowdown", info,
+                                     fm.slowdown),
                MIN_PESSIMISTIC_SLOWDOWN)
     return dataclasses.replace(
         fm, effect=min(1.0, fm.effect * eff),
         landed=tuple((mb, min(1.0, y * eff)) for mb, y in fm.landed),
-        gbps=fm.gbps * _factor(device, f"fill.{mode}.gbps", info, fm.gbps),
-        launch_us=fm.launch_us * _factor(device, f"fill.{mode}.launch_us", info,
+        gbps=fm.gbps * _factor(device_profile, f"fill.{mode}.gbps", info, fm.gbps),
+        launch_us=fm.launch_us * _factor(device_profile, f"fill.{mode}.launch_us", info,
                                          fm.launch_us),
         slowdown=slow,
         gemm_slowdown=None if fm.gemm_slowdown is None else max(
-            fm.gemm_slowdown * _factor(device, f"fill.{mode}.gemm_slowdown", info,
+            fm.gemm_slowdown * _factor(device_profile, f"fill.{mode}.gemm_slowdown", info,
                                        fm.gemm_slowdown),
             MIN_PESSIMISTIC_SLOWDOWN),
-        **{k: _pessimistic_class(device, mode, fm, k, info)
+        **{k: _pessimistic_class(device_profile, mode, fm, k, info)
            for k in ("attention_slowdown", "routing_slowdown")},
         allreduce_slowdown=fm.allreduce_slowdown * _factor(
-            device, f"fill.{mode}.allreduce_slowdown", info, fm.allreduce_slowdown))
+            device_profile, f"fill.{mode}.allreduce_slowdown", info, fm.allreduce_slowdown))
 
 
-def _pessimistic_class(device, mode: str, fm, key: str, info: BoundInfo):
+def _pessimistic_class(device_profile: DeviceProfile, mode: str, fm, key: str, info: BoundInfo):
     """The pessimistic value of fill kernel ``mode``'s class slowdown
     ``key`` (``attention_slowdown``, ``routing_slowdown``): None where the
     profile writes none (the class takes the pessimistic ``slowdown``),
@@ -176,19 +178,20 @@ def _pessimistic_class(device, mode: str, fm, key: str, info: BoundInfo):
     v = getattr(fm, key)
     if v is None:
         return None
-    return max(v * _factor(device, f"fill.{mode}.{key}", info, v), MIN_PESSIMISTIC_SLOWDOWN)
+    return max(v * _factor(device_profile, f"fill.{mode}.{key}", info, v),
+               MIN_PESSIMISTIC_SLOWDOWN)
 
 
-def _pessimistic_ops(device, info: BoundInfo) -> dict:
+def _pessimistic_ops(device_profile: DeviceProfile, info: BoundInfo) -> dict:
     """Measured op times (per model, as ``DeviceProfile.ops``) with each hot
     time moved toward its cold time by the ``ops.hot_us`` factor of the
     cold - hot gap (and each step gap shrunk by it)."""
-    if not device.ops:
+    if not device_profile.ops:
         return {}
     frac = DIRECTIONAL["ops.hot_us"][1]
     info.fixed.append(f"op hot times + {frac:g} x (cold - hot)")
     out: dict = {}
-    for model, table in device.ops.items():
+    for model, table in device_profile.ops.items():
         for key, t in table.items():
             hot = tuple(h + frac * max(0.0, c - h) for c, h in zip(t.cold_us, t.hot_us))
             gaps = tuple((1 - frac) * g for g in t.step_gap_us)  # the step's gap likewise
@@ -197,46 +200,47 @@ def _pessimistic_ops(device, info: BoundInfo) -> dict:
     return out
 
 
-def pessimistic_profile(device, corner: str = "low") -> tuple[object, BoundInfo]:
-    """``device`` (a ``DeviceProfile``) with every number of ``DIRECTIONAL``
-    at its pessimistic end and the ``AMBIGUOUS`` ones at their p10
-    (``corner="low"``) or p90 (``"high"``) where measured; and the
-    ``BoundInfo`` saying which numbers moved how."""
-    info = BoundInfo(profile_measured=device.is_measured)
-    fills = {mode: _pessimistic_fill(device, mode, fm, info)
-             for mode, fm in sorted(device.fill_modes.items())}
-    changes: dict = {"fill_modes": fills, "ops": _pessimistic_ops(device, info)}
+def pessimistic_profile(device_profile: DeviceProfile,
+                        corner: str = "low") -> tuple[DeviceProfile, BoundInfo]:
+    """``device_profile`` (a ``DeviceProfile``) with every number of
+    ``DIRECTIONAL`` at its pessimistic end and the ``AMBIGUOUS`` ones at
+    their p10 (``corner="low"``) or p90 (``"high"``) where measured; and
+    the ``BoundInfo`` saying which numbers moved how."""
+    info = BoundInfo(profile_measured=device_profile.is_measured)
+    fills = {mode: _pessimistic_fill(device_profile, mode, fm, info)
+             for mode, fm in sorted(device_profile.fill_modes.items())}
+    changes: dict = {"fill_modes": fills, "ops": _pessimistic_ops(device_profile, info)}
     for key, attr in (("bandwidth.gemm_l2_gbps", "gemm_l2_gbps"),
                       ("l2.evict_normal_survival", "evict_normal_survival")):
-        v = getattr(device, attr)
-        changes[attr] = v * _factor(device, key, info, v)
+        v = getattr(device_profile, attr)
+        changes[attr] = v * _factor(device_profile, key, info, v)
     changes["evict_last_protected_bytes"] = int(
-        device.evict_last_protected_bytes
-        * _factor(device, "l2.evict_last_protected_bytes", info,
-                  device.evict_last_protected_bytes))
-    if device.effective_l2_bytes:
+        device_profile.evict_last_protected_bytes
+        * _factor(device_profile, "l2.evict_last_protected_bytes", info,
+                  device_profile.evict_last_protected_bytes))
+    if device_profile.effective_l2_bytes:
         changes["effective_l2_bytes"] = int(
-            device.effective_l2_bytes * _factor(device, "l2.effective_bytes", info,
-                                                device.effective_l2_bytes))
-    ar = _factor(device, "allreduce.latency_us", info, 0.0, "allreduce.tpN.latency_us")
+            device_profile.effective_l2_bytes * _factor(device_profile, "l2.effective_bytes", info,
+                                                device_profile.effective_l2_bytes))
+    ar = _factor(device_profile, "allreduce.latency_us", info, 0.0, "allreduce.tpN.latency_us")
     changes["allreduce"] = {tp: dataclasses.replace(m, latency_us=m.latency_us * ar)
-                            for tp, m in device.allreduce.items()}
+                            for tp, m in device_profile.allreduce.items()}
     for key, attr in AMBIGUOUS.items():
-        ends = _ends(device, key)
+        ends = _ends(device_profile, key)
         if ends is not None:
-            v = getattr(device, attr)
+            v = getattr(device_profile, attr)
             info.measured.append(f"{key}: {'low' if corner == 'low' else 'high'} end of "
                                  f"{ends[2]}")
             changes[attr] = min(ends[0], v) if corner == "low" else max(ends[1], v)
-    return dataclasses.replace(device, **changes), info
+    return dataclasses.replace(device_profile, **changes), info
 
 
-def profile_variants(device) -> tuple[list[Variant], BoundInfo]:
-    """The profiles the bound is the minimum over: ``median`` (``device``),
+def profile_variants(device_profile: DeviceProfile) -> tuple[list[Variant], BoundInfo]:
+    """The profiles the bound is the minimum over: ``median`` (``device_profile``),
     ``low``, and ``high`` when the profile has a measured spread for an
     ``AMBIGUOUS`` number; with the ``BoundInfo`` of ``low``."""
-    low, info = pessimistic_profile(device, "low")
-    out = [Variant("median", device), Variant("low", low)]
-    if any(_ends(device, k) is not None for k in AMBIGUOUS):
-        out.append(Variant("high", pessimistic_profile(device, "high")[0]))
+    low_device_profile, info = pessimistic_profile(device_profile, "low")
+    out = [Variant("median", device_profile), Variant("low", low_device_profile)]
+    if any(_ends(device_profile, k) is not None for k in AMBIGUOUS):
+        out.append(Variant("high", pessimistic_profile(device_profile, "high")[0]))
     return out, info

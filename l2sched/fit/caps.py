@@ -18,6 +18,7 @@ Units: bytes (B), microseconds (us), GB/s = 10^9 B/s.
 from __future__ import annotations
 
 from l2sched.device.kernel_spec import KernelSpec, fit_spec
+from l2sched.device import DeviceProfile
 
 #: Margin over a hook's idle-window bytes (see the module docstring).
 CAP_MARGIN = 1.25
@@ -27,9 +28,10 @@ def hook_caps(evaluator, empty, adapter, streams, capacity: int) -> dict:
     """``(kind, hook) -> cap`` (B) from the no-prefetch runs of schedule
     ``empty`` on ``evaluator`` (an ``Evaluator`` whose first variant is the
     profile the caps are for); ``capacity`` is the effective L2 (B)."""
-    dev = evaluator.variants[0].device
-    rate = max(min(fm.gbps, dev.dram_read_gbps) for fm in dev.fill_modes.values()) * 1e3
-    launch = min(fm.launch_us for fm in dev.fill_modes.values())
+    device_profile = evaluator.variants[0].device_profile
+    modes = device_profile.fill_modes.values()
+    rate = max(min(fm.gbps, device_profile.dram_read_gbps) for fm in modes) * 1e3
+    launch = min(fm.launch_us for fm in modes)
     caps: dict = {}
     for _name, lr in evaluator.lint_runs(empty):
         for key, idle in idle_windows(lr, evaluator.inventory, adapter, streams):
@@ -73,23 +75,23 @@ def fire_time(timing, pos: int, ops, position: float) -> float:
     return timing[f"{pos}:{ops[j].name}"].finish
 
 
-def fitting_kernels(device) -> tuple[list[str], dict[str, str]]:
-    """The fill kernels of ``device`` (a ``DeviceProfile``) whose launch
+def fitting_kernels(device_profile: DeviceProfile) -> tuple[list[str], dict[str, str]]:
+    """The fill kernels of ``device_profile`` (a ``DeviceProfile``) whose launch
     shape (``[fill.MODE]``) fits the GPU's limits as the profile gives them
     (``DeviceProfile.limits``; every kernel when it gives none), sorted, and
     ``mode -> why not`` for the others. A shape that does not fit would be
     fitted to another shape on that GPU (``device.kernel_spec.fit_spec``), and
     the profile's numbers are not that shape's, so the fit does not propose
     it."""
-    limits = device.limits
+    limits = device_profile.limits
     ok: list[str] = []
     why: dict[str, str] = {}
-    for mode, fm in sorted(device.fill_modes.items()):
+    for mode, fm in sorted(device_profile.fill_modes.items()):
         spec = KernelSpec(mode, fm.grid, fm.threads, fm.chunk, fm.stages)
         if limits is None or fit_spec(spec, limits) == spec:
             ok.append(mode)
             continue
         why[mode] = (f"its shape {spec.shape_text()} does not fit the "
                      f"{limits.smem_per_block_optin_bytes:,} B of shared memory per "
-                     f"block of device profile {device.name}")
+                     f"block of device profile {device_profile.name}")
     return ok, why

@@ -203,9 +203,9 @@ class Evaluator:
         plan = compile_plan(schedule, self.inventory, 0)
         for m in self.tokens:
             for v in self.variants:
-                p = prepare(schedule, self.inventory, v.device, tokens=m, plan=plan,
+                p = prepare(schedule, self.inventory, v.device_profile, tokens=m, plan=plan,
                             model_config=self.config, base_cache=self.base)
-                yield v.name, LintRun(schedule, self.inventory, p.step_plan, v.device,
+                yield v.name, LintRun(schedule, self.inventory, p.step_plan, v.device_profile,
                                       p.sg, p.sim, p.base_sg, p.base, m, GRAPH_MODE)
 
 

@@ -15,6 +15,7 @@ from l2sched.lint.noise import AA_NOISE_FLOOR_SOURCE
 from l2sched.fit.space import Candidate, with_model_config
 from l2sched.lang.formatter import format_file, format_text
 from l2sched.model.adapters import DEFAULT_ADAPTER, get_adapter
+from l2sched.device import DeviceProfile
 
 
 def _generic(items: list[str]) -> list[str]:
@@ -47,12 +48,14 @@ def _wrap(prefix: str, items: list[str], width: int = 96) -> list[str]:
     return lines
 
 
-def profile_line(device, device_arg: str) -> list[str]:
+def profile_line(device_profile: DeviceProfile, device_arg: str) -> list[str]:
     """The header lines naming the profile and its provenance."""
-    name = device.name if device_arg == device.name else f"{device.name} ({device_arg})"
-    if device.is_measured:
-        prov = device.provenance
-        what = (f"{prov.get('gpu', device.description)}, measured by `l2sched profile` "
+    name = device_profile.name
+    if device_arg != name:
+        name = f"{name} ({device_arg})"
+    if device_profile.is_measured:
+        prov = device_profile.provenance
+        what = (f"{prov.get('gpu', device_profile.description)}, measured by `l2sched profile` "
                 f"on {prov.get('date', 'an unknown date')}")
         return [f"# Fitted for device profile {name}: {what}."]
     return [f"# Fitted for device profile {name}: ESTIMATE, unverified.",
@@ -86,7 +89,7 @@ def unmeasured_lines(result, tp: int) -> list[str]:
     return out
 
 
-def header_lines(result, device, device_arg: str, command: str, tp: int,
+def header_lines(result, device_profile: DeviceProfile, device_arg: str, command: str, tp: int,
                  floor_source: str, searched_set_aside: bool = True,
                  model_label: str = "",
                  set_aside_asked: str = "0") -> list[str]:
@@ -99,7 +102,7 @@ def header_lines(result, device, device_arg: str, command: str, tp: int,
         ad = get_adapter(DEFAULT_ADAPTER)
         model_label = f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})"
     lines = [f"# {model_label} TP{tp} weight-prefetch schedule written by "
-             "`l2sched fit` (docs/fit.md).", *profile_line(device, device_arg), "#"]
+             "`l2sched fit` (docs/fit.md).", *profile_line(device_profile, device_arg), "#"]
     lines += unmeasured_lines(result, tp)
     if result.candidate is None and result.withheld is None:
         best = ("every candidate was infeasible or lost more than the noise floor at "
@@ -160,7 +163,7 @@ def fit_text(result, search, *, device_arg: str, command: str, name: str,
     label = (f"{ad.DEFAULT_MODEL_NAME} ({ad.NAME})" if search.opts.model_config is None
              else f"{ad.NAME} model of config {model_config}" if model_config
              else f"{ad.NAME} model of the --model-config file")
-    head = header_lines(result, search.device, device_arg, command, search.opts.tp, src,
+    head = header_lines(result, search.device_profile, device_arg, command, search.opts.tp, src,
                         searched_set_aside=search.opts.set_aside == "search",
                         model_label=label, set_aside_asked=search.opts.set_aside)
     notes = [f"# Fill kernel {mode} not searched: {why} (runtime.kernel.fit_spec)."

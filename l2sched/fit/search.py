@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from l2sched.errors import L2sUsageError
 from l2sched.fit.bound import BoundInfo, profile_variants
-from l2sched.device.provenance import unmeasured_terms
+from l2sched.device import DeviceProfile, provenance
 from l2sched.fit.caps import fitting_kernels, hook_caps
 from l2sched.fit.unmeasured import gate_unmeasured
 from l2sched.fit.pool import BatchEvaluator
@@ -160,18 +160,18 @@ class FitResult:
 
 
 class Search:
-    """One fit of ``device`` (a ``DeviceProfile``) with ``opts``
+    """One fit of ``device_profile`` (a ``DeviceProfile``) with ``opts``
     (``FitOptions``); ``progress(phase, done, total)`` is told how far it
     got. ``run()`` returns the ``FitResult``."""
 
-    def __init__(self, device, opts: FitOptions, progress=None):
-        self.device = device  # kernel_notes: fill kernels not searched, mode -> why
-        fitting, self.kernel_notes = fitting_kernels(device)
+    def __init__(self, device_profile: DeviceProfile, opts: FitOptions, progress=None):
+        self.device_profile = device_profile  # kernel_notes: unsearched kernel -> why
+        fitting, self.kernel_notes = fitting_kernels(device_profile)
         if opts.kernel in self.kernel_notes:
             raise L2sUsageError(f"--kernel {opts.kernel}: "
                                 f"{self.kernel_notes[opts.kernel]}")
         if not fitting:
-            raise L2sUsageError(f"device profile {device.name}: no fill kernel fits its "
+            raise L2sUsageError(f"device profile {device_profile.name}: no fill kernel fits its "
                                 f"device limits ({'; '.join(self.kernel_notes.values())})")
         self.opts = opts
         self.size = QUICK_SIZE if opts.quick else DEFAULT_SIZE
@@ -185,9 +185,9 @@ class Search:
         self.model = self.adapter.NAME  # the fitted schedule's ``model``
         config = opts.model_config if opts.model_config is not None \
             else default_config(self.model)
-        self.variants, self.info = profile_variants(device)
+        self.variants, self.info = profile_variants(device_profile)
         low = [v for v in self.variants if v.name == "low"]
-        cap = device.capacity_bytes
+        cap = device_profile.capacity_bytes
         self.search = BatchEvaluator((config, opts.tp, low, opts.tokens),
                                      {"surrogate": True, "capacity": cap,
                                       "model": self.model}, opts.jobs)
@@ -205,9 +205,9 @@ class Search:
         self.kind_selectors = {str(k): tuple(self.adapter.kind_selector(k))
                                for k in inv.kinds}
         self.kernels = [opts.kernel] if opts.kernel else fitting
-        self.kernel0 = opts.kernel or (device.fill_default if device.fill_default
+        self.kernel0 = opts.kernel or (device_profile.fill_default if device_profile.fill_default
                                        in fitting else fitting[0])
-        self.capacity = device.capacity_bytes
+        self.capacity = device_profile.capacity_bytes
         self.caps: dict = {}
         self.seen: dict[str, Scored] = {}
 
@@ -216,7 +216,7 @@ class Search:
         weights in the model (see ``space``)."""
         if op.cls in STREAMING_CLASSES:
             return True
-        times = self.device.op_times(self.model).get((kind, op.name))
+        times = self.device_profile.op_times(self.model).get((kind, op.name))
         return times is not None and any(
             c - h >= MIN_GAP_US for c, h in (times.at(m) for m in self.opts.tokens))
 
@@ -225,7 +225,7 @@ class Search:
         """The candidate's parsed schedule file (``space.candidate_tree``)."""
         return candidate_tree(cand, self.streams, name=name, model=self.model,
                               selectors=self.kind_selectors,
-                              device=self.opts.device_ref or self.device.name,
+                              device=self.opts.device_ref or self.device_profile.name,
                               tp=self.opts.tp,
                               max_tokens=self.opts.max_tokens)
 
@@ -374,7 +374,7 @@ class Search:
         for policy in ("evict_last", "evict_normal"):
             if policy != cand.policy:
                 out.append(Candidate(policy, cand.set_aside, cand.kernel, cand.chains))
-        if self.opts.set_aside == "search" and self.device.set_aside_max_bytes > 0:
+        if self.opts.set_aside == "search" and self.device_profile.set_aside_max_bytes > 0:
             other = "max" if cand.set_aside == "0" else "0"
             out.append(Candidate(cand.policy, other, cand.kernel, cand.chains))
         for kernel in self.kernels:
@@ -430,14 +430,14 @@ class Search:
         if best is None or best[1] <= floor:
             rows = [(m, self.opts.weight(m), 0.0, 0.0, self.opts.floor(m))
                     for m in self.opts.tokens]
-            why = tuple(unmeasured_terms(self.device, self.opts.tp, set(self.kernels)))
+            why = provenance.unmeasured_terms(self.device_profile, self.opts.tp, set(self.kernels))
             return FitResult(None, rows, 0.0, best_rejected=best and best[1],
-                             unmeasured=why, **common)
+                             unmeasured=tuple(why), **common)
         s, obj, ev = best
         rows = [(m, self.opts.weight(m), ev.gains["median"][m],
                  min(ev.gains[v][m] for v in names), self.opts.floor(m))
                 for m in self.opts.tokens]
-        return gate_unmeasured(FitResult(s.candidate, rows, obj, **common), self.device,
+        return gate_unmeasured(FitResult(s.candidate, rows, obj, **common), self.device_profile,
                                self.opts)
 
     def run(self) -> FitResult:

@@ -255,7 +255,7 @@ def gantt_svg(run, measured=None, width: int = 1400) -> str:
 def _title(run, out: list, width: int, measured) -> int:
     """The title lines; returns the next free y."""
     s = run.schedule
-    title = (f"{s.name}: predicted decode step on {run.device.name}, TP{s.tp}, "
+    title = (f"{s.name}: predicted decode step on {run.device_profile.name}, TP{s.tp}, "
              f"M={run.tokens} ({run.graph_mode} CUDA graph)")
     if measured is not None:
         title += f", beside the measured one ({measured.arm} arm)"

@@ -19,6 +19,7 @@ from l2sched.lint.graph import build_step_graph, build_step_graphs
 from l2sched.lint.simulate import simulate
 from l2sched.model.adapters import get_adapter
 from l2sched.units import plural
+from l2sched.device import DeviceProfile
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Prepared:
 
     schedule: Any
     inventory: Any
-    device_profile: Any
+    device_profile: DeviceProfile
     tokens: int
     plan: Any
     step_plan: Any
@@ -44,9 +45,9 @@ class Prepared:
     base: Any
 
 
-def prepare(schedule, inventory, device_profile, *, tokens: int = 1, tp_rank: int = 0,
-            plan=None, model_config: dict | None = None, measured: dict | None = None,
-            base_cache: dict | None = None) -> Prepared:
+def prepare(schedule, inventory, device_profile: DeviceProfile, *, tokens: int = 1,
+            tp_rank: int = 0, plan=None, model_config: dict | None = None,
+            measured: dict | None = None, base_cache: dict | None = None) -> Prepared:
     """Compile ``schedule`` (a resolved ``Schedule``) against ``inventory``
     for ``tp_rank`` (or take the already compiled ``plan``), build the decode
     step of ``tokens`` tokens with and without its fills, and simulate both

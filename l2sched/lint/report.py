@@ -24,6 +24,7 @@ from l2sched.errors import render_all
 from l2sched.lint import rules
 from l2sched.model.config import default_config_ref
 from l2sched.units import format_signed, format_table, plural
+from l2sched.device import DeviceProfile
 
 
 def summary_rows(run) -> list[tuple[str, ...]]:
@@ -130,8 +131,8 @@ def measured_rows(run) -> list[dict]:
     caveats = []
     if s.overrides:
         caveats.append("for the file as written; --set changes it")
-    if run.device.name != s.device:
-        caveats.append(f"measured on {s.device}, linted for {run.device.name}")
+    if run.device_profile.name != s.device:
+        caveats.append(f"measured on {s.device}, linted for {run.device_profile.name}")
     for m in getattr(s, "measured", ()):
         gain = m.gain_at(run.tokens)
         rows.append({
@@ -185,15 +186,15 @@ def config_line(schedule) -> str:
 def step_line(run) -> str:
     """One line: predicted steady-state step time with and without prefetch."""
     a, b = run.step_period("sim"), run.step_period("base")
-    return (f"predicted decode step on {run.device.name} ({plural(run.tokens, 'token')}): "
+    return (f"predicted decode step on {run.device_profile.name} ({plural(run.tokens, 'token')}): "
             f"{a:.0f} us with prefetch, {b:.0f} us without "
             f"({format_signed((a - b) / b, '+.1%')} step time, "
             f"{format_signed(b / a - 1, '+.1%')} steps/s)")
 
 
-def unverified_note(device) -> str:
+def unverified_note(device_profile: DeviceProfile) -> str:
     """The line that says a prediction rests on an estimated profile."""
-    return (f"note: device profile {device.name} was not measured by `l2sched profile` "
+    return (f"note: device profile {device_profile.name} was not measured by `l2sched profile` "
             f"on this GPU: its numbers are estimates and these predictions are "
             f"unverified until the profile is measured there")
 
@@ -215,8 +216,8 @@ def human(run, summary: bool = True) -> str:
             out.append(no_fills_line(run))
         out.append(config_line(run.schedule))
         out.append(step_line(run))
-        if not run.device.is_measured:
-            out.append(unverified_note(run.device))
+        if not run.device_profile.is_measured:
+            out.append(unverified_note(run.device_profile))
         out.extend(measured_lines(run))
     if run.calibration:
         out.append("")
@@ -250,7 +251,7 @@ def to_json(run) -> str:
     rows = summary_rows(run)
     doc = {
         "schedule": run.schedule.name, "path": run.schedule.path,
-        "device": run.device.name, "tokens": run.tokens,
+        "device": run.device_profile.name, "tokens": run.tokens,
         "model_config": config_ref(run.schedule).to_json(),
         "graph_mode": run.graph_mode,
         "findings": [_finding_json(f) for f in run.findings],
@@ -258,7 +259,7 @@ def to_json(run) -> str:
         "summary": [dict(zip(rows[0], r)) for r in rows[1:]],
         "step_us": {"with_prefetch": round(run.step_period("sim"), 3),
                     "without_prefetch": round(run.step_period("base"), 3)},
-        "device_measured": run.device.is_measured,
+        "device_measured": run.device_profile.is_measured,
         "errors": sum(f.severity == "error" for f in run.findings),
         "predicted_gain_pct": round(predicted_gain_pct(run), 3),
         "measured": measured_rows(run),

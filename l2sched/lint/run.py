@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -15,14 +16,14 @@ from l2sched.lint import rules
 from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
 from l2sched.model.config import read_config_arg
-from l2sched.device import load_device
+from l2sched.device import DeviceProfile, load_device
 from l2sched.model.device_ops import check_device_ops
 
 
 @dataclass
 class LintRun:
     """Everything one lint run computed: the resolved ``schedule``, the
-    ``inventory``, the ``plan``, the ``device`` profile, the step graph
+    ``inventory``, the ``plan``, the ``device_profile``, the step graph
     ``sg`` and its simulation ``sim``, the no-prefetch baseline ``base``
     (graph and simulation), ``findings`` (after selection and suppression),
     ``suppressed`` (count), ``tokens`` per decode step, ``calibration``
@@ -31,7 +32,7 @@ class LintRun:
     schedule: Any
     inventory: Any
     plan: Any
-    device: Any
+    device_profile: DeviceProfile
     sg: Any
     sim: Any
     base_sg: Any
@@ -56,13 +57,16 @@ class LintRun:
         return sim.timing[sg.layer_end[n]].finish - sim.timing[sg.layer_end[0]].finish
 
 
-def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
+def run_lint(schedule, inventory, *, device: str | None = None,
+             device_profile: DeviceProfile | None = None, tokens: int = 1,
              graph_mode: str = "full", select: Sequence[str] = (),
              ignore: Sequence[str] = (), measured: dict | None = None,
              model_config: dict | None = None, tp_rank: int = 0, plan=None) -> LintRun:
     """Lint ``schedule`` (``semantic.Schedule``) against ``inventory``.
 
-    ``device``: a ``DeviceProfile`` (default: the schedule's ``device``);
+    ``device_profile``: the loaded ``DeviceProfile`` to lint with; without
+    it, the profile ``device`` names (a shipped name or a ``.toml`` path;
+    default: the schedule's ``device``) is loaded;
     ``tokens``: decode tokens per step (expert bytes and all-reduce size);
     ``graph_mode``: ``full``/``piecewise``/``eager``; ``select``/``ignore``:
     rule-code prefixes; ``measured``: ``(layer kind, op) -> us`` from
@@ -75,12 +79,17 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     (``rules.check_suppressions``), ``L2sError`` for what the device
     profile or the compilation rejects."""
     rules.check_suppressions(schedule.sources)  # a malformed one hides nothing
-    device = device or load_device(schedule.device)
-    check_device_ops(device, schedule.model)
-    p = prepare(schedule, inventory, device, tokens=tokens, tp_rank=tp_rank, plan=plan,
-                model_config=model_config, measured=measured)
-    run = LintRun(schedule, inventory, p.step_plan, device, p.sg, p.sim, p.base_sg, p.base,
-                  tokens, graph_mode)
+    if device_profile is None:
+        if device is not None and not isinstance(device, str | os.PathLike):
+            # the keyword took a loaded profile before device_profile existed
+            raise TypeError("run_lint: device is a profile name or path; pass a "
+                            "loaded DeviceProfile as device_profile=")
+        device_profile = load_device(device or schedule.device)
+    check_device_ops(device_profile, schedule.model)
+    p = prepare(schedule, inventory, device_profile, tokens=tokens, tp_rank=tp_rank,
+                plan=plan, model_config=model_config, measured=measured)
+    run = LintRun(schedule, inventory, p.step_plan, device_profile, p.sg, p.sim, p.base_sg,
+                  p.base, tokens, graph_mode)
     progress.stage("checking the rules")
     found = rules.check_all(run)
     sources = dict(schedule.sources)
@@ -99,7 +108,8 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
 
 
 def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
-              device_name: str | None = None, *, device_profile=None, **kw) -> LintRun:
+              device_name: str | None = None, *,
+              device_profile: DeviceProfile | None = None, **kw) -> LintRun:
     """Load the schedule at ``path`` (with ``--set`` ``overrides``), build
     its inventory at the schedule's TP/EP and run ``run_lint``.
     ``device_name`` overrides the schedule's ``device``;
@@ -114,5 +124,5 @@ def lint_path(path: str, overrides: Sequence[str] = (), model_config_path=None,
         cfg, ref = read_config_arg(str(model_config_path))
     schedule = load_schedule(path, overrides, cfg, ref)
     inventory = schedule_inventory(schedule, cfg)
-    device = device_profile or load_device(device_name or schedule.device)
-    return run_lint(schedule, inventory, device=device, model_config=cfg, **kw)
+    return run_lint(schedule, inventory, device=device_name, device_profile=device_profile,
+                    model_config=cfg, **kw)

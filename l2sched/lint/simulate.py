@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 
 from l2sched.device.schema import INTERFERENCE_CLASSES
 from l2sched.lint.graph import GEMM_CLASSES, StepGraph
+from l2sched.device import DeviceProfile
 
 _EPS = 1e-9
 
@@ -181,10 +182,10 @@ def interference_class(cls: str, op: str) -> str | None:
 NOT_SLOWED = ("collective", "expert_stream", "join", "fill")
 
 
-def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
+def simulate(sg: StepGraph, device_profile: DeviceProfile, *, tp: int, tokens: int, hidden: int,
              policy: str = "evict_last", set_aside: int = 0,
              measured: dict | None = None) -> SimResult:
-    """Simulate ``sg`` on ``device`` (``DeviceProfile``).
+    """Simulate ``sg`` on ``device_profile`` (a ``DeviceProfile``).
 
     ``tp``: TP degree (all-reduce model); ``tokens``: decode tokens;
     ``hidden``: hidden size (all-reduce message = ``tokens * hidden * 2``
@@ -196,7 +197,7 @@ def simulate(sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
     time (no L2 hits) for weight-streaming ops, so hits keep their gain.
     A fill whose kernel the profile has no numbers for is simulated with the
     profile's default fill kernel (the lint reports it, L2S109)."""
-    return _Simulation(sg, device, tp=tp, tokens=tokens, hidden=hidden,
+    return _Simulation(sg, device_profile, tp=tp, tokens=tokens, hidden=hidden,
                        policy=policy, set_aside=set_aside,
                        measured=measured or {}).run()
 
@@ -207,21 +208,21 @@ class _Simulation:
     attributes, successor edges with their delay, in-degree), the fills'
     states and the active nodes' phases."""
 
-    def __init__(self, sg: StepGraph, device, *, tp: int, tokens: int, hidden: int,
-                 policy: str, set_aside: int, measured: dict):
-        self.device = device
+    def __init__(self, sg: StepGraph, device_profile: DeviceProfile, *, tp: int, tokens: int,
+                 hidden: int, policy: str, set_aside: int, measured: dict):
+        self.device_profile = device_profile
         self.policy = policy
         self.measured = measured
         self.tokens = tokens
-        self.op_times = device.op_times(sg.model)
+        self.op_times = device_profile.op_times(sg.model)
         # the measured effective L2 caps the landed, unconsumed fill bytes
-        self.capacity = device.effective_l2_bytes
-        self.bw_dram = device.dram_read_gbps * 1e3  # bytes per us
-        self.gemm_dram = device.gemm_dram_gbps * 1e3
-        self.gemm_l2 = device.gemm_l2_gbps * 1e3
-        self.protected = device.protected_bytes(set_aside, policy)
-        self.l2 = device.l2_bytes
-        self.ar_us = device.allreduce_us(tp, tokens * hidden * 2)
+        self.capacity = device_profile.effective_l2_bytes
+        self.bw_dram = device_profile.dram_read_gbps * 1e3  # bytes per us
+        self.gemm_dram = device_profile.gemm_dram_gbps * 1e3
+        self.gemm_l2 = device_profile.gemm_l2_gbps * 1e3
+        self.protected = device_profile.protected_bytes(set_aside, policy)
+        self.l2 = device_profile.l2_bytes
+        self.ar_us = device_profile.allreduce_us(tp, tokens * hidden * 2)
         self.chunks_of = sg.chunks
         self.ids: list[str] = list(sg.nodes)
         self.attrs: list[dict] = list(sg.nodes.values())
@@ -231,14 +232,14 @@ class _Simulation:
         self.state_bytes = [d.get("state_bytes", 0) for d in self.attrs]
         # each node's interference class (None: not slowed by a fill)
         self.iclass = [interference_class(d["cls"], d.get("op", "")) for d in self.attrs]
-        self.slow_scale = device.fill_slowdown_scale
-        self.expert_dram = self.gemm_dram / device.set_aside_stream_factor(set_aside)
+        self.slow_scale = device_profile.fill_slowdown_scale
+        self.expert_dram = self.gemm_dram / device_profile.set_aside_stream_factor(set_aside)
         # successors of each node: (index, delay without gap, delay with gap);
         # the kernel gap applies on a same-stream edge into an active kernel;
         # a hook op's same-stream edges carry the fork cost of its fills
-        gap_us = device.kernel_gap_us
+        gap_us = device_profile.kernel_gap_us
         # (an issue without bytes has no rows: the runtime forks nothing for it)
-        fork_us = device.fill_fork_at(tokens) if any(self.is_fill) else 0.0
+        fork_us = device_profile.fill_fork_at(tokens) if any(self.is_fill) else 0.0
         forks = {i for i, d in enumerate(self.attrs)
                  if fork_us and self.is_fill[i] and d["fill"].nbytes > 0}
         self.succ: list[list[tuple[int, float, float]]] = []
@@ -277,18 +278,18 @@ class _Simulation:
         self.now = 0.0
 
     def _fill_mode(self, kernel: str):
-        device = self.device
+        device_profile = self.device_profile
         try:
-            return device.fill_mode(kernel)
+            return device_profile.fill_mode(kernel)
         except KeyError:
-            return device.fill_mode()
+            return device_profile.fill_mode()
 
     def phases_for(self, i: int) -> list[tuple[str, float, float]]:
         """The phases of node ``i`` at its start (fills start their state)."""
         d = self.attrs[i]
         t = self.tlist[i]
         cls = d["cls"]
-        device = self.device
+        device_profile = self.device_profile
         if cls == "fill":
             issue = d["fill"]
             nbytes = issue.nbytes
@@ -309,21 +310,22 @@ class _Simulation:
         elif times is not None and d["reads"]:
             out, cold = self._measured_phases(t, d, times)
         elif cls == "attention_core":
-            out = [("fixed", device.attention_core_us, 0.0)]
+            out = [("fixed", device_profile.attention_core_us, 0.0)]
         elif cls == "expert_stream":
             nbytes = sum(r.hi - r.lo for r in d["reads"])
             t.read_bytes = nbytes
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("dram", nbytes, self.expert_dram)]
+            out = [("fixed", device_profile.gemm_fixed_us, 0.0),
+                   ("dram", nbytes, self.expert_dram)]
         elif cls in GEMM_CLASSES and d["reads"]:
             # resident bytes buy only their fill kernel's effect of the
             # cold -> hot gain
             total, fast = self._consume(t, d)
-            out = [("fixed", device.gemm_fixed_us, 0.0), ("l2", fast, self.gemm_l2),
+            out = [("fixed", device_profile.gemm_fixed_us, 0.0), ("l2", fast, self.gemm_l2),
                    ("dram", total - fast, self.gemm_dram)]
-            cold = device.gemm_fixed_us + total / self.gemm_dram
+            cold = device_profile.gemm_fixed_us + total / self.gemm_dram
         else:  # latency-bound small kernel (its reads still count as hits)
             self._consume(t, d)
-            out = [("fixed", device.small_kernel_us, 0.0)]
+            out = [("fixed", device_profile.small_kernel_us, 0.0)]
         want = self.measured.get((d["kind"], d["op"])) if self.measured else None
         if want is not None:
             # measured durations come from a step without prefetch: scale
@@ -448,7 +450,8 @@ class _Simulation:
                 fs.survive *= keep
         other = [fs for fs, _ in pend if fs.policy != "evict_last"]
         if other:
-            keep = 1.0 - min(1.0, dram_bytes / l2) * (1.0 - self.device.evict_normal_survival)
+            survival = self.device_profile.evict_normal_survival
+            keep = 1.0 - min(1.0, dram_bytes / l2) * (1.0 - survival)
             for fs in other:
                 fs.survive *= keep
 

@@ -48,7 +48,7 @@ def chrome_trace(run) -> dict:
     nodes = run.sg.nodes
     events = [{"ph": "M", "name": "process_name", "pid": 0,
                "args": {"name": f"l2sched lint: {run.schedule.name} on "
-                                f"{run.device.name}"}}]
+                                f"{run.device_profile.name}"}}]
     for s, tid in STREAM_TID.items():
         events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
                        "args": {"name": STREAM_NAME[s]}})

@@ -87,8 +87,8 @@ def update_profile_extras(d: dict, result_path: str, profile: str, *,
     if d.get("dry") or d.get("backend") != "nccl":
         raise ValueError("refusing to write a CPU (dry, gloo) measurement into a "
                          "device profile")
-    prof = load_device(str(profile_path(profile)))
-    sl = allreduce_slowdowns(d, max_bytes, prof.fill_modes)
+    device_profile = load_device(str(profile_path(profile)))
+    sl = allreduce_slowdowns(d, max_bytes, device_profile.fill_modes)
     g = d["ranks"][0]["machine"]
     note = (f"l2sched bench tp {d['date']}, {result_path}: {d['world_size']} x "
             f"{g.get('gpu', '?')}, NCCL {g.get('nccl', '?')}, p2p {d.get('p2p', 'on')}; "

@@ -49,6 +49,7 @@ from l2sched.lang.resolve import load_schedule
 from l2sched.lint.noise import aa_noise_floor
 from l2sched.profile.step_fill import BENCH_TP, STEP_FILL_REPLAYS, STEP_FILL_TOKENS
 from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
+from l2sched.device import DeviceProfile
 
 #: The shipped h200 schedule's windows run alone (A: after the attention's
 #: first projection, B: before the attention all-reduce, C: before the MoE
@@ -181,11 +182,12 @@ def check_fill_fork(rec: dict | None) -> None:
         raise ValueError(".capture_launch: want the capture launch the probe ran with")
 
 
-def apply_fill_fork(rec: dict | None, base, sec: dict, measured: dict, kept: list) -> None:
+def apply_fill_fork(rec: dict | None, device_profile: DeviceProfile, sec: dict,
+                    measured: dict, kept: list) -> None:
     """Write ``latency.fill_fork_m`` / ``fill_fork_us`` into the profile's
     sections ``sec`` from the probe's record ``rec`` (measured: its probe,
-    capture launch and per-M spread in ``measured``), else the ``base``
-    profile's (a ``DeviceProfile``; named in ``kept``), else nothing (the
+    capture launch and per-M spread in ``measured``), else those of
+    ``device_profile`` (the base profile; named in ``kept``), else nothing (the
     term stays absent: not measured, 0 us)."""
     if rec and rec.get("fork_us"):
         sec["latency"]["fill_fork_m"] = list(rec["tokens"])
@@ -201,9 +203,9 @@ def apply_fill_fork(rec: dict | None, base, sec: dict, measured: dict, kept: lis
             "capture_launch": rec["capture_launch"],
             "m": list(rec["tokens"]),
             "spread_us": [round(x, 3) for x in rec["spread_us"]]}
-    elif base.fill_fork_us:
-        sec["latency"]["fill_fork_m"] = list(base.fill_fork_m)
-        sec["latency"]["fill_fork_us"] = list(base.fill_fork_us)
+    elif device_profile.fill_fork_us:
+        sec["latency"]["fill_fork_m"] = list(device_profile.fill_fork_m)
+        sec["latency"]["fill_fork_us"] = list(device_profile.fill_fork_us)
         kept.append("latency.fill_fork_us")
 
 

@@ -49,6 +49,7 @@ from l2sched.profile.step_fill import (
     MIN_REFERENCE_HITS_US,
     lone_variants,
 )
+from l2sched.device import DeviceProfile
 
 #: Least summed hit share (in layers' worth of fully resident weights) for
 #: which a step gap is formed: below it the saved time over the hit share
@@ -76,21 +77,21 @@ def _lint_setup(schedule_text: str, overrides: tuple = ()):
     return load_schedule_text(schedule_text, "<step_fill>", list(overrides)), inv, cfg
 
 
-def predicted_hits(profile, schedule_text: str, tokens,
+def predicted_hits(device_profile: DeviceProfile, schedule_text: str, tokens,
                    overrides: tuple = ()) -> tuple[dict, dict]:
     """``({M: {"L:op": effective hit share}}, {"L:op": layer kind})``: the
     lint's share of each op's weight bytes that ``schedule_text`` (the
     probe's ``.l2s`` text) makes resident, times the fill kernel's effect,
-    with ``profile`` (a ``DeviceProfile``) in the decode step of ``bench
+    with ``device_profile`` (a ``DeviceProfile``) in the decode step of ``bench
     run`` (TP4 inventory, all-reduces as idle intervals), at each M of
     ``tokens``; and each node's layer kind. ``overrides``: settings on top
     of the schedule (a lone window's budgets)."""
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
-    prof = spin_collectives(profile)
+    spun_device_profile = spin_collectives(device_profile)
     out: dict = {}
     kinds: dict = {}
     for M in tokens:
-        run = run_lint(sched, inv, device=prof, tokens=M, model_config=cfg)
+        run = run_lint(sched, inv, device_profile=spun_device_profile, tokens=M, model_config=cfg)
         out[M] = {v: t.fast_bytes / t.read_bytes
                   for v, t in run.sim.timing.items() if t.read_bytes > 0}
         if not kinds:  # the same node ids at every M
@@ -98,38 +99,42 @@ def predicted_hits(profile, schedule_text: str, tokens,
     return out, kinds
 
 
-def step_hits_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
+def step_hits_us(device_profile: DeviceProfile, schedule_text: str, M: int,
+                 overrides: tuple = ()) -> float:
     """The lint's hits (us per step) of ``schedule_text`` (with
-    ``overrides``) at ``M`` with ``profile``: its decoy's step (fills that
+    ``overrides``) at ``M`` with ``device_profile``: its decoy's step (fills that
     land nothing) minus its own, in ``bench run``'s decode step."""
-    return _decoy_step_us(profile, schedule_text, M, overrides) - _step_us(
-        profile, schedule_text, M, overrides)
+    return _decoy_step_us(device_profile, schedule_text, M, overrides) - _step_us(
+        device_profile, schedule_text, M, overrides)
 
 
-def _step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
+def _step_us(device_profile: DeviceProfile, schedule_text: str, M: int,
+             overrides: tuple = ()) -> float:
     """The lint's step period (us) of the schedule in ``bench run``'s step."""
     sched, inv, cfg = _lint_setup(schedule_text, tuple(overrides))
-    run = run_lint(sched, inv, device=spin_collectives(profile), tokens=M, model_config=cfg)
+    run = run_lint(sched, inv, device_profile=spin_collectives(device_profile), tokens=M,
+                   model_config=cfg)
     return run.step_period("sim")
 
 
-def _decoy_step_us(profile, schedule_text: str, M: int, overrides: tuple = ()) -> float:
+def _decoy_step_us(device_profile: DeviceProfile, schedule_text: str, M: int,
+                   overrides: tuple = ()) -> float:
     """``_step_us`` of the schedule's decoy (its fills land nothing)."""
-    return _step_us(without_hits(profile), schedule_text, M, overrides)
+    return _step_us(without_hits(device_profile), schedule_text, M, overrides)
 
 
-def with_step_gaps(profile, gaps: dict, scale=1.0, at: int | None = None):
-    """``profile`` whose ops in ``gaps`` (``step_gaps``'s shape) have those
+def with_step_gaps(device_profile: DeviceProfile, gaps: dict, scale=1.0, at: int | None = None):
+    """``device_profile`` whose ops in ``gaps`` (``step_gaps``'s shape) have those
     step gaps times ``scale`` (a number, or ``{(kind, op): factor}`` with 1
     for an op it lacks; only M ``at`` when given)."""
-    ops = dict(profile.op_times(MODEL))
+    ops = dict(device_profile.op_times(MODEL))
     for k, per in gaps.items():
         ms = sorted(m for m in per if at is None or m == at)
         f = scale.get(k, 1.0) if isinstance(scale, dict) else scale
         if ms:
             ops[k] = dataclasses.replace(ops[k], step_m=tuple(ms),
                                          step_gap_us=tuple(f * per[m]["gap_us"] for m in ms))
-    return dataclasses.replace(profile, ops={**profile.ops, MODEL: ops})
+    return dataclasses.replace(device_profile, ops={**device_profile.ops, MODEL: ops})
 
 
 class StepGaps(dict):
@@ -141,20 +146,20 @@ class StepGaps(dict):
         self.fits = fits or {}
 
 
-def step_gaps(step: dict, profile) -> StepGaps:
+def step_gaps(step: dict, device_profile: DeviceProfile) -> StepGaps:
     """``{(kind, op): {M: {"gap_us", "saved_us", "hit", "scale"[,
     "window"]}}}`` from a ``step_fill`` record
-    (``profile_step.step_fill_summary``, with ``ops_us``) and ``profile``
+    (``profile_step.step_fill_summary``, with ``ops_us``) and ``device_profile``
     (the profile being written, its op table without step gaps): per op of
     the table and M whose summed hit share reaches ``MIN_HIT_LAYERS``, each
     M's gaps times that M's ``scale``: the window's that fills the op
     (``window_scales``, where the record has lone windows) or the whole
     step's (``_total_scale``). Empty without per-op records."""
     per_m = {int(m): r for m, r in (step.get("per_m") or {}).items() if r.get("ops_us")}
-    table = profile.op_times(MODEL)
+    table = device_profile.op_times(MODEL)
     if not per_m or not table:
         return StepGaps()
-    hits, kinds = predicted_hits(profile, step["schedule"], sorted(per_m))
+    hits, kinds = predicted_hits(device_profile, step["schedule"], sorted(per_m))
     out: dict = {}
     for M in sorted(per_m):
         arm, dec = per_m[M]["ops_us"]["arm"], per_m[M]["ops_us"]["decoy"]
@@ -174,11 +179,11 @@ def step_gaps(step: dict, profile) -> StepGaps:
     for M in sorted(per_m):
         want = per_m[M].get("hits_us", {}).get(step.get("reference", ""))
         if per_m[M].get("lone_hits_us"):
-            fits[M] = fit = window_scales(step, profile, out, M)
+            fits[M] = fit = window_scales(step, device_profile, out, M)
             scales = {k: fit["scale"][w] for k, w in fit["window_of"].items()}
             windows = fit["window_of"]
         else:
-            scales, windows = _total_scale(step["schedule"], want, profile, out, M), {}
+            scales, windows = _total_scale(step["schedule"], want, device_profile, out, M), {}
         for k, per in out.items():
             if M in per:
                 f = scales.get(k, 1.0) if isinstance(scales, dict) else scales
@@ -190,7 +195,7 @@ def step_gaps(step: dict, profile) -> StepGaps:
     return StepGaps(sorted(out.items()), fits)
 
 
-def window_scales(step: dict, profile, gaps: dict, M: int) -> dict:
+def window_scales(step: dict, device_profile: DeviceProfile, gaps: dict, M: int) -> dict:
     """One scale per window's ops at ``M``: ``{"scale": {window: factor},
     "window_of": {(kind, op): window}, "rows": [(arm, probe hits us, lint
     hits us with the scales)]}``. Each op of ``gaps`` (unscaled,
@@ -208,7 +213,7 @@ def window_scales(step: dict, profile, gaps: dict, M: int) -> dict:
     best: dict = {}
     for w, ov in lone.items():
         share: dict = {}
-        hits, kinds = predicted_hits(profile, text, [M], ov)
+        hits, kinds = predicted_hits(device_profile, text, [M], ov)
         for node, h in hits[M].items():
             k = (kinds.get(node), node.split(":", 1)[-1])
             share[k] = share.get(k, 0.0) + h
@@ -222,18 +227,21 @@ def window_scales(step: dict, profile, gaps: dict, M: int) -> dict:
         scale = {w: 1.0 for w in lone}
     else:
         def hits(factors):
-            prof = with_step_gaps(profile, gaps, {k: factors[w] for k, w in window_of.items()}, M)
-            return [dec - _step_us(prof, text, M, ov) for dec, (_, ov, _) in zip(decoys, rows)]
-        decoys = [_decoy_step_us(profile, text, M, ov) for _, ov, _ in rows]
+            gapped_device_profile = with_step_gaps(
+                device_profile, gaps, {k: factors[w] for k, w in window_of.items()}, M)
+            return [dec - _step_us(gapped_device_profile, text, M, ov)
+                    for dec, (_, ov, _) in zip(decoys, rows)]
+        decoys = [_decoy_step_us(device_profile, text, M, ov) for _, ov, _ in rows]
         base = hits({w: 0.0 for w in names})
         cols = [[a - b for a, b in zip(hits({v: float(v == w) for v in names}), base)]
                 for w in names]
         x = bounded_least_squares(cols, [want - b for (_, _, want), b in zip(rows, base)],
                                   *WINDOW_SCALE_RANGE)
         scale = {w: 1.0 for w in lone} | dict(zip(names, x))
-    final = with_step_gaps(profile, gaps, {k: scale[w] for k, w in window_of.items()}, M)
+    fitted_device_profile = with_step_gaps(
+        device_profile, gaps, {k: scale[w] for k, w in window_of.items()}, M)
     return {"scale": scale, "window_of": window_of,
-            "rows": [(w or "schedule", want, step_hits_us(final, text, M, ov))
+            "rows": [(w or "schedule", want, step_hits_us(fitted_device_profile, text, M, ov))
                      for w, ov, want in rows]}
 
 
@@ -284,7 +292,8 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return x
 
 
-def _total_scale(text: str, want: float | None, profile, gaps: dict, M: int) -> float:
+def _total_scale(text: str, want: float | None, device_profile: DeviceProfile, gaps: dict,
+                 M: int) -> float:
     """The factor on M's step gaps with which the lint's hits of the probe's
     schedule ``text`` equal the probe's own, ``want`` (the reference
     kernel's step medians, ``hits_us``, us): the per-op times come from the timed graph, whose event
@@ -295,8 +304,8 @@ def _total_scale(text: str, want: float | None, profile, gaps: dict, M: int) -> 
     ``TOTAL_SCALE_RANGE``."""
     if want is None or want < MIN_REFERENCE_HITS_US:
         return 1.0
-    other = step_hits_us(with_step_gaps(profile, gaps, 0.0, M), text, M)
-    full = step_hits_us(with_step_gaps(profile, gaps, 1.0, M), text, M)
+    other = step_hits_us(with_step_gaps(device_profile, gaps, 0.0, M), text, M)
+    full = step_hits_us(with_step_gaps(device_profile, gaps, 1.0, M), text, M)
     if full - other <= 1e-6:
         return 1.0
     lo, hi = TOTAL_SCALE_RANGE

@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from l2sched.device import GpuIdentity, identity_mismatches, load_device_text
+from l2sched.device import DeviceProfile, GpuIdentity, identity_mismatches, load_device_text
 from l2sched.device.provenance import (FieldOrigin, conservative_value, field_origins,
                                        generic_key)
 
@@ -56,8 +56,8 @@ def toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def same_gpu(base, provenance: dict) -> bool:
-    """True when ``base`` (a ``DeviceProfile``) describes the GPU this run
+def same_gpu(device_profile: DeviceProfile, provenance: dict) -> bool:
+    """True when ``device_profile`` (a ``DeviceProfile``: the base) describes the GPU this run
     measured (``provenance``: its ``gpu`` name, ``l2_bytes``, ``sms`` and
     ``compute_capability``); False when any differs or the run's GPU is
     not known."""
@@ -66,25 +66,29 @@ def same_gpu(base, provenance: dict) -> bool:
     gpu = GpuIdentity(str(provenance["gpu"]), int(provenance["l2_bytes"]),
                       int(provenance.get("sms") or 0),
                       tuple(provenance.get("compute_capability") or (0, 0)))
-    return not identity_mismatches(base, gpu)
+    return not identity_mismatches(device_profile, gpu)
 
 
-def _base_origin(base, key: str, base_key: str | None = None) -> FieldOrigin:
-    """The origin of a number kept from ``base``: what it was there."""
-    there = field_origins(base).get(base_key or key)
-    return FieldOrigin(key, "base", base=base.name,
+def _base_origin(device_profile: DeviceProfile, key: str,
+                 base_key: str | None = None) -> FieldOrigin:
+    """The origin of a number kept from ``device_profile`` (the base): what
+    it was there."""
+    there = field_origins(device_profile).get(base_key or key)
+    return FieldOrigin(key, "base", base=device_profile.name,
                        base_kind=there.kind if there is not None else "")
 
 
-def apply_base_policy(derived: dict, base, provenance: dict) -> dict:
+def apply_base_policy(derived: dict, device_profile: DeviceProfile,
+                      provenance: dict) -> dict:
     """Set the numbers ``derived`` (``write.derive``'s result) keeps from
-    ``base`` to the base's (same GPU) or their conservative values (another
-    GPU), and the fill kernels' ``allreduce_slowdown`` likewise; records
+    ``device_profile`` (the base profile) to the base's (same GPU) or their
+    conservative values (another GPU), and the fill kernels'
+    ``allreduce_slowdown`` likewise; records
     each one's origin in ``derived["origins"]`` (key -> ``FieldOrigin``)
     and the all-reduce tables to write in ``derived["allreduce"]``. Returns
     ``derived``."""
     origins: dict[str, FieldOrigin] = derived.setdefault("origins", {})
-    same = same_gpu(base, provenance)
+    same = same_gpu(device_profile, provenance)
     sections = derived["sections"]
     for key in derived["kept"]:
         section, _, name = key.partition(".")
@@ -93,37 +97,37 @@ def apply_base_policy(derived: dict, base, provenance: dict) -> dict:
         value = sections[section].get(name)
         got = None if same or value is None else conservative_value(key, value)
         if got is None:
-            origins[key] = _base_origin(base, key)
+            origins[key] = _base_origin(device_profile, key)
         else:
             sections[section][name] = got[0]
-            origins[key] = FieldOrigin(key, "conservative", base=base.name,
-                                       source=f"{got[1]} (base {base.name} describes "
+            origins[key] = FieldOrigin(key, "conservative", base=device_profile.name,
+                                       source=f"{got[1]} (base {device_profile.name} describes "
                                               "another GPU)")
     tables = {}
-    for deg, m in sorted(base.allreduce.items()):
+    for deg, m in sorted(device_profile.allreduce.items()):
         key = f"allreduce.tp{deg}"
         if same:
             tables[deg] = (m.latency_us, m.busbw_gbps, m.measured, m.source)
-            origins[key] = _base_origin(base, key)
+            origins[key] = _base_origin(device_profile, key)
             continue
         lat = conservative_value("allreduce.latency_us", m.latency_us)
         bw = conservative_value("allreduce.busbw_gbps", m.busbw_gbps)
         tables[deg] = (lat[0], bw[0], "", "")
-        origins[key] = FieldOrigin(key, "conservative", base=base.name,
+        origins[key] = FieldOrigin(key, "conservative", base=device_profile.name,
                                    source=f"latency: {lat[1]}; bus bandwidth: {bw[1]} (base "
-                                          f"{base.name} describes another GPU)")
+                                          f"{device_profile.name} describes another GPU)")
     derived["allreduce"] = tables
     for mode, tab in derived["fill"].items():
         key = f"fill.{mode}.allreduce_slowdown"
-        old = base.fill_modes.get(mode)
+        old = device_profile.fill_modes.get(mode)
         if same and old is not None and old.allreduce_slowdown:
             tab["allreduce_slowdown"] = old.allreduce_slowdown
-            origins[key] = _base_origin(base, key)
+            origins[key] = _base_origin(device_profile, key)
             continue
         value, why = conservative_value(key, old.allreduce_slowdown if old else 0.0)
         tab["allreduce_slowdown"] = value
         origins[key] = FieldOrigin(key, "conservative", source=why + (
-            "" if same else f" (base {base.name} describes another GPU)"))
+            "" if same else f" (base {device_profile.name} describes another GPU)"))
     return derived
 
 
@@ -132,11 +136,11 @@ def origin_table(text: str, shown: str, derived: dict) -> list[str]:
     ``provenance.profile_fields``): ``derived["origins"]`` where the writer
     decided one, else measured by the run (the ``[measured]`` probe, or
     ``PROBE_OF``, with the run's date and any p10/p90)."""
-    prof = load_device_text(text, shown)
-    date = str(prof.provenance.get("date", ""))
+    device_profile = load_device_text(text, shown)
+    date = str(device_profile.provenance.get("date", ""))
     chosen = derived.get("origins", {})
     out = ["", _ORIGIN_HEAD, "[origin]"]
-    for key, o in field_origins(prof).items():
+    for key, o in field_origins(device_profile).items():
         if key in chosen:
             o = chosen[key]
         elif o.kind == "measured" and (o.probe.startswith("l2sched profile (no")

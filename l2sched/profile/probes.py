@@ -68,7 +68,7 @@ from l2sched.profile.step_fill import probe_step_fill
 from l2sched.bench.timing import (TimingBench, after_fill, dependent_read, gemm_consumer,
                                  row_table, stats)
 from l2sched.bench.tree import build_tree
-from l2sched.device import load_device
+from l2sched.device import DeviceProfile, load_device
 from l2sched.model.config import default_config
 from l2sched.model.inventory import analytical_inventory
 from l2sched.profile.interference import bench_interference, gemm_chain_record
@@ -394,19 +394,19 @@ class ProbeContext:
     otherwise); ``results`` is the state's probe results (kept by
     reference)."""
 
-    def __init__(self, torch, args, base_profile, results: dict):
+    def __init__(self, torch, args, device_profile: DeviceProfile, results: dict):
         self.torch = torch
         self.quick = args.quick
         self.bench = TimingBench(torch, 15 if args.quick else args.reps)
         self.tokens = tuple(args.tokens)
         inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
         self.model = build_tree(inv, device="cuda", expert_pools=1, seed=0)
-        self.runner = StepRunner(self.model, base_profile, tokens=self.tokens[0])
+        self.runner = StepRunner(self.model, device_profile, tokens=self.tokens[0])
         self.runner.calibrate_sleep()
         self.fill_shapes = {
             mode: {"mode": mode, "grid": fm.grid, "threads": fm.threads,
                    "chunk": fm.chunk, "stages": fm.stages}
-            for mode, fm in sorted(base_profile.fill_modes.items())}
+            for mode, fm in sorted(device_profile.fill_modes.items())}
         if "copy" not in self.fill_shapes:
             self.fill_shapes["copy"] = {"mode": "copy", "grid": 66, "chunk": 32768,
                                         "stages": 4}
@@ -414,8 +414,8 @@ class ProbeContext:
         self.fill_shapes = dict(sorted(self.fill_shapes.items(),
                                        key=lambda kv: kv[0] != "copy"))
         self.results = results
-        self.capacity_bytes = base_profile.capacity_bytes
-        self.device_name = base_profile.name
+        self.capacity_bytes = device_profile.capacity_bytes
+        self.device_name = device_profile.name
         self.tp = args.tp
         self.progress = None
 
@@ -428,7 +428,7 @@ def run_profile(args, state: dict) -> dict:
     into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
     import torch
 
-    base = load_device(args.base)
+    device_profile = load_device(args.base)
     results = state.get("results", {})
     props = torch.cuda.get_device_properties(0)
     prov = {"gpu": props.name, "compute_capability": [props.major, props.minor],
@@ -440,10 +440,10 @@ def run_profile(args, state: dict) -> dict:
             "command": "l2sched profile " + " ".join(sys.argv[2:] if
                                                      sys.argv[1:2] == ["profile"]
                                                      else sys.argv[1:]),
-            "quick": bool(args.quick), "tp": args.tp, "base_profile": base.name,
+            "quick": bool(args.quick), "tp": args.tp, "base_profile": device_profile.name,
             "set_aside_max_bytes": _set_aside_max(props),
             "smem_per_block_optin_bytes": _smem_optin(props)}
-    ctx = ProbeContext(torch, args, base, results)
+    ctx = ProbeContext(torch, args, device_profile, results)
     todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))

@@ -184,10 +184,10 @@ def write_allreduce_slowdown(name_or_path: str | os.PathLike, slowdowns: dict,
         text = "".join(lines)
         written[mode] = value
     try:
-        prof = parse_device(toml.loads(text), str(path), text)
+        device_profile = parse_device(toml.loads(text), str(path), text)
     except toml.TOMLDecodeError as e:  # pragma: no cover - we wrote valid TOML
         raise L2sInputError(f"{path}: the updated profile is not valid TOML: {e}") from None
-    bad = [m for m, v in written.items() if prof.fill_modes[m].allreduce_slowdown != v]
+    bad = [m for m, v in written.items() if device_profile.fill_modes[m].allreduce_slowdown != v]
     if bad:  # pragma: no cover - the key landed outside its table
         raise L2sInputError(f"{path}: allreduce_slowdown of {', '.join(bad)} did not read "
                             f"back")

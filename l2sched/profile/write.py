@@ -20,7 +20,7 @@ from l2sched.profile.ops import ops_markdown
 from l2sched.profile.gaps import step_gap_markdown
 from l2sched.bench.step import MODEL
 from l2sched.profile.step_fill import apply_step_fill, step_fill_markdown
-from l2sched.device import slowdown_for_extra
+from l2sched.device import DeviceProfile, slowdown_for_extra
 from l2sched.model.adapters import get_adapter
 from l2sched.profile.origins import apply_base_policy, origin_table, toml_value
 
@@ -37,15 +37,14 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
     return fit.intercept, fit.slope
 
 
-def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> dict:
-    """The profile's values from probe results ``res`` (``run_profile``'s
-    ``results``), its ``provenance`` (GPU facts: ``l2_bytes``,
-    ``set_aside_max_bytes``) and the ``base`` DeviceProfile (numbers no
-    probe measures); ``inventory``: the analytical inventory the op probe
-    ran (weight bytes per op, for the GEMM rate fit). A dict of sections ->
-    {key: value}, ``fill`` (mode -> table), ``ops``, ``measured``
-    (``section.key`` -> {probe, median, p10, p90}), ``kept`` and
-    ``origins`` (``origins.apply_base_policy``)."""
+def derive(res: dict, device_profile: DeviceProfile, inventory=None,
+           provenance: dict | None = None) -> dict:
+    """The profile's values from probe results ``res`` (``run_profile``'s ``results``),
+    its ``provenance`` (GPU facts: ``l2_bytes``, ``set_aside_max_bytes``) and
+    ``device_profile``, the base profile (``--base``: numbers no probe measures);
+    ``inventory``: the analytical inventory the op probe ran (weight bytes per op, for the
+    GEMM rate fit). A dict of sections -> {key: value}, ``fill`` (mode -> table), ``ops``,
+    ``measured`` (``section.key`` -> {probe, median, p10, p90}), ``kept`` and ``origins``."""
     measured: dict[str, dict] = {}
     kept: list[str] = []
     l2 = res.get("l2", {})
@@ -57,7 +56,7 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
     prov = provenance or {}
 
     sec: dict[str, dict[str, Any]] = {"l2": {}, "bandwidth": {}, "latency": {}}
-    sec["l2"]["bytes"] = int(prov.get("l2_bytes") or base.l2_bytes)
+    sec["l2"]["bytes"] = int(prov.get("l2_bytes") or device_profile.l2_bytes)
     if l2:
         sec["l2"]["effective_bytes"] = int(l2["effective_bytes"])
         measured["l2.effective_bytes"] = {"probe": "l2", "median": l2["effective_bytes"]}
@@ -67,14 +66,14 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
         measured["bandwidth.dram_read_gbps"] = {"probe": "l2 (256 MB cold read)",
                                                 "median": bw, "p10": lo, "p90": hi}
     else:
-        sec["bandwidth"]["dram_read_gbps"] = base.dram_read_gbps
+        sec["bandwidth"]["dram_read_gbps"] = device_profile.dram_read_gbps
         kept.append("bandwidth.dram_read_gbps")
     aside = prov.get("set_aside_max_bytes")
-    sec["l2"]["set_aside_max_bytes"] = int(aside) if aside else base.set_aside_max_bytes
+    sec["l2"]["set_aside_max_bytes"] = int(aside) if aside else device_profile.set_aside_max_bytes
     if not aside:
         kept.append("l2.set_aside_max_bytes")
-    _survival(surv, base, sec, measured, kept)
-    _set_aside(res.get("set_aside", {}), base, sec, measured, kept)
+    _survival(surv, device_profile, sec, measured, kept)
+    _set_aside(res.get("set_aside", {}), device_profile, sec, measured, kept)
     # GEMM rates for ops the table does not cover: a line through (bytes, us)
     gemm = _gemm_points(ops, inventory)
     if len(gemm["cold"]) >= 2:
@@ -82,26 +81,26 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
         ah, bh = _fit_line(gemm["hot"])
         sec["bandwidth"]["gemm_fixed_us"] = round(max(0.0, a), 2)
         sec["bandwidth"]["gemm_dram_gbps"] = round(1 / (b * 1e3), 1) if b > 0 \
-            else base.gemm_dram_gbps
+            else device_profile.gemm_dram_gbps
         sec["bandwidth"]["gemm_l2_gbps"] = round(1 / (bh * 1e3), 1) if bh > 0 \
-            else base.gemm_l2_gbps
+            else device_profile.gemm_l2_gbps
         for k in ("gemm_fixed_us", "gemm_dram_gbps", "gemm_l2_gbps"):
             measured[f"bandwidth.{k}"] = {"probe": "ops (line fit over the GEMMs at "
                                           "the smallest M)"}
     else:
         for k in ("gemm_fixed_us", "gemm_dram_gbps", "gemm_l2_gbps"):
-            sec["bandwidth"][k] = getattr(base, k)
+            sec["bandwidth"][k] = getattr(device_profile, k)
             kept.append(f"bandwidth.{k}")
     launch = max(0.0, graph["fork_join_us"]) if graph else None
-    modes = _fill_modes(fill, inter, base, measured, launch)
+    modes = _fill_modes(fill, inter, device_profile, measured, launch)
     apply_step_fill(modes, res.get("step_fill", {}), measured)
     if graph:
         measured["fill.launch_us"] = {"probe": "graph (fork + empty fill + join in a "
                                       "200-kernel chain)", "median": launch}
     bulk = modes.get("bulk") or {}
-    sec["bandwidth"]["fill_gbps"] = bulk.get("gbps", base.fill_gbps)
-    sec["bandwidth"]["fill_launch_us"] = bulk.get("launch_us", base.fill_launch_us)
-    sec["l2"]["fill_effect"] = bulk.get("effect", base.fill_effect)
+    sec["bandwidth"]["fill_gbps"] = bulk.get("gbps", device_profile.fill_gbps)
+    sec["bandwidth"]["fill_launch_us"] = bulk.get("launch_us", device_profile.fill_launch_us)
+    sec["l2"]["fill_effect"] = bulk.get("effect", device_profile.fill_effect)
     if graph:
         sec["latency"]["kernel_gap_us"] = round(graph["kernel_gap_us"], 3)
         measured["latency.kernel_gap_us"] = {
@@ -110,33 +109,36 @@ def derive(res: dict, base, inventory=None, provenance: dict | None = None) -> d
             "p10": graph["chain_200_us"]["p10"] / 200,
             "p90": graph["chain_200_us"]["p90"] / 200}
     else:
-        sec["latency"]["kernel_gap_us"] = base.kernel_gap_us
+        sec["latency"]["kernel_gap_us"] = device_profile.kernel_gap_us
         kept.append("latency.kernel_gap_us")
-    _kept_latency(base, sec, kept, measured)
-    apply_fill_fork(res.get("fill_fork"), base, sec, measured, kept)
+    _kept_latency(device_profile, sec, kept, measured)
+    apply_fill_fork(res.get("fill_fork"), device_profile, sec, measured, kept)
     kept.append("allreduce")
     return apply_base_policy({"sections": sec, "fill": modes, "fill_default": default_fill_mode(
-        modes, base), "ops": _op_table(ops), "measured": measured, "kept": kept}, base, prov)
+        modes, device_profile), "ops": _op_table(ops), "measured": measured, "kept": kept},
+        device_profile, prov)
 
 
-def _kept_latency(base, sec: dict, kept: list, measured: dict) -> None:
+def _kept_latency(device_profile: DeviceProfile, sec: dict, kept: list, measured: dict) -> None:
     """Latency terms no probe measures, copied from the base profile: the
     stand-in kernel times and, where the base has one, the fill-slowdown
     scale fitted on a decode-step run (``bench calibrate``), with the base's
     ``[measured]`` record of where that fit came from."""
     for k in ("small_kernel_us", "attention_core_us"):
-        sec["latency"][k] = getattr(base, k)
+        sec["latency"][k] = getattr(device_profile, k)
         kept.append(f"latency.{k}")
     # a fitted scale can be 1 (the default) too: its [measured] record says it was fitted
-    if base.fill_slowdown_scale != 1.0 or "latency.fill_slowdown_scale" in base.measured:
-        sec["latency"]["fill_slowdown_scale"] = base.fill_slowdown_scale
+    if device_profile.fill_slowdown_scale != 1.0 or \
+            "latency.fill_slowdown_scale" in device_profile.measured:
+        sec["latency"]["fill_slowdown_scale"] = device_profile.fill_slowdown_scale
         kept.append("latency.fill_slowdown_scale")
-        if "latency.fill_slowdown_scale" in base.measured:
+        if "latency.fill_slowdown_scale" in device_profile.measured:
             measured["latency.fill_slowdown_scale"] = dict(
-                base.measured["latency.fill_slowdown_scale"])
+                device_profile.measured["latency.fill_slowdown_scale"])
 
 
-def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None:
+def _set_aside(probe: dict, device_profile: DeviceProfile, sec: dict, measured: dict,
+               kept: list) -> None:
     """``l2.set_aside_stream_slowdown`` from the set_aside probe (the median
     over M of the expert stream's slowdown with the maximum set-aside; a
     negative median is written as 0, since the model has no speed-up term,
@@ -151,12 +153,13 @@ def _set_aside(probe: dict, base, sec: dict, measured: dict, kept: list) -> None
             "probe": "set_aside (routed-expert stream of one MoE layer per M, maximum "
                      "set-aside vs none, after a 48 MB evict_last fill)",
             "median": v, "p10": lo, "p90": hi}
-    elif base.set_aside_stream_slowdown:
-        sec["l2"]["set_aside_stream_slowdown"] = base.set_aside_stream_slowdown
+    elif device_profile.set_aside_stream_slowdown:
+        sec["l2"]["set_aside_stream_slowdown"] = device_profile.set_aside_stream_slowdown
         kept.append("l2.set_aside_stream_slowdown")
 
 
-def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
+def _survival(surv: dict, device_profile: DeviceProfile, sec: dict, measured: dict,
+              kept: list) -> None:
     """Residency terms from the survival probe: evict_last bytes that
     survive a stream larger than the L2, and the normal-policy survival."""
     pol = surv.get("policies", {})
@@ -174,13 +177,14 @@ def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
     f = kept_share(last) if last else None
     if f is not None:
         # the probe fills one weight: it shows protection up to its size
-        prot = int(f * w) if f < 0.95 else max(int(f * w), base.evict_last_protected_bytes)
+        prot = int(f * w) if f < 0.95 else max(int(f * w),
+                                               device_profile.evict_last_protected_bytes)
         sec["l2"]["evict_last_protected_bytes"] = prot
         measured["l2.evict_last_protected_bytes"] = {
             "probe": f"survival (evict_last: hot fraction after a {last[-1]['stream_mb']} MB "
                      f"stream / before it, x the {w / MB:.1f} MB fill)", "median": f}
     else:
-        sec["l2"]["evict_last_protected_bytes"] = base.evict_last_protected_bytes
+        sec["l2"]["evict_last_protected_bytes"] = device_profile.evict_last_protected_bytes
         kept.append("l2.evict_last_protected_bytes")
     f = kept_share(normal) if normal else None
     if f is not None:
@@ -189,7 +193,7 @@ def _survival(surv: dict, base, sec: dict, measured: dict, kept: list) -> None:
             "probe": f"survival (evict_normal: hot fraction after a {normal[-1]['stream_mb']} "
                      f"MB stream / before it)", "median": f}
     else:
-        sec["l2"]["evict_normal_survival"] = base.evict_normal_survival
+        sec["l2"]["evict_normal_survival"] = device_profile.evict_normal_survival
         kept.append("l2.evict_normal_survival")
 
 
@@ -221,7 +225,7 @@ def _gemm_points(ops: dict, inventory) -> dict:
     return out
 
 
-def _fill_modes(fill: dict, inter: dict, base, measured: dict,
+def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured: dict,
                 launch_us: float | None = None) -> dict:
     """``mode -> {grid, threads, chunk, stages, gbps, effect, launch_us,
     slowdown, gemm_slowdown (when measured), landed, source}`` from the
@@ -244,12 +248,12 @@ def _fill_modes(fill: dict, inter: dict, base, measured: dict,
         exit_us = big["launch_to_exit_us"]["median"]
         gbps = big["mb"] * MB / exit_us / 1e3
         if mode == "bulk":  # exits when its requests are issued, not landed
-            old = base.fill_modes.get("bulk")
+            old = device_profile.fill_modes.get("bulk")
             gbps = min(gbps, old.gbps if old else gbps)
         effs = [f for _, f in landed]
         launch = launch_us if launch_us is not None else (
-            base.fill_modes[mode].launch_us if mode in base.fill_modes
-            else base.fill_launch_us)
+            device_profile.fill_modes[mode].launch_us if mode in device_profile.fill_modes
+            else device_profile.fill_launch_us)
         slow = probe_slowdowns(inter.get(mode, {}), gbps, launch)
         entry = {"grid": shape.get("grid"), "threads": shape.get("threads", 32),
                  "chunk": shape.get("chunk"), "stages": shape.get("stages", 1),
@@ -304,13 +308,13 @@ def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
     return out
 
 
-def default_fill_mode(modes: dict, base) -> str:
+def default_fill_mode(modes: dict, device_profile: DeviceProfile) -> str:
     """The profile's rule for its default fill kernel: of ``modes`` (kernel
     -> ``{"effect", "slowdown", ...}``), the one with the highest effect
-    less its slowdown; ``base.fill_default`` (a ``DeviceProfile``'s) without
+    less its slowdown; ``device_profile.fill_default`` (the base's) without
     measurements."""
     if not modes:
-        return base.fill_default
+        return device_profile.fill_default
     return max(sorted(modes), key=lambda m: modes[m]["effect"] - modes[m]["slowdown"])
 
 
@@ -325,17 +329,18 @@ def _op_table(ops: dict) -> dict:
 
 
 def profile_toml(name: str, description: str, provenance: dict, derived: dict,
-                 base) -> str:
+                 device_profile: DeviceProfile) -> str:
     """The TOML text of the measured profile ``name``."""
     prov = dict(provenance)
     prov["kept_from_base"] = derived["kept"]
-    cc = prov.get("compute_capability") or list(base.compute_capability or [])
+    cc = prov.get("compute_capability") or list(device_profile.compute_capability or [])
     lines = [f"# Device profile measured by `{prov.get('command', 'l2sched profile')}`",
              f"# on {prov.get('gpu', '?')} ({prov.get('date', '?')}). Units: bytes (B), "
              "GB/s = 10^9 B/s, microseconds (us).",
              "# Every measured number has its probe (and median/p10/p90) in [measured];",
              f"# provenance.kept_from_base lists the numbers kept from profile "
-             f"{base.name} (not measured by the probes); [origin] says where each came from.",
+             f"{device_profile.name} (not measured by the probes); [origin] says where each "
+             "came from.",
              *(["# A --quick profile: not for fitting (no step_fill probe; `l2sched fit` "
                 "writes no windows from it)."] if prov.get("quick") else []), "",
              f"name = {toml_value(name)}", f"description = {toml_value(description)}",
@@ -357,8 +362,9 @@ def profile_toml(name: str, description: str, provenance: dict, derived: dict,
     for mode, tab in derived["fill"].items():
         lines += [f"[fill.{mode}]"] + [f"{k} = {toml_value(v)}" for k, v in tab.items()]
     lines += ["", "[allreduce]", 'model = "latency_plus_bandwidth"']
-    tables = derived.get("allreduce") or {d: (m.latency_us, m.busbw_gbps, m.measured,
-                                              m.source) for d, m in base.allreduce.items()}
+    tables = derived.get("allreduce") or {
+        d: (m.latency_us, m.busbw_gbps, m.measured, m.source)
+        for d, m in device_profile.allreduce.items()}
     for deg, (lat, bw, when, src) in sorted(tables.items()):
         lines += [f"[allreduce.tp{deg}]", f"latency_us = {lat!r}", f"busbw_gbps = {bw!r}"]
         if when:

@@ -19,12 +19,13 @@ from l2sched.compiler.plan import Plan
 from l2sched.runtime.base import RuntimeBase
 from l2sched.runtime.cuda import CudaRuntime
 from l2sched.runtime.dry_run import DryRunRuntime
+from l2sched.device import DeviceProfile
 
 #: Runtime backends ``make_runtime`` knows.
 BACKENDS = ("cuda", "dry-run", "auto")
 
 
-def make_runtime(plan: Plan, backend: str = "auto", *, device_profile=None,
+def make_runtime(plan: Plan, backend: str = "auto", *, device_profile: DeviceProfile | None=None,
                  **kw) -> RuntimeBase:
     """A runtime for ``plan``: ``backend`` is ``cuda``, ``dry-run`` or ``auto``
     (``cuda`` when torch sees a CUDA device, else ``dry-run``).

@@ -324,7 +324,7 @@ def _cached(entry: CacheEntry, quiet: bool = False) -> AutoChoice | None:
                       entry.key, True, reason="" if got.prefetch else "no prefetch")
 
 
-def _fit(model_config, tp, device_profile, device_name, tokens, entry: CacheEntry,
+def _fit(model_config, tp, device_profile: DeviceProfile, device_name, tokens, entry: CacheEntry,
          t0: float) -> AutoChoice:
     """Run the fit, write the entry (when the directory takes it), return
     the answer."""

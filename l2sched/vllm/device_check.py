@@ -38,7 +38,7 @@ def gpu_identity(device_index: int) -> GpuIdentity:
                        int(p.multi_processor_count), (int(p.major), int(p.minor)))
 
 
-def device_profile(backend: str, wanted: str) -> DeviceProfile:
+def checked_device_profile(backend: str, wanted: str) -> DeviceProfile:
     """The device profile to lint with: ``wanted`` (the plugin's ``device``
     setting, else the schedule's ``device``: a shipped name or a ``.toml``
     path), after checking that it describes this rank's GPU
@@ -50,24 +50,24 @@ def device_profile(backend: str, wanted: str) -> DeviceProfile:
     below 9.0), ``device mismatch`` (the GPU is not the profile's; the
     detail names what differs and any shipped profile that matches)."""
     try:
-        profile = load_device(wanted)
+        device_profile = load_device(wanted)
     except L2sError as e:
         raise L2sPluginError("bad device profile", first_line(e)) from None
     if backend == "dry-run":
-        return profile
+        return device_profile
     import torch
 
     if not torch.cuda.is_available():
         raise L2sPluginError("unsupported hardware", "no CUDA device in this process "
                           "(use backend dry-run to check a schedule on CPU)")
-    dev = torch.cuda.current_device()
-    ok, why = K.device_supported(dev)
+    device_index = torch.cuda.current_device()
+    ok, why = K.device_supported(device_index)
     if not ok:
         raise L2sPluginError("unsupported hardware", why)
-    gpu = gpu_identity(dev)
-    differs = identity_mismatches(profile, gpu)
+    gpu = gpu_identity(device_index)
+    differs = identity_mismatches(device_profile, gpu)
     if not differs:
-        return profile
+        return device_profile
     match = matching_profiles(gpu)
     hint = (f"the shipped profile {match[0]} matches this GPU: use a schedule "
             f"written for it, or lint this one with \"device\": \"{match[0]}\""

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 from l2sched.errors import L2sPluginError
 from l2sched.lint import run_lint
 from l2sched.lint.noise import AA_NOISE_FLOOR_US
+from l2sched.device import DeviceProfile
 
 #: The code of the lint's predicted-net-loss finding.
 LOSS_CODE = "L2S110"
@@ -113,7 +114,7 @@ class GateRequest:
     schedule: Any
     plan: Any
     inventory: Any
-    device_profile: Any
+    device_profile: DeviceProfile
     model_config: Mapping | None
     tp: int
     tp_rank: int
@@ -131,6 +132,6 @@ def loss_gate(cfg, request: GateRequest, vllm_config, log, lint=None) -> str:
     r = request
     found = predicted_losses(
         lint or run_lint, capture_sizes(vllm_config, r.schedule.max_tokens), r.linted,
-        schedule=r.schedule, inventory=r.inventory, device=r.device_profile,
+        schedule=r.schedule, inventory=r.inventory, device_profile=r.device_profile,
         graph_mode="full", model_config=r.model_config, tp_rank=r.tp_rank, plan=r.plan)
     return gate(cfg.on_predicted_loss, found, f"TP rank {r.tp_rank}/{r.tp}", log)

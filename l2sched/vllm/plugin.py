@@ -44,7 +44,7 @@ from l2sched.units import format_size
 from l2sched.vllm import agreement as _agreement
 from l2sched.vllm.auto import auto_schedule
 from l2sched.vllm.config import ENV_SCHEDULE, PluginConfig, read_config
-from l2sched.vllm.device_check import device_profile, gpu_identity  # noqa: F401
+from l2sched.vllm.device_check import checked_device_profile, gpu_identity  # noqa: F401
 from l2sched.vllm.device_check import first_line as _first_line
 from l2sched.vllm.drift import refuse_drift
 from l2sched.vllm.layout import (
@@ -239,7 +239,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     model_config = text_config_dict(vllm_config)
     schedule = _schedule(cfg, vllm_config, model_config, layout)
     device = cfg.device or schedule.device
-    profile = device_profile(cfg.backend, device)
+    device_profile = checked_device_profile(cfg.backend, device)
     if schedule.model != ad.NAME:
         raise L2sPluginError(
             "schedule/model mismatch", f"{schedule.name} is for model "
@@ -262,14 +262,14 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     # the set-aside into the plan only)
     lint_plan = plan if lint_schedule is schedule else replace(
         plan, set_aside=lint_schedule.set_aside)
-    lint_note, linted = _lint(cfg, lint_schedule, inventory, model_config, profile,
+    lint_note, linted = _lint(cfg, lint_schedule, inventory, model_config, device_profile,
                               device, tp_rank, layout.rank_txt, plan=lint_plan)
-    lint_note += loss_gate(cfg, GateRequest(lint_schedule, lint_plan, inventory, profile,
+    lint_note += loss_gate(cfg, GateRequest(lint_schedule, lint_plan, inventory, device_profile,
                                             model_config, tp, tp_rank, linted),
                            vllm_config, log, lint=run_lint)
     if aside_note:
         lint_note = f"{lint_note} ({aside_note})"
-    runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, profile,
+    runtime = _runtime_for(cfg.backend, plan, owner, previous, layout.rank_txt, device_profile,
                            cfg.capture_launch)
     runtime.switch(cfg.fills == "on")  # outside a capture: the post-load step
     installed = install_plan(layers, inventory, plan, runtime, join_layer=own[-1])
@@ -278,7 +278,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     installed.lint = lint_note
     installed.summarize = functools.partial(  # again if hooks move: vllm/replaced.py
         summary_line, schedule, inventory=inventory, cfg=cfg, device=device,
-        lint_note=lint_note, unmeasured=unmeasured_note(profile, tp, plan, schedule, cfg))
+        lint_note=lint_note, unmeasured=unmeasured_note(device_profile, tp, plan, schedule, cfg))
     installed.summary = installed.summarize(plan)
     return installed
 
@@ -350,12 +350,12 @@ def _auto(cfg: PluginConfig, vllm_config, model_config, layout: Layout):
         import torch
         gpu = gpu_identity(torch.cuda.current_device())
         name = name or profile_for_gpu(gpu)
-    profile = None
+    device_profile = None
     if name is not None:
-        profile = device_profile(cfg.backend, name)  # checks it is this GPU's
+        device_profile = checked_device_profile(cfg.backend, name)  # checks it is this GPU's
         if name.endswith(".toml"):
             name = os.path.abspath(name)
-    choice = auto_schedule(model_config or {}, layout.tp, layout.ep, profile, name or "",
+    choice = auto_schedule(model_config or {}, layout.tp, layout.ep, device_profile, name or "",
                            tokens=capture_sizes(vllm_config, FitOptions.max_tokens),
                            gpu=gpu)
     if not choice.prefetch:
@@ -373,12 +373,13 @@ def _log_diagnostics(err, tp_rank: int) -> None:
 
 
 def _lint(cfg: PluginConfig, schedule, inventory, model_config,
-          profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str,
+          device_profile: DeviceProfile, device: str, tp_rank: int, rank_txt: str,
           plan=None) -> tuple[str, dict]:
-    """Lint with ``profile`` (named ``device`` in the log lines) through ``l2sched.lint.run_lint`` (FULL
-    graph mode, as vLLM runs decode). With ``cfg.lint == "error"`` (the
-    default) an error-severity finding raises ``L2sPluginError`` (not
-    installed; diagnostics logged once, TP rank 0); with ``"warn"`` the
+    """Lint with ``device_profile`` (named ``device`` in the log lines)
+    through ``l2sched.lint.run_lint`` (FULL graph mode, as vLLM runs
+    decode). With ``cfg.lint == "error"`` (the default) an error-severity
+    finding raises ``L2sPluginError`` (not installed; diagnostics logged
+    once, TP rank 0); with ``"warn"`` the
     errors are logged and the plan is installed anyway, with one WARNING
     line per rank saying so (the explicit override); ``"off"`` skips the
     lint. Warnings are logged once (TP rank 0). ``plan``: the rank's
@@ -389,7 +390,7 @@ def _lint(cfg: PluginConfig, schedule, inventory, model_config,
         return "lint off", {}
     try:
         # the rank's own plan, the one it installs (compiled once)
-        run = run_lint(schedule, inventory, device=profile, graph_mode="full",
+        run = run_lint(schedule, inventory, device_profile=device_profile, graph_mode="full",
                        model_config=model_config, tp_rank=tp_rank, plan=plan)
     except L2sError as e:
         _log_diagnostics(e, tp_rank)
@@ -439,7 +440,7 @@ def set_aside_for_lint(schedule, device_index: int, owner: str):
 
 
 def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
-                 rank_txt: str, device_profile, capture_launch: str | None = None):
+                 rank_txt: str, device_profile: DeviceProfile, capture_launch: str | None = None):
     """The runtime for a new ``plan``: at a reload, the previous one when it
     takes the plan (``adopt``: same backend, capture launch and table layout, so CUDA graphs
     captured before keep working and see the new rows); otherwise the
@@ -460,7 +461,7 @@ def _runtime_for(backend: str, plan, owner: str, previous: Installed | None,
     return _make_runtime(backend, plan, owner, device_profile, capture_launch)
 
 
-def _make_runtime(backend: str, plan, owner: str, device_profile,
+def _make_runtime(backend: str, plan, owner: str, device_profile: DeviceProfile,
                   capture_launch: str | None = None):
     """The runtime of ``backend`` for ``plan``, its gate fed by vLLM's
     forward context, its fill kernels from ``device_profile``, its

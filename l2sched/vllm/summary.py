@@ -12,12 +12,14 @@ from l2sched.device.provenance import unmeasured_terms
 from l2sched.runtime.capture_nodes import DEFAULT_CAPTURE_LAUNCH
 from l2sched.units import format_size
 from l2sched.vllm.config import PluginConfig
+from l2sched.device import DeviceProfile
 
 #: At most this many unmeasured terms are named in the summary line.
 UNMEASURED_SHOWN = 3
 
 
-def unmeasured_note(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
+def unmeasured_note(device_profile: DeviceProfile, tp: int, plan, schedule,
+                    cfg: PluginConfig) -> str:
     """The summary's note on the device-profile terms the lint and the loss
     gate rest on that were not measured on the box the profile describes
     (``device.provenance.unmeasured_terms`` at TP ``tp`` for the fill
@@ -27,8 +29,8 @@ def unmeasured_note(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
     most ``UNMEASURED_SHOWN`` named."""
     if cfg.lint == "off" or not plan.issues:
         return ""
-    modes = {wi.kernel or schedule.kernel or profile.fill_default for wi in plan.issues}
-    terms = unmeasured_terms(profile, tp, modes,
+    modes = {wi.kernel or schedule.kernel or device_profile.fill_default for wi in plan.issues}
+    terms = unmeasured_terms(device_profile, tp, modes,
                              capture_launch=cfg.capture_launch or DEFAULT_CAPTURE_LAUNCH)
     if not terms:
         return ""

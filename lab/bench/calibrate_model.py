@@ -85,7 +85,7 @@ def gain_rows(d: dict, prof, setup: tuple | None = None) -> list[dict]:
     no_hits = without_hits(prof) if decoys else prof  # their fills read a scratch buffer
     rows = []
     for r in measured_gain_rows(d, scheds):
-        lr = run_lint(scheds[r["arm"]], inv, device=no_hits if r["arm"] in decoys else prof,
+        lr = run_lint(scheds[r["arm"]], inv, device_profile=no_hits if r["arm"] in decoys else prof,
                       tokens=r["M"], model_config=cfg)
         rows.append({**r, "pred_gain_us": lr.step_period("base") - lr.step_period("sim")})
     return rows

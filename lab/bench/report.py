@@ -51,7 +51,7 @@ from l2sched.model.inventory import analytical_inventory
 def _lint_row(run_lint, sched, inv, prof, M, cfg, meas, noise, ops, step_us):
     """One lint run of an arm: errors, predicted gain/step, verdict, finish
     errors against ``ops`` and the step-level error vs ``step_us``."""
-    lr = run_lint(sched, inv, device=prof, tokens=int(M), measured=meas, model_config=cfg)
+    lr = run_lint(sched, inv, device_profile=prof, tokens=int(M), measured=meas, model_config=cfg)
     e = sorted({f.code for f in lr.findings if f.severity == "error"})
     pred = lr.step_period("base") - lr.step_period("sim")
     verdict, why = lint_verdict(e, pred, noise)

@@ -194,7 +194,7 @@ def _lint_gains(d: dict) -> dict:
     sched = load_schedule(shipped_path(d["schedule"]), d["overrides"])
     out = {}
     for M in d["tokens"]:
-        lr = run_lint(sched, inv, device=prof, tokens=int(M), model_config=cfg)
+        lr = run_lint(sched, inv, device_profile=prof, tokens=int(M), model_config=cfg)
         out[str(M)] = lr.step_period("base") - lr.step_period("sim")
     return out
 

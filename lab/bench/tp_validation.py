@@ -119,7 +119,7 @@ def lint_predictor(d: dict, prof):
         name = spec["name"]
         if name not in scheds:
             scheds[name] = arm_schedule(spec)
-        lr = run_lint(scheds[name], inv, device=prof, tokens=int(M), model_config=cfg)
+        lr = run_lint(scheds[name], inv, device_profile=prof, tokens=int(M), model_config=cfg)
         errs = sorted({f.code for f in lr.findings if f.severity == "error"})
         return lr.step_period("base") - lr.step_period("sim"), errs
     return predict

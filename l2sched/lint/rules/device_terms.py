@@ -59,23 +59,23 @@ def _window_modes(run) -> dict[str, list]:
     """``fill kernel -> windows using it`` (the window's kernel, else the
     schedule's, else the profile's default)."""
     out: dict[str, list] = {}
-    sched, device = run.schedule, run.device
+    sched, device_profile = run.schedule, run.device_profile
     for w in sched.windows:
-        out.setdefault(w.kernel or sched.kernel or device.fill_default, []).append(w)
+        out.setdefault(w.kernel or sched.kernel or device_profile.fill_default, []).append(w)
     return out
 
 
 def check_kernel_shapes(run) -> list[Finding]:
     """L2S111: one finding per fill kernel the schedule uses whose profile
-    shape does not fit ``run.device.limits`` (none when the profile gives
+    shape does not fit ``run.device_profile.limits`` (none when the profile gives
     no limits or no numbers for the kernel, L2S109's case), at the first
     window using it."""
-    device, limits = run.device, run.device.limits
+    device_profile, limits = run.device_profile, run.device_profile.limits
     if limits is None:
         return []
     out = []
     for mode, windows in _window_modes(run).items():
-        fm = device.fill_modes.get(mode)
+        fm = device_profile.fill_modes.get(mode)
         if fm is None:
             continue
         spec = KernelSpec(mode, fm.grid, fm.threads, fm.chunk, fm.stages)
@@ -88,7 +88,7 @@ def check_kernel_shapes(run) -> list[Finding]:
         names = ", ".join(f"'{w.name}'" for w in windows)
         out.append(Finding(
             "L2S111", f"fill kernel {spec.shape_text()} of window(s) {names} needs more than "
-            f"the {room:,} B of shared memory per block of {device.name}; {then} (the "
+            f"the {room:,} B of shared memory per block of {device_profile.name}; {then} (the "
             f"profile's numbers are of the unfitted shape)", window_span(windows[0]),
             {"kernel": mode, "smem_bytes": spec.smem_bytes, "limit_bytes": room,
              "fitted": None if got is None else {"chunk": got.chunk, "stages": got.stages,
@@ -102,18 +102,18 @@ def check_unmeasured(run) -> list[Finding]:
     on that were not measured on the box (``unmeasured_terms`` at the
     schedule's TP degree, for the kernels its windows use); none for a
     schedule without windows or when every term was measured."""
-    sched, device = run.schedule, run.device
+    sched, device_profile = run.schedule, run.device_profile
     modes = set(_window_modes(run))
     if not modes:
         return []
-    terms = unmeasured_terms(device, sched.tp, modes)
+    terms = unmeasured_terms(device_profile, sched.tp, modes)
     if not terms:
         return []
     span = sched.spans.get("device") or window_span(sched.windows[0])
-    if not device.is_measured:
-        msg = (f"device profile {device.name} is an estimate: none of the {len(terms)} "
+    if not device_profile.is_measured:
+        msg = (f"device profile {device_profile.name} is an estimate: none of the {len(terms)} "
                f"terms this prediction rests on was measured on the box")
     else:
-        msg = (f"the prediction rests on {len(terms)} term(s) of {device.name} not measured "
-               f"on this box: {', '.join(terms)}")
+        msg = (f"the prediction rests on {len(terms)} term(s) of {device_profile.name} "
+               f"not measured on this box: {', '.join(terms)}")
     return [Finding("L2S112", msg, span, {"terms": terms, "tp": sched.tp})]

@@ -66,7 +66,7 @@ def check(run) -> list[Finding]:
     if span is None and sched.windows:
         span = sched.windows[0].spans.get("name") or sched.windows[0].span
     msg = (f"predicted decode step at M={m} is {loss:.1f} us slower with prefetch than "
-           f"without ({sim:.0f} us vs {base:.0f} us on {run.device.name}, "
+           f"without ({sim:.0f} us vs {base:.0f} us on {run.device_profile.name}, "
            f"{loss / base:+.1%}), beyond the {floor:g} us noise floor at M={m}")
     return [Finding("L2S110", msg, span,
                     {"tokens": m, "loss_us": round(loss, 3),

@@ -38,17 +38,17 @@ def check_fill_kernels(run) -> list[Finding]:
     """L2S109: the fill kernel of a window is missing from the device
     profile's ``fill_modes``; one finding per window, at the clause that
     chose the kernel (the window's ``kernel``, else the schedule's)."""
-    schedule, device = run.schedule, run.device
+    schedule, device_profile = run.schedule, run.device_profile
     out = []
     for w in schedule.windows:
-        mode = w.kernel or schedule.kernel or device.fill_default
-        if mode in device.fill_modes:
+        mode = w.kernel or schedule.kernel or device_profile.fill_default
+        if mode in device_profile.fill_modes:
             continue
         span = (w.spans.get("kernel") if w.kernel else schedule.spans.get("kernel")
                 ) or window_span(w)
         out.append(Finding("L2S109", f"window '{w.name}' fills with the '{mode}' "
-                           f"kernel, but device profile {device.name} has numbers for "
-                           f"{', '.join(sorted(device.fill_modes)) or 'no kernel'}",
+                           f"kernel, but device profile {device_profile.name} has numbers for "
+                           f"{', '.join(sorted(device_profile.fill_modes)) or 'no kernel'}",
                            span, {"window": w.name, "kernel": mode}))
     return out
 

@@ -37,17 +37,17 @@ def check(run) -> list[Finding]:
 
 def check_fill_size(run) -> list[Finding]:
     """L2S107: one fill of a window fetches more bytes than the device's L2
-    holds (``device.l2_bytes``): its own lines evict each other before any
+    holds (``device_profile.l2_bytes``): its own lines evict each other before any
     consumer runs, and the surplus is device-memory traffic for nothing
     (measured on the H200: the 120 MB window of schedules/bench/
     budget-over-l2.l2s made the step 1.2-5.2% slower,
     benchmarks/results/h200-2026-11-29b.md)."""
-    schedule, plan, kinds, device = (run.schedule, run.plan, run.inventory.kinds,
-                                     run.device)
+    schedule, plan, kinds, device_profile = (run.schedule, run.plan, run.inventory.kinds,
+                                     run.device_profile)
     worst: dict = {}
     layers: dict = defaultdict(set)
     for issue in plan.issues:
-        if issue.nbytes > device.l2_bytes:
+        if issue.nbytes > device_profile.l2_bytes:
             key = (issue.window, str(kinds[issue.layer]))
             worst[key] = max(worst.get(key, 0), issue.nbytes)
             layers[key].add(issue.layer)
@@ -58,25 +58,26 @@ def check_fill_size(run) -> list[Finding]:
         except KeyError:
             span = None
         out.append(Finding("L2S107", f"window '{wname}' fills {format_size(nbytes)} at once, "
-                           f"more than the {format_size(device.l2_bytes)} L2 of "
-                           f"{device.name}: its lines evict each other before use; it "
+                           f"more than the {format_size(device_profile.l2_bytes)} L2 of "
+                           f"{device_profile.name}: its lines evict each other before use; it "
                            f"{fires_in(kind, layers[(wname, kind)])}", span,
-                           {"window": wname, "bytes": nbytes, "l2_bytes": device.l2_bytes,
+                           {"window": wname, "bytes": nbytes, "l2_bytes": device_profile.l2_bytes,
                             "layers": sorted(layers[(wname, kind)])}))
     return out
 
 
 def check_set_aside(run) -> list[Finding]:
     """L2S108: the schedule reserves more persisting L2 than the device
-    allows (``device.set_aside_max_bytes``); the runtime clamps it to the
+    allows (``device_profile.set_aside_max_bytes``); the runtime clamps it to the
     maximum (``runtime.cuda.apply_set_aside``), so the schedule does not say what
     runs."""
-    schedule, device = run.schedule, run.device
+    schedule, device_profile = run.schedule, run.device_profile
     want = schedule.set_aside
-    if want <= 0 or want <= device.set_aside_max_bytes:
+    if want <= 0 or want <= device_profile.set_aside_max_bytes:
         return []
     return [Finding("L2S108", f"set_aside {format_size(want)} is above the "
-                    f"{format_size(device.set_aside_max_bytes)} maximum of {device.name}; "
+                    f"{format_size(device_profile.set_aside_max_bytes)} maximum of "
+                    f"{device_profile.name}; "
                     f"the runtime clamps it to the maximum (write 'set_aside max')",
                     schedule.spans.get("set_aside"),
-                    {"set_aside": want, "max": device.set_aside_max_bytes})]
+                    {"set_aside": want, "max": device_profile.set_aside_max_bytes})]

@@ -141,7 +141,7 @@ class _Found:
 
 def check(run) -> list[Finding]:
     """L2S005 and L2S101-L2S106 over ``run`` (a ``LintRun``: step graph
-    ``sg``, simulation ``sim``, ``schedule``, ``device``)."""
+    ``sg``, simulation ``sim``, ``schedule``, ``device_profile``)."""
     timing = run.sim.timing
     # per position, the active non-fill nodes (the only ones the rules
     # look at) with their attributes and timing, in graph order
@@ -209,12 +209,12 @@ def _fill_findings(run, f: str, by_pos: dict, found: _Found) -> None:
     if stop is None:
         return
     # L2S105: budget vs the idle window before the next protected op
-    device = run.device
-    idle = stop[0] - ft.start - device.fill_launch_us
-    rate = min(device.fill_gbps, device.dram_read_gbps) * 1e3
+    device_profile = run.device_profile
+    idle = stop[0] - ft.start - device_profile.fill_launch_us
+    rate = min(device_profile.fill_gbps, device_profile.dram_read_gbps) * 1e3
     other = _other_dram_bytes(by_pos.get(layer, []) + by_pos.get(layer + 1, []),
                               ft.start, stop[0])
-    fit = max(0.0, min(idle * rate, idle * device.dram_read_gbps * 1e3 - other))
+    fit = max(0.0, min(idle * rate, idle * device_profile.dram_read_gbps * 1e3 - other))
     if w.budget > fit and issue.nbytes > fit:
         found.add("L2S105", w.name, kind, stop[1], layer, fit,
                   {"idle_us": idle, "fit": fit})
@@ -228,13 +228,13 @@ def _measured_kinds(run) -> frozenset:
     got = getattr(run, "_measured_kinds", None)
     if got is not None:
         return got
-    device, model = run.device, run.sg.model
-    origins = field_origins(device)
+    device_profile, model = run.device_profile, run.sg.model
+    origins = field_origins(device_profile)
     out = set()
     for table_model in (model, LEGACY_OPS_MODEL):
         o = origins.get(f"ops.{table_model}")
         if o is not None and o.measured:
-            out |= {k for k, _op in device.ops.get(table_model, {})}
+            out |= {k for k, _op in device_profile.ops.get(table_model, {})}
     got = frozenset(out)
     try:
         run._measured_kinds = got
@@ -288,7 +288,7 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
     span = window_span(w)
     if code == "L2S005" and slot.extra and slot.extra.get("unmeasured"):
         msg = (f"window '{wname}' fires in dense-MLP layers whose idle time before {quoted} "
-               f"device profile {run.device.name} does not measure (no measured op times "
+               f"device profile {run.device_profile.name} does not measure (no measured op times "
                f"for layer kind {kind}: the idle window is a stand-in); {layers}")
         data["unmeasured"] = True
     elif code in _TIMING_MESSAGES:
@@ -313,7 +313,7 @@ def _finding(run, code: str, wname: str, op: str, slot: _Slot) -> Finding:
             if tspan:
                 break
         span = tspan or span
-        prot = run.device.protected_bytes(sched.set_aside, sched.policy)
+        prot = run.device_profile.protected_bytes(sched.set_aside, sched.policy)
         why = (f"{sched.policy} protects {format_size(prot)}"
                + (" without a set-aside" if sched.set_aside == 0 else ""))
         msg = (f"as little as {worst:.0%} of the bytes window '{wname}' filled for "
