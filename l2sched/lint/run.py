@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from l2sched import progress
 from l2sched.errors import Span
 from l2sched.lang.resolve import load_schedule
-from l2sched.compiler.compile import schedule_inventory
+from l2sched.compiler.compile import schedule_config, schedule_inventory
 from l2sched.lint import rules
 from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
@@ -41,6 +41,9 @@ class LintRun:
     findings: list = field(default_factory=list)
     suppressed: int = 0
     calibration: list = field(default_factory=list)
+    #: the HF text config the run used (``run_lint``'s ``model_config``,
+    #: else the schedule's: ``compiler.compile.schedule_config``)
+    model_config: dict | None = None
 
     @property
     def has_errors(self) -> bool:
@@ -80,7 +83,9 @@ def run_lint(schedule, inventory, *, device=None, tokens: int = 1,
     p = prepare(schedule, inventory, device, tokens=tokens, tp_rank=tp_rank, plan=plan,
                 model_config=model_config, measured=measured)
     run = LintRun(schedule, inventory, p.step_plan, device, p.sg, p.sim, p.base_sg, p.base,
-                  tokens, graph_mode)
+                  tokens, graph_mode,
+                  model_config=(model_config if model_config is not None
+                                else schedule_config(schedule)))
     progress.stage("checking the rules")
     found = rules.check_all(run)
     sources = dict(schedule.sources)
