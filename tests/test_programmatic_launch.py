@@ -12,6 +12,7 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+from extras import GPU_MISSING
 
 from l2sched.device import load_device
 from l2sched.lint import lint_path
@@ -213,7 +214,7 @@ def test_a_driver_error_turns_detection_off_with_one_line(caplog):
 def test_the_real_driver_without_a_capture_never_raises(caplog):
     """The real ``cuda.bindings`` (no GPU here, or a stream not capturing):
     the capture-info call fails, the watch logs once and turns off."""
-    pytest.importorskip("cuda.bindings.driver")
+    pytest.importorskip("cuda.bindings.driver", reason=GPU_MISSING)
     w = ProgrammaticWatch()
     with caplog.at_level(logging.WARNING, logger="l2sched.runtime"):
         w.at_hook(0, 0)

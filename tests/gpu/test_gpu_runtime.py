@@ -11,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from extras import TORCH_MISSING  # noqa: E402
+from extras import GPU_MISSING, TORCH_MISSING  # noqa: E402
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
@@ -747,7 +747,7 @@ def _add_one_launcher():
     ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` when ``pdl``."""
     import ctypes
 
-    drv = pytest.importorskip("cuda.bindings.driver")
+    drv = pytest.importorskip("cuda.bindings.driver", reason=GPU_MISSING)
     ok = drv.CUresult.CUDA_SUCCESS
     torch.zeros(1, device="cuda")  # the primary context is current
     err, mod = drv.cuModuleLoadData(_PDL_PTX + b"\0")
