@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from l2sched import progress
 from l2sched.errors import Span
 from l2sched.lang.resolve import load_schedule
-from l2sched.compiler.compile import schedule_inventory
+from l2sched.compiler.compile import schedule_config, schedule_inventory
 from l2sched.lint import rules
 from l2sched.lint.prepare import prepare
 from l2sched.lint.rules.base import SEVERITIES
@@ -42,6 +42,9 @@ class LintRun:
     findings: list = field(default_factory=list)
     suppressed: int = 0
     calibration: list = field(default_factory=list)
+    #: the HF text config the run used (``run_lint``'s ``model_config``,
+    #: else the schedule's: ``compiler.compile.schedule_config``)
+    model_config: dict | None = None
 
     @property
     def has_errors(self) -> bool:
@@ -89,7 +92,9 @@ def run_lint(schedule, inventory, *, device: str | None = None,
     p = prepare(schedule, inventory, device_profile, tokens=tokens, tp_rank=tp_rank,
                 plan=plan, model_config=model_config, measured=measured)
     run = LintRun(schedule, inventory, p.step_plan, device_profile, p.sg, p.sim, p.base_sg,
-                  p.base, tokens, graph_mode)
+                  p.base, tokens, graph_mode,
+                  model_config=(model_config if model_config is not None
+                                else schedule_config(schedule)))
     progress.stage("checking the rules")
     found = rules.check_all(run)
     sources = dict(schedule.sources)

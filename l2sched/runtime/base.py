@@ -44,12 +44,17 @@ def same_layout(a: Plan, b: Plan) -> bool:
 @dataclass
 class RuntimeStats:
     """Counters since creation: ``issued``/``joined`` calls that did work,
-    ``skipped`` per gate reason, ``bytes_issued`` (bytes, from bound rows)."""
+    ``skipped`` per gate reason, ``bytes_issued`` (bytes, from bound rows),
+    ``programmatic_late``: issues (of the plan) whose hook a FULL capture
+    showed followed by a kernel launched with programmatic stream
+    serialization, so their fill starts when that kernel starts
+    (``runtime.pdl_watch``; CUDA backend only)."""
 
     issued: int = 0
     joined: int = 0
     bytes_issued: int = 0
     skipped: dict = field(default_factory=dict)
+    programmatic_late: int = 0
 
 
 class RuntimeBase:

@@ -23,6 +23,7 @@ from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, DEFAULT_CAPTURE_LAUNCH,
                                            NODE_LAUNCHES, CaptureDeps, check_capture_launch)
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
+from l2sched.runtime.pdl_watch import ProgrammaticWatch
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
 from l2sched.runtime.streams import SYNCS, ForkJoin, side_stream
 from l2sched.runtime.switch import SwitchWord
@@ -116,6 +117,9 @@ class CudaRuntime(RuntimeBase):
         self._capture_deps: CaptureDeps | None = None
         self._node_launch: dict[tuple[int, int], object] = {}  # (issue, stream) -> launch
         self._warned_dirty = False
+        #: fills whose hook is followed by a programmatic launch, found in
+        #: FULL captures (``runtime.pdl_watch``; ``stats.programmatic_late``)
+        self.pdl_watch = ProgrammaticWatch()
         # gate_pair of the last StepInfo object seen (identity-cached), and
         # the decision when the capture state cannot change it (else None).
         self._gate_step: StepInfo | None = None
@@ -300,6 +304,12 @@ class CudaRuntime(RuntimeBase):
         if self._deferred and not self._launch_deferred():
             return False
         b, e = span
+        step = self._gate_step
+        if (self.pdl_watch.on and (step.warmup or step.capturing)
+                and self.fork_join.is_capturing()):
+            # only in vLLM's capture phase (or a caller's capture): eager
+            # forwards pay one attribute test
+            self.pdl_watch.at_hook(i, self.fork_join.current_handle())
         mode = self.capture_launch
         if mode != "fork" and self.fork_join.is_capturing():
             if not self._capture_issue(mode, i, b, e):
@@ -473,6 +483,9 @@ class CudaRuntime(RuntimeBase):
             return
         if self._deferred:
             self._launch_deferred()
+        if self.pdl_watch._pending:
+            self.pdl_watch.resolve()
+            self.stats.programmatic_late = len(self.pdl_watch.late)
         if self._pending:
             self.fork_join.join()
             self._pending = False

@@ -52,6 +52,8 @@ class Installed:
     vllm_config: Any = None
     summarize: Any = None
     lost: set = field(default_factory=set)
+    #: the programmatic-launch note last logged (``vllm.plugin.report_programmatic``)
+    programmatic_noted: str = ""
 
     def remove(self) -> None:
         """Remove every hook of this plan, leaving the runtime as it is (the

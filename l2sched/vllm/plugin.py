@@ -59,8 +59,8 @@ from l2sched.vllm.layout import (
 )
 from l2sched.vllm.loss_gate import GateRequest, capture_sizes, loss_gate
 from l2sched.vllm.sites import install_plan
-from l2sched.vllm.step_info import track_graph_capture, vllm_step_info
-from l2sched.vllm.summary import summary_line, unmeasured_note
+from l2sched.vllm.step_info import after_capture, track_graph_capture, vllm_step_info
+from l2sched.vllm.summary import programmatic_note, summary_line, unmeasured_note
 
 try:  # vLLM's logger convention, so the lines share vLLM's format and level.
     from vllm.logger import init_logger as _init_logger
@@ -469,6 +469,7 @@ def _make_runtime(backend: str, plan, owner: str, device_profile: DeviceProfile,
     by ``capture_launch`` (``None``: the runtime's default)."""
     try:
         track_graph_capture()
+        after_capture(report_programmatic)
     except Exception as e:  # pragma: no cover - vLLM internals moved
         log.warning("l2sched: cannot track vLLM graph capture (%s); warm-up "
                     "forwards are not recognised", e)
@@ -477,3 +478,28 @@ def _make_runtime(backend: str, plan, owner: str, device_profile: DeviceProfile,
         kw["capture_launch"] = capture_launch
     return make_runtime(plan, backend, device_profile=device_profile,
                         step_provider=vllm_step_info, **kw)
+
+
+def report_programmatic() -> None:
+    """After vLLM's CUDA-graph capture: for every live installation whose
+    runtime saw fills start late behind programmatic-launch kernels
+    (``summary.programmatic_note``, ``runtime.pdl_watch``), the summary line
+    again with that note at its end (INFO, once per new count). Never
+    raises."""
+    for inst in list(INSTALLED):
+        try:
+            note = programmatic_note(getattr(inst.runtime, "stats", None))
+            if not note or note == getattr(inst, "programmatic_noted", "") \
+                    or inst.summarize is None:
+                continue
+            inst.programmatic_noted = note
+            rank = "TP rank ?"
+            try:
+                rank = parallel_layout(inst.vllm_config).rank_txt
+            except Exception:
+                pass
+            inst.summary = inst.summarize(inst.firing_plan(), runtime_note=note)
+            log.info("l2sched: %s: after CUDA-graph capture: %s", rank, inst.summary)
+        except Exception as e:  # never raise into vLLM
+            log.debug("l2sched: programmatic-launch note failed: %s: %s",
+                      type(e).__name__, e)

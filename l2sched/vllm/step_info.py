@@ -18,6 +18,27 @@ _GRAPH_MODE = {"none": "eager", "full": "full", "piecewise": "piecewise"}
 
 _capture_lock = threading.Lock()
 _capture_depth = 0
+#: Called (no arguments) each time vLLM's ``graph_capture`` is left
+#: (``after_capture``).
+_after_capture: list = []
+
+
+def after_capture(callback) -> None:
+    """Call ``callback()`` each time vLLM's ``graph_capture`` is left (once
+    ``track_graph_capture`` wrapped it); registered once per callable. An
+    exception in it is logged at DEBUG, never raised into vLLM."""
+    if callback not in _after_capture:
+        _after_capture.append(callback)
+
+
+def _run_after_capture() -> None:
+    import logging
+    for cb in list(_after_capture):
+        try:
+            cb()
+        except Exception as e:  # never raise into vLLM
+            logging.getLogger("l2sched.vllm").debug(
+                "l2sched: after-capture callback failed: %s: %s", type(e).__name__, e)
 
 
 def in_capture_phase() -> bool:
@@ -56,6 +77,7 @@ def track_graph_capture() -> None:
     def graph_capture(self, *args, **kwargs):
         with capture_phase(), orig(self, *args, **kwargs) as ctx:
             yield ctx
+        _run_after_capture()
 
     graph_capture.__l2sched__ = True
     graph_capture.__wrapped__ = orig

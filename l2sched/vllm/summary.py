@@ -1,7 +1,10 @@
 """The plugin's one summary line per rank (``summary_line``): bytes per
-window, windows per layer kind, and the device-profile terms the lint rested
-on that were not measured (``unmeasured_note``). Made at install and again
-when hooks move (``vllm.replaced``), so it counts only issues that can fire.
+window, windows per layer kind, the device-profile terms the lint rested
+on that were not measured (``unmeasured_note``) and, once vLLM has captured
+its CUDA graphs, the fills the runtime saw start late behind
+programmatic-launch kernels (``programmatic_note``). Made at install, again
+when hooks move (``vllm.replaced``), so it counts only issues that can fire,
+and again after the capture when that note is not empty.
 """
 
 from __future__ import annotations
@@ -16,6 +19,22 @@ from l2sched.device import DeviceProfile
 
 #: At most this many unmeasured terms are named in the summary line.
 UNMEASURED_SHOWN = 3
+#: Where docs/runtime.md says what programmatic-launch chains do to a fill.
+PROGRAMMATIC_DOC = "docs/runtime.md#programmatic-launch-chains"
+
+
+def programmatic_note(stats) -> str:
+    """The summary's note on fills whose hook a FULL capture showed followed
+    by a kernel launched with programmatic stream serialization
+    (``RuntimeStats.programmatic_late``, from ``runtime.pdl_watch``): ``""``
+    when there is none (or the runtime has no such counter), else ``; N
+    fill(s) after programmatic-launch kernels start late
+    (docs/runtime.md#programmatic-launch-chains)``."""
+    n = int(getattr(stats, "programmatic_late", 0) or 0)
+    if n <= 0:
+        return ""
+    return (f"; {n} fill{'s' if n > 1 else ''} after programmatic-launch kernels "
+            f"start late ({PROGRAMMATIC_DOC})")
 
 
 def unmeasured_note(device_profile: DeviceProfile, tp: int, plan, schedule,
@@ -40,9 +59,10 @@ def unmeasured_note(device_profile: DeviceProfile, tp: int, plan, schedule,
 
 
 def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
-             lint_note: str, unmeasured: str = "") -> str:
-    """The one summary line: bytes per window, windows per layer kind, and
-    ``unmeasured`` (``unmeasured_note``) at its end."""
+             lint_note: str, unmeasured: str = "", runtime_note: str = "") -> str:
+    """The one summary line: bytes per window, windows per layer kind, then
+    ``unmeasured`` (``unmeasured_note``) and ``runtime_note``
+    (``programmatic_note``) at its end."""
     per_window: dict[str, list[int]] = defaultdict(list)
     kinds_windows: dict[str, list[str]] = defaultdict(list)
     for wi in plan.issues:
@@ -64,4 +84,4 @@ def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
             f"backend {cfg.backend}, device {device}, {lint_note}: "
             f"{len(plan.issues)} issues, {format_size(total)} per decode step "
             f"[{windows}]; windows per layer kind [{kinds}]; left over "
-            f"{format_size(left)}{unmeasured}")
+            f"{format_size(left)}{unmeasured}{runtime_note}")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from extras import TORCH_MISSING  # noqa: E402
+from extras import GPU_MISSING, TORCH_MISSING  # noqa: E402
 
 torch = pytest.importorskip("torch", reason=TORCH_MISSING)
 
@@ -697,3 +697,124 @@ class _Hashable:
 
     def __init__(self, ns):
         self.__dict__.update(vars(ns))
+
+
+# -- issue 48: programmatic-launch chains ----------------------------------------
+
+#: ``x[i] += 1`` for ``i < n``, after ``griddepcontrol.wait`` (waits for the
+#: kernel before it when launched with programmatic stream serialization).
+#: Hand-written PTX (ISA 7.8, sm_90; checked with ptxas for sm_90 and sm_120),
+#: so the test needs no compiler: the driver JIT-compiles it.
+_PDL_PTX = b"""
+.version 7.8
+.target sm_90
+.address_size 64
+
+.visible .entry l2s_add_one(
+	.param .u64 l2s_add_one_x,
+	.param .u32 l2s_add_one_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<6>;
+	.reg .f32 	%f<3>;
+	.reg .b64 	%rd<5>;
+
+	griddepcontrol.wait;
+	ld.param.u64 	%rd1, [l2s_add_one_x];
+	ld.param.u32 	%r1, [l2s_add_one_n];
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %tid.x;
+	mad.lo.s32 	%r5, %r2, %r3, %r4;
+	setp.ge.u32 	%p1, %r5, %r1;
+	@%p1 bra 	$L_done;
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.u32 	%rd3, %r5, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.f32 	%f1, [%rd4];
+	add.f32 	%f2, %f1, 0f3F800000;
+	st.global.f32 	[%rd4], %f2;
+$L_done:
+	ret;
+}
+"""
+
+
+def _add_one_launcher():
+    """``launch(x, pdl)``: ``x += 1`` (float32, contiguous) on the current
+    stream by ``cuLaunchKernelEx``, with
+    ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` when ``pdl``."""
+    import ctypes
+
+    drv = pytest.importorskip("cuda.bindings.driver", reason=GPU_MISSING)
+    ok = drv.CUresult.CUDA_SUCCESS
+    torch.zeros(1, device="cuda")  # the primary context is current
+    err, mod = drv.cuModuleLoadData(_PDL_PTX + b"\0")
+    if err != ok:
+        pytest.skip(f"cannot load the PDL test kernel: {err}")
+    err, fn = drv.cuModuleGetFunction(mod, b"l2s_add_one")
+    assert err == ok, err
+
+    def launch(x, pdl: bool):
+        n = x.numel()
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (n + 127) // 128, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 128, 1, 1
+        cfg.sharedMemBytes = 0
+        cfg.hStream = drv.CUstream(torch.cuda.current_stream().cuda_stream)
+        if pdl:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs, cfg.numAttrs = [attr], 1
+        else:
+            cfg.numAttrs = 0
+        args = ((x.data_ptr(), n), (ctypes.c_void_p, ctypes.c_uint32))
+        err, = drv.cuLaunchKernelEx(cfg, fn, args, 0)
+        assert err == ok, err
+
+    launch._module = mod  # keep the module loaded with the launcher
+    return launch
+
+
+@pytest.mark.parametrize("launch", ["fork", "deferred", "leaf"])
+@pytest.mark.parametrize("pdl", [True, False])
+def test_programmatic_launch_after_hook_is_detected(launch, pdl):
+    """Issue 48: in a FULL capture, a fill whose hook is followed by a kernel
+    launched with programmatic stream serialization is counted
+    (``stats.programmatic_late``, ``pdl_watch.late``); the same graph with
+    that kernel launched plainly is not (negative control). Detection stays
+    on, the fill is captured and the graph replays the model's result."""
+    add_one = _add_one_launcher()
+    w = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    rt = CudaRuntime(_one_issue_plan(), capture_launch=launch)
+    rt.set_step(StepInfo(num_tokens=1))
+    assert rt.set_rows(0, [(w.data_ptr(), 1 << 20)]), K.disabled_reason()
+    x = torch.arange(4096, dtype=torch.float32, device="cuda")
+
+    def step():
+        y = x * 2          # K: the hooked kernel
+        assert rt.issue(0)  # the hook
+        add_one(y, pdl)    # K+1
+        rt.join()
+        return y
+
+    ref = step()  # eager: nothing asked of the driver
+    torch.cuda.synchronize()
+    assert torch.equal(ref, torch.arange(4096, dtype=torch.float32, device="cuda") * 2 + 1)
+    assert rt.pdl_watch.checked == set() and rt.stats.programmatic_late == 0
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    rt.set_step(StepInfo(num_tokens=1, graph_mode="full", capturing=True))
+    with torch.cuda.graph(g):
+        y_static = step()
+    rt.set_step(StepInfo(num_tokens=1))
+    assert rt.enabled and rt.pdl_watch.on, (launch, pdl)
+    assert rt.pdl_watch.checked == {0}
+    assert rt.stats.programmatic_late == (1 if pdl else 0), (launch, pdl, rt.pdl_watch.late)
+    x.copy_(torch.arange(4096, dtype=torch.float32, device="cuda") + 1)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_static, (torch.arange(4096, dtype=torch.float32, device="cuda") + 1)
+                       * 2 + 1)

@@ -1,7 +1,7 @@
 """The lint rules: a registry of rule families, like ruff's.
 
 Each family module (``targets``, ``modes``, ``timing``, ``size``,
-``gain``, ``device_terms``, ``left_over``) holds, per rule code, its ``Rule`` record (name, severity,
+``gain``, ``device_terms``, ``launch``, ``left_over``) holds, per rule code, its ``Rule`` record (name, severity,
 the documentation ``docs/lint.md`` prints: what, why, example, fix) and one
 ``check(run)`` that returns the family's ``Finding``s for a ``LintRun``.
 ``RULES`` maps every code to its ``Rule``; ``check_all`` runs the families
@@ -13,8 +13,8 @@ pattern that named a tensor).
 
 from __future__ import annotations
 
-from l2sched.lint.rules import (device_terms, gain, left_over, modes, size, targets,
-                                timing)
+from l2sched.lint.rules import (device_terms, gain, launch, left_over, modes, size,
+                                targets, timing)
 from l2sched.lint.rules.base import (
     REGISTRY,
     Finding,
@@ -40,7 +40,7 @@ INPUT_ERROR = Rule(
     fix=("run `l2sched check` on the file and fix what it reports."))
 
 #: Rule families in the order their checks run.
-FAMILIES = (targets, modes, timing, size, gain, device_terms, left_over)
+FAMILIES = (targets, modes, timing, size, gain, device_terms, launch, left_over)
 
 #: code -> ``Rule``, sorted by code.
 RULES: dict[str, Rule] = dict(sorted(REGISTRY.items()))

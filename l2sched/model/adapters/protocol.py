@@ -321,6 +321,11 @@ class OptionalMembers(Protocol):
     #: model, with its source (GLM-5.3: vLLM 0.33.0 gates PP off). Default
     #: ``""``: each PP rank may plan and install its own layers.
     PIPELINE_PARALLEL_REFUSAL: str
+    #: The decode ops (``OpLike.name``) vLLM launches with programmatic
+    #: dependent launch and when (``records.PdlLaunch``: arch, M, layer,
+    #: config), each with its vLLM source; lint rule ``L2S113``. Default:
+    #: none known (the lint then says nothing).
+    PDL_LAUNCHES: Sequence[records.PdlLaunch]
 
     def canonical_path(self, paths: Sequence[str]) -> str:
         """The one name of a tensor reachable under several module aliases.
@@ -354,6 +359,7 @@ OPTIONAL_MEMBERS: dict[str, Any] = {
     "WRITTEN_BUFFERS": {},
     "COMPILED_MODULES": (),
     "PIPELINE_PARALLEL_REFUSAL": "",
+    "PDL_LAUNCHES": (),
     "canonical_path": records.canonical_path,
     "lazy_paths": _no_lazy_paths,
     "derive_lazy": _no_lazy_tensor,

@@ -77,6 +77,127 @@ class Install:
     note: str = ""
 
 
+#: Compute capabilities vLLM 0.33.0 launches PDL kernels on when it asks
+#: ``current_platform.is_arch_support_pdl()`` (``platforms/cuda.py``,
+#: ``CudaPlatformBase.is_arch_support_pdl``: major >= 9), as inclusive
+#: ``(lowest, highest)`` ranges.
+PDL_ARCH_SM90_UP = (((9, 0), (99, 99)),)
+#: ``GateLinear``'s specialized tiers (``model_executor/layers/fused_moe/router/
+#: gate_linear.py``, ``GateLinear.__init__``: ``is_device_capability((9, 0))``
+#: or ``is_device_capability_family(100)``): SM90 and the SM100 family only,
+#: not SM120/SM121.
+PDL_ARCH_SM90_SM100F = (((9, 0), (9, 0)), ((10, 0), (10, 99)))
+
+
+#: The layer conditions a ``PdlLaunch`` may have (``PdlLaunch.layer_holds``).
+PDL_LAYER_CONDITIONS = ("", "layer>0", "layer==last")
+
+
+@dataclass(frozen=True)
+class PdlLaunch:
+    """A fact about vLLM: the first kernel of decode op ``op`` (an ``Op.name``
+    of the adapter's timeline) is launched with programmatic stream
+    serialization (programmatic dependent launch), so a fill forked at a
+    hook right before it starts when it starts (lint rule ``L2S113``;
+    docs/runtime.md, "Programmatic-launch chains").
+
+    It holds on a GPU whose compute capability ``(major, minor)`` lies in
+    one of ``archs`` (inclusive ranges, e.g. ``PDL_ARCH_SM90_UP``) at a
+    decode step of at most ``max_tokens`` tokens (0 = any), in layers where
+    ``condition`` holds (``PDL_LAYER_CONDITIONS``: ``""`` = all, ``layer>0``,
+    ``layer==last``; ``layer_holds``), in layers whose kind
+    has an ``mlp`` in ``mlp`` (empty = all), and when the model config has
+    each ``config`` key with one of its values (``(key, (values...))``; a
+    missing key fails). ``kernel``: the kernel's name; ``source``: the vLLM
+    0.33.0 file and function that decide it (paths relative to ``vllm/``);
+    ``arch_text``: the arch condition in words; ``requires``: the package
+    that must be installed for vLLM to take that path (the lint assumes it
+    is; ``""`` = none)."""
+
+    op: str
+    kernel: str
+    source: str
+    archs: tuple[tuple[tuple[int, int], tuple[int, int]], ...]
+    arch_text: str
+    max_tokens: int = 0
+    condition: str = ""
+    mlp: tuple[str, ...] = ()
+    config: tuple[tuple[str, tuple], ...] = ()
+    requires: str = ""
+
+    def layer_holds(self, layer: int, n_layers: int) -> bool:
+        """Whether ``condition`` holds in layer ``layer`` of ``n_layers``.
+        Raises ``KeyError`` for a condition not in ``PDL_LAYER_CONDITIONS``."""
+        return {"": True, "layer>0": layer > 0,
+                "layer==last": layer == n_layers - 1}[self.condition]
+
+    def arch_holds(self, cc: tuple[int, int]) -> bool:
+        """Whether compute capability ``cc`` ``(major, minor)`` is in ``archs``."""
+        cc = (int(cc[0]), int(cc[1]))
+        return any(lo <= cc <= hi for lo, hi in self.archs)
+
+    def holds(self, cc: tuple[int, int], tokens: int, kind: Any,
+              config: Mapping[str, Any] | None) -> bool:
+        """Whether the launch is programmatic on compute capability ``cc`` at
+        ``tokens`` decode tokens in a layer of ``kind`` with model config
+        ``config`` (``None``: the ``config`` conditions fail). ``condition``
+        is the caller's to test (``layer_holds``: it needs the layer)."""
+        if not self.arch_holds(cc):
+            return False
+        if self.max_tokens and tokens > self.max_tokens:
+            return False
+        if self.mlp and getattr(kind, "mlp", None) not in self.mlp:
+            return False
+        for key, values in self.config:
+            if config is None or config.get(key) not in values:
+                return False
+        return True
+
+
+#: The source of the TileLang mHC kernels' PDL launch in vLLM 0.33.0:
+#: ``model_executor/kernels/mhc/tilelang_kernels.py`` sets ``ENABLE_PDL =
+#: is_arch_support_pdl() and is_cuda()`` and, under it, ``mhc_fused_tilelang``
+#: (the fused post + pre, M <= 32: ``_FUSED_POST_PRE_MAX_TOKENS``),
+#: ``mhc_post_tilelang`` and the pre kernels call ``T.pdl_sync()``; TileLang
+#: launches a kernel that calls it with programmatic stream serialization
+#: (its CUDA wrapper's ``has_cuda_pdl_sync``).
+MHC_PDL_SOURCE = ("model_executor/kernels/mhc/tilelang.py mhc_fused_post_pre_tilelang "
+                  "(first kernel mhc_fused_tilelang at M <= 32, mhc_post_tilelang above); "
+                  "model_executor/kernels/mhc/tilelang_kernels.py ENABLE_PDL -> "
+                  "T.pdl_sync()")
+
+
+def mhc_tilelang_pdl(op: str, condition: str = "", via: str = "") -> PdlLaunch:
+    """The ``PdlLaunch`` of decode op ``op`` whose first kernel is vLLM
+    0.33.0's TileLang mHC post + pre (``MHC_PDL_SOURCE``): on sm_90 and
+    newer at every M, in layers where ``condition`` holds; ``via``: the
+    model file that calls it (prefixed to the source)."""
+    return PdlLaunch(op, "mhc_fused_tilelang / mhc_post_tilelang",
+                     (f"{via} -> " if via else "") + MHC_PDL_SOURCE, PDL_ARCH_SM90_UP,
+                     "sm_90 and newer (is_arch_support_pdl)", condition=condition,
+                     requires="TileLang")
+
+
+def gate_ll_bf16_pdl(op: str, via: str = "", **when) -> PdlLaunch:
+    """The ``PdlLaunch`` of router-gate op ``op`` run by vLLM 0.33.0's
+    ``GateLinear`` tier 1, the CuTe DSL ``ll_bf16_gemm``
+    (``model_executor/layers/fused_moe/router/gate_linear.py``
+    ``GateLinear.forward``: bf16 weight, fp32 output, M <=
+    ``LL_BF16_MAX_TOKENS`` = 16; ``model_executor/kernels/linear/cute_dsl/
+    ll_bf16.py`` ``LLBf16Gemm`` compiles it with ``use_pdl=use_pdl()``, i.e.
+    ``is_arch_support_pdl``), on sm_90 or the sm_100 family
+    (``PDL_ARCH_SM90_SM100F``); ``via``: the model file that builds the gate;
+    ``when``: more ``PdlLaunch`` conditions (``mlp``, ``config``)."""
+    return PdlLaunch(op, "ll_bf16_gemm (CuTe DSL dot-product / split-K)",
+                     (f"{via} -> " if via else "")
+                     + "model_executor/layers/fused_moe/router/gate_linear.py "
+                     "GateLinear.forward tier 1 (LL_BF16_MAX_TOKENS = 16); "
+                     "model_executor/kernels/linear/cute_dsl/ll_bf16.py LLBf16Gemm "
+                     "use_pdl=use_pdl()",
+                     PDL_ARCH_SM90_SM100F, "sm_90 or the sm_100 family (not sm_120/sm_121)",
+                     max_tokens=16, requires="nvidia-cutlass-dsl (CuTe DSL)", **when)
+
+
 def consumption_order(timeline: Iterable[Op], paths: Sequence[str]) -> list[str]:
     """``paths`` (tensors of one layer) in decode consumption order: each
     tensor at the first op of ``timeline`` (the layer's decode timeline)

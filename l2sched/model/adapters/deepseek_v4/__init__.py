@@ -44,6 +44,7 @@ from l2sched.model.adapters.deepseek_v4.kinds import (
     kind_selector,
     layer_kinds,
 )
+from l2sched.model.adapters.deepseek_v4.launches import PDL_LAUNCHES
 from l2sched.model.adapters.deepseek_v4.live import (
     COMPILED_MODULES,
     DECODER_LAYER_PATHS,
@@ -82,6 +83,7 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 
 
 __all__ = [
+    "PDL_LAUNCHES",
     "ALL_KINDS", "ARCHITECTURES", "ATTENTION_KINDS", "COMPILED_MODULES",
     "CONFIG_BOUNDS", "DECODER_LAYER_PATHS", "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME",
     "DTYPE_BYTES", "HOOKS", "HOOKS_BY_NAME", "HookPoint",

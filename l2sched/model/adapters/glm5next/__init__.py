@@ -51,6 +51,7 @@ from l2sched.model.adapters.glm5next.kinds import (
     kind_selector,
     layer_kinds,
 )
+from l2sched.model.adapters.glm5next.launches import PDL_LAUNCHES
 from l2sched.model.adapters.glm5next.live import (
     COMPILED_MODULES,
     DECODER_LAYER_PATHS,
@@ -100,6 +101,7 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 
 
 __all__ = [
+    "PDL_LAUNCHES",
     "COMPILED_MODULES", "PIPELINE_PARALLEL_REFUSAL",
     "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
     "DECODER_LAYER_PATHS",

@@ -45,6 +45,7 @@ from l2sched.model.adapters.qwen3_moe.kinds import (
     kind_selector,
     layer_kinds,
 )
+from l2sched.model.adapters.qwen3_moe.launches import PDL_LAUNCHES
 from l2sched.model.adapters.qwen3_moe.live import (
     COMPILED_MODULES,
     DECODER_LAYER_PATHS,
@@ -89,6 +90,7 @@ def hooks_markdown(op_bytes: Callable[[LayerKind, Op], str] | None = None) -> st
 
 
 __all__ = [
+    "PDL_LAUNCHES",
     "COMPILED_MODULES",
     "ALL_KINDS", "ARCHITECTURES", "ATTENTION_KINDS", "CONDITIONS", "CONFIG_BOUNDS",
     "DECODER_LAYER_PATHS", "DEFAULT_CONFIG", "DEFAULT_MODEL_NAME", "DTYPE_BYTES",
