@@ -156,15 +156,12 @@ def read_source(path: str | os.PathLike) -> str:
     if "\0" in shown:  # the OS cannot even look such a name up
         raise L2sInputError(Diagnostic("no such file (the name contains a NUL "
                                        "character)", Span.point(shown)))
-    try:
-        # stat inside the try: a directory the user cannot enter or a name
-        # too long raises here, not only on the read
+    try:  # stat fails for a name too long or in a directory the user cannot enter
         mode = p.stat().st_mode
         if stat.S_ISDIR(mode):
             raise L2sInputError(Diagnostic("is a directory, not a schedule file",
                                            Span.point(shown)))
-        # A FIFO or a device would block the read (or never end).
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block the read
             raise L2sInputError(Diagnostic("not a regular file", Span.point(shown)))
         data = p.read_bytes()
     except FileNotFoundError:
@@ -497,10 +494,7 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         width = len(unterminated)
     elif isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
-        message = f"unexpected character {ch!r}"
-        if ch == "-" and text[err.pos_in_stream + 1: err.pos_in_stream + 2].isdigit():
-            # budgets, tp, max_tokens, set_aside and layer numbers are >= 0
-            message += " (a negative number: the schedule's numbers are sizes and counts, >= 0)"
+        message = f"unexpected character {ch!r}" + (" (a negative number)" if ch == "-" else "")
         expected = err.allowed or set()
         width = 1
     elif isinstance(err, UnexpectedToken) and err.token.type == "$END":

@@ -45,7 +45,7 @@ class ProgrammaticWatch:
         self.late: set[int] = set()
         self.checked: set[int] = set()
         self._deps = deps
-        self._drv = None
+        self._drv = self._invalid = None
         self._pending: list[tuple[int, list]] = []
 
     def _off(self, why: str) -> None:
@@ -61,7 +61,7 @@ class ProgrammaticWatch:
             if self._deps is None:
                 from l2sched.runtime.capture_nodes import CaptureDeps
                 self._deps = CaptureDeps()
-            self._drv = drv
+            self._drv, self._invalid = drv, drv.CUresult.CUDA_ERROR_INVALID_VALUE
             self._dependents = (getattr(drv, "cuGraphNodeGetDependentNodes_v2", None)
                                 or drv.cuGraphNodeGetDependentNodes)
             self._ok = drv.CUresult.CUDA_SUCCESS
@@ -125,7 +125,7 @@ class ProgrammaticWatch:
             if kind != self._kernel:
                 continue
             err, value = drv.cuGraphKernelNodeGetAttribute(dep, self._pss)
-            if err == drv.CUresult.CUDA_ERROR_INVALID_VALUE:
+            if err == self._invalid:
                 # a captured kernel node launched without the attribute (seen
                 # on an H100, driver 580.159.04): not programmatic; a PDL
                 # launch shows as a programmatic edge above

@@ -481,25 +481,20 @@ def _make_runtime(backend: str, plan, owner: str, device_profile: DeviceProfile,
 
 
 def report_programmatic() -> None:
-    """After vLLM's CUDA-graph capture: for every live installation whose
-    runtime saw fills start late behind programmatic-launch kernels
-    (``summary.programmatic_note``, ``runtime.pdl_watch``), the summary line
-    again with that note at its end (INFO, once per new count). Never
-    raises."""
+    """After vLLM's CUDA-graph capture, per installation whose fills start late behind
+    programmatic-launch kernels (``summary.programmatic_note``, ``runtime.pdl_watch``):
+    its summary line again with that note at its end (INFO, once per count). Never raises."""
     for inst in list(INSTALLED):
         try:
             note = programmatic_note(getattr(inst.runtime, "stats", None))
-            if not note or note == getattr(inst, "programmatic_noted", "") \
-                    or inst.summarize is None:
+            if not note or note == getattr(inst, "programmatic_noted", "") or not inst.summarize:
                 continue
             inst.programmatic_noted = note
-            rank = "TP rank ?"
             try:
                 rank = parallel_layout(inst.vllm_config).rank_txt
-            except Exception:
-                pass
+            except Exception:  # a config the layout cannot read: the line still goes out
+                rank = "TP rank ?"
             inst.summary = inst.summarize(inst.firing_plan(), runtime_note=note)
             log.info("l2sched: %s: after CUDA-graph capture: %s", rank, inst.summary)
         except Exception as e:  # never raise into vLLM
-            log.debug("l2sched: programmatic-launch note failed: %s: %s",
-                      type(e).__name__, e)
+            log.debug("l2sched: programmatic-launch note failed: %s: %s", type(e).__name__, e)
