@@ -324,3 +324,10 @@ def test_stdout_that_cannot_be_written_is_one_line_and_exit_1(tmp_path):
                        preexec_fn=lambda: os.close(1))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "cannot write to standard output: standard output is closed" in r.stderr
+
+
+def test_a_negative_number_says_so(tmp_path):
+    (tmp_path / "s.l2s").write_text("schedule p\nmodel glm5next\ntp -4\n", encoding="utf-8")
+    r = l2sched("check", "s.l2s", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "s.l2s:3:4: unexpected character '-' (a negative number)" in r.stderr.decode()

@@ -507,7 +507,8 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         # token there ('{', 'window', ...) or the stray character.
         real = _real_token(text, err.token.start_pos)
         message = (f"unexpected {real!r}" if real
-                   else f"unexpected character {str(err.token)[0]!r}")
+                   else f"unexpected character {str(err.token)[0]!r}"
+                   + (" (a negative number)" if str(err.token)[:1] == "-" else ""))
         expected = err.expected
         width = max(len(real), 1)
     elif isinstance(err, UnexpectedToken):
