@@ -467,6 +467,12 @@ def _unterminated_string(err: UnexpectedInput, text: str) -> str | None:
     return None if '"' in rest[1:] else rest.rstrip()
 
 
+def _unexpected_character(ch: str) -> str:
+    """The message for a character no token starts with; a ``-`` is the sign
+    of a negative number, which no value of a schedule takes."""
+    return f"unexpected character {ch!r}" + (" (a negative number)" if ch == "-" else "")
+
+
 def _syntax_error(err: UnexpectedInput, text: str, path: str,
                   line_offset: int = 0, col_offset: int = 0,
                   start: str = "start") -> L2sSyntaxError:
@@ -494,7 +500,7 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         width = len(unterminated)
     elif isinstance(err, UnexpectedCharacters):
         ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else ""
-        message = f"unexpected character {ch!r}" + (" (a negative number)" if ch == "-" else "")
+        message = _unexpected_character(ch)
         expected = err.allowed or set()
         width = 1
     elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
@@ -507,8 +513,7 @@ def _syntax_error(err: UnexpectedInput, text: str, path: str,
         # token there ('{', 'window', ...) or the stray character.
         real = _real_token(text, err.token.start_pos)
         message = (f"unexpected {real!r}" if real
-                   else f"unexpected character {str(err.token)[0]!r}"
-                   + (" (a negative number)" if str(err.token)[:1] == "-" else ""))
+                   else _unexpected_character(str(err.token)[0]))
         expected = err.expected
         width = max(len(real), 1)
     elif isinstance(err, UnexpectedToken):
