@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 
+from l2sched.runtime.capture_nodes import CaptureDeps
+
 log = logging.getLogger("l2sched.runtime")
 
 
@@ -59,7 +61,6 @@ class ProgrammaticWatch:
         if self._drv is None:
             from cuda.bindings import driver as drv
             if self._deps is None:
-                from l2sched.runtime.capture_nodes import CaptureDeps
                 self._deps = CaptureDeps()
             self._drv, self._invalid = drv, drv.CUresult.CUDA_ERROR_INVALID_VALUE
             self._dependents = (getattr(drv, "cuGraphNodeGetDependentNodes_v2", None)

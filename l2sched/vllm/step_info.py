@@ -8,6 +8,7 @@ drift line and prefetch stays off."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 
 from l2sched.runtime.gate import StepInfo
@@ -32,7 +33,6 @@ def after_capture(callback) -> None:
 
 
 def _run_after_capture() -> None:
-    import logging
     for cb in list(_after_capture):
         try:
             cb()
