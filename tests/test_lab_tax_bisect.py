@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from extras import TORCH_MISSING
 
 from lab.experiments import tax_bisect as tb
 
@@ -33,6 +34,7 @@ def test_table_rows_per_rung_and_m_with_missing_arms_and_errors():
 
 
 def test_dry_rungs_write_their_bench_results_and_tables(tmp_path):
+    pytest.importorskip("torch", reason=TORCH_MISSING)  # bench run --dry runs the step on torch's CPU
     assert tb.main(["-o", str(tmp_path), "--dry", "--rungs", "real,noaux+conn1",
                     "--tokens", "4", "--replays", "1"]) == 0
     for r in ("real", "noaux+conn1"):

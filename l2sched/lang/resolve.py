@@ -60,13 +60,13 @@ def _resolve_extends(ref: n.StringValue, from_path: str) -> str:
 
 def _exists(path: Path) -> bool:
     """Whether ``path`` exists; a name the OS cannot look up (too long, in a
-    directory the user cannot enter) counts as there, so that reading it
-    reports why (``read_source``)."""
+    directory the user cannot enter, a NUL byte) counts as there, so that
+    reading it reports why (``read_source``)."""
     try:
         path.stat()
     except FileNotFoundError:
         return False
-    except OSError:
+    except (OSError, ValueError):
         return True
     return True
 
