@@ -38,8 +38,10 @@ def unmeasured_note(profile, tp: int, plan, schedule, cfg: PluginConfig) -> str:
 
 
 def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
-             lint_note: str, unmeasured: str = "") -> str:
-    """The one summary line: bytes per window, windows per layer kind, and
+             lint_note: str, unmeasured: str = "", groups=None) -> str:
+    """The one summary line: issues, fill launches (with ``groups``, the
+    runtime's ``groups_of``: the issues of one hook point with one kernel
+    are one launch), bytes per window, windows per layer kind, and
     ``unmeasured`` (``unmeasured_note``) at its end."""
     per_window: dict[str, list[int]] = defaultdict(list)
     kinds_windows: dict[str, list[str]] = defaultdict(list)
@@ -55,11 +57,15 @@ def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
         f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
         for k in sorted({str(k) for k in inventory.kinds}))
     total = sum(wi.nbytes for wi in plan.issues)
+    launches = ""
+    if groups is not None:
+        n = len(groups(plan))
+        launches = f"{n} fill launch{'' if n == 1 else 'es'}, "
     left = sum(lo.nbytes for lo in plan.left_over)
     over = ", ".join(cfg.overrides)
     return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
             f") installed{'' if cfg.fills == 'on' else ' switched off (fills off)'}, "
             f"backend {cfg.backend}, device {device}, {lint_note}: "
-            f"{len(plan.issues)} issues, {format_size(total)} per decode step "
+            f"{len(plan.issues)} issues, {launches}{format_size(total)} per decode step "
             f"[{windows}]; windows per layer kind [{kinds}]; left over "
             f"{format_size(left)}{unmeasured}")
