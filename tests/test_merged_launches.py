@@ -411,3 +411,28 @@ def test_bench_merge_variant_item():
     arms = {a["name"]: a for a in arm_specs(sched, "", False, ["unmerged:merge=off"])}
     assert arms["unmerged"]["runtime"] == {"merge_fills": False}
     assert arms["unmerged"]["overrides"] == []
+
+
+def test_the_split_fitted_schedule_fetches_the_same_bytes_in_the_same_launches():
+    """benchmarks/merge/glm53-flash-h200-tp4-fit-idle-split.l2s (the before/after
+    schedule of issue 48): the fitted schedule's bytes, range for range, in
+    132 issues that merge into the fitted schedule's 90 launches (42 hooks
+    with two windows); unmerged it is 132 launches."""
+    from l2sched.compiler.compile import compile_plan
+    from l2sched.device import load_device
+    from l2sched.lang.resolve import load_schedule
+    from l2sched.model.config import load_model_config
+    from l2sched.model.inventory import analytical_inventory
+    prof = load_device("h200")
+    inv = analytical_inventory(load_model_config(None), tp=4, ep=False, tp_rank=0)
+    fit = compile_plan(load_schedule("schedules/glm53-flash-h200-tp4-fit-idle.l2s", []), inv, 0)
+    split = compile_plan(load_schedule(
+        "benchmarks/merge/glm53-flash-h200-tp4-fit-idle-split.l2s", []), inv, 0)
+    rng = lambda p: sorted(dataclasses.astuple(r) for wi in p.issues for r in wi.ranges)  # noqa: E731
+    assert rng(fit) == rng(split)
+    kw = dict(fill=prof.fill_modes, fill_default=prof.fill_default)
+    assert (len(fit.issues), len(split.issues)) == (90, 132)
+    assert len(CudaRuntime(fit, **kw).launch_groups) == 90
+    groups = CudaRuntime(split, **kw).launch_groups
+    assert len(groups) == 90 and sum(len(g) == 2 for g in groups) == 42
+    assert len(CudaRuntime(split, merge_fills=False, **kw).launch_groups) == 132
