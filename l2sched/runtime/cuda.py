@@ -294,13 +294,16 @@ class CudaRuntime(RuntimeBase):
         count per issue (``issued``: the issues with rows; ``bytes_issued``:
         their bound bytes; ``skipped``: every issue of the group), plus one
         in ``stats.launches``. One index is ``issue``; indices that are not
-        such a group are issued one by one. Returns whether a fill was enqueued (or captured);
-        never raises on CUDA/kernel trouble (it disables)."""
+        such a group are issued one by one. Returns whether a fill was
+        enqueued (or captured); never raises on CUDA/kernel trouble (it
+        disables)."""
         if len(indices) == 1:
             return self.issue(indices[0])
+        if not isinstance(indices, tuple):
+            indices = tuple(indices)
         g = self._group_spans.get(indices)
         if g is None:
-            g = self._group_spans[indices] = self._group_span(tuple(indices))
+            g = self._group_spans[indices] = self._group_span(indices)
         if g is False:
             return super().issue_launch(indices)
         return self._issue(indices, *g)
