@@ -252,8 +252,8 @@ def test_dry_run_records_one_fork_and_launch_per_group():
     assert rt.issue_launch((0, 1))
     rt.join()
     fork, launch, join = rt.events
-    assert (fork.op, fork.window, fork.windows, fork.layer, fork.hook) == \
-        ("fork", "A+B", ("A", "B"), 1, "attn.pre_all_reduce")
+    assert (fork.op, fork.window, fork.layer, fork.hook) == \
+        ("fork", "A+B", 1, "attn.pre_all_reduce")
     assert (launch.op, launch.nbytes, launch.rows, launch.reason) == \
         ("launch", plan.issues[0].nbytes + 512, 2 + 1, "eager")
     assert join.op == "join"

@@ -20,8 +20,8 @@ class DryRunEvent:
     0 bytes until switched on), ``skip`` (gate said no; ``reason``) or ``join`` (current stream waits on the side
     stream). ``order`` counts events from 0. A merged launch (several issues
     of one hook point as one fill, ``issue_launch``) is one ``fork`` and one
-    ``launch`` whose ``window`` joins the windows' names with ``+`` and
-    whose ``windows`` names them, in issue order (``()`` for one issue);
+    ``launch`` whose ``window`` joins the windows' names with ``+``, in
+    issue order (window names are identifiers: ``+`` is no part of one);
     its ``nbytes`` and ``rows`` are the issues' totals."""
 
     order: int
@@ -32,7 +32,6 @@ class DryRunEvent:
     nbytes: int = 0
     rows: int = 0
     reason: str = ""
-    windows: tuple[str, ...] = ()
 
 
 class DryRunRuntime(RuntimeBase):
@@ -123,9 +122,8 @@ class DryRunRuntime(RuntimeBase):
             nrows += len(rows) if rows else len(wi.ranges)
         if not self.fills_on:
             nbytes, reason = 0, "switched-off"  # captured; exits at once
-        names = tuple(wi.window for wi in wis)
-        merged = dict(window="+".join(names), layer=wis[0].layer, hook=wis[0].hook,
-                      windows=names)
+        merged = dict(window="+".join(wi.window for wi in wis), layer=wis[0].layer,
+                      hook=wis[0].hook)
         self.events.append(DryRunEvent(len(self.events), "fork", **merged))
         self.events.append(DryRunEvent(len(self.events), "launch", nbytes=nbytes,
                                        rows=nrows, reason=reason, **merged))
