@@ -33,10 +33,16 @@ JOIN_EVERY_LAYER = "join=every-layer"
 #: (``CudaRuntime(capture_launch=CHOICE)``, ``runtime.capture_nodes``);
 #: ``launch=fork`` is the default.
 LAUNCH_ITEMS = {f"launch={c}": c for c in CAPTURE_LAUNCHES}
+#: ``--variant`` items ``merge=on|off``: the issues of one hook point with one
+#: fill kernel as one fill launch (``on``, the runtime's default) or one
+#: launch per issue (``CudaRuntime(merge_fills=False)``; docs/runtime.md,
+#: "Merged launches"): the before/after of merging in one process.
+MERGE_ITEMS = {"merge=on": True, "merge=off": False}
 #: ``--variant`` items that choose how the plan is installed or run, not a
 #: schedule setting: item -> (where, keyword, value).
 RUNTIME_ITEMS = {JOIN_EVERY_LAYER: ("install", "join_every_layer", True),
-                 **{item: ("runtime", "capture_launch", c) for item, c in LAUNCH_ITEMS.items()}}
+                 **{item: ("runtime", "capture_launch", c) for item, c in LAUNCH_ITEMS.items()},
+                 **{item: ("runtime", "merge_fills", v) for item, v in MERGE_ITEMS.items()}}
 
 
 #: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
@@ -53,7 +59,7 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
     """Check ``--variant`` values before anything runs: a name that is not
     empty, not one of ``FIXED_ARMS`` or ``bench/...`` and not given twice;
     ``join=`` only as ``join=every-layer``, ``launch=`` only with one of
-    ``CAPTURE_LAUNCHES``; every other item a setting the
+    ``CAPTURE_LAUNCHES``, ``merge=`` only ``on`` or ``off``; every other item a setting the
     schedule at ``schedule_path`` accepts. Raises ``ValueError`` naming the
     variant."""
     seen = set()
@@ -68,7 +74,8 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
         if name in seen:
             raise ValueError(f"--variant {name}: given twice")
         seen.add(name)
-        for key, allowed in (("join", [JOIN_EVERY_LAYER]), ("launch", list(LAUNCH_ITEMS))):
+        for key, allowed in (("join", [JOIN_EVERY_LAYER]), ("launch", list(LAUNCH_ITEMS)),
+                             ("merge", list(MERGE_ITEMS))):
             got = [i for i in items if i.split("=", 1)[0].strip() == key]
             bad = [i for i in got if i not in allowed]
             if bad:

@@ -280,8 +280,9 @@ def _capture_arm(a, M, args, per_op, runner, model, inv, torch, dry,
     inst = rt = None
     if a.get("plan"):
         rt = make_runtime(a["plan"], "dry-run" if dry else "cuda",
-                          **({} if dry else {"device_profile": runner.device_profile,
-                                             **a.get("runtime", {})}))
+                          device_profile=runner.device_profile,
+                          **({k: v for k, v in a.get("runtime", {}).items()
+                              if k == "merge_fills"} if dry else a.get("runtime", {})))
         if a.get("decoy"):
             DecoyRows(*a["decoy_buffer"]).attach(rt)
         rt.set_step(StepInfo(num_tokens=M, graph_mode="full"))

@@ -117,7 +117,8 @@ def timed_runtime(plan, device_index: int, external: bool,
     """A ``CudaRuntime`` for ``plan`` on CUDA device ``device_index`` that, while ``timing`` is
     set, records an event on the current stream before each fork and one on
     the side stream after each fill launch: ``fills`` =
-    ``[(issue index, fork event, exit event)]``. The exit event's time is
+    ``[(issue index, fork event, exit event)]`` (a merged launch,
+    ``issue_launch``: one entry, its first issue's index). The exit event's time is
     the fill kernel's exit, not the landing of its lines (bulk mode).
     ``device_profile`` (a ``DeviceProfile``) gives each issue its fill kernel and
     launch shape, as ``runtime.make_runtime`` does for ``bench run`` and the
@@ -138,6 +139,17 @@ def timed_runtime(plan, device_index: int, external: bool,
                 i = index if isinstance(index, int) else self.index_of(index)
                 side = side_stream(self.device)
                 self.fills.append((i, fork, record_event(torch, side, external)))
+            return ok
+
+        def issue_launch(self, indices):
+            if not self.timing or len(indices) == 1:  # one issue: ``issue``
+                return super().issue_launch(indices)
+            import torch
+            fork = record_event(torch, None, external)
+            ok = super().issue_launch(indices)
+            if ok:  # one fill: its first issue's index
+                side = side_stream(self.device)
+                self.fills.append((indices[0], fork, record_event(torch, side, external)))
             return ok
 
     fill = ({"fill": device_profile.fill_modes, "fill_default": device_profile.fill_default}

@@ -30,7 +30,8 @@ def make_runtime(plan: Plan, backend: str = "auto", *, device_profile: DevicePro
     """A runtime for ``plan``: ``backend`` is ``cuda``, ``dry-run`` or ``auto``
     (``cuda`` when torch sees a CUDA device, else ``dry-run``).
     ``device_profile`` (a ``DeviceProfile``) gives the CUDA backend its fill
-    kernels and their launch shapes. ``kw`` goes to the backend's
+    kernels and their launch shapes (the dry-run backend its default fill
+    mode, for the same launch groups). ``kw`` goes to the backend's
     constructor. Raises ``ValueError`` for an unknown backend."""
     if backend == "auto":
         try:
@@ -44,5 +45,7 @@ def make_runtime(plan: Plan, backend: str = "auto", *, device_profile: DevicePro
             kw.setdefault("fill_default", device_profile.fill_default)
         return CudaRuntime(plan, **kw)
     if backend == "dry-run":
+        if device_profile is not None:  # the CUDA backend's launch groups
+            kw.setdefault("fill_default", device_profile.fill_default)
         return DryRunRuntime(plan, **kw)
     raise ValueError(f"unknown backend {backend!r} ({', '.join(BACKENDS)})")

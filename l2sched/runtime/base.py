@@ -10,6 +10,9 @@ A runtime serves one ``Plan`` on one device. The installer
   updated in place and later replays follow it);
 * ``issue(index)`` at the issue's hook point: the gate decides; if it
   passes, the fill of that issue's rows is enqueued on the side stream;
+  ``issue_launch(indices)`` does the same for the issues of one launch
+  group (``launch_groups``: consecutive issues of one hook point with one
+  fill kernel) with one fork and one fill launch over all their rows;
 * ``join()`` once per model forward: the current stream waits on the side
   stream's last fill (before any pipeline-parallel early return, and before
   a capture ends, else the capture ends forked).
@@ -25,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime.gate import GateDecision, StepInfo, gate
@@ -41,11 +44,36 @@ def same_layout(a: Plan, b: Plan) -> bool:
             and all(len(x.ranges) == len(y.ranges) for x, y in zip(a.issues, b.issues)))
 
 
+def group_issues(issues: Sequence[WindowIssue], kernel_of: Callable[[WindowIssue], Hashable],
+                 merge: bool = True) -> list[tuple[int, ...]]:
+    """The launch groups of ``issues`` (a plan's, in plan order): runs of
+    consecutive issues with the same layer, hook point and fill kernel
+    (``kernel_of(issue)``: anything comparable that names the kernel and its
+    launch shape, e.g. the resolved fill mode), as tuples of issue indices,
+    in order; every index is in exactly one group. Consecutive issues own
+    consecutive rows of the fill table (``runtime.table``), so a group's
+    rows are one span. ``merge`` False: one group per issue. Issues of one
+    hook point that are not consecutive (a plan not in (layer, hook order)
+    order) stay separate groups."""
+    groups: list[list[int]] = []
+    last = None
+    for i, wi in enumerate(issues):
+        key = (wi.layer, wi.hook, kernel_of(wi))
+        if merge and groups and key == last:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        last = key
+    return [tuple(g) for g in groups]
+
+
 @dataclass
 class RuntimeStats:
-    """Counters since creation: ``issued``/``joined`` calls that did work,
-    ``skipped`` per gate reason, ``bytes_issued`` (bytes, from bound rows),
-    ``programmatic_late``: issues (of the plan) whose hook a FULL capture
+    """Counters since creation: ``issued``/``joined`` calls that did work
+    (``issued`` counts issues: a merged launch of three issues adds 3),
+    ``launches`` the fill launches that did (a merged launch adds 1; one per
+    issued issue without merging), ``skipped`` per gate reason (per issue),
+    ``bytes_issued`` (bytes, from bound rows), ``programmatic_late``: issues (of the plan) whose hook a FULL capture
     showed followed by a kernel launched with programmatic stream
     serialization, so their fill starts when that kernel starts
     (``runtime.pdl_watch``; CUDA backend only)."""
@@ -55,6 +83,7 @@ class RuntimeStats:
     bytes_issued: int = 0
     skipped: dict = field(default_factory=dict)
     programmatic_late: int = 0
+    launches: int = 0
 
 
 class RuntimeBase:
@@ -63,11 +92,17 @@ class RuntimeBase:
 
     ``step`` is the current ``StepInfo``; set it with ``set_step`` before each
     forward, or give ``step_provider`` (a callable returning a ``StepInfo``,
-    called once per ``issue``)."""
+    called once per ``issue``). ``merge_fills`` (default True): the issues
+    of one hook point with one fill kernel are one launch group
+    (``launch_groups``), which the installer fires with one
+    ``issue_launch``; False: one group per issue (every issue its own fork
+    and launch, as before issue 48)."""
 
     def __init__(self, plan: Plan, *,
-                 step_provider: Callable[[], StepInfo] | None = None):
+                 step_provider: Callable[[], StepInfo] | None = None,
+                 merge_fills: bool = True):
         self.plan = plan
+        self.merge_fills = bool(merge_fills)
         self.step = StepInfo()
         self.step_provider = step_provider
         self.stats = RuntimeStats()
@@ -80,6 +115,40 @@ class RuntimeBase:
         # (``other_thread``)
         self._thread: int | None = None
         self._warned_thread = False
+
+    def fill_kernel_of(self, window_issue: WindowIssue) -> Hashable:
+        """What names ``window_issue``'s fill kernel for grouping
+        (``group_issues``): here the schedule's ``kernel`` (``""``: the
+        default); backends that resolve kernels override it."""
+        return window_issue.kernel
+
+    def groups_of(self, plan: Plan) -> list[tuple[int, ...]]:
+        """``group_issues`` of ``plan``'s issues with this runtime's kernels
+        and ``merge_fills`` (for ``plan`` itself or one of its subsets, e.g.
+        the issues that can fire)."""
+        return group_issues(plan.issues, self.fill_kernel_of, self.merge_fills)
+
+    @property
+    def launch_groups(self) -> list[tuple[int, ...]]:
+        """The launch groups of this runtime's plan (``groups_of``), as
+        tuples of issue indices: the installer places one hook action per
+        group and fires a group of several issues with ``issue_launch``."""
+        groups = self._groups
+        if groups is None or groups[0] is not self.plan:
+            groups = self._groups = (self.plan, self.groups_of(self.plan))
+        return groups[1]
+
+    _groups: tuple | None = None
+
+    def issue_launch(self, indices: Sequence[int]) -> bool:
+        """Fire the issues ``indices`` (one launch group of
+        ``launch_groups``) at their hook point. Here: ``issue`` of each, in
+        order (a backend that cannot merge); the backends launch them as
+        one fill. Returns whether any fill was enqueued."""
+        done = False
+        for i in indices:
+            done = self.issue(i) or done
+        return done
 
     def index_of(self, window_issue: WindowIssue) -> int:
         """Index of ``window_issue`` in ``plan.issues`` (by identity, then by
@@ -127,8 +196,8 @@ class RuntimeBase:
         return gate(step, capturing=self._capturing(step),
                     max_tokens=self.plan.max_tokens, enabled=self.enabled)
 
-    def _skip(self, reason: str) -> None:
-        self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + 1
+    def _skip(self, reason: str, n: int = 1) -> None:
+        self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + n
 
     def set_rows(self, index: int, rows: Sequence[tuple[int, int]]) -> bool:
         """Bind issue ``index`` to ``rows`` of ``(address, bytes)`` (16-byte

@@ -74,7 +74,10 @@ class CudaRuntime(RuntimeBase):
     ``launch-order``. Eager forwards fork the side stream and launch at once
     whatever the choice.
     ``mode``/``grid``/``threads``/``chunk``/``stages``: override every
-    issue's kernel and shape (benchmarks). ``sync``: how fork and join are
+    issue's kernel and shape (benchmarks). ``merge_fills`` (default True;
+    ``RuntimeBase``): the issues of one hook point with one kernel are one
+    fill launch (``issue_launch``; docs/runtime.md, "Merged launches").
+    ``sync``: how fork and join are
     enqueued (``runtime.streams.ForkJoin``). ``specs`` is the
     ``KernelSpec`` per issue; after ``prepare``: ``kernels`` (mode ->
     compiled ``PrefetchKernel``), ``side`` (the side stream), ``table`` (the
@@ -96,6 +99,9 @@ class CudaRuntime(RuntimeBase):
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
         self.device = device
+        self._mode, self._fill_default = mode, fill_default
+        #: launch group (``issue_launch``'s tuple) -> ``_group_span``
+        self._group_spans: dict[tuple, object] = {}
         self.specs = issue_specs(plan, fill, fill_default, mode=mode, grid=grid,
                                  threads=threads, chunk=chunk, stages=stages)
         self.sync = sync
@@ -266,6 +272,14 @@ class CudaRuntime(RuntimeBase):
             d = self._gate_cap if self.fork_join.is_capturing() else self._gate_nocap
         return d
 
+    def fill_kernel_of(self, window_issue: WindowIssue) -> str:
+        """``RuntimeBase.fill_kernel_of``: the issue's resolved fill mode
+        (the ``mode`` override, else the schedule's ``kernel``, else
+        ``fill_default``). Within one runtime the mode names the whole
+        ``KernelSpec`` (the launch shape comes from the mode, the overrides
+        and the plan's policy), so issues grouped by it share one kernel."""
+        return self._mode or window_issue.kernel or self._fill_default
+
     def issue(self, index: int | WindowIssue) -> bool:
         """Gate, then fork the side stream from the current stream and launch
         the fill of issue ``index`` there. Returns whether a fill was enqueued
@@ -274,29 +288,69 @@ class CudaRuntime(RuntimeBase):
         Host cost (benchmarks/host_cost.py): the gate as in ``_decision``,
         then two driver calls (fork) and the launch, with no allocation."""
         i = index if isinstance(index, int) else self.index_of(index)
+        return self._issue((i,), i, self.table.spans[i], 1)
+
+    def issue_launch(self, indices: Sequence[int]) -> bool:
+        """Gate once, then one fork and ONE fill launch over the table rows
+        of the issues ``indices`` (a tuple: one group of ``launch_groups``,
+        consecutive issues of one hook point with one kernel, so their rows
+        are one span ``[offsets[first], offsets[last + 1])``). ``stats``
+        count per issue (``issued``: the issues with rows; ``bytes_issued``:
+        their bound bytes; ``skipped``: every issue of the group), plus one
+        in ``stats.launches``. One index is ``issue``; indices that are not
+        such a group are issued one by one. Returns whether a fill was
+        enqueued (or captured); never raises on CUDA/kernel trouble (it
+        disables)."""
+        if len(indices) == 1:
+            return self.issue(indices[0])
+        if not isinstance(indices, tuple):
+            indices = tuple(indices)
+        g = self._group_spans.get(indices)
+        if g is None:
+            g = self._group_spans[indices] = self._group_span(indices)
+        if g is False:
+            return super().issue_launch(indices)
+        return self._issue(indices, *g)
+
+    def _group_span(self, indices: tuple[int, ...]):
+        """``(first issue, span, issues with rows)`` of a launch group, or
+        False when ``indices`` are not consecutive issues of one kernel."""
+        if not indices or list(indices) != list(range(indices[0], indices[0] + len(indices))):
+            return False
+        if len({self.specs[j] for j in indices}) != 1:
+            return False
+        b, e = self.table.offsets[indices[0]], self.table.offsets[indices[-1] + 1]
+        counted = sum(1 for j in indices if self.table.spans[j] is not None)
+        return (indices[0], (b, e) if e > b else None, counted)
+
+    def _issue(self, members: Sequence[int], i: int, span, counted: int) -> bool:
+        """``issue``/``issue_launch``: the issues ``members`` at one hook
+        point, launched as one fill of kernel ``specs[i]`` over table rows
+        ``span`` (``(begin, end)``; ``None``: no rows) that ``counted`` of
+        them own."""
+        n = len(members)
         if self._thread != get_ident() and self.other_thread():
-            self._skip("other-thread")
+            self._skip("other-thread", n)
             return False
         if not self._ready:
             self.prepare()
         if not self.enabled:
-            self._skip("disabled")
+            self._skip("disabled", n)
             return False
         d = self._decision()
         if not d.issue:
-            self._skip(d.reason)
+            self._skip(d.reason, n)
             return False
         if not self.fills_on and not self.fork_join.is_capturing():
-            self._skip("switched-off")  # eager: the host knows; launch nothing
+            self._skip("switched-off", n)  # eager: the host knows; launch nothing
             return False
         if self.table.dirty and not self._flush():
             if not self._warned_dirty:
                 self._warned_dirty = True
                 log.warning("l2sched: table rows changed during a capture; "
                             "issue skipped until the next eager forward")
-            self._skip("unbound-in-capture")
+            self._skip("unbound-in-capture", n)
             return False
-        span = self.table.spans[i]
         if span is None:
             return False
         # a deferred fill goes first, while the side stream still waits on
@@ -322,8 +376,10 @@ class CudaRuntime(RuntimeBase):
             if not self._launch(i, b, e):
                 return False
         stats = self.stats
-        stats.issued += 1
-        stats.bytes_issued += self.table.nbytes[i]
+        stats.issued += counted
+        stats.launches += 1
+        nbytes = self.table.nbytes
+        stats.bytes_issued += nbytes[i] if n == 1 else sum(nbytes[j] for j in members)
         return True
 
     def _capture_issue(self, mode: str, i: int, b: int, e: int) -> bool:
@@ -423,6 +479,9 @@ class CudaRuntime(RuntimeBase):
         old_aside = self.plan.set_aside
         self.plan = plan
         self._index = {id(wi): i for i, wi in enumerate(plan.issues)}
+        # the kernels stay ``specs`` (compiled for the first plan); a group
+        # of the new plan whose issues had other kernels fires one by one
+        self._group_spans.clear()
         self.table.clear()
         self.rows = self.table.rows
         self._gate_step = None

@@ -228,6 +228,16 @@ class Installation:
             self.runtime.set_rows(index, b.rows)
         return self.runtime.issue(index)
 
+    def fire_launch(self, indices: tuple[int, ...]) -> bool:
+        """Bind (or rebind) the issues ``indices`` (one launch group of the
+        runtime's ``launch_groups``) and hand them to the runtime as one
+        fill (``issue_launch``)."""
+        for index in indices:
+            b = self.bound[index]
+            if b.refresh():
+                self.runtime.set_rows(index, b.rows)
+        return self.runtime.issue_launch(indices)
+
     def bind_all(self) -> None:
         """Resolve every range now (normally done lazily at each firing)."""
         for b in self.bound:
@@ -275,7 +285,10 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
             layer_keys: Sequence[str] | None = None) -> Installation:
     """Place ``plan``'s issues into ``model_layers`` (the decoder layers,
     indexed like ``ByteRange.layer``), firing them through ``backend``
-    (issue ``i`` of the plan fires ``backend.issue(i)``).
+    (issue ``i`` of the plan fires ``backend.issue(i)``; the issues of one
+    of the backend's ``launch_groups`` of several issues, which share their
+    hook point, fire together as one ``backend.issue_launch(group)``: one
+    hook action for the group).
 
     ``sites`` maps every hook point name the plan uses to a ``HookSite``;
     with ``layer_keys`` (one key per decoder layer, e.g. its layer kind)
@@ -317,6 +330,12 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
             s = slots[(id(obj), kind, attr)] = Slot(obj, kind, attr, layer, where)
         return s
 
+    # merged launches: the group's first issue fires the whole group
+    lead: dict[int, tuple[int, ...]] = {}
+    for g in getattr(backend, "launch_groups", None) or ():
+        if len(g) > 1 and len({(plan.issues[j].layer, plan.issues[j].hook) for j in g}) == 1:
+            lead.update((j, ()) for j in g[1:])
+            lead[g[0]] = tuple(g)
     for idx, wi in enumerate(plan.issues):
         if not 0 <= wi.layer < len(model_layers):
             raise L2sInstallError(f"plan issue {wi.window}@{wi.hook} names layer "
@@ -337,7 +356,12 @@ def install(model_layers: Sequence[Any], plan: Plan, sites: Mapping[Any, HookSit
         s = slot_for(obj, site.kind, site.attribute, layer, (wi.layer, site.path))
         s.layer = layer
         s.issues.append(idx)
-        s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
+        group = lead.get(idx)
+        if group is None:
+            s.actions.append((site.match, functools.partial(inst.fire, idx), site.position))
+        elif group:  # the group's later issues: fired by this action
+            s.actions.append((site.match, functools.partial(inst.fire_launch, group),
+                              site.position))
 
     per_layer = isinstance(join_on, (list, tuple))
     if join_on == "last_layer":

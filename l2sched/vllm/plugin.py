@@ -278,7 +278,8 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     installed.lint = lint_note
     installed.summarize = functools.partial(  # again if hooks move: vllm/replaced.py
         summary_line, schedule, inventory=inventory, cfg=cfg, device=device,
-        lint_note=lint_note, unmeasured=unmeasured_note(device_profile, tp, plan, schedule, cfg))
+        lint_note=lint_note, unmeasured=unmeasured_note(device_profile, tp, plan, schedule, cfg),
+        groups=getattr(runtime, "groups_of", None))
     installed.summary = installed.summarize(plan)
     return installed
 

@@ -59,8 +59,11 @@ def unmeasured_note(device_profile: DeviceProfile, tp: int, plan, schedule,
 
 
 def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
-             lint_note: str, unmeasured: str = "", runtime_note: str = "") -> str:
-    """The one summary line: bytes per window, windows per layer kind, then
+             lint_note: str, unmeasured: str = "", runtime_note: str = "",
+             groups=None) -> str:
+    """The one summary line: issues, fill launches (with ``groups``, the
+    runtime's ``groups_of``: the issues of one hook point with one kernel
+    are one launch), bytes per window, windows per layer kind, then
     ``unmeasured`` (``unmeasured_note``) and ``runtime_note``
     (``programmatic_note``) at its end."""
     per_window: dict[str, list[int]] = defaultdict(list)
@@ -77,11 +80,15 @@ def summary_line(schedule, plan, inventory, cfg: PluginConfig, device: str,
         f"{k}: {'+'.join(kinds_windows.get(k, [])) or 'none'}"
         for k in sorted({str(k) for k in inventory.kinds}))
     total = sum(wi.nbytes for wi in plan.issues)
+    launches = ""
+    if groups is not None:
+        n = len(groups(plan))
+        launches = f"{n} fill launch{'' if n == 1 else 'es'}, "
     left = sum(lo.nbytes for lo in plan.left_over)
     over = ", ".join(cfg.overrides)
     return (f"schedule {schedule.name} ({cfg.schedule}{'; set ' + over if over else ''}"
             f") installed{'' if cfg.fills == 'on' else ' switched off (fills off)'}, "
             f"backend {cfg.backend}, device {device}, {lint_note}: "
-            f"{len(plan.issues)} issues, {format_size(total)} per decode step "
+            f"{len(plan.issues)} issues, {launches}{format_size(total)} per decode step "
             f"[{windows}]; windows per layer kind [{kinds}]; left over "
             f"{format_size(left)}{unmeasured}{runtime_note}")
