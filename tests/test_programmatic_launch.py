@@ -225,13 +225,16 @@ def test_the_real_driver_without_a_capture_never_raises(caplog):
 
 
 def test_eager_issues_never_ask_the_driver():
-    """``CudaRuntime.issue`` asks the watch only in capture-phase forwards:
-    an eager ``StepInfo`` (no warm-up, no capture) skips it on one attribute
-    test (source check: the guard precedes the capture query)."""
+    """``CudaRuntime.issue`` and ``issue_launch`` (both through ``_issue``)
+    ask the watch only in capture-phase forwards: an eager ``StepInfo`` (no
+    warm-up, no capture) skips it on one attribute test (source check: the
+    guard precedes the capture query)."""
     import inspect
 
     from l2sched.runtime.cuda import CudaRuntime
-    src = inspect.getsource(CudaRuntime.issue)
+    assert "self._issue(" in inspect.getsource(CudaRuntime.issue)
+    assert "self._issue(" in inspect.getsource(CudaRuntime.issue_launch)
+    src = inspect.getsource(CudaRuntime._issue)
     guard = src.index("(step.warmup or step.capturing)")
     assert guard < src.index("self.pdl_watch.at_hook")
     assert "self.pdl_watch.resolve()" in inspect.getsource(CudaRuntime.join)

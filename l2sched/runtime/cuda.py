@@ -21,7 +21,8 @@ from l2sched.compiler.plan import Plan, WindowIssue
 from l2sched.runtime import kernel as K
 from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, DEFAULT_CAPTURE_LAUNCH,
-                                           NODE_LAUNCHES, CaptureDeps, check_capture_launch)
+                                           NODE_LAUNCHES, CaptureDeps, CaptureLaunches,
+                                           check_capture_launch)
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.pdl_watch import ProgrammaticWatch
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
@@ -59,7 +60,7 @@ def issue_specs(plan: Plan, fill: Mapping | None = None, fill_default: str = "bu
     return out
 
 
-class CudaRuntime(RuntimeBase):
+class CudaRuntime(CaptureLaunches, RuntimeBase):
     """Issues fills on the device's side stream with the CuTe DSL kernels.
 
     ``device``: CUDA device index (default: the current device at first use).
@@ -382,53 +383,6 @@ class CudaRuntime(RuntimeBase):
         stats.bytes_issued += nbytes[i] if n == 1 else sum(nbytes[j] for j in members)
         return True
 
-    def _capture_issue(self, mode: str, i: int, b: int, e: int) -> bool:
-        """Issue ``i`` in a FULL capture by ``capture_launch`` ``mode``
-        (not ``fork``): hold it back (``deferred``, ``leaf-deferred``) or add
-        it to the model stream's capture now (``leaf``, ``launch-order``).
-        A driver error disables prefetch (one log line)."""
-        if mode == "deferred":
-            self.fork_join.fork()
-            self._pending = True
-            self._deferred.append((i, b, e, None))
-            return True
-        stream = self.fork_join.current_handle()
-        try:
-            if mode == "leaf-deferred":
-                self._deferred.append((i, b, e, self._capture_deps.get(stream)))
-                return True
-            deps = self._capture_deps.get(stream)
-            if not self._node_launch_of(i, stream, b, e):
-                return False
-            if mode == "leaf":
-                self._capture_deps.set(stream, *deps)
-            else:  # launch-order: the next node waits for the fill's blocks to start
-                fill, _ = self._capture_deps.get(stream)
-                cd = self._capture_deps
-                cd.set(stream, fill, [cd.launch_order_edge] * len(fill))
-        except RuntimeError as ex:
-            self.disable(f"capture launch {mode}: {ex}")
-            return False
-        return True
-
-    def _node_launch_of(self, i: int, stream: int, b: int, e: int) -> bool:
-        """Launch issue ``i`` over rows ``[b, e)`` on the stream with raw
-        handle ``stream`` (the model's stream, in a capture); on failure,
-        the fallback kernel, else disable. Whether it was launched."""
-        key = (i, stream)
-        f = self._node_launch.get(key)
-        if f is None:
-            f = self._node_launch[key] = self.kernels[self.specs[i]].bind(
-                self.table.device_ptr, stream, self.switch_word.ptr)
-        try:
-            f(b, e)
-        except Exception as ex:
-            if not self._fallback(self.specs[i]):
-                self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
-                return False
-            return self._node_launch_of(i, stream, b, e)
-        return True
-
     def _launch(self, i: int, b: int, e: int) -> bool:
         """Launch issue ``i`` over table rows ``[b, e)`` on the side stream
         (after a fork); on failure, the fallback kernel, else disable.
@@ -440,31 +394,6 @@ class CudaRuntime(RuntimeBase):
                 self.disable(f"kernel launch failed: {type(ex).__name__}: {ex}")
                 return False
             self._launch_of[i](b, e)
-        return True
-
-    def _launch_deferred(self) -> bool:
-        """Launch the fills held back in a capture (``capture_nodes.DEFERRED_LAUNCHES``), in
-        issue order: on the side stream (``deferred``: it still waits on its
-        own fork only), or on the model's stream with the capture
-        dependencies saved at the fill's hook, which are then set back
-        (``leaf-deferred``). Whether all were launched."""
-        held, self._deferred = self._deferred, []
-        for i, b, e, deps in held:
-            if deps is None:
-                if not self._launch(i, b, e):
-                    return False
-                continue
-            stream = self.fork_join.current_handle()
-            try:
-                now = self._capture_deps.get(stream)
-                self._capture_deps.set(stream, *deps)
-                launched = self._node_launch_of(i, stream, b, e)
-                self._capture_deps.set(stream, *now)
-            except RuntimeError as ex:
-                self.disable(f"capture launch leaf-deferred: {ex}")
-                return False
-            if not launched:
-                return False
         return True
 
     def adopt(self, plan: Plan) -> bool:

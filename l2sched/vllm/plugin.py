@@ -23,13 +23,8 @@ import weakref
 from dataclasses import replace
 
 from l2sched.compiler.compile import compile_plan
-from l2sched.errors import (
-    L2sError,
-    L2sInputError,
-    L2sLintError,
-    L2sPluginError,
-    L2sSyntaxError,
-)
+from l2sched.errors import (L2sError, L2sInputError, L2sLintError, L2sPluginError,
+                            L2sSyntaxError)
 from l2sched.lang.resolve import load_schedule
 from l2sched.model.config import ModelConfigRef
 from l2sched.lint import run_lint
@@ -279,7 +274,7 @@ def _activate(model, vllm_config, cfg: PluginConfig, layout: Layout,
     installed.summarize = functools.partial(  # again if hooks move: vllm/replaced.py
         summary_line, schedule, inventory=inventory, cfg=cfg, device=device,
         lint_note=lint_note, unmeasured=unmeasured_note(device_profile, tp, plan, schedule, cfg),
-        groups=getattr(runtime, "groups_of", None))
+        groups=runtime.groups_of)
     installed.summary = installed.summarize(plan)
     return installed
 
