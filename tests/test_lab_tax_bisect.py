@@ -17,6 +17,7 @@ def test_rung_parts_expand_aliases_and_refuse_unknown_parts():
     assert tb.rung_parts("real") == ()
     assert tb.rung_parts("synthetic") == ("stream", "tfill", "torchsync")
     assert tb.rung_parts("noaux+synthetic+noaux") == ("noaux", "stream", "tfill", "torchsync")
+    assert tb.rung_parts("xstream+pstream") == ("xstream", "pstream")
     with pytest.raises(ValueError, match="unknown part cublas"):
         tb.rung_parts("stream+cublas")
     with pytest.raises(ValueError, match="unknown part"):

@@ -16,6 +16,10 @@ Parts (a rung is ``real`` or parts joined by ``+``):
 - ``stream``: every cuBLAS GEMM of the step (projections, MLA ``bmm``, the
   batched expert GEMMs) becomes one Triton streaming-read kernel over the
   same weight bytes (no cuBLAS node, no split-K reduction);
+- ``xstream``: as ``stream`` for the batched expert GEMMs only (the
+  projections and MLA ``bmm`` stay cuBLAS);
+- ``pstream``: as ``stream`` for everything but the expert GEMMs (which stay
+  the real grouped kernels); ``xstream+pstream`` = ``stream``;
 - ``tfill``: the runtime's CuTe DSL fill kernel (launched through TVM-FFI)
   becomes a Triton streaming read of the issue's byte count from a scratch
   buffer, launched on the same side stream after the same fork;
@@ -58,7 +62,7 @@ import time
 from lab.experiments.capture_launches_table import gains
 
 #: rung part -> what it swaps (the module docstring says how).
-PARTS = ("stream", "tfill", "torchsync", "noaux", "nospin", "conn1")
+PARTS = ("stream", "xstream", "pstream", "tfill", "torchsync", "noaux", "nospin", "conn1")
 #: named rungs that stand for a set of parts.
 ALIASES = {"real": (), "synthetic": ("stream", "tfill", "torchsync")}
 _ZERO = "window.A_MLA.budget=0MB"
@@ -165,13 +169,14 @@ def apply_parts(parts) -> None:
                 return super()._body(lay, op)
             if "nospin" in parts and op.cls == "collective":
                 return None
-            if "stream" in parts:
-                if op.cls == "expert_stream":
-                    pool = resolve_path(lay, op.reads[0])
-                    s, d = self.expert_range[lay.layer_idx]
-                    get_reader().read(pool[s:s + d])
-                    return None
-                if op.cls not in ("collective", "attention_core"):
+            experts = bool(parts & {"stream", "xstream"})
+            if experts and op.cls == "expert_stream":
+                pool = resolve_path(lay, op.reads[0])
+                s, d = self.expert_range[lay.layer_idx]
+                get_reader().read(pool[s:s + d])
+                return None
+            if parts & {"stream", "pstream"}:
+                if op.cls not in ("collective", "attention_core", "expert_stream"):
                     reads = self._matrix_reads(lay, op)
                     if reads:
                         for _path, w, _x in reads:
