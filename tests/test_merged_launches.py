@@ -8,6 +8,7 @@ and the bench's ``merge=on|off`` variant item."""
 import dataclasses
 
 import pytest
+from extras import TORCH_MISSING
 
 from l2sched.cli.explain import format_events
 from l2sched.compiler.plan import ByteRange, Plan, WindowIssue
@@ -305,7 +306,7 @@ def test_make_runtime_dry_run_takes_the_profiles_default_mode():
 
 
 def _install_case(merge):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=TORCH_MISSING)
     from torch import nn
 
     from l2sched.runtime.install import HookSite, install
@@ -362,7 +363,7 @@ def test_a_runtime_without_groups_fires_every_issue():
     class Plain(DryRunRuntime):
         launch_groups = None
 
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=TORCH_MISSING)
     from torch import nn
 
     from l2sched.runtime.install import HookSite, install
