@@ -48,6 +48,9 @@ writes ``OUT/rung-<RUNG>.json`` (``+`` as ``_``; each a ``bench run`` result) an
 ``OUT/tax-bisect.json`` / ``.md``: per rung and M the gain of each arm over
 ``none`` (us, + = faster) and the A/A floor. ``--dry`` runs the rungs on the
 meta device (shapes only, no GPU), which checks the wiring on a CPU.
+``--census K`` also writes ``OUT/census-<RUNG>.json``: the first K graphs a
+rung captures, node by node (``graph_census.py``; compare two rungs with
+``python -m lab.experiments.graph_census``).
 """
 
 from __future__ import annotations
@@ -232,10 +235,18 @@ def rung_path(folder: str, rung: str) -> str:
     return os.path.join(folder, f"rung-{rung.replace('+', '_')}.json")
 
 
-def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool) -> int:
-    """Run the bench on ``rung`` in this process; the CLI's exit code."""
+def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
+            census: int = 0) -> int:
+    """Run the bench on ``rung`` in this process; the CLI's exit code.
+    ``census``: census the first that many captured graphs
+    (``graph_census.keep_census``, ``census-<rung>.json`` beside ``out``)."""
     from l2sched.cli import main
     apply_parts(rung_parts(rung))  # on the meta device the swapped bodies defer to the real ones
+    if census and not dry:
+        import torch
+
+        from lab.experiments.graph_census import keep_census
+        keep_census(torch, os.path.dirname(out) or ".", rung.replace("+", "_"), census)
     return main(bench_argv(out, tokens, replays, dry))
 
 
@@ -268,11 +279,15 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=150.0,
                     help="seconds one rung's process may run")
     ap.add_argument("--dry", action="store_true", help="meta device, no GPU")
+    ap.add_argument("--census", type=int, default=0, metavar="K",
+                    help="census the first K captured graphs of each rung (node, edge "
+                         "and kernel counts, launch attributes: graph_census.py) into "
+                         "census-<rung>.json")
     ap.add_argument("--one", help="run this one rung in this process (internal)")
     a = ap.parse_args(argv)
     if a.one:
         return run_one(a.one, rung_path(a.output, a.one),
-                       a.tokens, a.replays, a.dry)
+                       a.tokens, a.replays, a.dry, a.census)
     rungs = [r for r in a.rungs.split(",") if r]
     for r in rungs:
         rung_parts(r)  # refuse an unknown part before anything runs
@@ -281,7 +296,8 @@ def main(argv=None) -> int:
     for r in rungs:
         t0 = time.time()
         cmd = [sys.executable, "-m", "lab.experiments.tax_bisect", "--one", r,
-               "-o", a.output, "--tokens", a.tokens, "--replays", str(a.replays)]
+               "-o", a.output, "--tokens", a.tokens, "--replays", str(a.replays),
+               "--census", str(a.census)]
         cmd += ["--dry"] if a.dry else []
         env = dict(os.environ)
         if "conn1" in rung_parts(r):
