@@ -259,9 +259,24 @@ def test_allreduce_slowdown_written_with_a_small_text_edit(tmp_path):
     assert load_device(p).fill_mode("copy").allreduce_slowdown == 0.5
 
 
+def _without_fill_tables(text: str) -> str:
+    """A profile's ``text`` without its ``[fill]``/``[fill.MODE]`` tables
+    and their ``[origin]`` entries (a profile of the layout before fill
+    tables: its one fill kernel's numbers come from ``[bandwidth]``/``[l2]``)."""
+    out, in_fill = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            in_fill = line.startswith("[fill]") or line.startswith("[fill.")
+        if not in_fill and not line.startswith('"fill.'):
+            out.append(line)
+    return "".join(out)
+
+
 def test_profile_without_fill_tables_is_left_alone(tmp_path):
     p = tmp_path / "est.toml"
-    p.write_text(ESTIMATE.read_text(encoding="utf-8"), encoding="utf-8")
+    p.write_text(_without_fill_tables(ESTIMATE.read_text(encoding="utf-8")), encoding="utf-8")
+    assert "[fill" not in p.read_text(encoding="utf-8")
+    assert "bulk" in load_device(p).fill_modes  # still loads, bulk from [bandwidth]
     before = p.read_bytes()
     _, written, skipped = write_allreduce_slowdown(p, {"bulk": 0.3}, "")
     assert written == {} and skipped == {"bulk": "no [fill.bulk] table"}

@@ -31,21 +31,39 @@ PRO6000 = GpuIdentity("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
                       134217728, 188, (12, 0))
 
 
+def _replace_once(text: str, old: str, new: str) -> str:
+    """``text`` with its one ``old`` made ``new``; fails the test when
+    ``old`` is not there exactly once (the shipped profile's layout moved)."""
+    assert text.count(old) == 1, f"{old!r} is in the profile {text.count(old)} times"
+    return text.replace(old, new)
+
+
 def _gb10_profile(tmp_path: Path) -> Path:
     """A user's profile for the GB10: the SM120 profile with the GB10's
-    identity and L2 (numbers for the test, not measurements)."""
+    identity, shared-memory limit and L2 (numbers for the test, not
+    measurements; every field the SM120 profile's ``[origin]`` names is
+    still written). Its L2 numbers are its own: the SM120's set-aside,
+    protected bytes and effective L2 (``l2.effective_bytes``, at most twice
+    ``l2.bytes``) would not fit a 24 MiB L2; the effective L2 and the
+    shared-memory limit are the shipped gb10 profile's
+    (``l2sched/data/devices/gb10.toml``)."""
     text = (ROOT / "l2sched" / "data" / "devices" /
             "sm120-rtx-pro-6000-maxq.toml").read_text()
-    text = text.replace('name = "sm120-rtx-pro-6000-maxq"', 'name = "gb10"')
-    text = text.replace("compute_capability = [12, 0]", "compute_capability = [12, 1]")
-    text = text.replace("bytes = 134217728", f"bytes = {24 * 2**20}")
-    text = text.replace("set_aside_max_bytes = 84000000", "set_aside_max_bytes = 15000000")
-    text = text.replace("evict_last_protected_bytes = 33333333",
-                        "evict_last_protected_bytes = 10000000")
+    gb10_effective = load_device("gb10").effective_l2_bytes
+    for old, new in (('name = "sm120-rtx-pro-6000-maxq"', 'name = "gb10"'),
+                     ("compute_capability = [12, 0]", "compute_capability = [12, 1]"),
+                     ("\nbytes = 134217728", f"\nbytes = {24 * 2**20}"),
+                     ("set_aside_max_bytes = 84000000", "set_aside_max_bytes = 15000000"),
+                     ("evict_last_protected_bytes = 33333333",
+                      "evict_last_protected_bytes = 10000000"),
+                     ("effective_bytes = 85000000", f"effective_bytes = {gb10_effective}")):
+        text = _replace_once(text, old, new)
     lines = [ln for ln in text.splitlines()]
     start = next(i for i, ln in enumerate(lines) if ln.startswith("[gpu]"))
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("["))
-    lines[start:end] = ["[gpu]", 'names = ["NVIDIA GB10"]', "sm_count = 48", ""]
+    lines[start:end] = ["[gpu]", 'names = ["NVIDIA GB10"]', "sm_count = 48",
+                        "smem_per_block_optin_bytes = "
+                        f"{load_device('gb10').smem_per_block_optin_bytes}", ""]
     p = tmp_path / "profiles" / "gb10.toml"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("\n".join(lines) + "\n")
@@ -176,7 +194,10 @@ def test_item03_schedule_names_a_profile_file(tmp_path):
     p = _schedule_with_device(tmp_path, 'device "profiles/gb10.toml"')
     s = load_schedule(p)
     assert s.device == str(prof)  # relative to the schedule's directory
-    assert load_device(s.device).name == "gb10"
+    stand_in = load_device(s.device)
+    assert stand_in.name == "gb10"
+    assert (stand_in.l2_bytes, stand_in.capacity_bytes) == (
+        24 * 2**20, load_device("gb10").effective_l2_bytes)  # its own L2, not the SM120's
     # a missing file is an error at the value, naming file:line:col
     p = _schedule_with_device(tmp_path, 'device "profiles/nope.toml"')
     with pytest.raises(L2sSemanticError) as e:

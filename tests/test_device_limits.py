@@ -197,12 +197,16 @@ def test_a_bad_limit_is_an_error_at_its_key(tmp_path):
 
 
 def _sm120_with_copy(tmp_path) -> Path:
-    """The SM120 profile with the h200's [fill.copy] table (4 x 32 KiB)."""
+    """The SM120 profile with the h200's [fill.copy] table (4 x 32 KiB)
+    added to its own [fill] table, and copy made its default kernel."""
     h200 = (DEVICES_DIR / "h200.toml").read_text(encoding="utf-8")
     copy = re.search(r"^\[fill\.copy\]\n(?:(?!\[).*\n)*", h200, flags=re.M).group(0)
     text = (DEVICES_DIR / "sm120-rtx-pro-6000-maxq.toml").read_text(encoding="utf-8")
+    default = re.compile(r'^(\[fill\]\ndefault = )"bulk"$', flags=re.M)
+    assert len(default.findall(text)) == 1, "the SM120 profile's [fill] table moved"
+    text = default.sub(r'\1"copy"', text)
     p = tmp_path / "sm120-copy.toml"
-    p.write_text(text + "\n[fill]\ndefault = \"copy\"\n" + copy, encoding="utf-8")
+    p.write_text(text + "\n" + copy, encoding="utf-8")
     return p
 
 

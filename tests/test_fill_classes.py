@@ -8,6 +8,8 @@ slows each op by its class's term; a bad value is located at its
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from l2sched.compiler.compile import schedule_inventory
@@ -103,17 +105,24 @@ window B at attn.pre_all_reduce budget 50MB layers moe {
     next self_attn.* except self_attn.o_proj, self_attn.kv_b_proj
 }
 """
-#: A [fill.bulk] table for the SM120 estimate (which has none): its own
-#: numbers (bandwidth.fill_gbps, l2.fill_effect, fill_launch_us) and a
-#: slowdown of 0.1, then the class terms under test.
-FILL = ('[fill]\ndefault = "bulk"\n[fill.bulk]\ngbps = 1500\neffect = 1.0\n'
-        'launch_us = 3.0\nslowdown = 0.1\n')
+#: The interference class terms the SM120 estimate writes in its
+#: ``[fill.bulk]`` table (each equal to its ``slowdown``, 0.1: no per-class
+#: number is published).
+CLASS_TERMS = ("attention_slowdown", "routing_slowdown")
 
 
 def _sm120_with(extra: str):
+    """The shipped SM120 profile with its class terms (``CLASS_TERMS``,
+    their lines and ``[origin]`` entries) taken out of ``[fill.bulk]`` and
+    ``extra`` lines written there instead."""
     text = (DEVICES_DIR / "sm120-rtx-pro-6000-maxq.toml").read_text(encoding="utf-8")
-    return load_device_text(text.replace("[allreduce]\n", FILL + extra + "\n[allreduce]\n",
-                                         1), "sm120-test.toml")
+    for key in CLASS_TERMS:
+        for pattern in (rf"^{key} = .*\n", rf'^"fill\.bulk\.{key}" = .*\n'):
+            assert len(re.findall(pattern, text, flags=re.M)) == 1, pattern
+            text = re.sub(pattern, "", text, flags=re.M)
+    assert text.count("[fill.bulk]\n") == 1
+    return load_device_text(text.replace("[fill.bulk]\n", "[fill.bulk]\n" + extra),
+                            "sm120-test.toml")
 
 
 def _gain(device, m: int = 1) -> float:
@@ -128,7 +137,13 @@ def test_each_class_term_changes_its_class():
     term alone makes the schedule's predicted gain smaller (its fills
     overlap those kernels)."""
     g0 = _gain(_sm120_with(""))
-    assert _gain(_sm120_with("attention_slowdown = 0.1\nrouting_slowdown = 0.1\n")) == \
+    shipped = load_device("sm120-rtx-pro-6000-maxq")
+    slowdown = shipped.fill_mode("bulk").slowdown
+    # the shipped profile writes each class term equal to slowdown
+    assert [getattr(shipped.fill_mode("bulk"), k) for k in CLASS_TERMS] == [slowdown] * 2
+    assert _gain(shipped) == pytest.approx(g0, abs=1e-9)
+    assert _gain(_sm120_with(f"attention_slowdown = {slowdown}\n"
+                             f"routing_slowdown = {slowdown}\n")) == \
         pytest.approx(g0, abs=1e-9)
     assert _gain(_sm120_with("attention_slowdown = 2.0\n")) < g0 - 10.0
     assert _gain(_sm120_with("routing_slowdown = 2.0\n")) < g0 - 1.0

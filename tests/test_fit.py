@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from l2sched.cli import main
 from l2sched.compiler.compile import schedule_inventory
 from l2sched.fit import FitOptions, Search, fit_text
-from l2sched.fit.bound import profile_variants
+from l2sched.fit.bound import MIN_PESSIMISTIC_SLOWDOWN, profile_variants
 from l2sched.lint.noise import AA_NOISE_FLOOR_US, noise_floor_us
 from l2sched.fit.evaluate import HARD_WARNINGS, Evaluator, max_pending_bytes, \
     surrogate_layers
@@ -265,7 +265,18 @@ def test_pessimistic_variants():
     variants, info = profile_variants(sm)
     assert [v.name for v in variants] == ["median", "low"]
     assert not info.from_measurements
-    assert variants[1].device_profile.fill_modes["bulk"].slowdown == pytest.approx(0.1)
+    # no measured spread: the fixed factor x1.5 on each written slowdown
+    bulk, lbulk = sm.fill_modes["bulk"], variants[1].device_profile.fill_modes["bulk"]
+    assert bulk.slowdown * 1.5 > MIN_PESSIMISTIC_SLOWDOWN
+    assert lbulk.slowdown == pytest.approx(bulk.slowdown * 1.5)
+    assert lbulk.attention_slowdown == pytest.approx(bulk.attention_slowdown * 1.5)
+    assert lbulk.routing_slowdown == pytest.approx(bulk.routing_slowdown * 1.5)
+    # a fill with no slowdown (0) still gets the smallest pessimistic one
+    unslowed = dataclasses.replace(sm, fill_modes={"bulk": dataclasses.replace(
+        bulk, slowdown=0.0, attention_slowdown=None, routing_slowdown=None)})
+    lbulk = profile_variants(unslowed)[0][1].device_profile.fill_modes["bulk"]
+    assert lbulk.slowdown == pytest.approx(MIN_PESSIMISTIC_SLOWDOWN)
+    assert lbulk.attention_slowdown is None and lbulk.routing_slowdown is None
 
 
 def test_noise_floor_defaults():

@@ -322,15 +322,26 @@ def test_fill_effect_scales_the_predicted_gain():
     import dataclasses
 
     run = lint_path(str(SHIPPED))
+    # the SM120 profile's effect (l2.fill_effect, derived from o_proj in serving)
+    profile_effect = run.device_profile.fill_mode("bulk").effect
+    effects = sorted({0.0, 0.5, profile_effect, 1.0})
     gains = {}
-    for effect in (0.0, 0.5, 1.0):
+    for effect in effects:
         bulk = dataclasses.replace(run.device_profile.fill_mode("bulk"), effect=effect)
         dev = dataclasses.replace(run.device_profile, fill_modes={"bulk": bulk})
         r = run_lint(run.schedule, run.inventory, device_profile=dev)
         gains[effect] = r.step_period("base") - r.step_period("sim")
-    assert run.device_profile.fill_mode().effect == 1.0  # the SM120 profile's assumption
-    assert gains[1.0] == run.step_period("base") - run.step_period("sim")
-    assert gains[0.0] < 0 < gains[0.5] < gains[1.0]  # with no effect, fills only cost
+    assert 0.5 < profile_effect <= 1.0
+    assert gains[profile_effect] == run.step_period("base") - run.step_period("sim")
+    assert gains[0.0] < 0 < gains[0.5]  # with no effect, fills only cost
+    assert all(gains[a] < gains[b] for a, b in zip(effects, effects[1:]))  # more effect, more gain
+
+
+#: FillMode fields that are a fill kernel's performance numbers (not its
+#: name, launch shape or source): a copy kernel given all of bulk's predicts
+#: what bulk predicts.
+_FILL_NUMBERS = ("gbps", "effect", "launch_us", "slowdown", "landed", "allreduce_slowdown",
+                 "gemm_slowdown", "attention_slowdown", "routing_slowdown")
 
 
 def _with_fill_mode(device, mode, **numbers):
@@ -347,6 +358,8 @@ def test_fill_mode_numbers_come_from_the_profile_per_window():
     """A window's ``kernel`` picks the profile's numbers for that fill
     kernel: a higher effect predicts more gain, a slower landed rate less,
     a slowdown of latency-bound kernels costs step time."""
+    import dataclasses
+
     run = lint_path(str(SHIPPED))
     base_gain = run.step_period("base") - run.step_period("sim")
 
@@ -356,14 +369,15 @@ def test_fill_mode_numbers_come_from_the_profile_per_window():
         return r2.step_period("base") - r2.step_period("sim")
 
     bulk = run.device_profile.fill_mode()
-    good = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=bulk.effect,
-                           launch_us=bulk.launch_us)
+    assert {f.name for f in dataclasses.fields(bulk)} >= set(_FILL_NUMBERS)
+    same = {k: getattr(bulk, k) for k in _FILL_NUMBERS}  # every number of bulk's
+    good = _with_fill_mode(run.device_profile, "copy", **same)
     assert gain(good, ["kernel=copy"]) == pytest.approx(base_gain)
-    worse = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=0.5,
-                            launch_us=bulk.launch_us)
+    worse = _with_fill_mode(run.device_profile, "copy", **{**same, "effect": 0.5})
+    assert bulk.effect > 0.5
     assert gain(worse, ["kernel=copy"]) < base_gain
-    slow = _with_fill_mode(run.device_profile, "copy", gbps=bulk.gbps, effect=bulk.effect,
-                           launch_us=bulk.launch_us, slowdown=0.5)
+    assert bulk.slowdown < 0.5
+    slow = _with_fill_mode(run.device_profile, "copy", **{**same, "slowdown": 0.5})
     assert gain(slow, ["kernel=copy"]) < base_gain
     only_a = gain(worse, ["window.A.kernel=copy"])
     assert gain(worse, ["kernel=copy"]) < only_a < base_gain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -313,7 +314,14 @@ def test_item22_timeline_svg_shows_what_to_conclude(tmp_path, capsys):
     assert {"L2S101", "L2S104", "L2S105"} <= codes
     assert root.findall(".//s:rect[@class='overlap']", ns)  # the L2S101 overlap
     caption = " ".join(t.text for t in root.findall(".//s:text[@class='caption']", ns))
-    assert "-3.4% step time" in caption and "No window fires in kda+dense" in caption
+    # the prediction: both step times (us) and their change, as the run has them
+    sim, base = run.step_period("sim"), run.step_period("base")
+    said = re.search(r"Predicted decode step: (\d+) us with prefetch, (\d+) us without: "
+                     r"([+-]\d+\.\d)% step time", caption)
+    assert said, caption
+    assert (int(said[1]), int(said[2])) == (round(sim), round(base))
+    assert float(said[3]) == pytest.approx((sim - base) / base * 100, abs=0.05)
+    assert "No window fires in kda+dense" in caption
     # with a measured result beside it
     result = tmp_path / "run.json"
     result.write_text(json.dumps(_fake_bench_result(run)))

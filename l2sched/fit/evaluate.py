@@ -19,9 +19,10 @@ weighted by how many layers of the full model have its triple
 (``Evaluator.gain``): a schedule that names layers by kind gives every
 layer with the same neighbours the same fills, so this reproduces the full
 model's gain (0.1 us apart on the shipped H200 schedule at M=1..64; about
-1% high on the SM120 estimate's fills, which are larger and span more of
-the step) at a fifth of the cost. The fitted schedule itself is judged on
-the full model.
+1% high on the SM120 seed schedule's fills, which are larger and span more
+of the step; 3% high on the SM120 fit, whose KDA window takes the next MLA
+layer's tensors: docs/fit.md) at a fifth of the cost. The fitted schedule
+itself is judged on the full model.
 
 Units: microseconds (us), bytes (B).
 """
