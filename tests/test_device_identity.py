@@ -49,21 +49,21 @@ def _gb10_profile(tmp_path: Path) -> Path:
     (``l2sched/data/devices/gb10.toml``)."""
     text = (ROOT / "l2sched" / "data" / "devices" /
             "sm120-rtx-pro-6000-maxq.toml").read_text()
-    gb10_effective = load_device("gb10").effective_l2_bytes
+    gb10 = load_device("gb10")
     for old, new in (('name = "sm120-rtx-pro-6000-maxq"', 'name = "gb10"'),
                      ("compute_capability = [12, 0]", "compute_capability = [12, 1]"),
                      ("\nbytes = 134217728", f"\nbytes = {24 * 2**20}"),
                      ("set_aside_max_bytes = 84000000", "set_aside_max_bytes = 15000000"),
                      ("evict_last_protected_bytes = 33333333",
                       "evict_last_protected_bytes = 10000000"),
-                     ("effective_bytes = 85000000", f"effective_bytes = {gb10_effective}")):
+                     ("effective_bytes = 85000000", f"effective_bytes = {gb10.effective_l2_bytes}")):
         text = _replace_once(text, old, new)
     lines = [ln for ln in text.splitlines()]
     start = next(i for i, ln in enumerate(lines) if ln.startswith("[gpu]"))
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("["))
     lines[start:end] = ["[gpu]", 'names = ["NVIDIA GB10"]', "sm_count = 48",
                         "smem_per_block_optin_bytes = "
-                        f"{load_device('gb10').smem_per_block_optin_bytes}", ""]
+                        f"{gb10.smem_per_block_optin_bytes}", ""]
     p = tmp_path / "profiles" / "gb10.toml"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("\n".join(lines) + "\n")

@@ -230,9 +230,14 @@ def bench_argv(out: str, tokens: str, replays: int, dry: bool) -> list[str]:
     return argv + (["--dry"] if dry else [])
 
 
+def rung_tag(rung: str) -> str:
+    """``rung`` as it appears in file names (``+`` written as ``_``)."""
+    return rung.replace("+", "_")
+
+
 def rung_path(folder: str, rung: str) -> str:
-    """Where a rung's ``bench run`` result goes (``+`` written as ``_``)."""
-    return os.path.join(folder, f"rung-{rung.replace('+', '_')}.json")
+    """Where a rung's ``bench run`` result goes."""
+    return os.path.join(folder, f"rung-{rung_tag(rung)}.json")
 
 
 def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
@@ -246,7 +251,7 @@ def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
         import torch
 
         from lab.experiments.graph_census import keep_census
-        keep_census(torch, os.path.dirname(out) or ".", rung.replace("+", "_"), census)
+        keep_census(torch, os.path.dirname(out) or ".", rung_tag(rung), census)
     return main(bench_argv(out, tokens, replays, dry))
 
 
