@@ -73,7 +73,13 @@ def synthetic_results():
                                                                 "alone_us": _stat(260.0)},
                                   "memory_chain_256MiB_read": {"extra_us": 12.0},
                                   "gemm_chain_24_hot": {"extra_us": 2.0, "fill_bytes": 24_000_000,
-                                                        "alone_us": _stat(92.0)}},
+                                                        "alone_us": _stat(92.0)},
+                                  "attention_chain_24_hot": {"extra_us": 4.0,
+                                                             "fill_bytes": 24_000_000,
+                                                             "alone_us": _stat(150.0)},
+                                  "routing_chain_40_rounds": {"extra_us": 1.0,
+                                                              "fill_bytes": 50_000_000,
+                                                              "alone_us": _stat(300.0)}},
                          "bulk": {"fill_bytes": 50_000_000,
                                   "latency_chain_200_kernels": {"extra_us": 3.0,
                                                                 "alone_us": _stat(260.0)},
@@ -139,6 +145,30 @@ def test_synthetic_profile_round_trip(tmp_path):
     assert dev.fill_slowdown_scale == load_device("h200").fill_slowdown_scale
     assert "latency.fill_slowdown_scale" in dev.provenance["kept_from_base"]
     assert "| 16 | 100.0 | 115.0 | +0.150 |" in md
+
+
+def test_each_kernel_class_gets_the_slowdown_its_own_chain_measured(tmp_path):
+    """Issue 45 item 1: the attention-core and routing chains give their own
+    terms, with their probes in [measured]; a kernel whose record has no such
+    chain (an older state) leaves the class on ``slowdown`` and unmeasured."""
+    dev, derived, res = _written(tmp_path)
+    copy, bulk = dev.fill_mode("copy"), dev.fill_mode("bulk")
+    # 24 MB at 3200 GB/s = 7.5 us beside the attention chain; 50 MB = 15.625 us
+    # beside the routing chain: extra = read x s / (1 + s)
+    assert copy.attention_slowdown == pytest.approx(4.0 / 3.5, abs=5e-4)
+    assert copy.routing_slowdown == pytest.approx(1.0 / 14.625, abs=5e-4)
+    assert copy.class_slowdown("attention") == copy.attention_slowdown
+    assert copy.class_slowdown("routing") < copy.class_slowdown("small")
+    for key in ("attention_slowdown", "routing_slowdown"):
+        assert "device.overlap" in dev.measured[f"fill.copy.{key}"]["probe"]
+        assert f"fill.bulk.{key}" not in dev.measured
+        assert getattr(bulk, key) is None
+    assert bulk.class_slowdown("attention") == bulk.slowdown
+    md = profile_markdown(PROV, res, derived).split("## Interference")[1].split("\n## ")[0]
+    row = next(line for line in md.splitlines() if line.startswith("| copy |"))
+    assert "| 4.0 | 1.143 |" in row and "| 1.0 | 0.068 |" in row
+    bulk_row = next(line for line in md.splitlines() if line.startswith("| bulk |"))
+    assert bulk_row.count("| - |") >= 3  # no GEMM, attention or routing chain in its record
 
 
 def test_set_aside_cost_is_kept_from_the_base_without_its_probe(tmp_path):

@@ -15,7 +15,7 @@ import statistics
 from typing import Any
 
 from l2sched.profile.fill_fork import apply_fill_fork, fill_fork_markdown
-from l2sched.profile.interference import gemm_chain_record
+from l2sched.profile.interference import CLASS_CHAINS, chain_record
 from l2sched.profile.ops import ops_markdown
 from l2sched.profile.gaps import step_gap_markdown
 from l2sched.bench.step import MODEL
@@ -225,6 +225,20 @@ def _gemm_points(ops: dict, inventory) -> dict:
     return out
 
 
+#: The per-class fill slowdowns a probe chain gives besides ``slowdown``
+#: (``interference.CLASS_CHAINS``), and how each was measured.
+CLASS_TERMS = ("gemm_slowdown", "attention_slowdown", "routing_slowdown")
+CLASS_PROBES = {
+    "gemm_slowdown": "interference (L2-resident GEMM chain's extra us beside a 24 MB fill, "
+                     "read as the lint's slowdown: device.overlap)",
+    "attention_slowdown": "interference (decode-attention chain over an L2-resident KV "
+                          "cache, extra us beside a 24 MB fill, read as the lint's "
+                          "slowdown: device.overlap)",
+    "routing_slowdown": "interference (sigmoid/top-k/renormalize chain's extra us beside "
+                        "a 50 MB fill, read as the lint's slowdown: device.overlap)",
+}
+
+
 def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured: dict,
                 launch_us: float | None = None) -> dict:
     """``mode -> {grid, threads, chunk, stages, gbps, effect, launch_us,
@@ -261,8 +275,7 @@ def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured
                  "effect": round(statistics.median(effs), 3) if effs else 0.0,
                  "launch_us": launch,
                  "slowdown": round(slow.get("slowdown", 0.0), 3),
-                 "gemm_slowdown": (round(slow["gemm_slowdown"], 3)
-                                   if "gemm_slowdown" in slow else None),
+                 **{k: round(slow[k], 3) for k in CLASS_TERMS if k in slow},
                  "landed": landed, "source": "l2sched profile: fill, interference"}
         entry = {k: v for k, v in entry.items() if v is not None}
         out[mode] = entry
@@ -278,27 +291,26 @@ def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured
                 "probe": "interference (latency chain's extra us beside a 50 MB fill, "
                          "read as the lint's slowdown: device.overlap)",
                 "median": slow["slowdown"]}
-        if "gemm_slowdown" in slow:
-            measured[f"fill.{mode}.gemm_slowdown"] = {
-                "probe": "interference (L2-resident GEMM chain's extra us beside a 24 MB "
-                         "fill, read as the lint's slowdown: device.overlap)",
-                "median": slow["gemm_slowdown"]}
+        for k in CLASS_TERMS:
+            if k in slow:
+                measured[f"fill.{mode}.{k}"] = {"probe": CLASS_PROBES[k], "median": slow[k]}
     return out
 
 
 def probe_slowdowns(rec: dict, gbps: float, launch_us: float) -> dict:
-    """``{slowdown, gemm_slowdown}`` (those measured) from one fill kernel's
-    interference record (``bench.interference``): each chain's median extra
-    us beside the fill, read through the lint's picture of the probe (the
-    fill's ``launch_us``, then ``fill bytes / gbps`` of reads, beside the
-    chain's alone time; ``device.overlap.slowdown_for_extra``). A chain
-    whose extra no slowdown explains gives the value for a read as long as
-    the extra (the largest the picture allows: 100, the profile's bound).
-    Units: us, GB/s."""
+    """``{slowdown, gemm_slowdown, attention_slowdown, routing_slowdown}``
+    (those measured) from one fill kernel's interference record
+    (``bench.interference``; a chain per kernel class,
+    ``interference.CLASS_CHAINS``): each chain's median extra us beside the
+    fill, read through the lint's picture of the probe (the fill's
+    ``launch_us``, then ``fill bytes / gbps`` of reads, beside the chain's
+    alone time; ``device.overlap.slowdown_for_extra``). A chain whose extra
+    no slowdown explains gives the value for a read as long as the extra
+    (the largest the picture allows: 100, the profile's bound). Units: us,
+    GB/s."""
     out = {}
-    chains = (("slowdown", rec.get("latency_chain_200_kernels")),
-              ("gemm_slowdown", gemm_chain_record(rec)))
-    for key, chain in chains:
+    for prefix, key in CLASS_CHAINS:
+        chain = chain_record(rec, prefix)
         if not chain or "extra_us" not in chain:
             continue
         nbytes = chain.get("fill_bytes", rec.get("fill_bytes", 0))
@@ -442,24 +454,30 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
 
 
 def _interference_markdown(inter: dict | None, derived: dict) -> list[str]:
-    """The report section of the interference probe (none without it)."""
+    """The report section of the interference probe (none without it): per
+    fill kernel, each chain's extra us beside the fill and the slowdown it
+    gives its kernel class (``interference.CLASS_CHAINS``; ``-``: not in
+    this run)."""
     if not inter:
         return []
-    md = ["## Interference: a fill beside a chain", "", "A 50 MB fill beside the "
-          "latency and memory chains, a 24 MB fill beside the chain of GEMMs over an "
-          "L2-resident weight (`bench.interference`). slowdown and gemm_slowdown: "
-          "the extra read as the lint's slowdown (`device.overlap`: the fill's "
-          "launch, then its bytes at its gbps, beside the chain).", "", "| kernel | "
-          "latency chain extra us | memory chain extra us | slowdown | GEMM "
-          "chain extra us | gemm_slowdown |", "|---|---|---|---|---|---|"]
+    md = ["## Interference: a fill beside a chain, per kernel class", "", "A 50 MB fill "
+          "beside the latency, memory and routing chains, a 24 MB fill beside the chains of "
+          "GEMMs over an L2-resident weight and of decode attention over an L2-resident KV "
+          "cache (`bench.interference`). Each class's slowdown is its chain's extra read as "
+          "the lint's slowdown (`device.overlap`: the fill's launch, then its bytes at its "
+          "gbps, beside the chain).", "",
+          "| kernel | memory chain extra us | " + " | ".join(
+              f"{p.rstrip('_').replace('_', ' ')} extra us | {k}" for p, k in CLASS_CHAINS)
+          + " |", "|---|---|" + "---|---|" * len(CLASS_CHAINS)]
     for mode, r in inter.items():
-        gemm = gemm_chain_record(r)
         fm = derived.get("fill", {}).get(mode, {})
-        md.append(f"| {mode} | {r['latency_chain_200_kernels']['extra_us']:.1f} | "
-                  f"{r['memory_chain_256MiB_read']['extra_us']:.1f} | "
-                  f"{_n(fm.get('slowdown'), '.3f')} | "
-                  f"{'-' if gemm is None else format(gemm['extra_us'], '.1f')} | "
-                  f"{_n(fm.get('gemm_slowdown'), '.3f')} |")
+        cells = []
+        for prefix, key in CLASS_CHAINS:
+            chain = chain_record(r, prefix)
+            cells += ["-" if chain is None else format(chain["extra_us"], ".1f"),
+                      _n(fm.get(key), ".3f")]
+        md.append(f"| {mode} | {r['memory_chain_256MiB_read']['extra_us']:.1f} | "
+                  + " | ".join(cells) + " |")
     md.append("")
     return md
 

@@ -126,11 +126,34 @@ def census(raw_graph: int) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def keep_census(torch, folder: str, tag: str, limit: int) -> None:
+def dot_dump(raw_graph: int, path: str) -> str | None:
+    """Write the CUDA graph ``raw_graph`` as Graphviz DOT to ``path``.gz
+    (``cuGraphDebugDotPrint``, verbose: every node's type, kernel
+    parameters and launch attributes, every edge's type); the path written,
+    or None after a driver error (printed, never raised)."""
+    try:
+        import gzip
+        import shutil
+
+        from cuda.bindings import driver as drv
+        flags = int(drv.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)
+        _check((drv.cuGraphDebugDotPrint(drv.CUgraph(init_value=raw_graph),
+                                         path.encode(), flags)[0], None), "cuGraphDebugDotPrint")
+        with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(path)
+        return path + ".gz"
+    except Exception as e:  # a dump must not stop the bench
+        print(f"graph_census: no DOT dump for {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def keep_census(torch, folder: str, tag: str, limit: int, dot: int = 0) -> None:
     """Make ``torch.cuda.CUDAGraph`` census the first ``limit`` graphs this
     process captures (in capture order) into ``folder/census-<tag>.json``
     (a list, rewritten after each one), then instantiate them as torch would
-    have at ``capture_end``."""
+    have at ``capture_end``. The first ``dot`` of them (at most ``limit``)
+    are also written as ``folder/graph-<tag>-<i>.dot.gz`` (``dot_dump``)."""
     base = torch.cuda.CUDAGraph
     path = os.path.join(folder, f"census-{tag}.json")
     seen: list[dict] = []
@@ -148,6 +171,9 @@ def keep_census(torch, folder: str, tag: str, limit: int) -> None:
             super().capture_end()
             if getattr(self, "_keep_graph", False) and len(seen) < limit:
                 seen.append(census(self.raw_cuda_graph()))
+                if len(seen) <= dot:
+                    dot_dump(self.raw_cuda_graph(),
+                             os.path.join(folder, f"graph-{tag}-{len(seen) - 1}.dot"))
                 with open(path, "w", encoding="utf-8") as f:
                     json.dump(seen, f, indent=1)
                 self.instantiate()  # as capture_end does without keep_graph

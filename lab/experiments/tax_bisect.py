@@ -241,17 +241,18 @@ def rung_path(folder: str, rung: str) -> str:
 
 
 def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
-            census: int = 0) -> int:
+            census: int = 0, dot: int = 0) -> int:
     """Run the bench on ``rung`` in this process; the CLI's exit code.
     ``census``: census the first that many captured graphs
-    (``graph_census.keep_census``, ``census-<rung>.json`` beside ``out``)."""
+    (``graph_census.keep_census``, ``census-<rung>.json`` beside ``out``);
+    ``dot``: the first that many of them also as DOT files."""
     from l2sched.cli import main
     apply_parts(rung_parts(rung))  # on the meta device the swapped bodies defer to the real ones
     if census and not dry:
         import torch
 
         from lab.experiments.graph_census import keep_census
-        keep_census(torch, os.path.dirname(out) or ".", rung_tag(rung), census)
+        keep_census(torch, os.path.dirname(out) or ".", rung_tag(rung), census, dot)
     return main(bench_argv(out, tokens, replays, dry))
 
 
@@ -288,11 +289,14 @@ def main(argv=None) -> int:
                     help="census the first K captured graphs of each rung (node, edge "
                          "and kernel counts, launch attributes: graph_census.py) into "
                          "census-<rung>.json")
+    ap.add_argument("--dot", type=int, default=0, metavar="K",
+                    help="with --census: the first K of those graphs also as DOT "
+                         "(graph-<rung>-<i>.dot.gz, cuGraphDebugDotPrint verbose)")
     ap.add_argument("--one", help="run this one rung in this process (internal)")
     a = ap.parse_args(argv)
     if a.one:
         return run_one(a.one, rung_path(a.output, a.one),
-                       a.tokens, a.replays, a.dry, a.census)
+                       a.tokens, a.replays, a.dry, a.census, a.dot)
     rungs = [r for r in a.rungs.split(",") if r]
     for r in rungs:
         rung_parts(r)  # refuse an unknown part before anything runs
@@ -302,7 +306,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         cmd = [sys.executable, "-m", "lab.experiments.tax_bisect", "--one", r,
                "-o", a.output, "--tokens", a.tokens, "--replays", str(a.replays),
-               "--census", str(a.census)]
+               "--census", str(a.census), "--dot", str(a.dot)]
         cmd += ["--dry"] if a.dry else []
         env = dict(os.environ)
         if "conn1" in rung_parts(r):
