@@ -228,15 +228,14 @@ def _gemm_points(ops: dict, inventory) -> dict:
 #: The per-class fill slowdowns a probe chain gives besides ``slowdown``
 #: (``interference.CLASS_CHAINS``), and how each was measured.
 CLASS_TERMS = ("gemm_slowdown", "attention_slowdown", "routing_slowdown")
+_READ_AS = "read as the lint's slowdown: device.overlap)"
 CLASS_PROBES = {
-    "gemm_slowdown": "interference (L2-resident GEMM chain's extra us beside a 24 MB fill, "
-                     "read as the lint's slowdown: device.overlap)",
-    "attention_slowdown": "interference (decode-attention chain over an L2-resident KV "
-                          "cache, extra us beside a 24 MB fill, read as the lint's "
-                          "slowdown: device.overlap)",
-    "routing_slowdown": "interference (sigmoid/top-k/renormalize chain's extra us beside "
-                        "a 50 MB fill, read as the lint's slowdown: device.overlap)",
-}
+    "gemm_slowdown": "interference (L2-resident GEMM chain's extra us beside a 24 MB "
+                     f"fill, {_READ_AS}",
+    "attention_slowdown": "interference (decode-attention chain over an L2-resident KV cache, "
+                          f"extra us beside a 24 MB fill, {_READ_AS}",
+    "routing_slowdown": f"interference (sigmoid/top-k/renormalize chain's extra us beside a 50 MB "
+                        f"fill, {_READ_AS}"}
 
 
 def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured: dict,
