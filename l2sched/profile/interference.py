@@ -99,13 +99,15 @@ def bench_interference(b: TimingBench, kern, fill_bytes: int = 50 * MB) -> dict:
     def gemm_chain():
         for _ in range(n_gemms):
             mm()
+    # the chains' operands must outlive their graphs: keep the bodies here
+    attention, routing = _attention_chain(torch), _routing_chain(torch)
     chains = {"latency_chain_200_kernels": (_graph_of(torch, tiny_chain), fill_bytes),
               "memory_chain_256MiB_read": (big_read, fill_bytes),
               f"gemm_chain_{n_gemms}_hot": (_graph_of(torch, gemm_chain), gemm_fill),
               f"attention_chain_{ATTENTION_CHAIN[0]}_hot": (
-                  _graph_of(torch, _attention_chain(torch)), ATTENTION_CHAIN[2]),
+                  _graph_of(torch, attention), ATTENTION_CHAIN[2]),
               f"routing_chain_{ROUTING_CHAIN[0]}_rounds": (
-                  _graph_of(torch, _routing_chain(torch)), ROUTING_CHAIN[2])}
+                  _graph_of(torch, routing), ROUTING_CHAIN[2])}
     out = {"fill_bytes": fill_bytes, "gemm_chain": {"gemms": n_gemms, "weight": [n, k],
                                                     "fill_bytes": gemm_fill}}
     for name, (chain, nbytes) in chains.items():
