@@ -227,9 +227,10 @@ def _gemm_points(ops: dict, inventory) -> dict:
 
 #: The per-class fill slowdowns a probe chain gives besides ``slowdown``
 #: (``interference.CLASS_CHAINS``), and how each was measured.
-CLASS_TERMS = ("gemm_slowdown", "attention_slowdown", "routing_slowdown")
+CLASS_TERMS = tuple(k for _, k in CLASS_CHAINS if k != "slowdown")
 _READ_AS = "read as the lint's slowdown: device.overlap)"
 CLASS_PROBES = {
+    "slowdown": f"interference (latency chain's extra us beside a 50 MB fill, {_READ_AS}",
     "gemm_slowdown": "interference (L2-resident GEMM chain's extra us beside a 24 MB "
                      f"fill, {_READ_AS}",
     "attention_slowdown": "interference (decode-attention chain over an L2-resident KV cache, "
@@ -285,14 +286,8 @@ def _fill_modes(fill: dict, inter: dict, device_profile: DeviceProfile, measured
         measured[f"fill.{mode}.effect"] = {"probe": "fill (median over sizes of the "
                                            "landed fraction at the longest wait)",
                                            "median": entry["effect"]}
-        if "slowdown" in slow:
-            measured[f"fill.{mode}.slowdown"] = {
-                "probe": "interference (latency chain's extra us beside a 50 MB fill, "
-                         "read as the lint's slowdown: device.overlap)",
-                "median": slow["slowdown"]}
-        for k in CLASS_TERMS:
-            if k in slow:
-                measured[f"fill.{mode}.{k}"] = {"probe": CLASS_PROBES[k], "median": slow[k]}
+        for k, v in slow.items():
+            measured[f"fill.{mode}.{k}"] = {"probe": CLASS_PROBES[k], "median": v}
     return out
 
 
