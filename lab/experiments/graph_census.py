@@ -162,14 +162,17 @@ def keep_census(torch, folder: str, tag: str, limit: int, dot: int = 0) -> None:
         kept = 0  # graphs made with keep_graph so far (this process)
 
         def __new__(cls, *args, **kwargs):
-            if CensusGraph.kept < limit:
+            keep = CensusGraph.kept < limit
+            if keep:
                 CensusGraph.kept += 1
                 kwargs["keep_graph"] = True
-            return super().__new__(cls, *args, **kwargs)
+            graph = super().__new__(cls, *args, **kwargs)
+            graph.census_kept = keep  # torch keeps keep_graph in C++ only
+            return graph
 
         def capture_end(self):
             super().capture_end()
-            if getattr(self, "_keep_graph", False) and len(seen) < limit:
+            if getattr(self, "census_kept", False) and len(seen) < limit:
                 seen.append(census(self.raw_cuda_graph()))
                 if len(seen) <= dot:
                     dot_dump(self.raw_cuda_graph(),
