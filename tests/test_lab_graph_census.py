@@ -37,16 +37,19 @@ def test_census_of_no_graph_is_an_error_record_not_a_raise():
 class _Graph:
     """Stand-in for ``torch.cuda.CUDAGraph``: ``__new__(keep_graph)``,
     ``capture_end``, ``raw_cuda_graph``, ``instantiate``. Like torch's, it
-    keeps ``keep_graph`` out of reach of Python (torch holds it in C++: a
-    wrapper that read ``_keep_graph`` back censused nothing on the GPU)."""
+    keeps ``keep_graph`` out of reach of Python and takes it where pybind
+    builds the C++ graph, in ``__init__`` (a wrapper that read ``_keep_graph``
+    back, or passed it to ``__new__`` only, censused nothing on the GPU)."""
 
     seen_keep: list[bool] = []
 
-    def __new__(cls, keep_graph=False):
+    def __new__(cls, keep_graph=False):  # torch's passes it on; pybind ignores it there
         g = super().__new__(cls)
-        _Graph.seen_keep.append(keep_graph)
         g.ended, g.instantiated = False, False
         return g
+
+    def __init__(self, keep_graph=False):  # where pybind builds the C++ graph
+        _Graph.seen_keep.append(keep_graph)
 
     def capture_end(self):
         self.ended = True

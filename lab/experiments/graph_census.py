@@ -170,13 +170,23 @@ def keep_census(torch, folder: str, tag: str, limit: int, dot: int = 0) -> None:
             graph.census_kept = keep  # torch keeps keep_graph in C++ only
             return graph
 
+        def __init__(self, *args, **kwargs):
+            # the C++ graph is built by __init__ (pybind) from the call's own
+            # arguments, not those __new__ passed on
+            if self.census_kept:
+                kwargs["keep_graph"] = True
+            super().__init__(*args, **kwargs)
+
         def capture_end(self):
             super().capture_end()
             if getattr(self, "census_kept", False) and len(seen) < limit:
-                seen.append(census(self.raw_cuda_graph()))
-                if len(seen) <= dot:
-                    dot_dump(self.raw_cuda_graph(),
-                             os.path.join(folder, f"graph-{tag}-{len(seen) - 1}.dot"))
+                try:
+                    raw = self.raw_cuda_graph()
+                except RuntimeError as e:  # a census must not stop the bench
+                    raw, record = None, {"error": f"raw_cuda_graph: {e}"}
+                seen.append(census(raw) if raw is not None else record)
+                if raw is not None and len(seen) <= dot:
+                    dot_dump(raw, os.path.join(folder, f"graph-{tag}-{len(seen) - 1}.dot"))
                 with open(path, "w", encoding="utf-8") as f:
                     json.dump(seen, f, indent=1)
                 self.instantiate()  # as capture_end does without keep_graph
