@@ -29,6 +29,11 @@ Parts (a rung is ``real`` or parts joined by ``+``):
   fork/join per MoE layer);
 - ``nospin``: the all-reduce stand-ins (idle intervals, spin kernels) are
   left out;
+- ``memset``: a 4-byte driver memset (``cuMemsetD32Async``, a MEMSET node in
+  the captured graph) on the model's stream before every MoE layer's expert
+  GEMM, as cuBLAS's batched GEMM issues one there (the census of
+  2026-12-06: 42 MEMSET nodes in ``real`` and ``pstream``, none in
+  ``stream``); with ``stream`` it puts back only the memsets;
 - ``conn1``: the rung's process runs with ``CUDA_DEVICE_MAX_CONNECTIONS=1``
   (one hardware queue: the lone-window loss was gone that way on
   2026-12-01, benchmarks/results/h200-2026-12-01-diag-connections.md);
@@ -65,7 +70,8 @@ import time
 from lab.experiments.capture_launches_table import gains
 
 #: rung part -> what it swaps (the module docstring says how).
-PARTS = ("stream", "xstream", "pstream", "tfill", "torchsync", "noaux", "nospin", "conn1")
+PARTS = ("stream", "xstream", "pstream", "tfill", "torchsync", "noaux", "nospin", "memset",
+         "conn1")
 #: named rungs that stand for a set of parts.
 ALIASES = {"real": (), "synthetic": ("stream", "tfill", "torchsync")}
 _ZERO = "window.A_MLA.budget=0MB"
@@ -166,12 +172,25 @@ def apply_parts(parts) -> None:
             reader.append(_Reader(torch))
         return reader[0]
 
+    word: list = []
+
+    def memset_word(torch) -> None:
+        from cuda.bindings import driver as drv
+        if not word:
+            word.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
+        err, = drv.cuMemsetD32Async(word[0].data_ptr(), 0, 1,
+                                    drv.CUstream(torch.cuda.current_stream().cuda_stream))
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemsetD32Async: {err}")
+
     class RungRunner(StepRunner):
         def _body(self, lay, op) -> None:
             if not self.cuda:
                 return super()._body(lay, op)
             if "nospin" in parts and op.cls == "collective":
                 return None
+            if "memset" in parts and op.cls == "expert_stream":
+                memset_word(torch)
             experts = bool(parts & {"stream", "xstream"})
             if experts and op.cls == "expert_stream":
                 pool = resolve_path(lay, op.reads[0])
