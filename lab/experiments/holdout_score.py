@@ -1,8 +1,10 @@
 """Issue 45, item 5: score one validation run's predictions in two groups.
 
-Reads the JSON of ``python -m lab bench report`` (its ``validation.rows``:
-one row per scored arm and M, each with ``pred_gain_us``, ``meas_gain_us``
-and ``floor_us``, the A/A floor of that M, all us) and splits the rows into
+Reads the validation rows of one run: one per scored arm and M, each with
+``pred_gain_us``, ``meas_gain_us`` and ``floor_us`` (the A/A floor of that
+M), all us, from the JSON of ``python -m lab bench report`` or of
+``lab/experiments/model_recal.py --json`` (a run linted with another profile
+than the one it recorded). It splits the rows into
 the fitted schedule with its perturbations and the held-out shapes (arms
 ``bench/<file>`` of ``--bench-dir benchmarks/holdout45``). Per group and
 overall: pairs, three-way agreement, median |predicted - measured| gain,
@@ -52,11 +54,23 @@ def group_figures(rows: list[dict]) -> dict:
             "rows": v["rows"]}
 
 
+def rows_of(scored: dict) -> list[dict]:
+    """The validation rows of ``python -m lab bench report``'s JSON
+    (``validation.rows``) or of ``lab/experiments/model_recal.py --json``
+    (one result: ``{RESULT: {rows, ...}}``). Raises ``KeyError`` for
+    neither, ``ValueError`` for a model_recal file of several results."""
+    if "validation" in scored:
+        return scored["validation"]["rows"]
+    if len(scored) != 1:
+        raise ValueError(f"{len(scored)} results in one model_recal file: score one")
+    return next(iter(scored.values()))["rows"]
+
+
 def score(report: dict) -> dict:
     """The two groups and all rows of a ``bench report`` JSON ``report``,
     and which marks are met. Raises ``KeyError`` for a report without
     ``validation.rows`` (a run with no A/A arm)."""
-    rows = report["validation"]["rows"]
+    rows = rows_of(report)
     held = [r for r in rows if r["arm"].startswith(HELD_OUT_PREFIX)]
     fitted = [r for r in rows if not r["arm"].startswith(HELD_OUT_PREFIX)]
     out = {"fitted": group_figures(fitted), "held_out": group_figures(held),
@@ -98,7 +112,8 @@ def markdown(s: dict) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("report", help="`python -m lab bench report` JSON (--json-out)")
+    ap.add_argument("report", help="`python -m lab bench report` JSON (--json-out) or "
+                                   "`model_recal.py --json` of one result")
     ap.add_argument("-o", "--output", default="holdout-score.json", help="JSON written")
     ap.add_argument("--md-output", default="", help="markdown written (default: none)")
     a = ap.parse_args(argv)
@@ -106,8 +121,9 @@ def main(argv=None) -> int:
         report = json.load(f)
     try:
         s = score(report)
-    except KeyError as e:
-        print(f"{a.report}: no validation rows ({e}): run with an A/A arm", file=sys.stderr)
+    except (KeyError, ValueError) as e:
+        print(f"{a.report}: no validation rows ({type(e).__name__}: {e}): score one run "
+              f"with an A/A arm", file=sys.stderr)
         return 1
     write_probe(s, markdown(s), a.output, a.md_output)
     return 0
