@@ -553,3 +553,21 @@ def test_a_good_state_with_a_step_fill_record_reads_back(tmp_path):
     path.write_text(json.dumps({"provenance": PROV, "results": res}), encoding="utf-8")
     assert load_state(str(path), STATE_KEYS)["results"]["step_fill"]["ratio"]["bulk"] == 0.98
     assert load_state(str(tmp_path / "none.json"), STATE_KEYS) == {}
+
+
+def test_probe_wall_times_are_kept_in_provenance_and_shown_in_the_report(tmp_path):
+    base = load_device("h200")
+    inv = analytical_inventory(default_config("glm5next"), tp=4, ep=False)
+    res = synthetic_results()
+    prov = dict(PROV, probe_seconds={"l2": 11.96, "step_fill": 104.2, "fill_fork": 61.0})
+    derived = derive(res, base, inv, prov)
+    path = tmp_path / "p.toml"
+    path.write_text(profile_toml("h200-measured", "test", prov, derived, base), encoding="utf-8")
+    dev = load_device(str(path))
+    assert dev.provenance["probe_seconds"] == {"l2": 11.96, "step_fill": 104.2, "fill_fork": 61.0}
+    md = profile_markdown(prov, res, derived)
+    assert "Probe wall time, s: l2 12, step_fill 104, fill_fork 61 (total 177)." in md
+    bad = path.read_text(encoding="utf-8").replace("fill_fork = 61.0", "fill_fork = -1")
+    path.write_text(bad, encoding="utf-8")
+    with pytest.raises(L2sInputError, match="probe_seconds.*numbers >= 0"):
+        load_device(str(path))

@@ -487,6 +487,9 @@ _PROVENANCE_KEYS: dict[str, tuple[Any, str]] = {
     "date": (lambda v: isinstance(v, str) and _is_iso_date(v), "a date string YYYY-MM-DD"),
     "kept_from_base": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                        "a list of strings (section.key)"),
+    "probe_seconds": (lambda v: isinstance(v, dict) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+        for x in v.values()), "a table of probe name = wall seconds (numbers >= 0)"),
     **{k: _TEXT for k in ("torch", "cuda", "cutlass_dsl", "driver", "command",
                           "base_profile")},
 }

@@ -425,7 +425,8 @@ def run_profile(args, state: dict) -> dict:
     file ``args.state`` as ``profile_state.load_state`` read it: earlier
     probes of this box, resumed), keep the state after each, and return
     ``{provenance, results}`` (``profile_write.write_profile`` turns it
-    into the TOML). Needs a CUDA GPU with compute capability >= 9.0."""
+    into the TOML; ``provenance.probe_seconds``: each probe's wall time, s).
+    Needs a CUDA GPU with compute capability >= 9.0."""
     import torch
 
     device_profile = load_device(args.base)
@@ -447,10 +448,16 @@ def run_profile(args, state: dict) -> dict:
     todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
+    # wall seconds per probe (a resumed run keeps the earlier probes' own)
+    prov["probe_seconds"] = seconds = {
+        k: v for k, v in state.get("provenance", {}).get("probe_seconds", {}).items()
+        if k in results}
     got = {"provenance": prov, "results": results}
     for i, (name, probe) in enumerate(todo, 1):
         progress.stage(f"probe {name} ({i}/{len(todo)})")
+        t0 = time.perf_counter()
         results[name] = probe(ctx)
+        seconds[name] = round(time.perf_counter() - t0, 1)
         ctx.progress.step(f"{name} done")
         save_state(args.state, got)
     ctx.progress.close()

@@ -394,6 +394,10 @@ def profile_markdown(provenance: dict, res: dict, derived: dict) -> str:
           f"driver {p.get('driver')}, nvidia-cutlass-dsl {p.get('cutlass_dsl')}, "
           f"{p.get('sms')} SMs, L2 {p.get('l2_bytes')} B, quick={p.get('quick')}. "
           "Medians (p10-p90). MB = 10^6 B.", ""]
+    if p.get("probe_seconds"):
+        md += ["Probe wall time, s: " + ", ".join(
+            f"{k} {v:.0f}" for k, v in p["probe_seconds"].items())
+            + f" (total {sum(p['probe_seconds'].values()):.0f}).", ""]
     l2 = res.get("l2")
     if l2:
         md += ["## L2: re-read sweep", "", f"Effective L2 (re-read hit >= 90% in both "
