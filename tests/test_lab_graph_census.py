@@ -92,3 +92,14 @@ def test_compare_two_files_on_the_cpu(tmp_path, capsys):
     assert json.loads(out.read_text(encoding="utf-8"))["index"] == 0
     lines = gc.compare(a, {"error": "cuGraphGetNodes: 1"}, ("r", "s"))
     assert lines[-1] == "| error (s) | cuGraphGetNodes: 1 | |"
+
+
+def test_programmatic_edges_are_counted_by_the_kinds_of_their_ends():
+    records = [{"type": "KERNEL", "kernel": "splitK"}, {"type": "KERNEL", "kernel": "gemm"},
+               {"type": "MEMSET", "kernel": None}]
+    edges = ([11, 12, 11], [12, 13, 13], None)
+    got = gc._programmatic_pairs([11, 12, 13], records, edges,
+                                 ["PROGRAMMATIC", "DEFAULT", "PROGRAMMATIC"])
+    assert got == {"splitK -> gemm": 1, "splitK -> MEMSET": 1}
+    bad = gc._programmatic_pairs([11], records, edges, ["PROGRAMMATIC"] * 3)
+    assert set(bad) == {"error"}  # an edge from a node it does not know

@@ -98,6 +98,20 @@ def _kernel_record(drv, node) -> dict:
     return rec
 
 
+def _programmatic_pairs(nodes: list, records: list[dict], edges, edge_types: list[str]) -> dict:
+    """``"FROM -> TO": count`` of the graph's programmatic edges by the kinds
+    of their two nodes (kernel name, else node type); ``{"error": ...}``
+    when the handles cannot be matched (the census keeps its counts)."""
+    try:
+        kind = {int(h): r.get("kernel") or r["type"] for h, r in zip(nodes, records)}
+        pairs = Counter(f"{kind[int(a)]} -> {kind[int(b)]}"
+                        for a, b, t in zip(edges[0], edges[1], edge_types)
+                        if t == "PROGRAMMATIC")
+        return dict(pairs.most_common())
+    except Exception as e:  # a census must not stop the bench
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def census(raw_graph: int) -> dict:
     """``summarize`` of the CUDA graph with handle ``raw_graph``
     (``torch.cuda.CUDAGraph.raw_cuda_graph()`` of a graph captured with
@@ -121,7 +135,11 @@ def census(raw_graph: int) -> dict:
         data = list(out[2])[:out[-1]] if len(out) == 4 and out[2] is not None else []
         edge_types = ([_short(drv.CUgraphDependencyType(int(e.type))) for e in data]
                       if data else ["DEFAULT (no edge data)"] * int(out[-1]))
-        return summarize(records, edge_types)
+        got = summarize(records, edge_types)
+        if data:
+            got["programmatic_pairs"] = _programmatic_pairs(list(nodes)[:n], records, out,
+                                                            edge_types)
+        return got
     except Exception as e:  # a census must not stop the bench
         return {"error": f"{type(e).__name__}: {e}"}
 
