@@ -210,3 +210,19 @@ def test_runtime_items_of_a_variant_go_to_install_and_runtime():
     assert (arms["both"]["install"], arms["both"]["runtime"]) == \
         ({"join_every_layer": True}, {"capture_launch": "deferred"})
     assert "runtime" not in arms["compiled"] and "install" not in arms["compiled"]
+
+
+def test_report_says_when_a_given_profile_is_not_used(capsys):
+    """A result that records the profile it ran with is linted with that copy;
+    a ``--device-profile`` given beside it is named as not used, never
+    dropped silently."""
+    from pathlib import Path
+
+    from lab.bench.report import _lint_profile
+    text = (Path(__file__).resolve().parent.parent / "l2sched" / "data" / "devices"
+            / "h200.toml").read_text(encoding="utf-8")
+    prof, source = _lint_profile({"device_profile_toml": text}, "gb10", "r.json")
+    assert source == "the copy recorded in the result" and prof.name == "h200"
+    assert "--device-profile gb10 is not used: r.json records" in capsys.readouterr().err
+    _lint_profile({"device_profile_toml": text}, "", "r.json")
+    assert capsys.readouterr().err == ""

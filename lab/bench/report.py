@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,10 @@ def _lint_profile(d: dict, device_profile: str, where: str = "the result"):
     prof = recorded_profile(d, where)
     if prof is not None:
         profile_source = "the copy recorded in the result"
+        if device_profile:  # never silently: the run's own spin lengths win
+            print(f"note: --device-profile {device_profile} is not used: {where} records the "
+                  f"profile it ran with (to lint it with another: lab/experiments/"
+                  f"model_recal.py --profile)", file=sys.stderr)
     elif device_profile:
         prof = load_device(device_profile)
         profile_source = device_profile
