@@ -38,3 +38,13 @@ def test_a_report_without_validation_rows_is_refused(tmp_path, capsys):
     report.write_text(json.dumps({"validation": {"status": "no A/A arm"}}), encoding="utf-8")
     assert hs.main([str(report), "-o", str(tmp_path / "s.json")]) == 1
     assert "no validation rows" in capsys.readouterr().err
+
+
+def test_a_missing_or_broken_file_is_one_line_not_a_traceback(tmp_path, capsys):
+    assert hs.main([str(tmp_path / "none.json"), "-o", str(tmp_path / "s.json")]) == 1
+    assert "none.json" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    assert hs.main([str(bad), "-o", str(tmp_path / "s.json")]) == 1
+    assert "bad.json" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()

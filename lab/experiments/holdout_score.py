@@ -117,11 +117,15 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", default="holdout-score.json", help="JSON written")
     ap.add_argument("--md-output", default="", help="markdown written (default: none)")
     a = ap.parse_args(argv)
-    with open(a.report, encoding="utf-8") as f:
-        report = json.load(f)
+    try:
+        with open(a.report, encoding="utf-8") as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"holdout_score: {a.report}: {e}", file=sys.stderr)
+        return 1
     try:
         s = score(report)
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
         print(f"{a.report}: no validation rows ({type(e).__name__}: {e}): score one run "
               f"with an A/A arm", file=sys.stderr)
         return 1
