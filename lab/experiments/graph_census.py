@@ -122,7 +122,8 @@ def census(raw_graph: int) -> dict:
         _, n = _check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         nodes, n = _check(drv.cuGraphGetNodes(graph, n), "cuGraphGetNodes")
         records = []
-        for node in list(nodes)[:n]:
+        nodes = list(nodes)[:n]
+        for node in nodes:
             kind = _check(drv.cuGraphNodeGetType(node), "cuGraphNodeGetType")
             if kind == drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
                 records.append(_kernel_record(drv, node))
@@ -137,8 +138,7 @@ def census(raw_graph: int) -> dict:
                       if data else ["DEFAULT (no edge data)"] * int(out[-1]))
         got = summarize(records, edge_types)
         if data:
-            got["programmatic_pairs"] = _programmatic_pairs(list(nodes)[:n], records, out,
-                                                            edge_types)
+            got["programmatic_pairs"] = _programmatic_pairs(nodes, records, out, edge_types)
         return got
     except Exception as e:  # a census must not stop the bench
         return {"error": f"{type(e).__name__}: {e}"}
@@ -197,7 +197,7 @@ def keep_census(torch, folder: str, tag: str, limit: int, dot: int = 0) -> None:
 
         def capture_end(self):
             super().capture_end()
-            if getattr(self, "census_kept", False) and len(seen) < limit:
+            if self.census_kept and len(seen) < limit:
                 try:
                     raw = self.raw_cuda_graph()
                 except RuntimeError as e:  # a census must not stop the bench
