@@ -47,3 +47,19 @@ def test_dry_rungs_write_their_bench_results_and_tables(tmp_path):
     assert summary["rungs"] == ["real", "noaux+conn1"]
     assert set(summary["gains"]) == {"real", "noaux+conn1"}
     assert (tmp_path / "tax-bisect.md").read_text(encoding="utf-8").startswith("| rung |")
+
+
+def test_grid_arms_launch_the_lone_windows_with_each_cta_count():
+    """``--grids 8,32`` adds windows A and C alone with ``fork`` and ``grid=N``
+    per count, after the fixed arms; a count that is not a positive integer is
+    refused naming it."""
+    assert tb.variants() == tb.VARIANTS
+    extra = tb.variants(tb.parse_grids("8, 32"))[len(tb.VARIANTS):]
+    assert [v.split(":", 1)[0] for v in extra] == [
+        "A0.5-fork-g8", "C0.5-fork-g8", "A0.5-fork-g32", "C0.5-fork-g32"]
+    assert all(v.endswith(f",launch=fork,grid={g}") for v, g in zip(extra, (8, 8, 32, 32)))
+    argv = tb.bench_argv("o.json", "4", 3, True, (8,))
+    assert argv.count("--variant") == len(tb.VARIANTS) + 2
+    for bad in ("0", "x", "-1"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            tb.parse_grids(f"8,{bad}")

@@ -212,6 +212,23 @@ def test_runtime_items_of_a_variant_go_to_install_and_runtime():
     assert "runtime" not in arms["compiled"] and "install" not in arms["compiled"]
 
 
+def test_grid_item_sets_the_fill_kernels_ctas_and_refuses_a_non_count():
+    """``grid=N`` launches the arm's fills with N CTAs (a runtime keyword, not
+    a schedule setting); a count that is not an integer in 1..MAX_GRID is
+    refused before anything runs, naming the variant."""
+    from l2sched.bench.arms import MAX_GRID, check_variants
+    arms = {a["name"]: a for a in arm_specs(SCHED, "", False, [
+        "g:window.C.budget=5MB,grid=32,launch=deferred"], False)}
+    assert arms["g"]["overrides"] == ["window.C.budget=5MB"]
+    assert arms["g"]["runtime"] == {"grid": 32, "capture_launch": "deferred"}
+    check_variants(["g:grid=8"], SCHED)
+    for bad in ("grid=0", "grid=x", f"grid={MAX_GRID + 1}", "grid=-4"):
+        with pytest.raises(ValueError, match=r"--variant g: grid takes a CTA count"):
+            check_variants([f"g:{bad}"], SCHED)
+    with pytest.raises(ValueError, match="--variant g: grid given twice"):
+        check_variants(["g:grid=8,grid=16"], SCHED)
+
+
 def test_report_says_when_a_given_profile_is_not_used(capsys):
     """A result that records the profile it ran with is linted with that copy;
     a ``--device-profile`` given beside it is named as not used, never

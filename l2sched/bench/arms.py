@@ -43,6 +43,32 @@ MERGE_ITEMS = {"merge=on": True, "merge=off": False}
 RUNTIME_ITEMS = {JOIN_EVERY_LAYER: ("install", "join_every_layer", True),
                  **{item: ("runtime", "capture_launch", c) for item, c in LAUNCH_ITEMS.items()},
                  **{item: ("runtime", "merge_fills", v) for item, v in MERGE_ITEMS.items()}}
+#: ``--variant`` item ``grid=N``: every fill kernel of the arm launched with N
+#: CTAs instead of its profile's grid (``CudaRuntime(grid=N)``): how many SMs a
+#: fill touches, the knob of the dispatch-tax bisection (issue 48).
+GRID_KEY = "grid"
+#: The largest ``grid=N`` (CUDA's grid x-dimension limit is 2**31 - 1; a fill
+#: never needs more CTAs than 64 per SM of the largest GPU).
+MAX_GRID = 65535
+
+
+def runtime_item(item: str):
+    """``(where, keyword, value)`` of a ``--variant`` item that chooses how the
+    plan is installed or run (``RUNTIME_ITEMS``, ``grid=N``), else ``None``
+    (a schedule setting). Raises ``ValueError`` for ``grid=`` without an
+    integer in 1..``MAX_GRID``."""
+    if item in RUNTIME_ITEMS:
+        return RUNTIME_ITEMS[item]
+    key, eq, value = item.partition("=")
+    if eq and key.strip() == GRID_KEY:
+        try:
+            n = int(value.strip())
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_GRID:
+            raise ValueError(f"grid takes a CTA count in 1..{MAX_GRID}, got {item!r}")
+        return ("runtime", "grid", n)
+    return None
 
 
 #: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
@@ -59,7 +85,8 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
     """Check ``--variant`` values before anything runs: a name that is not
     empty, not one of ``FIXED_ARMS`` or ``bench/...`` and not given twice;
     ``join=`` only as ``join=every-layer``, ``launch=`` only with one of
-    ``CAPTURE_LAUNCHES``, ``merge=`` only ``on`` or ``off``; every other item a setting the
+    ``CAPTURE_LAUNCHES``, ``merge=`` only ``on`` or ``off``, ``grid=`` only a CTA
+    count (``runtime_item``); every other item a setting the
     schedule at ``schedule_path`` accepts. Raises ``ValueError`` naming the
     variant."""
     seen = set()
@@ -75,17 +102,22 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
             raise ValueError(f"--variant {name}: given twice")
         seen.add(name)
         for key, allowed in (("join", [JOIN_EVERY_LAYER]), ("launch", list(LAUNCH_ITEMS)),
-                             ("merge", list(MERGE_ITEMS))):
+                             ("merge", list(MERGE_ITEMS)), (GRID_KEY, None)):
             got = [i for i in items if i.split("=", 1)[0].strip() == key]
-            bad = [i for i in got if i not in allowed]
+            bad = [i for i in got if allowed is not None and i not in allowed]
             if bad:
                 raise ValueError(f"--variant {name}: {key} takes only "
                                  f"{' or '.join(map(repr, allowed))}, got {bad[0]!r}")
             if len(got) > 1:
                 raise ValueError(f"--variant {name}: {key} given twice")
+            for i in got:
+                try:
+                    runtime_item(i)
+                except ValueError as e:
+                    raise ValueError(f"--variant {name}: {e}") from None
         try:
             load_schedule(shipped_path(schedule_path),
-                          [i for i in items if i not in RUNTIME_ITEMS])
+                          [i for i in items if runtime_item(i) is None])
         except L2sError as e:
             raise ValueError(f"--variant {name}: {e}") from None
 
@@ -115,10 +147,11 @@ def arm_specs(schedule_path: str, bench_dir: str, load_mode: bool,
     for v in variants:
         name, overrides = split_variant(v)
         arm = {"name": name, "path": schedule_path,
-               "overrides": [o for o in overrides if o not in RUNTIME_ITEMS]}
+               "overrides": [o for o in overrides if runtime_item(o) is None]}
         for item in overrides:  # installation and runtime choices, not settings
-            if item in RUNTIME_ITEMS:
-                where, key, value = RUNTIME_ITEMS[item]
+            choice = runtime_item(item)
+            if choice is not None:
+                where, key, value = choice
                 arm.setdefault(where, {})[key] = value
         arms.append(arm)
     if bench_dir and os.path.isdir(bench_dir):

@@ -54,7 +54,8 @@ def run_arguments(p) -> None:
                         "of every decoder layer; launch=deferred|leaf|leaf-deferred|"
                         "launch-order enters each fill into the captured step that way; "
                         "merge=off launches each issue of a hook point on its own "
-                        "instead of one fill per hook point and kernel, docs/runtime.md)")
+                        "instead of one fill per hook point and kernel, docs/runtime.md; "
+                        "grid=N launches every fill kernel of the arm with N CTAs)")
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
     p.add_argument("--aa", action="store_true",

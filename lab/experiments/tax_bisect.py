@@ -84,6 +84,25 @@ VARIANTS = [f"{w}-{launch}:{items},launch={launch}"
             for launch in ("fork", "deferred") for w, items in _ALONE.items()]
 
 
+def variants(grids=()) -> list[str]:
+    """``VARIANTS`` plus, per CTA count in ``grids``, windows A and C alone with
+    ``fork`` and every fill launched with that many CTAs (``grid=N``): does
+    the tax follow how many SMs the fill touches?"""
+    return VARIANTS + [f"{w}-fork-g{g}:{items},launch=fork,grid={g}"
+                       for g in grids for w, items in _ALONE.items()]
+
+
+def parse_grids(text: str) -> tuple[int, ...]:
+    """``--grids`` (``"8,32"``) as CTA counts; raises ``ValueError`` naming a
+    value that is not a positive integer."""
+    out = []
+    for g in (x.strip() for x in text.split(",") if x.strip()):
+        if not g.isdigit() or int(g) < 1:
+            raise ValueError(f"--grids: {g!r} is not a CTA count (a positive integer)")
+        out.append(int(g))
+    return tuple(out)
+
+
 def rung_parts(rung: str) -> tuple[str, ...]:
     """The parts of ``rung`` (``real``, ``synthetic`` or parts joined by
     ``+``). Raises ``ValueError`` for an unknown part."""
@@ -240,11 +259,13 @@ def apply_parts(parts) -> None:
 
 # -- driving the rungs ----------------------------------------------------------
 
-def bench_argv(out: str, tokens: str, replays: int, dry: bool) -> list[str]:
-    """``l2sched bench run`` arguments of one rung (writes ``out``)."""
+def bench_argv(out: str, tokens: str, replays: int, dry: bool,
+               grids=()) -> list[str]:
+    """``l2sched bench run`` arguments of one rung (writes ``out``); ``grids``:
+    the extra CTA-count arms (``variants``)."""
     argv = ["bench", "run", "--aa", "-o", out, "--tokens", tokens,
             "--replays", str(replays), "--ideal-reps", "1"]
-    for v in VARIANTS:
+    for v in variants(grids):
         argv += ["--variant", v]
     return argv + (["--dry"] if dry else [])
 
@@ -260,7 +281,7 @@ def rung_path(folder: str, rung: str) -> str:
 
 
 def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
-            census: int = 0, dot: int = 0) -> int:
+            census: int = 0, dot: int = 0, grids=()) -> int:
     """Run the bench on ``rung`` in this process; the CLI's exit code.
     ``census``: census the first that many captured graphs
     (``graph_census.keep_census``, ``census-<rung>.json`` beside ``out``);
@@ -272,13 +293,13 @@ def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
 
         from lab.experiments.graph_census import keep_census
         keep_census(torch, os.path.dirname(out) or ".", rung_tag(rung), census, dot)
-    return main(bench_argv(out, tokens, replays, dry))
+    return main(bench_argv(out, tokens, replays, dry, grids))
 
 
-def table(results: dict) -> str:
+def table(results: dict, grids=()) -> str:
     """Markdown: one row per (rung, M), the A/A floor, then each arm's gain
     over ``none`` (us, + = faster)."""
-    arms = ["compiled"] + [v.split(":", 1)[0] for v in VARIANTS]
+    arms = ["compiled"] + [v.split(":", 1)[0] for v in variants(grids)]
     lines = ["| rung | M | none step, us | A/A floor, us | " + " | ".join(arms) + " |",
              "|---" * (4 + len(arms)) + "|"]
     for rung, per_m in results.items():
@@ -311,11 +332,18 @@ def main(argv=None) -> int:
     ap.add_argument("--dot", type=int, default=0, metavar="K",
                     help="with --census: the first K of those graphs also as DOT "
                          "(graph-<rung>-<i>.dot.gz, cuGraphDebugDotPrint verbose)")
+    ap.add_argument("--grids", default="", metavar="N,N",
+                    help="also windows A and C alone with fork, every fill launched "
+                         "with N CTAs (one arm pair per N; the profile's grid otherwise)")
     ap.add_argument("--one", help="run this one rung in this process (internal)")
     a = ap.parse_args(argv)
+    try:
+        a.grids = parse_grids(a.grids)
+    except ValueError as e:
+        ap.error(str(e))
     if a.one:
         return run_one(a.one, rung_path(a.output, a.one),
-                       a.tokens, a.replays, a.dry, a.census, a.dot)
+                       a.tokens, a.replays, a.dry, a.census, a.dot, a.grids)
     rungs = [r for r in a.rungs.split(",") if r]
     for r in rungs:
         rung_parts(r)  # refuse an unknown part before anything runs
@@ -325,7 +353,8 @@ def main(argv=None) -> int:
         t0 = time.time()
         cmd = [sys.executable, "-m", "lab.experiments.tax_bisect", "--one", r,
                "-o", a.output, "--tokens", a.tokens, "--replays", str(a.replays),
-               "--census", str(a.census), "--dot", str(a.dot)]
+               "--census", str(a.census), "--dot", str(a.dot),
+               "--grids", ",".join(map(str, a.grids))]
         cmd += ["--dry"] if a.dry else []
         env = dict(os.environ)
         if "conn1" in rung_parts(r):
@@ -343,17 +372,17 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             results[r] = {"error": f"rc={rc}: {type(e).__name__}: {e}"}
         write_tables(a, rungs, results)  # after every rung: a cut-short run keeps its rows
-    print(table(results))
+    print(table(results, a.grids))
     return 0
 
 
 def write_tables(a, rungs: list[str], results: dict) -> None:
     """Write ``tax-bisect.json`` and ``.md`` of the rungs run so far."""
     with open(os.path.join(a.output, "tax-bisect.json"), "w", encoding="utf-8") as f:
-        json.dump({"rungs": rungs, "variants": VARIANTS, "tokens": a.tokens,
+        json.dump({"rungs": rungs, "variants": variants(a.grids), "tokens": a.tokens,
                    "replays": a.replays, "gains": results}, f, indent=1)
     with open(os.path.join(a.output, "tax-bisect.md"), "w", encoding="utf-8") as f:
-        f.write(table(results))
+        f.write(table(results, a.grids))
 
 
 if __name__ == "__main__":
