@@ -239,8 +239,28 @@ def test_each_windows_ops_are_scaled_to_what_that_window_alone_buys():
     recs = window_scale_records(gaps)
     assert set(recs) == {"step_fill.A.scale", "step_fill.A_MLA.scale", "step_fill.B.scale",
                          "step_fill.schedule.hits_us"}
-    assert "M=16 x" in recs["step_fill.B.scale"]["probe"]
+    assert "M=16 probe" in recs["step_fill.B.scale"]["probe"]
     assert recs["step_fill.B.scale"]["median"] == pytest.approx(in_proj["scale"], abs=1e-3)
+
+
+def test_a_window_scale_is_one_factor_across_m_so_one_low_arm_cannot_zero_an_ops_gap():
+    """Window B alone buys +20 us at M=16 and nothing at M=64 (as the H100
+    probe of 2026-12-06 measured it at M=64): its ops get one factor at both
+    M, between what either M alone would give, not a collapse at M=64."""
+    dev = load_device("h200")
+    rec = _lone_record({"A": 20.0, "A_MLA": 10.0, "B": 20.0}, step_hits=60.0)
+    rec64 = _lone_record({"A": 20.0, "A_MLA": 10.0, "B": 0.0}, step_hits=60.0, M=64)
+    rec["per_m"].update(rec64["per_m"])
+    rec["tokens"] = [16, 64]
+    gaps = step_gaps(rec, dev)
+    in_proj = gaps[("kda+moe", "kda.in_proj")]
+    assert in_proj[16]["scale"] == in_proj[64]["scale"]
+    assert gaps.fits[16]["scale"] == gaps.fits[64]["scale"]
+    alone64 = step_gaps(rec64, dev)[("kda+moe", "kda.in_proj")][64]["scale"]
+    alone16 = step_gaps(_lone_record({"A": 20.0, "A_MLA": 10.0, "B": 20.0}, step_hits=60.0),
+                        dev)[("kda+moe", "kda.in_proj")][16]["scale"]
+    assert alone64 < in_proj[64]["scale"] < alone16
+    assert [r[0] for r in gaps.fits[64]["rows"]] == ["schedule", "A", "A_MLA", "B"]
 
 
 def _unscaled(gaps: dict) -> dict:

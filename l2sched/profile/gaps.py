@@ -26,8 +26,9 @@ apportion hits among the ops and the untimed replays give the totals:
 scale(M) makes the lint's hits of the probe's schedule equal the probe's
 own step hits (``_total_scale``); with the record's lone windows (each
 window alone, ``profile_step.lone_variants``) there is one scale per window's
-ops instead, the bounded least-squares fit of the lint's hits of the
-whole schedule and of each lone window to the probe's (``window_scales``).
+ops instead, the same at every M, the bounded least-squares fit of the lint's
+hits of the whole schedule and of each lone window to the probe's at every M
+together (``window_scales``).
 ``OpTimes.at`` then gives hot = cold - step gap. Units: us, bytes.
 """
 
@@ -176,10 +177,13 @@ def step_gaps(step: dict, device_profile: DeviceProfile) -> StepGaps:
                 out.setdefault(k, {})[M] = {"gap_us": max(0.0, saved[k] / h),
                                             "saved_us": round(saved[k], 2), "hit": round(h, 3)}
     fits = {}
+    lone_ms = [M for M in sorted(per_m) if per_m[M].get("lone_hits_us")]
+    joint = window_scales(step, device_profile, out, lone_ms) if lone_ms else None
     for M in sorted(per_m):
         want = per_m[M].get("hits_us", {}).get(step.get("reference", ""))
-        if per_m[M].get("lone_hits_us"):
-            fits[M] = fit = window_scales(step, device_profile, out, M)
+        if M in lone_ms:
+            fits[M] = fit = {"scale": joint["scale"], "window_of": joint["window_of"],
+                             "rows": joint["rows"][M]}
             scales = {k: fit["scale"][w] for k, w in fit["window_of"].items()}
             windows = fit["window_of"]
         else:
@@ -195,54 +199,76 @@ def step_gaps(step: dict, device_profile: DeviceProfile) -> StepGaps:
     return StepGaps(sorted(out.items()), fits)
 
 
-def window_scales(step: dict, device_profile: DeviceProfile, gaps: dict, M: int) -> dict:
-    """One scale per window's ops at ``M``: ``{"scale": {window: factor},
-    "window_of": {(kind, op): window}, "rows": [(arm, probe hits us, lint
-    hits us with the scales)]}``. Each op of ``gaps`` (unscaled,
-    ``step_gaps``'s shape) belongs to the lone window (``lone_budgets``) whose
-    lint gives it the largest hit share at M; an op none gives a share keeps
+def window_scales(step: dict, device_profile: DeviceProfile, gaps: dict, tokens) -> dict:
+    """One scale per window's ops, the same at every M of ``tokens`` (a list,
+    or one M): ``{"scale": {window: factor}, "window_of": {(kind, op):
+    window}, "rows": {M: [(arm, probe hits us, lint hits us with the
+    scales)]}}``. Each op of ``gaps`` (unscaled, ``step_gaps``'s shape)
+    belongs to the lone window (``lone_budgets``) whose lint gives it the
+    largest hit share summed over the M; an op none gives a share keeps
     factor 1. The factors are the least-squares fit, within
     ``WINDOW_SCALE_RANGE``, of the lint's hits (linear in them) of the
     probe's schedule and of each lone window to the record's (``hits_us`` of
-    the reference kernel, ``lone_hits_us``); all 1 where the reference hits
-    are under ``MIN_REFERENCE_HITS_US`` (the probe moved too little)."""
-    text, rec = step["schedule"], step["per_m"].get(M) or step["per_m"][str(M)]
+    the reference kernel, ``lone_hits_us``) at every M together; an M whose
+    reference hits are under ``MIN_REFERENCE_HITS_US`` (the probe moved too
+    little) adds no rows, and with none left every factor is 1.
+
+    One factor across M because it multiplies an op's gap, a property of the
+    op: a factor per M let one lone arm write into the op what the lint's
+    residency got wrong at that M (window B alone measured -5 us at M=64
+    against +94..+159 at M = 1..16 and set kda.in_proj's gap to 4.3 us at
+    M=64 against 14.7-19.0, while the fitted schedule's in_proj saved as much
+    at M=64 as at M=16:
+    benchmarks/results/h100-2026-12-06-issue45-validation/README.md)."""
+    tokens = [tokens] if isinstance(tokens, int) else list(tokens)
+    text = step["schedule"]
+    recs = {M: step["per_m"].get(M) or step["per_m"][str(M)] for M in tokens}
     lone = {w: tuple(split_variant(v)[1]) for w, (_, v) in lone_variants(text).items()
-            if w in rec["lone_hits_us"]}
+            if all(w in r["lone_hits_us"] for r in recs.values())}
     window_of: dict = {}
-    best: dict = {}
+    share: dict = {}
     for w, ov in lone.items():
-        share: dict = {}
-        hits, kinds = predicted_hits(device_profile, text, [M], ov)
-        for node, h in hits[M].items():
-            k = (kinds.get(node), node.split(":", 1)[-1])
-            share[k] = share.get(k, 0.0) + h
-        for k, h in share.items():
-            if k in gaps and h > best.get(k, 0.0):
-                best[k], window_of[k] = h, w
-    rows = [("", (), rec["hits_us"][step["reference"]])] + [
-        (w, ov, rec["lone_hits_us"][w]) for w, ov in lone.items()]
+        hits, kinds = predicted_hits(device_profile, text, tokens, ov)
+        for M in tokens:
+            for node, h in hits[M].items():
+                k = (kinds.get(node), node.split(":", 1)[-1])
+                if k in gaps:
+                    share[(w, k)] = share.get((w, k), 0.0) + h
+    best: dict = {}
+    for (w, k), h in share.items():
+        if h > best.get(k, 0.0):
+            best[k], window_of[k] = h, w
+    rows = {M: [("", (), r["hits_us"][step["reference"]])]
+            + [(w, ov, r["lone_hits_us"][w]) for w, ov in lone.items()]
+            for M, r in recs.items()}
+    fit_ms = [M for M in tokens if rows[M][0][2] >= MIN_REFERENCE_HITS_US]
     names = sorted(set(window_of.values()))
-    if rows[0][2] < MIN_REFERENCE_HITS_US or not names:
-        scale = {w: 1.0 for w in lone}
-    else:
+    scale = {w: 1.0 for w in lone}
+    if fit_ms and names:
         def hits(factors):
-            gapped_device_profile = with_step_gaps(
-                device_profile, gaps, {k: factors[w] for k, w in window_of.items()}, M)
-            return [dec - _step_us(gapped_device_profile, text, M, ov)
-                    for dec, (_, ov, _) in zip(decoys, rows)]
-        decoys = [_decoy_step_us(device_profile, text, M, ov) for _, ov, _ in rows]
+            out = []
+            for M in fit_ms:
+                gapped = with_step_gaps(
+                    device_profile, gaps, {k: factors[w] for k, w in window_of.items()}, M)
+                out += [dec - _step_us(gapped, text, M, ov)
+                        for dec, (_, ov, _) in zip(decoys[M], rows[M])]
+            return out
+        decoys = {M: [_decoy_step_us(device_profile, text, M, ov) for _, ov, _ in rows[M]]
+                  for M in fit_ms}
+        wants = [want for M in fit_ms for _, _, want in rows[M]]
         base = hits({w: 0.0 for w in names})
         cols = [[a - b for a, b in zip(hits({v: float(v == w) for v in names}), base)]
                 for w in names]
-        x = bounded_least_squares(cols, [want - b for (_, _, want), b in zip(rows, base)],
+        x = bounded_least_squares(cols, [want - b for want, b in zip(wants, base)],
                                   *WINDOW_SCALE_RANGE)
-        scale = {w: 1.0 for w in lone} | dict(zip(names, x))
-    fitted_device_profile = with_step_gaps(
-        device_profile, gaps, {k: scale[w] for k, w in window_of.items()}, M)
-    return {"scale": scale, "window_of": window_of,
-            "rows": [(w or "schedule", want, step_hits_us(fitted_device_profile, text, M, ov))
-                     for w, ov, want in rows]}
+        scale |= dict(zip(names, x))
+    out_rows = {}
+    for M in tokens:
+        fitted = with_step_gaps(device_profile, gaps,
+                                {k: scale[w] for k, w in window_of.items()}, M)
+        out_rows[M] = [(w or "schedule", want, step_hits_us(fitted, text, M, ov))
+                       for w, ov, want in rows[M]]
+    return {"scale": scale, "window_of": window_of, "rows": out_rows}
 
 
 def bounded_least_squares(cols: list[list[float]], y: list[float], lo: float,
@@ -331,22 +357,23 @@ def apply_step_gaps(derived: dict, gaps: dict) -> None:
 
 def window_scale_records(gaps) -> dict:
     """``[measured]`` records ``step_fill.WINDOW.scale`` of ``gaps``' window
-    fits (``StepGaps.fits``): per M the factor, the probe's hits of the
-    window alone and the lint's with the factor (us)."""
+    fits (``StepGaps.fits``): the factor (one across M, ``window_scales``) and
+    per M the probe's hits of the window alone and the lint's with it (us)."""
     fits = getattr(gaps, "fits", {})
     out: dict = {}
     for w in sorted({w for f in fits.values() for w in f["scale"]}):
         per = {M: (f["scale"][w], next((r for r in f["rows"] if r[0] == w), None))
                for M, f in sorted(fits.items()) if w in f["scale"]}
         vals = [x for x, _ in per.values()]
+        factor = sorted(vals)[len(vals) // 2]
         out[f"step_fill.{w}.scale"] = {
             "probe": (f"step_fill (window alone at {LONE_BUDGET_FRACTION:g} of its budget, copy, "
                       "beside its decoy; "
-                      "the factor on its ops' step gaps, fitted with the whole schedule's "
-                      "hits: " + ", ".join(
-                          f"M={M} x{x:.2f} (probe {r[1]:+.1f} us, lint {r[2]:+.1f} us)"
+                      f"the factor x{factor:.2f} on its ops' step gaps at every M, fitted with "
+                      "the whole schedule's hits over the M: " + ", ".join(
+                          f"M={M} probe {r[1]:+.1f} us, lint {r[2]:+.1f} us"
                           for M, (x, r) in per.items() if r) + ")"),
-            "median": round(sorted(vals)[len(vals) // 2], 3)}
+            "median": round(factor, 3)}
     whole = {M: next(r for r in f["rows"] if r[0] == "schedule") for M, f in sorted(fits.items())}
     if whole:
         wants = sorted(r[1] for r in whole.values())
