@@ -143,7 +143,8 @@ def cmd_calibrate(args) -> int:
     try:
         d = read_json_file(args.result)
         text, source = cm.profile_text(d, args.profile, where=args.result)
-        cal = cm.calibrate(d, args.profile, progress=progress.stage, where=args.result)
+        cal = cm.calibrate(d, args.profile, progress=progress.stage, where=args.result,
+                           objective=args.objective)
         out = cm.calibrated_profile_text(text, source, cal, args.result)
     except L2sError as e:
         print(f"{args.prog}: {e}", file=sys.stderr)
@@ -155,9 +156,12 @@ def cmd_calibrate(args) -> int:
         return 1
     write_text_atomically(args.out, out, protect=[args.result])
     aside = cal["set_aside"]
-    print(f"fill_slowdown_scale = {cal['scale']:g} (least median |error| on the grid "
+    rule = ("fewest wrong-way pairs, then least median |error|"
+            if args.objective == "wrong-way-first" else "least median |error|")
+    print(f"fill_slowdown_scale = {cal['scale']:g} ({rule} on the grid "
           f"{cal['scan'][0][0]:g}..{cal['scan'][-1][0]:g})")
-    print("median |error| per scale: " + ", ".join(f"{x:g}: {e:.1f} us" for x, e in cal["scan"]))
+    print("median |error| / wrong-way pairs per scale: " + ", ".join(
+        f"{x:g}: {e:.1f} us / {w}" for x, e, w in cal["scan"]))
     print("set_aside_stream_slowdown = " + (
         f"{aside[0]:.4g} (arm {aside[1]})" if aside
         else "unchanged (measured by the profile's set_aside probe)" if cal["set_aside_probed"]
@@ -218,3 +222,7 @@ def add_cli(subparsers) -> None:
                    help="profile to start from (default: the one the result recorded)")
     c.add_argument("--out", required=True, metavar="PROFILE.toml",
                    help="the calibrated profile (written atomically)")
+    c.add_argument("--objective", choices=("error", "wrong-way-first"), default="error",
+                   help="how the scale is chosen on the grid: least median |error| "
+                        "(default), or fewest pairs predicted faster and measured slower "
+                        "beyond the floor first, then least median |error|")

@@ -101,6 +101,11 @@ def test_the_calibrated_profile_says_where_its_scale_comes_from():
     assert "1 = the value on the grid" not in out
     rec = tomllib.loads(out)["measured"]["latency.fill_slowdown_scale"]
     assert rec["median"] == 2.0 and rec["probe"].startswith("calibration: run4.json, grid 0..8")
+    assert rec["probe"].endswith("least median |gain error|")
+    ww = cm.calibrated_profile_text(text, "h200", {"scale": 2.0, "set_aside": None,
+                                                   "objective": "wrong-way-first"}, "run4.json")
+    assert tomllib.loads(ww)["measured"]["latency.fill_slowdown_scale"]["probe"].endswith(
+        "fewest wrong-way pairs, then least median |gain error|")
     assert tomllib.loads(out)["latency"]["fill_slowdown_scale"] == 2.0
 
 
@@ -112,9 +117,15 @@ def test_calibrate_on_a_two_gpu_result(monkeypatch):
     t1 = read_json_file(str(ROOT / "tests" / "data" / "results" / "h200x2-2026-12-01-T1.json.gz"))
     monkeypatch.setattr(cm, "SCALE_GRID", (0.5, 1.0, 1.5))
     cal = cm.calibrate(t1, "h200")
-    assert [s for s, _ in cal["scan"]] == [0.5, 1.0, 1.5]
+    assert [s for s, _, _ in cal["scan"]] == [0.5, 1.0, 1.5]
     assert cal["scale"] == min(cal["scan"], key=lambda x: (x[1], x[0]))[0]
     assert cal["set_aside"] is None
+    # the wrong-way-first objective: fewest wrong-way pairs, then the median
+    ww = cm.calibrate(t1, "h200", objective="wrong-way-first")
+    assert ww["scan"] == cal["scan"] and ww["objective"] == "wrong-way-first"
+    assert ww["scale"] == min(cal["scan"], key=lambda x: (x[2], x[1], x[0]))[0]
+    with pytest.raises(ValueError, match="unknown objective"):
+        cm.calibrate(t1, "h200", objective="median")
     prof = dataclasses.replace(load_device("h200"), fill_slowdown_scale=cal["scale"])
     as_run, _ = collectives_as_run(prof, 4, 2)
     want = validation(t1, lint_predictor(t1, as_run))

@@ -8,7 +8,12 @@ validates them, ``tp_validation.gain_rows``) (docs/lint.md#validation):
   scale x fill.MODE.slowdown)`` of its rate while a fill reads device
   memory. Chosen on the grid ``SCALE_GRID`` as the value with the smallest
   median |predicted - measured gain| over the result's schedule arms and M
-  (ties: the smaller value).
+  (ties: the smaller value); with the objective ``wrong-way-first``, the
+  fewest pairs predicted faster and measured slower beyond the A/A floor
+  first, then that median (a run whose arms are mostly one schedule's
+  neighbourhood otherwise buys its median with slowdowns of 0, which
+  calls interfering shapes faster: issue 45's first attempt,
+  benchmarks/results/h100-2026-12-06-issue45-validation/).
 * ``l2.set_aside_stream_slowdown``: the routed-expert stream's slowdown
   with the maximum persisting-L2 set-aside reserved: the median over M of
   (expert-stream time of the arm with a set-aside / the ``none`` arm's) -
@@ -51,6 +56,15 @@ from l2sched.model.inventory import analytical_inventory
 #: 1, 1.5, ..., 8; 0 and 0.5 were added (session 6) for runs with one
 #: hardware queue (docs/lint.md#validation).
 SCALE_GRID = tuple(0.5 * i for i in range(17))
+#: How ``calibrate`` chooses on the grid (the module docstring says why).
+OBJECTIVES = ("error", "wrong-way-first")
+
+
+def wrong_way_pairs(figures: dict) -> int:
+    """Rows of ``validate``'s ``figures`` predicted faster and measured
+    slower, each beyond the row's floor."""
+    return sum(1 for r in figures["rows"]
+               if r["pred_verdict"] == "faster" and r["meas_verdict"] == "slower")
 
 
 def recorded_profile(d: dict, fallback: str = "h200", where: str = "the result"):
@@ -132,7 +146,8 @@ def set_aside_slowdown(d: dict, prof) -> tuple[float, str] | None:
     return None
 
 
-def calibrate(d: dict, profile: str = "", progress=None, where: str = "the result") -> dict:
+def calibrate(d: dict, profile: str = "", progress=None, where: str = "the result",
+              objective: str = "error") -> dict:
     """Fit the two terms from ``d``, a ``bench run`` or ``bench tp
     --validation`` result (``read_json_file``).
     ``profile``: the profile to start from (name or TOML path; default: the
@@ -142,8 +157,12 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     starting profile has ``fill.MODE.gemm_slowdown``), "before", "after"}``
     (``before``/``after``: ``validate`` of the result with the starting and
     the calibrated terms). ``progress``: called with a line per grid value;
-    ``where``: the result's file, for errors in the profile it recorded.
-    Raises ``L2sInputError`` for a result without an A/A arm."""
+    ``where``: the result's file, for errors in the profile it recorded;
+    ``objective``: one of ``OBJECTIVES`` (``scan`` then has a third
+    column, the wrong-way pairs). Raises ``L2sInputError`` for a result
+    without an A/A arm, ``ValueError`` for an unknown objective."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r} ({', '.join(OBJECTIVES)})")
     base = load_device(profile) if profile else recorded_profile(d, where=where)
     probed = str(base.measured.get("l2.set_aside_stream_slowdown", {}).get("probe", "")) \
         .startswith("set_aside")
@@ -164,14 +183,18 @@ def calibrate(d: dict, profile: str = "", progress=None, where: str = "the resul
     scan, figures = [], {}
     for s in SCALE_GRID:
         figures[s] = validate(rows(dataclasses.replace(start, fill_slowdown_scale=s)))
-        scan.append((s, figures[s]["median_abs_gain_err_us"]))
+        scan.append((s, figures[s]["median_abs_gain_err_us"], wrong_way_pairs(figures[s])))
         if progress is not None:
-            progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us")
-    best = min(scan, key=lambda x: (x[1], x[0]))[0]
+            progress(f"fill_slowdown_scale {s:g}: median |error| {scan[-1][1]:.1f} us, "
+                     f"{scan[-1][2]} wrong-way")
+    if objective == "wrong-way-first":
+        best = min(scan, key=lambda x: (x[2], x[1], x[0]))[0]
+    else:
+        best = min(scan, key=lambda x: (x[1], x[0]))[0]
     return {"scale": best, "scan": scan, "set_aside": aside, "set_aside_probed": probed,
             "gemm_slowdown_measured": any(fm.gemm_slowdown is not None
                                           for fm in base.fill_modes.values()),
-            "before": validate(rows(base)), "after": figures[best]}
+            "before": validate(rows(base)), "after": figures[best], "objective": objective}
 
 
 def result_rows(d: dict, prof) -> list[dict]:
@@ -410,7 +433,10 @@ def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> s
     grid = (f"grid {SCALE_GRID[0]:g}..{SCALE_GRID[-1]:g} step {SCALE_GRID[1] - SCALE_GRID[0]:g}"
             if len(SCALE_GRID) > 2 else "grid " + ", ".join(f"{g:g}" for g in SCALE_GRID))
     text = _set_measured(text, "latency.fill_slowdown_scale",
-                         f"calibration: {result}, {grid}, least median |gain error|",
+                         f"calibration: {result}, {grid}, "
+                         + ("fewest wrong-way pairs, then least median |gain error|"
+                            if cal.get("objective") == "wrong-way-first"
+                            else "least median |gain error|"),
                          cal["scale"])
     if cal["set_aside"] is not None:
         text = _set_number(text, "l2", "set_aside_stream_slowdown", cal["set_aside"][0],

@@ -84,12 +84,18 @@ VARIANTS = [f"{w}-{launch}:{items},launch={launch}"
             for launch in ("fork", "deferred") for w, items in _ALONE.items()]
 
 
-def variants(grids=()) -> list[str]:
+def variants(grids=(), arms=()) -> list[str]:
     """``VARIANTS`` plus, per CTA count in ``grids``, windows A and C alone with
     ``fork`` and every fill launched with that many CTAs (``grid=N``): does
-    the tax follow how many SMs the fill touches?"""
-    return VARIANTS + [f"{w}-fork-g{g}:{items},launch=fork,grid={g}"
-                       for g in grids for w, items in _ALONE.items()]
+    the tax follow how many SMs the fill touches? Then per ``NAME:ITEMS`` of
+    ``arms``, windows A and C alone with those ``--variant`` items
+    (``A0.5-NAME``, ``C0.5-NAME``)."""
+    out = VARIANTS + [f"{w}-fork-g{g}:{items},launch=fork,grid={g}"
+                      for g in grids for w, items in _ALONE.items()]
+    for arm in arms:
+        name, _, extra = arm.partition(":")
+        out += [f"{w}-{name}:{items},{extra}" for w, items in _ALONE.items()]
+    return out
 
 
 def parse_grids(text: str) -> tuple[int, ...]:
@@ -260,12 +266,12 @@ def apply_parts(parts) -> None:
 # -- driving the rungs ----------------------------------------------------------
 
 def bench_argv(out: str, tokens: str, replays: int, dry: bool,
-               grids=()) -> list[str]:
-    """``l2sched bench run`` arguments of one rung (writes ``out``); ``grids``:
-    the extra CTA-count arms (``variants``)."""
+               grids=(), arms=()) -> list[str]:
+    """``l2sched bench run`` arguments of one rung (writes ``out``); ``grids``,
+    ``arms``: the extra arms (``variants``)."""
     argv = ["bench", "run", "--aa", "-o", out, "--tokens", tokens,
             "--replays", str(replays), "--ideal-reps", "1"]
-    for v in variants(grids):
+    for v in variants(grids, arms):
         argv += ["--variant", v]
     return argv + (["--dry"] if dry else [])
 
@@ -281,7 +287,7 @@ def rung_path(folder: str, rung: str) -> str:
 
 
 def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
-            census: int = 0, dot: int = 0, grids=()) -> int:
+            census: int = 0, dot: int = 0, grids=(), arms=()) -> int:
     """Run the bench on ``rung`` in this process; the CLI's exit code.
     ``census``: census the first that many captured graphs
     (``graph_census.keep_census``, ``census-<rung>.json`` beside ``out``);
@@ -293,13 +299,13 @@ def run_one(rung: str, out: str, tokens: str, replays: int, dry: bool,
 
         from lab.experiments.graph_census import keep_census
         keep_census(torch, os.path.dirname(out) or ".", rung_tag(rung), census, dot)
-    return main(bench_argv(out, tokens, replays, dry, grids))
+    return main(bench_argv(out, tokens, replays, dry, grids, arms))
 
 
-def table(results: dict, grids=()) -> str:
+def table(results: dict, grids=(), extra=()) -> str:
     """Markdown: one row per (rung, M), the A/A floor, then each arm's gain
     over ``none`` (us, + = faster)."""
-    arms = ["compiled"] + [v.split(":", 1)[0] for v in variants(grids)]
+    arms = ["compiled"] + [v.split(":", 1)[0] for v in variants(grids, extra)]
     lines = ["| rung | M | none step, us | A/A floor, us | " + " | ".join(arms) + " |",
              "|---" * (4 + len(arms)) + "|"]
     for rung, per_m in results.items():
@@ -335,6 +341,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grids", default="", metavar="N,N",
                     help="also windows A and C alone with fork, every fill launched "
                          "with N CTAs (one arm pair per N; the profile's grid otherwise)")
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME:ITEMS",
+                    help="also windows A and C alone with these --variant items "
+                         "(e.g. jl:launch=fork,join=every-layer), arms A0.5-NAME, C0.5-NAME")
     ap.add_argument("--one", help="run this one rung in this process (internal)")
     a = ap.parse_args(argv)
     try:
@@ -343,7 +352,7 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if a.one:
         return run_one(a.one, rung_path(a.output, a.one),
-                       a.tokens, a.replays, a.dry, a.census, a.dot, a.grids)
+                       a.tokens, a.replays, a.dry, a.census, a.dot, a.grids, a.arm)
     rungs = [r for r in a.rungs.split(",") if r]
     for r in rungs:
         rung_parts(r)  # refuse an unknown part before anything runs
@@ -354,7 +363,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "lab.experiments.tax_bisect", "--one", r,
                "-o", a.output, "--tokens", a.tokens, "--replays", str(a.replays),
                "--census", str(a.census), "--dot", str(a.dot),
-               "--grids", ",".join(map(str, a.grids))]
+               "--grids", ",".join(map(str, a.grids))] + [f"--arm={x}" for x in a.arm]
         cmd += ["--dry"] if a.dry else []
         env = dict(os.environ)
         if "conn1" in rung_parts(r):
@@ -372,17 +381,17 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             results[r] = {"error": f"rc={rc}: {type(e).__name__}: {e}"}
         write_tables(a, rungs, results)  # after every rung: a cut-short run keeps its rows
-    print(table(results, a.grids))
+    print(table(results, a.grids, a.arm))
     return 0
 
 
 def write_tables(a, rungs: list[str], results: dict) -> None:
     """Write ``tax-bisect.json`` and ``.md`` of the rungs run so far."""
     with open(os.path.join(a.output, "tax-bisect.json"), "w", encoding="utf-8") as f:
-        json.dump({"rungs": rungs, "variants": variants(a.grids), "tokens": a.tokens,
+        json.dump({"rungs": rungs, "variants": variants(a.grids, a.arm), "tokens": a.tokens,
                    "replays": a.replays, "gains": results}, f, indent=1)
     with open(os.path.join(a.output, "tax-bisect.md"), "w", encoding="utf-8") as f:
-        f.write(table(results, a.grids))
+        f.write(table(results, a.grids, a.arm))
 
 
 if __name__ == "__main__":
