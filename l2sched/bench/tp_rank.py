@@ -43,7 +43,7 @@ from l2sched.bench.step import STEP_ADAPTER
 from l2sched.model.config import load_model_config
 from l2sched.device import DeviceProfile, load_device
 from l2sched.model.inventory import analytical_inventory
-from l2sched.runtime.launch_shapes import issue_specs
+from l2sched.runtime.cuda import issue_specs
 from l2sched.runtime.dry_run import DryRunRuntime
 from l2sched.runtime.gate import StepInfo
 from l2sched.runtime.kernel import cutlass_version

@@ -23,7 +23,6 @@ from l2sched.runtime.base import RuntimeBase, same_layout
 from l2sched.runtime.capture_nodes import (CAPTURE_LAUNCHES, DEFAULT_CAPTURE_LAUNCH,
                                            NODE_LAUNCHES, CaptureDeps, CaptureLaunches,
                                            check_capture_launch)
-from l2sched.runtime.launch_shapes import issue_specs, sized_specs
 from l2sched.runtime.gate import GATE_DECISIONS, StepInfo, gate_pair
 from l2sched.runtime.pdl_watch import ProgrammaticWatch
 from l2sched.runtime.set_aside import apply_set_aside, release_set_aside
@@ -36,6 +35,29 @@ log = logging.getLogger("l2sched.runtime")
 #: Retired runtimes whose device table and events a CUDA graph captured
 #: earlier may still use: kept alive for the process, their tables zeroed.
 RETIRED: list = []
+
+
+def issue_specs(plan: Plan, fill: Mapping | None = None, fill_default: str = "bulk",
+                **shape) -> list[K.KernelSpec]:
+    """The fill kernel of every issue of ``plan``: the issue's ``kernel``
+    (the schedule's choice), else ``fill_default`` (the device profile's);
+    its launch shape from ``fill`` (mode -> an object with ``grid``,
+    ``threads``, ``chunk``, ``stages``: the profile's ``FillMode``s), else
+    the kernel module's defaults; the plan's cache policy. ``shape``
+    (``mode``, ``grid``, ``threads``, ``chunk``, ``stages``; ``None`` =
+    unset) overrides every issue (benchmarks). Raises ``ValueError`` for a
+    spec that cannot be built."""
+    fill = fill or {}
+    shape = {k: v for k, v in shape.items() if v is not None}
+    out = []
+    for wi in plan.issues:
+        mode = shape.get("mode") or wi.kernel or fill_default
+        fm = fill.get(mode)
+        base = ({"grid": fm.grid, "threads": fm.threads, "chunk": fm.chunk,
+                 "stages": fm.stages} if fm is not None else {})
+        out.append(K.KernelSpec(**{**base, **shape, "mode": mode,
+                                   "policy": plan.policy}).check())
+    return out
 
 
 class CudaRuntime(CaptureLaunches, RuntimeBase):
@@ -53,10 +75,7 @@ class CudaRuntime(CaptureLaunches, RuntimeBase):
     ``launch-order``. Eager forwards fork the side stream and launch at once
     whatever the choice.
     ``mode``/``grid``/``threads``/``chunk``/``stages``: override every
-    issue's kernel and shape (benchmarks; ``grid`` launches exactly that
-    many CTAs). Without a ``grid``, each launch group's grid is cut to the
-    CTAs its bytes need (``sized_specs``; ``size_grid=False`` keeps the
-    profile's grid for every launch). ``merge_fills`` (default True;
+    issue's kernel and shape (benchmarks). ``merge_fills`` (default True;
     ``RuntimeBase``): the issues of one hook point with one kernel are one
     fill launch (``issue_launch``; docs/runtime.md, "Merged launches").
     ``sync``: how fork and join are
@@ -76,8 +95,7 @@ class CudaRuntime(CaptureLaunches, RuntimeBase):
                  threads: int | None = None, chunk: int | None = None,
                  stages: int | None = None, sync: str = "auto",
                  set_aside_owner: str | None = None,
-                 capture_launch: str = DEFAULT_CAPTURE_LAUNCH, size_grid: bool = True,
-                 **kw):
+                 capture_launch: str = DEFAULT_CAPTURE_LAUNCH, **kw):
         super().__init__(plan, **kw)
         if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r} ({', '.join(SYNCS)})")
@@ -87,8 +105,6 @@ class CudaRuntime(CaptureLaunches, RuntimeBase):
         self._group_spans: dict[tuple, object] = {}
         self.specs = issue_specs(plan, fill, fill_default, mode=mode, grid=grid,
                                  threads=threads, chunk=chunk, stages=stages)
-        if size_grid and grid is None:
-            self.specs = sized_specs(plan, self.specs, self.launch_groups)
         self.sync = sync
         #: who the persisting-L2 request belongs to (``runtime.set_aside``)
         self.set_aside_owner = set_aside_owner or f"plan {plan.schedule} #{id(self):x}"

@@ -46,8 +46,7 @@ writing the word turns the graph's fills on or off without a recapture.
 from dataclasses import dataclass
 from typing import Callable
 
-from l2sched.device.kernel_spec import (BARRIER_BYTES, BUILDABLE_FORMS, PTX_POLICY,
-                                        copy_smem_bytes)
+from l2sched.device.kernel_spec import BARRIER_BYTES, BUILDABLE_FORMS, copy_smem_bytes
 from l2sched.units import ALIGN
 
 #: Alignment (bytes) of the int32 switch word the kernels read.
@@ -112,30 +111,6 @@ def _copy_form(chunk: int, ptx_policy) -> IssueForm:
 register_form("bulk", True, _bulk_form)
 register_form("load", True, load_form)
 register_form("copy", True, _copy_form)
-
-
-def launch_ctas(spec, sizes) -> int:
-    """The CTAs a fill launch of ``spec`` needs for rows of ``sizes`` (bytes
-    each; a negative size, a lazy whole tensor not bound yet, counts as
-    unknown): enough workers that each issues at most one chunk, as with
-    the full grid whenever the rows have fewer chunks than it has workers
-    (a CTA per worker in ``copy`` mode, ``threads`` workers per CTA in the
-    others), rounded up to a power of two (so a plan compiles few variants)
-    and never above ``spec.grid``; ``spec.grid`` when a size is unknown.
-    Why: every CTA of the grid is launched whatever the bytes (a 0.5 MB bulk
-    fill has work for 1 of 264 CTAs), and CTAs with nothing to do still take
-    every SM for a moment beside the model's kernels (issue 48)."""
-    if any(n < 0 for n in sizes):
-        return spec.grid
-    if spec.mode == "copy":
-        chunk, per_cta = spec.chunk, 1
-    else:
-        form = FORMS[(spec.mode, PTX_POLICY[spec.policy] is not None)](
-            spec.chunk, PTX_POLICY[spec.policy])
-        chunk, per_cta = form.chunk or spec.chunk, spec.threads
-    chunks = sum(-(-(n & -ALIGN) // chunk) for n in sizes)
-    need = max(1, -(-chunks // per_cta))
-    return min(spec.grid, 1 << (need - 1).bit_length())
 
 
 def compile_fill(spec, ptx_policy: str | None, ffi: bool):
