@@ -162,17 +162,57 @@ class _FakeDriver:
                     if v == node)
         return "ok", kind
 
+    def cuGraphGetNodes(self, graph, n):  # the capture graph: no MEMSET node counted
+        return ("ok", [], 0)
+
     def cuGraphKernelNodeGetAttribute(self, node, attr):
         allowed = next(d[2] for deps in self.dependents.values() for v, d in deps.items()
                        if v == node)
         return "ok", SimpleNamespace(programmaticStreamSerializationAllowed=allowed)
 
 
-def _watch(driver):
-    w = ProgrammaticWatch(deps=SimpleNamespace(get=lambda stream: (["K"], [None])))
+def _watch(driver, graph=None):
+    w = ProgrammaticWatch(deps=SimpleNamespace(get=lambda stream: (["K"], [None]),
+                                               graph=lambda stream: graph))
     w._drv, w._dependents, w._ok = driver, driver.get_dependents, "ok"
-    w._prog, w._kernel, w._pss = driver.PROG, driver.KERNEL, "pss"
+    w._prog, w._kernel, w._pss, w._memset = driver.PROG, driver.KERNEL, "pss", driver.MEMSET
     return w
+
+
+class _GraphDriver(_FakeDriver):
+    """``_FakeDriver`` whose capture graphs are lists of node types."""
+
+    def cuGraphGetNodes(self, graph, n):
+        return ("ok", None, len(graph)) if n == 0 else ("ok", list(range(len(graph))), n)
+
+    def __init__(self, graphs):
+        super().__init__({"K": {"next": (0, "kernel", 0)}})
+        self.graphs = graphs
+
+    def cuGraphNodeGetType(self, node):
+        if isinstance(node, int):
+            return "ok", self.current[node]
+        return super().cuGraphNodeGetType(node)
+
+
+def test_watch_counts_the_memset_nodes_of_the_largest_capture():
+    """At the join of a capture with a fill hook, the watch counts the MEMSET
+    nodes of the graph being captured; the count is the most of any capture
+    (vLLM captures one graph per size); a capture without a hook is not
+    inspected."""
+    d = _GraphDriver({})
+    small = ["kernel", "memset", "kernel", "memset"]
+    big = ["kernel"] * 5 + ["memset"] * 3
+    w = _watch(d, graph=None)
+    for graph, want in ((small, 2), (big, 3), (small, 3)):
+        d.current = graph
+        w._deps.graph = lambda stream, g=graph: g
+        w.at_hook(0, 7)
+        w.resolve()
+        assert w.memset_nodes == want and w.on
+    d.current = ["memset"] * 9
+    w.resolve()  # nothing pending: no graph read
+    assert w.memset_nodes == 3
 
 
 def test_watch_counts_a_fill_whose_hook_has_a_programmatic_edge():
@@ -254,6 +294,23 @@ def test_programmatic_note():
     assert "### Programmatic-launch chains" in open("docs/runtime.md").read()
 
 
+def test_memset_note_only_with_memsets_and_fork():
+    from l2sched.runtime.base import RuntimeStats
+    from l2sched.vllm.summary import MEMSET_DOC, memset_note
+    rt = SimpleNamespace(stats=RuntimeStats(memset_nodes=42), capture_launch="fork")
+    assert memset_note(rt) == ("; the captured step has 42 MEMSET nodes, each about 1.5-2 us "
+                               "per step beside forked fills: try capture_launch deferred "
+                               f"({MEMSET_DOC})")
+    assert memset_note(SimpleNamespace(stats=RuntimeStats(memset_nodes=42),
+                                       capture_launch="deferred")) == ""
+    assert memset_note(SimpleNamespace(stats=RuntimeStats(), capture_launch="fork")) == ""
+    assert memset_note(None) == ""
+    assert "1 MEMSET node," in memset_note(SimpleNamespace(stats=RuntimeStats(memset_nodes=1),
+                                                           capture_launch="fork"))
+    assert MEMSET_DOC.endswith("#memset-nodes-in-the-captured-step-issue-48")
+    assert "### MEMSET nodes in the captured step (issue 48)" in open("docs/runtime.md").read()
+
+
 def test_summary_line_ends_with_the_runtime_note():
     from l2sched.compiler.compile import compile_plan, schedule_inventory
     from l2sched.lang.resolve import load_schedule
@@ -287,3 +344,11 @@ def test_plugin_reports_after_capture_once_per_count(monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records if "after CUDA-graph capture" in r.getMessage()]
     assert len(lines) == 1 and "2 fills after programmatic-launch kernels" in lines[0]
     assert inst.summary.startswith("summary; 2 fills")
+    # a forking runtime whose capture has MEMSET nodes: the note is added, once
+    rt.capture_launch = "fork"
+    rt.stats.memset_nodes = 42
+    with caplog.at_level(logging.INFO, logger=plugin.log.name):
+        plugin.report_programmatic()
+        plugin.report_programmatic()
+    lines = [r.getMessage() for r in caplog.records if "after CUDA-graph capture" in r.getMessage()]
+    assert len(lines) == 2 and "42 MEMSET nodes" in lines[1]

@@ -75,8 +75,10 @@ class RuntimeStats:
     issued issue without merging), ``skipped`` per gate reason (per issue),
     ``bytes_issued`` (bytes, from bound rows), ``programmatic_late``: issues (of the plan) whose hook a FULL capture
     showed followed by a kernel launched with programmatic stream
-    serialization, so their fill starts when that kernel starts
-    (``runtime.pdl_watch``; CUDA backend only)."""
+    serialization, so their fill starts when that kernel starts, and
+    ``memset_nodes``: the MEMSET nodes of the largest FULL capture with a fill
+    hook in it, each a cost beside forked fills (``runtime.pdl_watch``; CUDA
+    backend only)."""
 
     issued: int = 0
     joined: int = 0
@@ -84,6 +86,7 @@ class RuntimeStats:
     skipped: dict = field(default_factory=dict)
     programmatic_late: int = 0
     launches: int = 0
+    memset_nodes: int = 0
 
 
 class RuntimeBase:

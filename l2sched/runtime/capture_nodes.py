@@ -105,6 +105,15 @@ class CaptureDeps:
         nodes, edges, n = out[4], out[5], out[6]
         return list(nodes[:n]), list(edges[:n]) if edges is not None else [None] * n
 
+    def graph(self, handle: int):
+        """The graph the stream with raw handle ``handle`` is being captured
+        into; ``RuntimeError`` when the call fails or the stream is not
+        capturing."""
+        out = self._get(self._cu(handle))
+        if out[0] != self._ok or out[1] != self._active:
+            raise RuntimeError(f"cuStreamGetCaptureInfo: {out[0]}, {out[1]}")
+        return out[3]
+
     def set(self, handle: int, nodes: list, edges: list) -> None:
         """Replace the capture dependencies of the stream ``handle`` by
         ``nodes`` with ``edges`` (edge data per node; ``None`` entries are

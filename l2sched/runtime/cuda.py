@@ -474,6 +474,7 @@ class CudaRuntime(CaptureLaunches, RuntimeBase):
         if self.pdl_watch._pending:
             self.pdl_watch.resolve()
             self.stats.programmatic_late = len(self.pdl_watch.late)
+            self.stats.memset_nodes = self.pdl_watch.memset_nodes
         if self._pending:
             self.fork_join.join()
             self._pending = False

@@ -14,6 +14,12 @@ fill as late when an edge out of a hooked node is programmatic
 (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC``) or the kernel node it leads to
 carries ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``.
 
+It also counts the capture's MEMSET nodes at the same join
+(``memset_nodes``, the most of any capture with a hook in it): with a fill
+forked in the graph each costs the model's stream about 1.5-2 us per step,
+whatever the fill moves (issue 48's bisection,
+benchmarks/results/h100-2026-12-07-tax-memset/).
+
 It costs nothing on eager forwards (the runtime asks only during a
 capture) and never raises: a driver error logs one line and turns the
 detection off; the fills are not affected. Needs ``cuda.bindings`` 12.3 or
@@ -38,7 +44,8 @@ class ProgrammaticWatch:
     capture dependencies for issue ``issue`` (index into the plan's issues);
     ``resolve()`` inspects what was captured after them. ``late`` is the set
     of issue indices found late (over every capture so far), ``checked`` the
-    set of issue indices inspected. ``on`` is False after a driver error or
+    set of issue indices inspected; ``memset_nodes`` the MEMSET nodes of the
+    largest capture inspected. ``on`` is False after a driver error or
     without ``cuda.bindings``. ``deps``: a ``CaptureDeps`` (made at first
     use when ``None``)."""
 
@@ -49,6 +56,8 @@ class ProgrammaticWatch:
         self._deps = deps
         self._drv = self._invalid = None
         self._pending: list[tuple[int, list]] = []
+        self._stream: int | None = None
+        self.memset_nodes = 0
 
     def _off(self, why: str) -> None:
         if self.on:
@@ -70,6 +79,7 @@ class ProgrammaticWatch:
             self._kernel = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
             ids = getattr(drv, "CUkernelNodeAttrID", None) or drv.CUlaunchAttributeID
             self._pss = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            self._memset = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET
         return self._drv
 
     def at_hook(self, issue: int, stream: int) -> None:
@@ -85,6 +95,7 @@ class ProgrammaticWatch:
             self._off(f"{type(e).__name__}: {e}")
             return
         self._pending.append((issue, nodes))
+        self._stream = stream
 
     def resolve(self) -> None:
         """Inspect the nodes captured after each saved hook (call it once
@@ -93,13 +104,35 @@ class ProgrammaticWatch:
         pending, self._pending = self._pending, []
         if not self.on:
             return
+        stream, self._stream = self._stream, None
         try:
             for issue, nodes in pending:
                 self.checked.add(issue)
                 if any(self._programmatic_after(n) for n in nodes):
                     self.late.add(issue)
+            if stream is not None:
+                self.memset_nodes = max(self.memset_nodes,
+                                        self._count_memsets(self._deps.graph(stream)))
         except Exception as e:
             self._off(f"{type(e).__name__}: {e}")
+
+    def _count_memsets(self, graph) -> int:
+        """MEMSET nodes of ``graph`` (the capture in progress). Raises
+        ``RuntimeError`` on a driver error."""
+        drv = self._drv
+        err, _, n = drv.cuGraphGetNodes(graph, 0)
+        if err != self._ok:
+            raise RuntimeError(f"cuGraphGetNodes: {err}")
+        err, nodes, n = drv.cuGraphGetNodes(graph, n)
+        if err != self._ok:
+            raise RuntimeError(f"cuGraphGetNodes: {err}")
+        count = 0
+        for node in list(nodes[:n]):
+            err, kind = drv.cuGraphNodeGetType(node)
+            if err != self._ok:
+                raise RuntimeError(f"cuGraphNodeGetType: {err}")
+            count += kind == self._memset
+        return count
 
     def _programmatic_after(self, node) -> bool:
         """Whether an edge out of ``node`` is programmatic or leads to a

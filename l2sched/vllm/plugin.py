@@ -55,7 +55,7 @@ from l2sched.vllm.layout import (
 from l2sched.vllm.loss_gate import GateRequest, capture_sizes, loss_gate
 from l2sched.vllm.sites import install_plan
 from l2sched.vllm.step_info import after_capture, track_graph_capture, vllm_step_info
-from l2sched.vllm.summary import programmatic_note, summary_line, unmeasured_note
+from l2sched.vllm.summary import memset_note, programmatic_note, summary_line, unmeasured_note
 
 try:  # vLLM's logger convention, so the lines share vLLM's format and level.
     from vllm.logger import init_logger as _init_logger
@@ -478,11 +478,13 @@ def _make_runtime(backend: str, plan, owner: str, device_profile: DeviceProfile,
 
 def report_programmatic() -> None:
     """After vLLM's CUDA-graph capture, per installation whose fills start late behind
-    programmatic-launch kernels (``summary.programmatic_note``, ``runtime.pdl_watch``):
+    programmatic-launch kernels (``summary.programmatic_note``, ``runtime.pdl_watch``) or whose
+    captured step has MEMSET nodes beside forked fills (``summary.memset_note``):
     its summary line again with that note at its end (INFO, once per count). Never raises."""
     for inst in list(INSTALLED):
         try:
-            note = programmatic_note(getattr(inst.runtime, "stats", None))
+            note = (programmatic_note(getattr(inst.runtime, "stats", None))
+                    + memset_note(inst.runtime))
             if not note or note == getattr(inst, "programmatic_noted", "") or not inst.summarize:
                 continue
             inst.programmatic_noted = note

@@ -37,6 +37,25 @@ def programmatic_note(stats) -> str:
             f"start late ({PROGRAMMATIC_DOC})")
 
 
+#: Where docs/runtime.md says what MEMSET nodes of the model's graph cost beside forked fills.
+MEMSET_DOC = "docs/runtime.md#memset-nodes-in-the-captured-step-issue-48"
+
+
+def memset_note(runtime) -> str:
+    """The summary's note on the MEMSET nodes of the model's captured step
+    (``RuntimeStats.memset_nodes``, from ``runtime.pdl_watch``) when its
+    fills are forked (``capture_launch`` ``fork``): each costs the model's
+    stream about 1.5-2 us per step beside forked fills, whatever they move
+    (issue 48, benchmarks/results/h100-2026-12-07-tax-memset/). ``""`` when
+    there is none, the runtime has no such counter or launches otherwise."""
+    stats = getattr(runtime, "stats", None)
+    n = int(getattr(stats, "memset_nodes", 0) or 0)
+    if n <= 0 or getattr(runtime, "capture_launch", None) != "fork":
+        return ""
+    return (f"; the captured step has {n} MEMSET node{'s' if n > 1 else ''}, each about "
+            f"1.5-2 us per step beside forked fills: try capture_launch deferred ({MEMSET_DOC})")
+
+
 def unmeasured_note(device_profile: DeviceProfile, tp: int, plan, schedule,
                     cfg: PluginConfig) -> str:
     """The summary's note on the device-profile terms the lint and the loss
