@@ -188,38 +188,3 @@ def test_a_captured_step_has_one_fill_node_per_hook_point(launch):
             torch.cuda.synchronize()
             assert torch.equal(y_static, ref), (launch, merge)
 
-
-def test_the_runtime_counts_the_captured_steps_memset_nodes():
-    """Issue 48: a 4-byte driver memset before each layer of a FULL capture
-    (as cuBLAS's batched GEMM puts one before each call) shows in
-    ``stats.memset_nodes`` at the forward's join, and in the plugin's note."""
-    from cuda.bindings import driver as drv
-
-    from l2sched.vllm.summary import memset_note
-    layers = _model()
-    n = len(layers)
-    plan = _plan(n)
-    word = torch.zeros(1, dtype=torch.int32, device="cuda")
-    x_static = torch.randn(8, D, dtype=torch.bfloat16, device="cuda")
-
-    def fwd(x):
-        for layer in layers:
-            err, = drv.cuMemsetD32Async(word.data_ptr(), 0, 1,
-                                        drv.CUstream(torch.cuda.current_stream().cuda_stream))
-            assert err == drv.CUresult.CUDA_SUCCESS, err
-            x = layer(x)
-        return x
-
-    rt = CudaRuntime(plan, **COPY)
-    with install(layers, plan, SITES, rt):
-        rt.set_step(StepInfo(num_tokens=8))
-        fwd(x_static)
-        torch.cuda.synchronize()
-        assert rt.stats.memset_nodes == 0  # eager: nothing captured, nothing counted
-        rt.set_step(StepInfo(num_tokens=8, graph_mode="full"))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fwd(x_static)
-    assert rt.enabled and rt.pdl_watch.on, K.disabled_reason()
-    assert rt.stats.memset_nodes == n
-    assert f"{n} MEMSET nodes" in memset_note(rt)
