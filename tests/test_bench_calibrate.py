@@ -106,6 +106,10 @@ def test_the_calibrated_profile_says_where_its_scale_comes_from():
                                                    "objective": "wrong-way-first"}, "run4.json")
     assert tomllib.loads(ww)["measured"]["latency.fill_slowdown_scale"]["probe"].endswith(
         "fewest wrong-way pairs, then least median |gain error|")
+    assert ww.startswith("# fill_slowdown_scale calibrated by `python -m lab bench calibrate "
+                         "run4.json --objective wrong-way-first`")
+    assert out.startswith("# fill_slowdown_scale calibrated by `python -m lab bench calibrate "
+                          "run4.json`")
     assert tomllib.loads(out)["latency"]["fill_slowdown_scale"] == 2.0
 
 

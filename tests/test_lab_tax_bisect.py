@@ -63,3 +63,22 @@ def test_grid_arms_launch_the_lone_windows_with_each_cta_count():
     for bad in ("0", "x", "-1"):
         with pytest.raises(ValueError, match=repr(bad)):
             tb.parse_grids(f"8,{bad}")
+
+
+def test_bad_rungs_arms_and_outputs_stop_before_anything_runs(tmp_path, capsys):
+    """An unknown rung part, an arm the bench would refuse, a duplicate CTA
+    count, a non-ASCII digit, no replay or an output that is a file: exit 2
+    naming it, no rung run."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for argv, why in ((["--rungs", "bogus"], "unknown part bogus"),
+                      (["--arm", "x:grid=abc"], "grid takes grid=N"),
+                      (["--grids", "8,8"], "given twice"),
+                      (["--grids", "\u00b2"], "is not a CTA count"),
+                      (["--replays", "0"], "--replays must be at least 1"),
+                      (["-o", str(afile)], "exists and is not a folder")):
+        out = ["-o", str(tmp_path / "o")] if "-o" not in argv else []
+        with pytest.raises(SystemExit) as e:
+            tb.main(out + ["--rungs", "real", "--dry"] + argv)
+        assert e.value.code == 2 and why in capsys.readouterr().err, argv
+    assert not (tmp_path / "o").exists()

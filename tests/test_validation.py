@@ -222,11 +222,14 @@ def test_grid_item_sets_the_fill_kernels_ctas_and_refuses_a_non_count():
     assert arms["g"]["overrides"] == ["window.C.budget=5MB"]
     assert arms["g"]["runtime"] == {"grid": 32, "capture_launch": "deferred"}
     check_variants(["g:grid=8"], SCHED)
-    for bad in ("grid=0", "grid=x", f"grid={MAX_GRID + 1}", "grid=-4"):
-        with pytest.raises(ValueError, match=r"--variant g: grid takes a CTA count"):
+    for bad in ("grid=0", "grid=x", f"grid={MAX_GRID + 1}", "grid=-4", "grid", "grid=+8",
+                "grid = 8", "grid=1_0", "grid=\u0668"):
+        with pytest.raises(ValueError, match=r"--variant g: grid takes grid=N, a CTA count"):
             check_variants([f"g:{bad}"], SCHED)
     with pytest.raises(ValueError, match="--variant g: grid given twice"):
         check_variants(["g:grid=8,grid=16"], SCHED)
+    with pytest.raises(ValueError, match="the arm needs a name"):
+        check_variants(["grid=8"], SCHED)  # the name forgotten
 
 
 def test_report_says_when_a_given_profile_is_not_used(capsys):
@@ -243,3 +246,15 @@ def test_report_says_when_a_given_profile_is_not_used(capsys):
     assert "--device-profile gb10 is not used: r.json records" in capsys.readouterr().err
     _lint_profile({"device_profile_toml": text}, "", "r.json")
     assert capsys.readouterr().err == ""
+
+
+def test_bench_run_refuses_fewer_than_one_replay(tmp_path, capsys):
+    """``--replays 0`` or negative: exit 2 naming it, before anything runs,
+    no result written."""
+    from l2sched.cli import main
+    for n in ("0", "-1"):
+        out = tmp_path / f"r{n}.json"
+        assert main(["bench", "run", "--dry", "--tokens", "4", "--replays", n,
+                     "-o", str(out)]) == 2
+        assert f"--replays must be at least 1, got {n}" in capsys.readouterr().err
+        assert not out.exists()

@@ -55,20 +55,17 @@ MAX_GRID = 65535
 def runtime_item(item: str):
     """``(where, keyword, value)`` of a ``--variant`` item that chooses how the
     plan is installed or run (``RUNTIME_ITEMS``, ``grid=N``), else ``None``
-    (a schedule setting). Raises ``ValueError`` for ``grid=`` without an
-    integer in 1..``MAX_GRID``."""
+    (a schedule setting). Raises ``ValueError`` for a ``grid`` item that is
+    not ``grid=N`` with N ASCII digits in 1..``MAX_GRID``."""
     if item in RUNTIME_ITEMS:
         return RUNTIME_ITEMS[item]
-    key, eq, value = item.partition("=")
-    if eq and key.strip() == GRID_KEY:
-        try:
-            n = int(value.strip())
-        except ValueError:
-            n = 0
-        if not 1 <= n <= MAX_GRID:
-            raise ValueError(f"grid takes a CTA count in 1..{MAX_GRID}, got {item!r}")
-        return ("runtime", "grid", n)
-    return None
+    if item.split("=", 1)[0].strip() != GRID_KEY:
+        return None
+    value = item[len(GRID_KEY) + 1:] if item.startswith(GRID_KEY + "=") else ""
+    n = int(value) if value.isascii() and value.isdigit() else 0
+    if not 1 <= n <= MAX_GRID:
+        raise ValueError(f"grid takes grid=N, a CTA count in 1..{MAX_GRID}, got {item!r}")
+    return ("runtime", "grid", n)
 
 
 #: Arm names ``arm_specs`` gives itself (a ``--variant`` may not reuse one).
@@ -92,7 +89,7 @@ def check_variants(variants: list[str], schedule_path: str) -> None:
     seen = set()
     for v in variants:
         name, items = split_variant(v)
-        if not name:
+        if not name or "=" in name:
             raise ValueError(f"--variant {v!r}: the arm needs a name (NAME:KEY=VALUE,...)")
         if name in FIXED_ARMS or name.startswith(("bench/", CONTROL_PREFIX)):
             raise ValueError(f"--variant {name}: the bench names an arm so itself "

@@ -51,11 +51,12 @@ def run_arguments(p) -> None:
     p.add_argument("--variant", action="append", default=[],
                    help="NAME:KEY=VALUE,... extra arm of the schedule with overrides "
                         "(the item join=every-layer installs it with a join at the end "
-                        "of every decoder layer; launch=deferred|leaf|leaf-deferred|"
+                        "of every decoder layer; launch=fork|deferred|leaf|leaf-deferred|"
                         "launch-order enters each fill into the captured step that way; "
                         "merge=off launches each issue of a hook point on its own "
                         "instead of one fill per hook point and kernel, docs/runtime.md; "
-                        "grid=N launches every fill kernel of the arm with N CTAs)")
+                        "grid=N launches every fill kernel of the arm with N CTAs, "
+                        "1..65535)")
     p.add_argument("--load-mode", action="store_true",
                    help="add an arm with the load-mode fill kernel")
     p.add_argument("--aa", action="store_true",

@@ -69,6 +69,8 @@ def cmd_run(args) -> int:
     for an unusable ``--output`` (before anything runs)."""
     _check_outputs(args.out, inputs=_run_inputs(args))
     bad = _bad_tokens(args.tokens)
+    if not bad and args.replays < 1:
+        bad = f"--replays must be at least 1, got {args.replays}"
     if bad:
         raise L2sUsageError(bad)
     try:

@@ -446,4 +446,7 @@ def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> s
                              "stream per maximum set-aside)", cal["set_aside"][0])
     which = "fill_slowdown_scale" + (" and set_aside_stream_slowdown"
                                      if cal["set_aside"] else "")
-    return f"# {which} calibrated by `python -m lab bench calibrate {result}`\n" + text
+    objective = (" --objective wrong-way-first"
+                 if cal.get("objective") == "wrong-way-first" else "")
+    return (f"# {which} calibrated by `python -m lab bench calibrate {result}{objective}`\n"
+            + text)

@@ -103,7 +103,7 @@ def parse_grids(text: str) -> tuple[int, ...]:
     value that is not a positive integer."""
     out = []
     for g in (x.strip() for x in text.split(",") if x.strip()):
-        if not g.isdigit() or int(g) < 1:
+        if not (g.isascii() and g.isdigit()) or int(g) < 1:
             raise ValueError(f"--grids: {g!r} is not a CTA count (a positive integer)")
         out.append(int(g))
     return tuple(out)
@@ -350,13 +350,24 @@ def main(argv=None) -> int:
         a.grids = parse_grids(a.grids)
     except ValueError as e:
         ap.error(str(e))
+    if a.replays < 1:
+        ap.error(f"--replays must be at least 1, got {a.replays}")
     if a.one:
         return run_one(a.one, rung_path(a.output, a.one),
                        a.tokens, a.replays, a.dry, a.census, a.dot, a.grids, a.arm)
     rungs = [r for r in a.rungs.split(",") if r]
-    for r in rungs:
-        rung_parts(r)  # refuse an unknown part before anything runs
+    try:  # refuse an unknown part or arm before anything runs
+        for r in rungs:
+            rung_parts(r)
+        from l2sched.bench.arms import check_variants
+        from l2sched.bench.options import SCHEDULE
+        check_variants(variants(a.grids, a.arm), SCHEDULE)
+    except ValueError as e:
+        ap.error(str(e))
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        ap.error(f"-o {a.output}: exists and is not a folder")
     os.makedirs(a.output, exist_ok=True)
+    failed = []
     results: dict = {}
     for r in rungs:
         t0 = time.time()
@@ -365,6 +376,9 @@ def main(argv=None) -> int:
                "--census", str(a.census), "--dot", str(a.dot),
                "--grids", ",".join(map(str, a.grids))] + [f"--arm={x}" for x in a.arm]
         cmd += ["--dry"] if a.dry else []
+        path = rung_path(a.output, r)
+        if os.path.exists(path):
+            os.remove(path)  # a rung that fails must not leave an older run's result to read
         env = dict(os.environ)
         if "conn1" in rung_parts(r):
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
@@ -372,8 +386,9 @@ def main(argv=None) -> int:
             rc = subprocess.run(cmd, timeout=a.timeout, env=env).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
-        path = rung_path(a.output, r)
         print(f"rung {r}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
+        if rc != 0:
+            failed.append(r)
         try:
             with open(path, encoding="utf-8") as f:
                 run = json.load(f)
@@ -382,7 +397,10 @@ def main(argv=None) -> int:
             results[r] = {"error": f"rc={rc}: {type(e).__name__}: {e}"}
         write_tables(a, rungs, results)  # after every rung: a cut-short run keeps its rows
     print(table(results, a.grids, a.arm))
-    return 0
+    if failed:
+        print(f"tax_bisect: rung(s) {', '.join(failed)} failed (their rows say why)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def write_tables(a, rungs: list[str], results: dict) -> None:
