@@ -215,6 +215,32 @@ def test_watch_counts_the_memset_nodes_of_the_largest_capture():
     assert w.memset_nodes == 3
 
 
+def test_a_join_after_the_capture_ended_skips_the_count_not_the_watch(caplog):
+    """PIECEWISE: the forward's join can run after its capture ended; the
+    capture-info call then fails. The memset count is skipped, the
+    programmatic-launch detection stays on, no line is logged; a driver
+    error in the count itself turns only the count off, with one line."""
+    d = _GraphDriver({})
+
+    def ended(stream):
+        raise RuntimeError("cuStreamGetCaptureInfo: ok, CU_STREAM_CAPTURE_STATUS_NONE")
+    w = _watch(d)
+    w._deps.graph = ended
+    with caplog.at_level(logging.WARNING, logger="l2sched.runtime"):
+        w.at_hook(0, 7)
+        w.resolve()
+    assert w.on and w.count_memsets and w.memset_nodes == 0 and w.checked == {0}
+    assert not caplog.records
+    w._deps.graph = lambda stream: ["kernel"]
+    d.cuGraphGetNodes = lambda graph, n: ("CUDA_ERROR_INVALID_VALUE", None, 0)
+    with caplog.at_level(logging.WARNING, logger="l2sched.runtime"):
+        for _ in range(2):
+            w.at_hook(1, 7)
+            w.resolve()
+    assert w.on and not w.count_memsets and w.checked == {0, 1}
+    assert sum("MEMSET-node count off" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_watch_counts_a_fill_whose_hook_has_a_programmatic_edge():
     d = _FakeDriver({"K": {"fill": (0, "kernel", 0), "next": (1, "kernel", 0)}})
     w = _watch(d)

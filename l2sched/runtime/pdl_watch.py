@@ -45,7 +45,9 @@ class ProgrammaticWatch:
     ``resolve()`` inspects what was captured after them. ``late`` is the set
     of issue indices found late (over every capture so far), ``checked`` the
     set of issue indices inspected; ``memset_nodes`` the MEMSET nodes of the
-    largest capture inspected. ``on`` is False after a driver error or
+    largest capture inspected (counted while the join is still inside the
+    capture; ``count_memsets`` False after a driver error there, one log
+    line, the rest unaffected). ``on`` is False after a driver error or
     without ``cuda.bindings``. ``deps``: a ``CaptureDeps`` (made at first
     use when ``None``)."""
 
@@ -58,6 +60,7 @@ class ProgrammaticWatch:
         self._pending: list[tuple[int, list]] = []
         self._stream: int | None = None
         self.memset_nodes = 0
+        self.count_memsets = True
 
     def _off(self, why: str) -> None:
         if self.on:
@@ -110,11 +113,21 @@ class ProgrammaticWatch:
                 self.checked.add(issue)
                 if any(self._programmatic_after(n) for n in nodes):
                     self.late.add(issue)
-            if stream is not None:
-                self.memset_nodes = max(self.memset_nodes,
-                                        self._count_memsets(self._deps.graph(stream)))
         except Exception as e:
             self._off(f"{type(e).__name__}: {e}")
+            return
+        if stream is None or not self.count_memsets:
+            return
+        try:
+            graph = self._deps.graph(stream)
+        except Exception:  # the join ran after the capture ended (PIECEWISE): nothing to count
+            return
+        try:
+            self.memset_nodes = max(self.memset_nodes, self._count_memsets(graph))
+        except Exception as e:
+            self.count_memsets = False
+            log.warning("l2sched: MEMSET-node count off (prefetch unaffected): %s: %s",
+                        type(e).__name__, e)
 
     def _count_memsets(self, graph) -> int:
         """MEMSET nodes of ``graph`` (the capture in progress). Raises
