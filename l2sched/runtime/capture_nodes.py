@@ -94,25 +94,27 @@ class CaptureDeps:
             s = self._streams[handle] = self._drv.CUstream(handle)
         return s
 
+    def _info(self, handle: int) -> tuple:
+        """``cuStreamGetCaptureInfo`` of the stream with raw handle
+        ``handle``: ``(err, status, id, graph, nodes, edges, n)``;
+        ``RuntimeError`` when the call fails or the stream is not capturing."""
+        out = self._get(self._cu(handle))
+        if out[0] != self._ok or out[1] != self._active:
+            raise RuntimeError(f"cuStreamGetCaptureInfo: {out[0]}, {out[1]}")
+        return out
+
     def get(self, handle: int) -> tuple[list, list]:
         """The capture dependencies (nodes, edge data) of the stream with raw
         handle ``handle``; ``RuntimeError`` when the call fails or the
         stream is not capturing."""
-        out = self._get(self._cu(handle))
-        err, status = out[0], out[1]
-        if err != self._ok or status != self._active:
-            raise RuntimeError(f"cuStreamGetCaptureInfo: {err}, {status}")
-        nodes, edges, n = out[4], out[5], out[6]
+        nodes, edges, n = self._info(handle)[4:7]
         return list(nodes[:n]), list(edges[:n]) if edges is not None else [None] * n
 
     def graph(self, handle: int):
         """The graph the stream with raw handle ``handle`` is being captured
         into; ``RuntimeError`` when the call fails or the stream is not
         capturing."""
-        out = self._get(self._cu(handle))
-        if out[0] != self._ok or out[1] != self._active:
-            raise RuntimeError(f"cuStreamGetCaptureInfo: {out[0]}, {out[1]}")
-        return out[3]
+        return self._info(handle)[3]
 
     def set(self, handle: int, nodes: list, edges: list) -> None:
         """Replace the capture dependencies of the stream ``handle`` by
