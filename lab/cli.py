@@ -156,8 +156,7 @@ def cmd_calibrate(args) -> int:
         return 1
     write_text_atomically(args.out, out, protect=[args.result])
     aside = cal["set_aside"]
-    rule = ("fewest wrong-way pairs, then least median |error|"
-            if args.objective == "wrong-way-first" else "least median |error|")
+    rule = cm.OBJECTIVE_RULES[args.objective].replace("|gain error|", "|error|")
     print(f"fill_slowdown_scale = {cal['scale']:g} ({rule} on the grid "
           f"{cal['scan'][0][0]:g}..{cal['scan'][-1][0]:g})")
     print("median |error| / wrong-way pairs per scale: " + ", ".join(

@@ -56,8 +56,11 @@ from l2sched.model.inventory import analytical_inventory
 #: 1, 1.5, ..., 8; 0 and 0.5 were added (session 6) for runs with one
 #: hardware queue (docs/lint.md#validation).
 SCALE_GRID = tuple(0.5 * i for i in range(17))
-#: How ``calibrate`` chooses on the grid (the module docstring says why).
-OBJECTIVES = ("error", "wrong-way-first")
+#: How ``calibrate`` chooses on the grid (the module docstring says why):
+#: objective -> the rule in words, as the profile's record and the CLI print it.
+OBJECTIVE_RULES = {"error": "least median |gain error|",
+                   "wrong-way-first": "fewest wrong-way pairs, then least median |gain error|"}
+OBJECTIVES = tuple(OBJECTIVE_RULES)
 
 
 def wrong_way_pairs(figures: dict) -> int:
@@ -434,9 +437,7 @@ def calibrated_profile_text(text: str, source: str, cal: dict, result: str) -> s
             if len(SCALE_GRID) > 2 else "grid " + ", ".join(f"{g:g}" for g in SCALE_GRID))
     text = _set_measured(text, "latency.fill_slowdown_scale",
                          f"calibration: {result}, {grid}, "
-                         + ("fewest wrong-way pairs, then least median |gain error|"
-                            if cal.get("objective") == "wrong-way-first"
-                            else "least median |gain error|"),
+                         + OBJECTIVE_RULES[cal.get("objective", "error")],
                          cal["scale"])
     if cal["set_aside"] is not None:
         text = _set_number(text, "l2", "set_aside_stream_slowdown", cal["set_aside"][0],
