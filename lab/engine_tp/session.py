@@ -6,6 +6,8 @@ a device call runs one or more of them):
     python -m lab.engine_tp.session spin-fill DIR      # GPU: the measured slowdown terms
     python -m lab.engine_tp.session serve DIR          # GPU: auto + start-up verify
     python -m lab.engine_tp.session verify DIR         # GPU: l2sched verify, M = 1/4/16/64
+    SCHEDULE=S.l2s python -m lab.engine_tp.session verify|bench DIR
+                                                       # GPU: the same for S forced on
     python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
     SCHEDULE=S.l2s [SET=k=v,...] python -m lab.engine_tp.session forced DIR
                                                        # GPU: S forced on, start-up A/B, tokens
@@ -166,8 +168,11 @@ def forced(d: Path) -> int:
 
 def verify(d: Path) -> int:
     """``l2sched verify`` of ``auto`` on the rank model with the engine
-    arguments; its report is ``d/verify.json`` + ``.md``."""
+    arguments; its report is ``d/verify.json`` + ``.md``. With ``$SCHEDULE``
+    set: that schedule forced on (``verify_forced``)."""
     spec = json.loads((d / "spec.json").read_text())
+    if os.environ.get("SCHEDULE"):
+        return verify_forced(d, spec, Path(os.environ["SCHEDULE"]).resolve())
     cmd = [sys.executable, "-m", "l2sched", "verify", str(d / "rank"), "--schedule", "auto",
            "--device", spec["device_profile"], "--tokens", ",".join(map(str, TOKENS)),
            "--num-iters", "5", "--output-len", "64", "--output-json", str(d / "verify.json")]
@@ -179,6 +184,53 @@ def verify(d: Path) -> int:
     return subprocess.run(cmd, cwd=ROOT, env=_env(d)).returncode
 
 
+def verify_forced(d: Path, spec: dict, schedule: Path) -> int:
+    """``l2sched verify``'s measurement (``vllm.verify.measure_replays``: token
+    ids on/off/off again, then interleaved FULL-graph replays with an A/A
+    pair, 5 rounds) of ``schedule`` forced on, into ``d/verify.json`` +
+    ``.md``. Not the CLI: its ``--tp`` is the engine's TP degree and sets the
+    schedule's ``tp`` to it (1 here), while the emulated rank is TP rank 0 of
+    ``spec["tp"]``: the schedule keeps its own ``tp`` line, and the lint's
+    prediction per M is made on the full config at that TP with the
+    emulation profile, as the plugin lints it in the engine."""
+    os.environ.update(_env(d))
+    from l2sched.lint.run import lint_path
+    from l2sched.vllm import verify as V
+    from l2sched.vllm.replay import REPLAYS
+    from l2sched.vllm.verify_engine import start_engine
+
+    predicted = {}
+    for m in TOKENS:
+        run = lint_path(str(schedule), [], str(d / "full.json"), spec["device_profile"],
+                        tokens=m, graph_mode="full")
+        predicted[m] = round(run.step_period("base") - run.step_period("sim"), 3)
+    section = {"schedule": str(schedule), "device": spec["device_profile"],
+               "on_predicted_loss": "warn"}
+    kw = {k: v for k, v in engine_kwargs(d, spec).items()
+          if k not in ("model", "load_format", "skip_tokenizer_init", "seed",
+                       "tensor_parallel_size", "worker_extension_cls", "additional_config")}
+    engine = start_engine(str(d / "rank"), tp=1, ep=False, section=section,
+                          load_format="dummy", max_batch=max(TOKENS), input_len=32,
+                          output_len=64, engine_args=kw)
+    installed = engine.state()
+    if not all(w.get("installed") for w in installed):
+        print("session verify: the forced schedule did not install:", installed, flush=True)
+        return 1
+    results = V.measure_replays(engine, TOKENS, output_len=64, rounds=5, warmup=1,
+                                replays=REPLAYS)
+    for r in results:
+        r.predicted_gain_us = predicted.get(r.batch)
+    settings = {"model": str(d / "rank"), "tp": 1, "emulated_tp": spec["tp"],
+                "schedule": str(schedule), "device": spec["device_profile"],
+                "timing": "replay", "replays": REPLAYS, "num_iters": 5,
+                "num_iters_warmup": 1, "output_len": 64, "engine_args": kw}
+    rep = V.Report("python -m lab.engine_tp.session verify (SCHEDULE=" + str(schedule) + ")",
+                   settings, installed, [r.summary() for r in results])
+    V.write_report(rep, d / "verify.json")
+    print(V.render_markdown(rep), flush=True)
+    return 0 if all(r.tokens_equal for r in results) else 1
+
+
 def fitted_schedule(d: Path) -> Path | None:
     """The ``.l2s`` file ``auto`` cached in ``d/cache`` (the newest), or None."""
     files = sorted((d / "cache").glob("**/*.l2s"), key=lambda p: p.stat().st_mtime)
@@ -186,10 +238,11 @@ def fitted_schedule(d: Path) -> Path | None:
 
 
 def bench(d: Path) -> int:
-    """``l2sched bench run`` of ``auto``'s schedule on the same model and
-    emulation profile, with an A/A arm; ``d/bench.json``."""
+    """``l2sched bench run`` of ``auto``'s schedule (or ``$SCHEDULE``) on the
+    same model and emulation profile, with an A/A arm; ``d/bench.json``."""
     spec = json.loads((d / "spec.json").read_text())
-    sched = fitted_schedule(d)
+    forced = os.environ.get("SCHEDULE")
+    sched = Path(forced).resolve() if forced else fitted_schedule(d)
     if sched is None:
         print("session bench: auto cached no schedule (no prefetch, or serve did not run)")
         return 1
