@@ -298,3 +298,20 @@ def test_qwen3_idle_intervals_sit_where_tp4_all_reduces():
     assert count == {"attn.all_reduce": 4, "mlp.all_reduce": 1, "moe.all_reduce": 3,
                      "embed.all_reduce": 1}
     assert {e[1] for e in emulated if e[0] == "AR"} == {qv.TOKENS * 256 * 2}
+
+
+def test_spin_slowdown_is_what_the_fill_reads_add_beyond_an_empty_fills_fork():
+    """The spin's extra beside a fill less the same fork with an empty fill:
+    the H200 run of 2026-12-05 (spin 21.2 us alone, 1.44 us more beside a
+    30 MB bulk fill, spin-fill.json) gave 0.124 from the extra alone; a fork
+    that costs as much leaves no slowdown, a larger extra keeps the rest."""
+    from l2sched.device.overlap import slowdown_for_extra
+    from lab.engine_tp.spin_fill import interference_slowdown
+
+    read_us = 30e6 / (2300.0 * 1e3)
+    before = interference_slowdown(1.44, None, 21.216, 1.696, read_us)
+    assert before == slowdown_for_extra(1.44, 21.216, 1.696, read_us)
+    assert 0.1 < before < 0.15
+    assert interference_slowdown(1.44, 1.50, 21.216, 1.696, read_us) == 0.0
+    rest = interference_slowdown(4.0, 1.5, 21.216, 1.696, read_us)
+    assert rest == slowdown_for_extra(2.5, 21.216, 1.696, read_us) and rest > before
