@@ -10,8 +10,9 @@
 # DIR (default /tmp/etp) keeps every step's files between calls on a warm
 # machine; each call tars it (without the engines' caches) into $OUT/etp.tgz
 # and prints the plugin's lines. MODEL (glm5next | qwen3_moe), ALLREDUCE_US
-# (a fixed all-reduce time instead of the SM120 profile's PCIe model) and
-# STEP_TIMEOUT (s, default 540) are passed on.
+# (a fixed all-reduce time instead of the SM120 profile's PCIe model), BASE
+# (the measured profile of the GPU that runs it, name or .toml; default h200)
+# and STEP_TIMEOUT (s, default 540) are passed on.
 set -u
 D=${DIR:-/tmp/etp}
 OUT=${OUT:-/tmp/out}
@@ -19,6 +20,7 @@ mkdir -p "$D" "$OUT"
 eval "$(bash benchmarks/vllm_gpu/stage.sh env)" || { echo "run.sh: stage.sh env failed"; exit 1; }
 extra=()
 [ -n "${ALLREDUCE_US:-}" ] && extra+=(--allreduce-us "$ALLREDUCE_US")
+[ -n "${BASE:-}" ] && extra+=(--base "$BASE")
 for step in ${1//,/ }; do
   echo "== $step ($(date -u +%T))"
   case $step in

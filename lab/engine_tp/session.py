@@ -76,7 +76,7 @@ def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
     (d / "full.json").write_text(json.dumps(full, indent=1))
     (d / "rank" / "config.json").write_text(json.dumps(rank_config(full, tp, model),
                                                        indent=1))
-    name = f"{base}-emulating-tp{tp}"
+    name = f"{Path(base).stem if base.endswith('.toml') else base}-emulating-tp{tp}"
     (d / "emulated.toml").write_text(emulation_profile_text(
         base, tp, name, source=source, fixed_us=fixed_us))
     spec = {"tp": tp, "model": model, "full_config": full,
