@@ -7,6 +7,16 @@ switched on and off inside it.
         [--schedule S.l2s|auto] [--set K=V] [--batch-size 1,4,16,64]
         [--num-iters 5] [--timing replay|generate] [--replays 10]
 
+``--model deepseek-v4-flash``: DeepSeek-V4-Flash's public config
+(``l2sched/data/deepseek-v4-flash-config.json``) in BF16 (no
+``quantization_config``: the FP8 block linears and MXFP4 experts of the
+checkpoint need kernels not checked on the lent GPU), cut to the most
+layers whose weights fit the engine (``lab.engine_tp.shapes.layers_that_fit``),
+compilation mode 0 as for Qwen3, default schedule
+``schedules/deepseek-v4-h200-tp1.l2s``; needs the DeepSeek-V4 payload
+(``pack.sh`` with ``PAYLOAD_EXTRA=benchmarks/vllm_gpu/payload-deepseek-v4.txt``,
+docs/vllm.md "DeepSeek-V4 on the lent GPU").
+
 ``--model qwen3-30b-a3b``: Qwen3-30B-A3B's full public config
 (``l2sched/data/qwen3-30b-a3b-config.json``, 48 layers, dummy weights) with
 vLLM's compilation mode 0 (the plugin refuses a torch.compiled Qwen3: FULL
@@ -40,12 +50,32 @@ import vllm_gpu as VG  # noqa: E402
 UTIL = 0.85
 #: The hand-written Qwen3-30B-A3B schedule (issue 33).
 QWEN3_SCHEDULE = "schedules/qwen3-30b-a3b-h200-tp1.l2s"
+#: The hand-written DeepSeek-V4-Flash schedule (issue 46).
+DS4_SCHEDULE = "schedules/deepseek-v4-h200-tp1.l2s"
+#: The engine's planning margin beyond its weights (``vllm_gpu.py``'s).
+ENGINE_RESERVE = 12 * 2**30
+
+
+def deepseek_v4_config(gpu_bytes: int) -> dict:
+    """DeepSeek-V4-Flash's public config in BF16, cut to its first layers
+    whose TP1 weights (l2sched's analytical inventory) fit ``UTIL`` of
+    ``gpu_bytes`` (bytes) less ``ENGINE_RESERVE``: ``num_hidden_layers``,
+    ``compress_ratios`` and ``num_hash_layers`` cut alike."""
+    from lab.engine_tp.shapes import layers_that_fit
+
+    full = json.loads((ROOT / "l2sched/data/deepseek-v4-flash-config.json").read_text())
+    for key in ("quantization_config", "expert_dtype"):
+        full.pop(key, None)
+    n = layers_that_fit(full, 1, int(UTIL * gpu_bytes) - ENGINE_RESERVE)
+    return {**full, "num_hidden_layers": n, "compress_ratios": full["compress_ratios"][:n],
+            "num_hash_layers": min(int(full["num_hash_layers"]), n)}
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--model", choices=("glm", "qwen3-30b-a3b"), default="glm")
+    p.add_argument("--model", choices=("glm", "qwen3-30b-a3b", "deepseek-v4-flash"),
+                   default="glm")
     p.add_argument("--schedule", default=None)
     p.add_argument("--set", action="append", default=["tp=1"])
     p.add_argument("--timing", choices=("replay", "generate"), default="replay")
@@ -64,6 +94,13 @@ def main(argv: list[str]) -> int:
         gpu_bytes = torch.cuda.get_device_properties(0).total_memory
         cfg = VG.reduced_config(VG.experts_that_fit(gpu_bytes, UTIL))
         schedule = a.schedule or VG.SHIPPED
+    elif a.model == "deepseek-v4-flash":
+        cfg = deepseek_v4_config(torch.cuda.get_device_properties(0).total_memory)
+        schedule = a.schedule or DS4_SCHEDULE
+        if not a.schedule:  # window B fetches the next layer's bytes: not after the last
+            a.set.append(f"window.B.layers=all except {cfg['num_hidden_layers'] - 1}")
+        print(f"verify_gpu: DeepSeek-V4-Flash, {cfg['num_hidden_layers']} layers in BF16",
+              flush=True)
     else:
         cfg = json.loads((ROOT / "l2sched/data/qwen3-30b-a3b-config.json").read_text())
         schedule = a.schedule or QWEN3_SCHEDULE

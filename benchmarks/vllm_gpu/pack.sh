@@ -5,7 +5,14 @@
 #
 #   bash benchmarks/vllm_gpu/pack.sh            # ~15 min on 2 cores (xz)
 #   CHUNK_MIB=56 XZ_LEVEL=6 PRUNE=1 bash benchmarks/vllm_gpu/pack.sh
+#   PAYLOAD_EXTRA=benchmarks/vllm_gpu/payload-deepseek-v4.txt \
+#     PACK_DIR=.vllmstage-ds4 bash benchmarks/vllm_gpu/pack.sh
 #
+# PAYLOAD_EXTRA: a second list whose wheels are added, each replacing a
+# wheel of the same name in payload.txt (DeepSeek-V4's kernels: docs/vllm.md,
+# "DeepSeek-V4 on the lent GPU"); PACK_DIR: where the parts go (default
+# .vllmstage; stage.sh reads the carried parts from VLLM_GPU_CARRY, the same
+# folder).
 # Result: .vllmstage/c0, c1, ... each holding one part payload.partNN and
 # MANIFEST (parts, sizes, sha256 of each part and of the whole .tar.xz).
 # Carry one cK folder per device call; benchmarks/vllm_gpu/stage.sh puts the
@@ -22,7 +29,7 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-S=.vllmstage
+S=${PACK_DIR:-.vllmstage}
 CHUNK_MIB=${CHUNK_MIB:-56}
 XZ_LEVEL=${XZ_LEVEL:-6}
 PY=${PY:-python3}
@@ -37,7 +44,20 @@ die() { echo "pack.sh: $*" >&2; exit 1; }
 command -v xz >/dev/null || die "xz not found"
 command -v strip >/dev/null || die "strip (binutils) not found"
 mkdir -p "$S/dl"
-mapfile -t deps < <(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$here/payload.txt")
+list() { sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$1"; }
+name_of() { echo "${1%%==*}" | tr 'A-Z_' 'a-z-'; }
+mapfile -t deps < <(list "$here/payload.txt")
+if [ -n "${PAYLOAD_EXTRA:-}" ]; then
+  [ -f "$PAYLOAD_EXTRA" ] || die "PAYLOAD_EXTRA: no file $PAYLOAD_EXTRA"
+  mapfile -t extra < <(list "$PAYLOAD_EXTRA")
+  kept=()
+  for d in "${deps[@]}"; do
+    replaced=0
+    for e in "${extra[@]}"; do [ "$(name_of "$d")" = "$(name_of "$e")" ] && replaced=1; done
+    [ $replaced = 1 ] && echo "pack.sh: $d replaced by $PAYLOAD_EXTRA" || kept+=("$d")
+  done
+  deps=("${kept[@]}" "${extra[@]}")
+fi
 
 echo "== download (cached in $S/dl)"
 $PY -m pip download -q --no-deps "${plat[@]}" -d "$S/dl" vllm==0.33.0 "${deps[@]}" \

@@ -16,7 +16,7 @@
 # MANIFEST. A carried .vllmstage/jit/jitcache.tar.xz (from save-cache) is
 # restored by `add`.
 set -u
-S=.vllmstage
+S=${VLLM_GPU_CARRY:-.vllmstage}  # the carried parts (pack.sh's PACK_DIR)
 D=${VLLM_GPU_STAGE:-/tmp/vllmstage}
 SITE=$D/site
 PY=${PY:-python3}
@@ -129,7 +129,11 @@ cmd_env() {
   fi
   [ -n "$cuda" ] && [ -f "$cuda/include/cuda.h" ] \
     || echo "echo 'stage.sh: WARNING no CUDA toolkit with include/cuda.h found (DeepGEMM JIT needs one): set CUDA_HOME' >&2"
-  echo "export PYTHONPATH=$PWD:$D/l2s:$D/shims:$SITE:$SITE/nvidia_cutlass_dsl/python_packages${PYTHONPATH:+:$PYTHONPATH}"
+  # cutlass-dsl 4.3.5 keeps its packages in python_packages, 4.8 in dsl_packages
+  # (the wheel's .pth, skipped by pip --target, puts them on sys.path)
+  local dsl=$SITE/nvidia_cutlass_dsl/python_packages
+  [ -d "$SITE/nvidia_cutlass_dsl/dsl_packages" ] && dsl=$SITE/nvidia_cutlass_dsl/dsl_packages
+  echo "export PYTHONPATH=$PWD:$D/l2s:$D/shims:$SITE:$dsl${PYTHONPATH:+:$PYTHONPATH}"
   [ -n "$cuda" ] && echo "export CUDA_HOME=$cuda PATH=$cuda/bin:\$PATH"
   echo "export VLLM_CACHE_ROOT=$D/cache/vllm TRITON_CACHE_DIR=$D/cache/triton TORCHINDUCTOR_CACHE_DIR=$D/cache/inductor"
   echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1"
