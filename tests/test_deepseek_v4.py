@@ -339,3 +339,25 @@ def test_fit_reproduces_the_shipped_schedule(capsys, tmp_path):
     assert strip == want
     assert "\nwindow " not in got and "NO PREFETCH" in got
     assert "model deepseek_v4\nmodel_config deepseek-v4-flash\n" in got
+
+
+def test_engine_run_config_is_the_public_one_in_bf16_cut_to_what_fits(tmp_path, capsys):
+    """``benchmarks/verify_gpu.py --model deepseek-v4-flash``: the public
+    config without its quantization, cut to the first layers whose BF16
+    weights fit the H200's engine (8 of 43), every per-layer list cut alike,
+    a config the adapter reads; the hand-written schedule with window B off
+    in the last kept layer (verify_gpu's --set) lints with 0 errors on it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import verify_gpu
+
+    cfg = verify_gpu.deepseek_v4_config(150109880320)  # the H200's total_memory, bytes
+    n = cfg["num_hidden_layers"]
+    assert n == 8 and len(cfg["compress_ratios"]) == n and cfg["num_hash_layers"] == 3
+    assert "quantization_config" not in cfg and "expert_dtype" not in cfg
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    load_model_config(path)
+    rc, log = _run(capsys, "lint", str(ROOT / "schedules" / "deepseek-v4-h200-tp1.l2s"),
+                   "--model-config", str(path), "--tokens", "1",
+                   "--set", f"window.B.layers=all except {n - 1}")
+    assert rc == 0 and ": 0 errors," in log, log[-800:]
