@@ -52,21 +52,19 @@ UTIL = 0.85
 QWEN3_SCHEDULE = "schedules/qwen3-30b-a3b-h200-tp1.l2s"
 #: The hand-written DeepSeek-V4-Flash schedule (issue 46).
 DS4_SCHEDULE = "schedules/deepseek-v4-h200-tp1.l2s"
-#: The engine's planning margin beyond its weights (``vllm_gpu.py``'s).
-ENGINE_RESERVE = 12 * 2**30
 
 
 def deepseek_v4_config(gpu_bytes: int) -> dict:
     """DeepSeek-V4-Flash's public config in BF16, cut to its first layers
     whose TP1 weights (l2sched's analytical inventory) fit ``UTIL`` of
-    ``gpu_bytes`` (bytes) less ``ENGINE_RESERVE``: ``num_hidden_layers``,
+    ``gpu_bytes`` (bytes) less ``vllm_gpu.ENGINE_RESERVE``: ``num_hidden_layers``,
     ``compress_ratios`` and ``num_hash_layers`` cut alike."""
     from lab.engine_tp.shapes import layers_that_fit
 
     full = json.loads((ROOT / "l2sched/data/deepseek-v4-flash-config.json").read_text())
     for key in ("quantization_config", "expert_dtype"):
         full.pop(key, None)
-    n = layers_that_fit(full, 1, int(UTIL * gpu_bytes) - ENGINE_RESERVE)
+    n = layers_that_fit(full, 1, int(UTIL * gpu_bytes) - VG.ENGINE_RESERVE)
     return {**full, "num_hidden_layers": n, "compress_ratios": full["compress_ratios"][:n],
             "num_hash_layers": min(int(full["num_hash_layers"]), n)}
 

@@ -50,8 +50,14 @@ THRESHOLDS = {
 TOKENS = (1, 4, 16, 64)
 CONFIGS = {"glm5next": "l2sched/data/glm53-flash-config.json",
            "qwen3_moe": "l2sched/data/qwen3-30b-a3b-config.json"}
-#: An engine's planning margin beyond its weights (``benchmarks/vllm_gpu.py``).
-ENGINE_RESERVE = 12 * 2**30
+
+
+def _vllm_gpu():
+    """``benchmarks/vllm_gpu.py``: the engine arguments and the engine's
+    planning margin beyond its weights (``ENGINE_RESERVE``, bytes)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vllm_gpu
+    return vllm_gpu
 
 
 def _env(d: Path) -> dict:
@@ -69,7 +75,7 @@ def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
     from lab.engine_tp.shapes import layers_that_fit, rank_config
 
     full = dict(load_model_config(ROOT / CONFIGS[model]))
-    budget = int(util * gpu_bytes) - ENGINE_RESERVE
+    budget = int(util * gpu_bytes) - _vllm_gpu().ENGINE_RESERVE
     full["num_hidden_layers"] = layers_that_fit(full, tp, budget)
     d.mkdir(parents=True, exist_ok=True)
     (d / "rank").mkdir(exist_ok=True)
@@ -88,9 +94,7 @@ def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
 
 def engine_kwargs(d: Path, spec: dict) -> dict:
     """``vllm.LLM`` keyword arguments (without model and l2sched section)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import vllm_gpu as VG
-
+    VG = _vllm_gpu()
     kw = VG.engine_kwargs({
         "model": str(d / "rank"), "util": spec["util"], "max_model_len": 512,
         "max_num_seqs": max(VG.CAPTURE_SIZES), "max_num_batched_tokens": 2048,
