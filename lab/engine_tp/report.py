@@ -1,6 +1,6 @@
 """The TP-emulation run's report (``session report DIR``): the start-up A/B
-lines of ``serve.log``, and per M the engine's gain (``verify.json``), the
-bench step's gain for the same schedule (``bench.json``) and their ratio,
+lines of ``serve.log`` (or ``serve-verify.log``), and per M the engine's
+gain (``verify.json``), the bench step's gain for the same schedule (``bench.json``) and their ratio,
 judged against ``session.THRESHOLDS``. Writes ``DIR/report.json`` and
 ``DIR/report.md`` and prints the markdown. Units: us per decode step, gain
 = no prefetch minus prefetch (+ = faster)."""
@@ -85,7 +85,9 @@ def write_report(d: Path) -> int:
         return json.loads(p.read_text()) if p.exists() else {}
 
     verify, bench = load("verify.json"), load("bench.json")
-    startup = log_lines(d / "serve.log")
+    # serve-verify starts one engine for both steps: its log has both
+    one = d / "serve-verify.log"
+    startup = log_lines(one if one.exists() else d / "serve.log")
     table = rows(verify, bench, THRESHOLDS["engine_vs_bench"])
     kept_on = any("prefetch ON: measured gain" in ln for ln in startup)
     turned_off = any("prefetch OFF" in ln for ln in startup)
@@ -94,7 +96,8 @@ def write_report(d: Path) -> int:
     verdicts = {"startup_keeps_on": kept_on and not turned_off,
                 "engine_vs_bench": ratio_ok, "tokens_equal": tokens}
     summary = {"thresholds": THRESHOLDS, "verdicts": verdicts, "startup_lines": startup,
-               "verify_lines": log_lines(d / "verify.log"), "rows": table,
+               "verify_lines": log_lines(one if one.exists() else d / "verify.log"),
+               "rows": table,
                "spec": load("spec.json").get("layers"), "spin_fill": load("spin-fill.json")}
     (d / "report.json").write_text(json.dumps(summary, indent=1))
     md = ["# TP emulation in vLLM's engine: engine gain vs bench gain", "",

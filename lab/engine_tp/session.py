@@ -6,6 +6,7 @@ a device call runs one or more of them):
     python -m lab.engine_tp.session spin-fill DIR      # GPU: the measured slowdown terms
     python -m lab.engine_tp.session serve DIR          # GPU: auto + start-up verify
     python -m lab.engine_tp.session verify DIR         # GPU: l2sched verify, M = 1/4/16/64
+    python -m lab.engine_tp.session serve-verify DIR   # GPU: both in one engine start
     SCHEDULE=S.l2s python -m lab.engine_tp.session verify|bench DIR
                                                        # GPU: the same for S forced on
     python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
@@ -189,27 +190,42 @@ def verify(d: Path) -> int:
 
 
 def verify_forced(d: Path, spec: dict, schedule: Path) -> int:
-    """``l2sched verify``'s measurement (``vllm.verify.measure_replays``: token
-    ids on/off/off again, then interleaved FULL-graph replays with an A/A
-    pair, 5 rounds) of ``schedule`` forced on, into ``d/verify.json`` +
-    ``.md``. Not the CLI: its ``--tp`` is the engine's TP degree and sets the
-    schedule's ``tp`` to it (1 here), while the emulated rank is TP rank 0 of
-    ``spec["tp"]``: the schedule keeps its own ``tp`` line, and the lint's
-    prediction per M is made on the full config at that TP with the
-    emulation profile, as the plugin lints it in the engine."""
+    """``l2sched verify``'s measurement of ``schedule`` forced on (see
+    ``measure_in_engine``). Not the CLI: its ``--tp`` is the engine's TP
+    degree and sets the schedule's ``tp`` to it (1 here), while the emulated
+    rank is TP rank 0 of ``spec["tp"]``: the schedule keeps its own ``tp``
+    line."""
+    section = {"schedule": str(schedule), "device": spec["device_profile"],
+               "on_predicted_loss": "warn"}
+    return measure_in_engine(d, spec, section, "verify (SCHEDULE=" + str(schedule) + ")")
+
+
+def serve_verify(d: Path) -> int:
+    """``serve`` and ``verify`` in one engine (one start instead of two): the
+    engine starts with ``{"schedule": "auto", "verify": 5}`` (auto's fit and
+    the start-up A/B, as ``serve``), then ``measure_in_engine`` measures what
+    auto kept on. Writes ``d/verify.json`` + ``.md``; its log is both steps'."""
+    spec = json.loads((d / "spec.json").read_text())
+    section = {"schedule": "auto", "verify": 5, "device": spec["device_profile"]}
+    return measure_in_engine(d, spec, section, "serve-verify (auto, verify: 5)")
+
+
+def measure_in_engine(d: Path, spec: dict, section: dict, label: str) -> int:
+    """One engine on the rank model with the plugin ``section``, then
+    ``l2sched verify``'s measurement through its library
+    (``vllm.verify.measure_replays``: token ids on/off/off again, then
+    interleaved FULL-graph replays with an A/A pair, 5 rounds) at every M of
+    ``TOKENS``, into ``d/verify.json`` + ``.md``. The lint's prediction per M
+    is made for the schedule the engine installed (``auto``'s cached fit, or
+    the forced file) on the full config at the schedule's own TP with the
+    emulation profile, as the plugin lints it. Returns 1 when nothing was
+    installed (auto's "no prefetch" included) or tokens differ."""
     os.environ.update(_env(d))
     from l2sched.lint.run import lint_path
     from l2sched.vllm import verify as V
     from l2sched.vllm.replay import REPLAYS
     from l2sched.vllm.verify_engine import start_engine
 
-    predicted = {}
-    for m in TOKENS:
-        run = lint_path(str(schedule), [], str(d / "full.json"), spec["device_profile"],
-                        tokens=m, graph_mode="full")
-        predicted[m] = round(run.step_period("base") - run.step_period("sim"), 3)
-    section = {"schedule": str(schedule), "device": spec["device_profile"],
-               "on_predicted_loss": "warn"}
     kw = {k: v for k, v in engine_kwargs(d, spec).items()
           if k not in ("model", "load_format", "skip_tokenizer_init", "seed",
                        "tensor_parallel_size", "worker_extension_cls", "additional_config")}
@@ -218,18 +234,25 @@ def verify_forced(d: Path, spec: dict, schedule: Path) -> int:
                           output_len=64, engine_args=kw)
     installed = engine.state()
     if not all(w.get("installed") for w in installed):
-        print("session verify: the forced schedule did not install:", installed, flush=True)
+        print(f"session {label}: no schedule installed:", installed, flush=True)
         return 1
+    schedule = (Path(section["schedule"]) if section["schedule"] != "auto"
+                else fitted_schedule(d))
+    predicted = {}
+    for m in TOKENS:
+        run = lint_path(str(schedule), [], str(d / "full.json"), spec["device_profile"],
+                        tokens=m, graph_mode="full")
+        predicted[m] = round(run.step_period("base") - run.step_period("sim"), 3)
     results = V.measure_replays(engine, TOKENS, output_len=64, rounds=5, warmup=1,
                                 replays=REPLAYS)
     for r in results:
         r.predicted_gain_us = predicted.get(r.batch)
     settings = {"model": str(d / "rank"), "tp": 1, "emulated_tp": spec["tp"],
-                "schedule": str(schedule), "device": spec["device_profile"],
-                "timing": "replay", "replays": REPLAYS, "num_iters": 5,
-                "num_iters_warmup": 1, "output_len": 64, "engine_args": kw}
-    rep = V.Report("python -m lab.engine_tp.session verify (SCHEDULE=" + str(schedule) + ")",
-                   settings, installed, [r.summary() for r in results])
+                "schedule": str(schedule), "section": section,
+                "device": spec["device_profile"], "timing": "replay", "replays": REPLAYS,
+                "num_iters": 5, "num_iters_warmup": 1, "output_len": 64, "engine_args": kw}
+    rep = V.Report("python -m lab.engine_tp.session " + label, settings, installed,
+                   [r.summary() for r in results])
     V.write_report(rep, d / "verify.json")
     print(V.render_markdown(rep), flush=True)
     return 0 if all(r.tokens_equal for r in results) else 1
@@ -261,8 +284,8 @@ def bench(d: Path) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.engine_tp.session",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("step", choices=("prepare", "spin-fill", "serve", "forced", "verify",
-                                    "bench", "report"))
+    p.add_argument("step", choices=("prepare", "spin-fill", "serve", "serve-verify", "forced",
+                                    "verify", "bench", "report"))
     p.add_argument("dir")
     p.add_argument("--model", choices=sorted(CONFIGS), default="glm5next")
     p.add_argument("--tp", type=int, default=4)
@@ -298,7 +321,8 @@ def main(argv=None) -> int:
     if a.step == "report":
         from lab.engine_tp.report import write_report
         return write_report(d)
-    return {"serve": serve, "forced": forced, "verify": verify, "bench": bench}[a.step](d)
+    return {"serve": serve, "serve-verify": serve_verify, "forced": forced, "verify": verify,
+            "bench": bench}[a.step](d)
 
 
 if __name__ == "__main__":
