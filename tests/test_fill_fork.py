@@ -288,9 +288,19 @@ def test_a_bad_fill_fork_record_in_the_state_is_an_error_naming_its_key(tmp_path
 def test_the_probe_runs_the_lone_windows_beside_none_and_its_aa_arm():
     pytest.importorskip("torch", reason=TORCH_MISSING)
     from l2sched.runtime.capture_nodes import CAPTURE_LAUNCHES
-    got = probe_fill_fork(SimpleNamespace(quick=False, dry=True, tp=4))
+    got = probe_fill_fork(SimpleNamespace(quick=False, dry=True, tp=4, fill_fork=True))
     assert {"none", "none-aa", "fork-A", "fork-B", "fork-C"} <= set(got["arms"])
     # the runtime's default capture launch, recorded with the result
     assert got["capture_launch"] in CAPTURE_LAUNCHES
     assert probe_fill_fork(SimpleNamespace(quick=True)) == {"skipped": "--quick"}
     assert "TP4" in probe_fill_fork(SimpleNamespace(quick=False, tp=8))["skipped"]
+    # l2sched profile runs it only when asked (--fill-fork): the term is not additive
+    assert probe_fill_fork(SimpleNamespace(quick=False, tp=4, fill_fork=False)) == {
+        "skipped": "not asked (l2sched profile --fill-fork)"}
+
+
+def test_the_profile_cli_asks_for_the_fork_probe_only_with_its_flag():
+    from l2sched.cli.main import build_parser
+    args = build_parser().parse_args(["profile", "-o", "x.toml"])
+    assert args.fill_fork is False
+    assert build_parser().parse_args(["profile", "-o", "x.toml", "--fill-fork"]).fill_fork

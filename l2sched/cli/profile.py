@@ -137,6 +137,11 @@ def add_cli(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help="fewer sizes, 15 repetitions, no step_fill probe (about 20 s "
                         "on the lent H200)")
+    p.add_argument("--fill-fork", action="store_true",
+                   help="also run the fill_fork probe (about 60 s) and write its per-fill fork "
+                        "cost latency.fill_fork_us; off by default: the cost is not additive "
+                        "over a schedule's fills, and the lint adds it per fill "
+                        "(docs/lint.md, 'Fork cost')")
     p.add_argument("--collectives", type=int, default=0, metavar="N",
                    help="also measure the all-reduce across N GPUs of this box (one "
                         "process per GPU, NCCL, multicast off): [allreduce.tpN] and "

@@ -29,8 +29,12 @@ of ``none`` and ``none-aa``). Units: us. The cost is not additive (windows
 A, B and C together at 0.5 MB lost less than A alone; B alone 0.6 us per
 fill): the median over the lone windows is what one fork costs where it
 sits alone, not what a whole schedule's forks cost together (docs/lint.md,
-"Fork cost"). Skipped with ``--quick`` and at a TP other than 4 (``bench
-run``'s step). torch comes in through ``bench.run``.
+"Fork cost"), so ``l2sched profile`` runs this probe only when asked
+(``--fill-fork``, about 60 s; the H100's full profile of 2026-12-07 took
+265 s with it and 202 s of probes without it:
+benchmarks/results/h100-2026-12-07-issue45-second-attempt/). Skipped with
+``--quick`` and at a TP other than 4 (``bench run``'s step). torch comes in
+through ``bench.run``.
 """
 
 from __future__ import annotations
@@ -86,8 +90,11 @@ def probe_fill_fork(ctx) -> dict:
     """``bench run`` of the lone windows beside ``none`` and ``none-aa``
     (module docstring); returns ``fill_fork_summary``'s dict (``ctx.dry``:
     ``bench run --dry``, meta tensors, for tests: the arms, nothing timed).
-    Skipped (``{"skipped": reason}``) with ``--quick`` and at a TP other
+    Skipped (``{"skipped": reason}``) unless asked (``ctx.fill_fork``;
+    ``l2sched profile --fill-fork``), with ``--quick`` and at a TP other
     than 4."""
+    if not getattr(ctx, "fill_fork", True):
+        return {"skipped": "not asked (l2sched profile --fill-fork)"}
     if ctx.quick:
         return {"skipped": "--quick"}
     if ctx.tp != BENCH_TP:

@@ -43,7 +43,7 @@ stopped):
   shipped h200 schedule's windows A, B and C each alone at 0.5 MB beside
   no prefetch and its A/A arm, with the runtime's default capture launch ->
   what one forked fill costs the main stream per M
-  (``latency.fill_fork_us``). Not with ``--quick``.
+  (``latency.fill_fork_us``). Only with ``--fill-fork``; not with ``--quick``.
 
 Collectives across N GPUs (``--collectives N``): ``profile_collectives``. Every
 number in the written profile carries the probe and median/p10/p90 it came
@@ -389,7 +389,8 @@ class ProbeContext:
     """What every probe needs: torch, the timing bench, the step runner of
     the GLM-5.3-Flash tree, the fill shapes, the results so far.
     ``ProbeContext(torch, args, base_profile, results)``: ``args`` has
-    ``quick``, ``reps``, ``tokens`` (decode tokens M) and ``tp``; the tree is
+    ``quick``, ``reps``, ``tokens`` (decode tokens M), ``tp`` and optionally
+    ``fill_fork`` (run that probe; default False); the tree is
     built on the CUDA device at that TP (needs a GPU; torch's error
     otherwise); ``results`` is the state's probe results (kept by
     reference)."""
@@ -397,6 +398,7 @@ class ProbeContext:
     def __init__(self, torch, args, device_profile: DeviceProfile, results: dict):
         self.torch = torch
         self.quick = args.quick
+        self.fill_fork = bool(getattr(args, "fill_fork", False))
         self.bench = TimingBench(torch, 15 if args.quick else args.reps)
         self.tokens = tuple(args.tokens)
         inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
@@ -445,7 +447,10 @@ def run_profile(args, state: dict) -> dict:
             "set_aside_max_bytes": _set_aside_max(props),
             "smem_per_block_optin_bytes": _smem_optin(props)}
     ctx = ProbeContext(torch, args, device_profile, results)
-    todo = [(n, p) for n, p in PROBES if n not in results]
+    # a probe skipped only for not being asked runs when asked on a resume
+    todo = [(n, p) for n, p in PROBES if n not in results
+            or (n == "fill_fork" and ctx.fill_fork and str(
+                results[n].get("skipped", "")).startswith("not asked"))]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
     # wall seconds per probe (a resumed run keeps the earlier probes' own)
