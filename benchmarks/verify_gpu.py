@@ -5,7 +5,13 @@ switched on and off inside it.
 
     python3 benchmarks/verify_gpu.py --out DIR [--model glm|qwen3-30b-a3b]
         [--schedule S.l2s|auto] [--set K=V] [--batch-size 1,4,16,64]
-        [--num-iters 5] [--timing replay|generate] [--replays 10]
+        [--num-iters 5] [--timing replay|generate] [--replays 10] [--device P.toml]
+
+``--device``: the device profile the plugin uses (passed to ``l2sched
+verify``); default the shipped profile that describes the GPU. On another
+card than the H200 (an H100), a profile ``l2sched profile`` measured there:
+without one the plugin turns prefetch off with one line
+(benchmarks/results/h100-2026-12-07-ds4-engine-start/).
 
 ``--model deepseek-v4-flash``: DeepSeek-V4-Flash's public config
 (``l2sched/data/deepseek-v4-flash-config.json``) in BF16 (no
@@ -83,6 +89,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--capture-launch", default=None,
                    help="passed to l2sched verify (docs/runtime.md)")
+    p.add_argument("--device", default=None, metavar="PROFILE",
+                   help="device profile name or .toml, passed to l2sched verify")
     a = p.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -121,6 +129,9 @@ def main(argv: list[str]) -> int:
            "--timing", a.timing, "--replays", str(a.replays)]
     if a.capture_launch:
         cmd += ["--capture-launch", a.capture_launch]
+    if a.device:
+        cmd += ["--device", str(Path(a.device).resolve()) if a.device.endswith(".toml")
+                else a.device]
     if schedule != "auto":
         for s in a.set:
             cmd += ["--set", s]
