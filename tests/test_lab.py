@@ -18,7 +18,8 @@ Covered elsewhere: ``bench report`` and ``bench kernel``'s option checks
 (tests/test_bench_tp.py, tests/test_bench_tp_report.py),
 ``agreement_ceiling.py`` (tests/test_agreement_ceiling.py),
 ``fill_wait_probe.py`` (tests/test_fill_wait_probe.py),
-``ship_step_fill.py`` (tests/test_step_gaps.py), ``lab/engine_tp``
+``ship_step_fill.py`` (tests/test_step_gaps.py), ``perop_gain.py``
+(tests/test_lab_perop_gain.py), ``lab/engine_tp``
 (tests/test_lab_engine_tp.py)."""
 
 from __future__ import annotations
