@@ -304,3 +304,15 @@ def test_the_profile_cli_asks_for_the_fork_probe_only_with_its_flag():
     args = build_parser().parse_args(["profile", "-o", "x.toml"])
     assert args.fill_fork is False
     assert build_parser().parse_args(["profile", "-o", "x.toml", "--fill-fork"]).fill_fork
+
+
+def test_a_resumed_state_runs_the_fork_probe_once_asked():
+    from l2sched.profile.fill_fork import forget_unasked_fill_fork
+    unasked = {"l2": {}, "fill_fork": {"skipped": "not asked (l2sched profile --fill-fork)"}}
+    forget_unasked_fill_fork(unasked, asked=False)
+    assert "fill_fork" in unasked  # still not asked: the record stays
+    forget_unasked_fill_fork(unasked, asked=True)
+    assert "fill_fork" not in unasked and "l2" in unasked  # asked now: it runs
+    quick = {"fill_fork": {"skipped": "--quick"}}
+    forget_unasked_fill_fork(quick, asked=True)
+    assert quick == {"fill_fork": {"skipped": "--quick"}}  # other skips are kept

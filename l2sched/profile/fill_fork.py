@@ -120,6 +120,16 @@ def probe_fill_fork(ctx) -> dict:
     return out
 
 
+def forget_unasked_fill_fork(results: dict, asked: bool) -> None:
+    """Drop a state's ``fill_fork`` record that was skipped only for not
+    being asked, when this run asks for the probe (``--fill-fork`` on a
+    resumed state), so that it runs; ``results``: the state's probe results,
+    changed in place."""
+    rec = results.get("fill_fork")
+    if asked and isinstance(rec, dict) and str(rec.get("skipped", "")).startswith("not asked"):
+        del results["fill_fork"]
+
+
 def fills_per_step(arm: dict) -> int:
     """Fills one step of ``bench run`` arm ``arm`` forked: the sum over its
     hook ops of the fills its timed graph recorded (``timed_graph.summarize``)."""

@@ -61,7 +61,7 @@ from l2sched import progress
 from l2sched.bench.isolation import SetAsideIsolation
 from l2sched.bench.step import StepRunner
 from l2sched.profile.collectives import STATE_KEY as COLLECTIVES_KEY
-from l2sched.profile.fill_fork import probe_fill_fork
+from l2sched.profile.fill_fork import forget_unasked_fill_fork, probe_fill_fork
 from l2sched.profile.ops import probe_ops
 from l2sched.profile.state import save_state
 from l2sched.profile.step_fill import probe_step_fill
@@ -389,8 +389,7 @@ class ProbeContext:
     """What every probe needs: torch, the timing bench, the step runner of
     the GLM-5.3-Flash tree, the fill shapes, the results so far.
     ``ProbeContext(torch, args, base_profile, results)``: ``args`` has
-    ``quick``, ``reps``, ``tokens`` (decode tokens M), ``tp`` and optionally
-    ``fill_fork`` (run that probe; default False); the tree is
+    ``quick``, ``reps``, ``tokens`` (decode tokens M), ``tp``, ``fill_fork``; the tree is
     built on the CUDA device at that TP (needs a GPU; torch's error
     otherwise); ``results`` is the state's probe results (kept by
     reference)."""
@@ -447,10 +446,8 @@ def run_profile(args, state: dict) -> dict:
             "set_aside_max_bytes": _set_aside_max(props),
             "smem_per_block_optin_bytes": _smem_optin(props)}
     ctx = ProbeContext(torch, args, device_profile, results)
-    # a probe skipped only for not being asked runs when asked on a resume
-    todo = [(n, p) for n, p in PROBES if n not in results
-            or (n == "fill_fork" and ctx.fill_fork and str(
-                results[n].get("skipped", "")).startswith("not asked"))]
+    forget_unasked_fill_fork(results, ctx.fill_fork)  # resumed and now asked: run it
+    todo = [(n, p) for n, p in PROBES if n not in results]
     ctx.progress = Progress(len(todo) + len(ctx.tokens) + 2 * len(ctx.fill_shapes)
                             + (len(ctx.tokens) if "set_aside" in dict(todo) else 0))
     # wall seconds per probe (a resumed run keeps the earlier probes' own)
