@@ -8,7 +8,8 @@ switched on and off inside it.
         [--num-iters 5] [--timing replay|generate] [--replays 10] [--device P.toml]
 
 ``--device``: the device profile the plugin uses (passed to ``l2sched
-verify``); default the shipped profile that describes the GPU. On another
+verify``; a relative .toml path is read from the repository root, as
+``--schedule``); default the shipped profile that describes the GPU. On another
 card than the H200 (an H100), a profile ``l2sched profile`` measured there:
 without one the plugin turns prefetch off with one line
 (benchmarks/results/h100-2026-12-07-ds4-engine-start/).
@@ -90,7 +91,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--capture-launch", default=None,
                    help="passed to l2sched verify (docs/runtime.md)")
     p.add_argument("--device", default=None, metavar="PROFILE",
-                   help="device profile name or .toml, passed to l2sched verify")
+                   help="device profile name or .toml, passed to l2sched verify (default: "
+                        "the shipped profile that describes this GPU)")
     a = p.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -130,8 +132,8 @@ def main(argv: list[str]) -> int:
     if a.capture_launch:
         cmd += ["--capture-launch", a.capture_launch]
     if a.device:
-        cmd += ["--device", str(Path(a.device).resolve()) if a.device.endswith(".toml")
-                else a.device]
+        cmd += ["--device", str((ROOT / a.device).resolve()) if a.device.endswith(".toml")
+                else a.device]  # relative to the repository root, as --schedule
     if schedule != "auto":
         for s in a.set:
             cmd += ["--set", s]

@@ -316,3 +316,13 @@ def test_a_resumed_state_runs_the_fork_probe_once_asked():
     quick = {"fill_fork": {"skipped": "--quick"}}
     forget_unasked_fill_fork(quick, asked=True)
     assert quick == {"fill_fork": {"skipped": "--quick"}}  # other skips are kept
+
+
+@pytest.mark.parametrize("extra,want", [(["--quick"], "which --quick skips: drop --quick"),
+                                        (["--tp", "8"], "--fill-fork needs --tp 4")])
+def test_asking_for_the_fork_probe_where_it_cannot_run_is_a_usage_error(tmp_path, capsys,
+                                                                        extra, want):
+    from l2sched.cli.main import main
+    rc = main(["profile", "-o", str(tmp_path / "p.toml"), "--fill-fork"] + extra)
+    assert rc == 2 and want in capsys.readouterr().err
+    assert not (tmp_path / "p.toml").exists()

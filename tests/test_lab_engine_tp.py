@@ -315,3 +315,19 @@ def test_spin_slowdown_is_what_the_fill_reads_add_beyond_an_empty_fills_fork():
     assert interference_slowdown(1.44, 1.50, 21.216, 1.696, read_us) == 0.0
     rest = interference_slowdown(4.0, 1.5, 21.216, 1.696, read_us)
     assert rest == slowdown_for_extra(2.5, 21.216, 1.696, read_us) and rest > before
+
+
+def test_session_steps_say_what_is_missing_and_prepare_writes_nothing_on_bad_input(
+        tmp_path, capsys):
+    from lab.engine_tp.session import main
+    assert main(["serve-verify", str(tmp_path / "none")]) == 1
+    assert "spec.json not found: run `python -m lab.engine_tp.session prepare" in \
+        capsys.readouterr().err
+    d = tmp_path / "p"
+    assert main(["prepare", str(d), "--gpu-bytes", str(80 * 2**30), "--base", "nosuch"]) == 1
+    assert "unknown device profile 'nosuch'" in capsys.readouterr().err
+    assert not d.exists()  # nothing half-written
+    assert main(["prepare", str(d), "--gpu-bytes", str(80 * 2**30)]) == 0
+    assert main(["report", str(d)]) == 1  # nothing measured yet: no report written
+    assert "run the serve-verify" in capsys.readouterr().out
+    assert not (d / "report.md").exists()

@@ -25,3 +25,15 @@ def test_predicted_savings_are_the_simulated_op_durations_without_minus_with_pre
     off = predicted_savings(lint_path("schedules/glm53-flash-h200-tp4.l2s",
                                       ["window.A.budget=0MB", "window.A_MLA.budget=0MB"], tokens=1))
     assert abs(off["attn.o_proj"]) < 0.05 * got["attn.o_proj"]
+
+
+def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys):
+    from lab.experiments.perop_gain import main
+    trimmed = "benchmarks/results/h100-2026-12-07-issue45-second-attempt/r2.json.gz"
+    assert main([trimmed, "--profile", "h200", "-o", str(tmp_path / "o.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"perop_gain: {trimmed}: M=1 has no per-op records")
+    assert not (tmp_path / "o.json").exists()
+    # the output is checked before any work, and never one of the inputs
+    assert main([trimmed, "--profile", "h200", "-o", trimmed]) == 1
+    assert "refusing to overwrite the input file" in capsys.readouterr().err

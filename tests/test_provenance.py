@@ -145,7 +145,7 @@ def test_fit_cli_says_unmeasured_in_its_header_and_on_stderr(tmp_path, capsys):
     assert main(["fit", "--device", prof, "--tp", "4", "--quick", "-q", "-o", str(out)]) == 0
     text = out.read_text()
     assert "# UNMEASURED: no windows written" in text and "\nwindow " not in text
-    assert "l2sched profile --collectives N" in capsys.readouterr().err
+    assert "l2sched profile --collectives 4" in capsys.readouterr().err  # N = the fit's TP
     assert main(["fit", "--device", prof, "--tp", "4", "--quick", "-q",
                  "--allow-unmeasured", "-o", str(out)]) == 0
     text = out.read_text()

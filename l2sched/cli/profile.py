@@ -24,6 +24,7 @@ from l2sched.profile.gaps import apply_step_gaps, step_gaps
 from l2sched.profile.origins import record_collectives
 from l2sched.profile.probes import STATE_KEYS, run_profile
 from l2sched.profile.state import load_state, save_state
+from l2sched.profile.step_fill import BENCH_TP
 from l2sched.profile.write import derive, profile_markdown, profile_toml
 
 
@@ -42,6 +43,11 @@ def cmd_profile(args) -> int:
         raise L2sUsageError(f"--tp must be at least 1, got {args.tp}")
     if args.reps < 3:
         raise L2sUsageError(f"--reps must be at least 3, got {args.reps}")
+    if args.fill_fork and (args.quick or args.tp != BENCH_TP):
+        raise L2sUsageError(f"--fill-fork runs bench run's TP{BENCH_TP} decode step, "
+                            "which --quick skips: drop --quick" if args.quick else
+                            f"--fill-fork needs --tp {BENCH_TP} (bench run's decode step), "
+                            f"got --tp {args.tp}")
     if args.collectives and not 2 <= args.collectives <= args.tp:
         raise L2sUsageError(f"--collectives takes 2..--tp ({args.tp}) GPUs, got "
                             f"{args.collectives}")
@@ -138,10 +144,11 @@ def add_cli(sub) -> None:
                    help="fewer sizes, 15 repetitions, no step_fill probe (about 20 s "
                         "on the lent H200)")
     p.add_argument("--fill-fork", action="store_true",
-                   help="also run the fill_fork probe (about 60 s) and write its per-fill fork "
-                        "cost latency.fill_fork_us; off by default: the cost is not additive "
-                        "over a schedule's fills, and the lint adds it per fill "
-                        "(docs/lint.md, 'Fork cost')")
+                   help="also run the fill_fork probe (about 60 s; --tp 4, not with --quick) "
+                        "and write latency.fill_fork_us, the step's loss per forked fill of a "
+                        "lone window; off by default: the lint adds that cost once per fill, "
+                        "which over-predicts schedules of several windows (docs/lint.md, "
+                        "'Fork cost')")
     p.add_argument("--collectives", type=int, default=0, metavar="N",
                    help="also measure the all-reduce across N GPUs of this box (one "
                         "process per GPU, NCCL, multicast off): [allreduce.tpN] and "

@@ -22,7 +22,7 @@ def withheld_because(device_profile: DeviceProfile, tp: int, kernels) -> list[st
     with fill ``kernels`` writes no windows unless ``--allow-unmeasured``:
     one sentence per unmeasured fill-vs-all-reduce slowdown (TP > 1), and
     one for a ``--quick`` profile; empty when neither."""
-    out = [f"{term} at TP{tp}: run `l2sched profile --collectives N` on this box"
+    out = [f"{term} at TP{tp}: run `l2sched profile --collectives {tp}` on this box"
            for term in allreduce_slowdown_unmeasured(device_profile, tp, kernels)]
     if device_profile.provenance.get("quick"):
         out.append("the profile was made with `l2sched profile --quick` (no step_fill "

@@ -77,13 +77,18 @@ def _f(x, spec=".1f") -> str:
 
 def write_report(d: Path) -> int:
     """Write ``d/report.json`` and ``d/report.md`` from what the steps left
-    in ``d``; returns 0 when every threshold was met, 1 otherwise."""
+    in ``d``; returns 0 when every threshold was met, 1 otherwise (and 1,
+    writing nothing, when no step measured anything yet)."""
     from lab.engine_tp.session import THRESHOLDS
 
     def load(name):
         p = d / name
         return json.loads(p.read_text()) if p.exists() else {}
 
+    if not (d / "verify.json").exists() and not (d / "bench.json").exists():
+        print(f"session report: {d} has no verify.json nor bench.json: run the serve-verify "
+              "(or verify) and bench steps first; nothing written")
+        return 1
     verify, bench = load("verify.json"), load("bench.json")
     # serve-verify starts one engine for both steps: its log has both
     one = d / "serve-verify.log"

@@ -39,6 +39,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from l2sched.errors import L2sError
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Written before the first GPU run (issue 44), never after: what counts as
@@ -78,14 +80,15 @@ def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
     full = dict(load_model_config(ROOT / CONFIGS[model]))
     budget = int(util * gpu_bytes) - _vllm_gpu().ENGINE_RESERVE
     full["num_hidden_layers"] = layers_that_fit(full, tp, budget)
+    rank = rank_config(full, tp, model)
+    name = f"{Path(base).stem if base.endswith('.toml') else base}-emulating-tp{tp}"
+    emulated = emulation_profile_text(base, tp, name, source=source, fixed_us=fixed_us)
+    # every input read and checked above: nothing is half-written on bad input
     d.mkdir(parents=True, exist_ok=True)
     (d / "rank").mkdir(exist_ok=True)
     (d / "full.json").write_text(json.dumps(full, indent=1))
-    (d / "rank" / "config.json").write_text(json.dumps(rank_config(full, tp, model),
-                                                       indent=1))
-    name = f"{Path(base).stem if base.endswith('.toml') else base}-emulating-tp{tp}"
-    (d / "emulated.toml").write_text(emulation_profile_text(
-        base, tp, name, source=source, fixed_us=fixed_us))
+    (d / "rank" / "config.json").write_text(json.dumps(rank, indent=1))
+    (d / "emulated.toml").write_text(emulated)
     spec = {"tp": tp, "model": model, "full_config": full,
             "device_profile": str(d / "emulated.toml"), "embedding": True,
             "util": util, "layers": full["num_hidden_layers"]}
@@ -297,6 +300,21 @@ def main(argv=None) -> int:
                    help="GPU memory (default: the current CUDA device's)")
     a = p.parse_args(argv)
     d = Path(a.dir).resolve()
+    if not 0 < a.util <= 1:
+        p.error(f"--util {a.util}: want a share of the GPU's memory in (0, 1]")
+    if a.step != "prepare" and not (d / "spec.json").is_file():
+        print(f"session {a.step}: {d / 'spec.json'} not found: run "
+              f"`python -m lab.engine_tp.session prepare {a.dir}` first", file=sys.stderr)
+        return 1
+    try:
+        return _step(a, d)
+    except (L2sError, ValueError) as e:  # bad profile, model or sizes: one line
+        print(f"session {a.step}: {e}", file=sys.stderr)
+        return 1
+
+
+def _step(a, d: Path) -> int:
+    """Run step ``a.step`` on ``d`` (``main``'s arguments)."""
     if a.step == "prepare":
         gpu = a.gpu_bytes
         if not gpu:

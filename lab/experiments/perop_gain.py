@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from l2sched.bench import read_json_file  # noqa: E402
 from l2sched.bench.arms import spin_collectives  # noqa: E402
 from l2sched.device import load_device  # noqa: E402
-from l2sched.errors import L2sInputError  # noqa: E402
+from l2sched.errors import L2sError, L2sInputError  # noqa: E402
+from l2sched.files import check_output_path  # noqa: E402
 from l2sched.lint.run import run_lint  # noqa: E402
 from lab.bench.calibrate_model import lint_setup  # noqa: E402
 from lab.experiments.probe_output import write_probe  # noqa: E402
@@ -59,26 +60,53 @@ def predicted_savings(run) -> collections.Counter:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("result")
+    ap.add_argument("result", help="an untrimmed `bench run` result (.json or .json.gz) "
+                                   "that kept its per-op records")
     ap.add_argument("--profile", required=True, help="device profile the lint uses")
-    ap.add_argument("--arm", default="compiled")
-    ap.add_argument("--tokens", default="1,64")
-    ap.add_argument("--top", type=int, default=14)
-    ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--md-output", default="")
+    ap.add_argument("--arm", default="compiled", help="the schedule arm (default compiled)")
+    ap.add_argument("--tokens", default="1,64", help="the M to compare, comma-separated")
+    ap.add_argument("--top", type=int, default=14, help="rows per M in the markdown")
+    ap.add_argument("-o", "--output", required=True, help="JSON with every op")
+    ap.add_argument("--md-output", default="", help="the markdown printed")
     a = ap.parse_args(argv)
-    d = read_json_file(a.result)
-    prof = spin_collectives(load_device(a.profile))  # the run's all-reduces are idle spins
+    inputs = [a.result] + ([a.profile] if os.path.exists(a.profile) else [])
+    try:
+        for out in filter(None, (a.output, a.md_output)):
+            check_output_path(out, protect=inputs)
+        rows, md = compare(read_json_file(a.result), a.result, load_device(a.profile),
+                           a.profile, a.arm, a.tokens.split(","), a.top)
+        write_probe({"result": a.result, "profile": a.profile, "arm": a.arm, "rows": rows},
+                    md, a.output, a.md_output)
+    except L2sError as e:
+        print(f"perop_gain: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def compare(d: dict, where: str, device_profile, profile_name: str, arm: str, tokens: list,
+            top: int) -> tuple[list, list]:
+    """The per-M rows and markdown lines of ``main`` for result ``d`` (read
+    from ``where``). Raises ``L2sInputError`` naming ``where`` for an M or
+    an arm the result lacks, a schedule arm the lint cannot read, or a
+    result without per-op records."""
+    prof = spin_collectives(device_profile)  # the run's all-reduces are idle spins
+    if not isinstance(d.get("per_m"), dict):
+        raise L2sInputError(f"{where}: not a `bench run` result (no per_m)")
     cfg, inv, scheds = lint_setup(d)
-    rows, md = [], [f"# Per-op saving of `{a.arm}`: measured vs the lint's ({a.profile})", ""]
-    for M in a.tokens.split(","):
+    if arm not in scheds:
+        raise L2sInputError(f"{where}: no schedule arm {arm!r} (schedule arms: "
+                            f"{', '.join(sorted(scheds))})")
+    rows, md = [], [f"# Per-op saving of `{arm}`: measured vs the lint's ({profile_name})", ""]
+    for M in tokens:
+        if M not in d["per_m"]:
+            raise L2sInputError(f"{where}: no M={M!r} (it has M = {', '.join(d['per_m'])})")
         arms = d["per_m"][M]["arms"]
-        if "ops" not in arms["none"] or "ops" not in arms[a.arm]:
-            raise L2sInputError(f"{a.result}: M={M} has no per-op records (a trimmed result)")
-        meas = measured_savings(arms["none"]["ops"], arms[a.arm]["ops"])
-        run = run_lint(scheds[a.arm], inv, device_profile=prof, tokens=int(M), model_config=cfg)
+        if "ops" not in arms.get("none", {}) or "ops" not in arms.get(arm, {}):
+            raise L2sInputError(f"{where}: M={M} has no per-op records (a trimmed result)")
+        meas = measured_savings(arms["none"]["ops"], arms[arm]["ops"])
+        run = run_lint(scheds[arm], inv, device_profile=prof, tokens=int(M), model_config=cfg)
         pred = predicted_savings(run)
-        step_meas = arms["none"]["graph_step_us"]["median"] - arms[a.arm]["graph_step_us"]["median"]
+        step_meas = arms["none"]["graph_step_us"]["median"] - arms[arm]["graph_step_us"]["median"]
         step_pred = run.step_period("base") - run.step_period("sim")
         names = sorted(set(meas) | set(pred), key=lambda k: -abs(meas[k] - pred[k]))
         rows.append({"M": int(M), "step_measured_us": step_meas, "step_predicted_us": step_pred,
@@ -88,10 +116,8 @@ def main(argv=None) -> int:
         md += [f"## M={M}: step {step_meas:+.1f} measured, {step_pred:+.1f} predicted; "
                f"main-stream ops {sum(meas.values()):+.1f} / {sum(pred.values()):+.1f}", "",
                "| op (summed over layers) | measured | predicted |", "|---|---|---|"]
-        md += [f"| {k} | {meas[k]:+.1f} | {pred[k]:+.1f} |" for k in names[:a.top]] + [""]
-    write_probe({"result": a.result, "profile": a.profile, "arm": a.arm, "rows": rows},
-                md, a.output, a.md_output)
-    return 0
+        md += [f"| {k} | {meas[k]:+.1f} | {pred[k]:+.1f} |" for k in names[:top]] + [""]
+    return rows, md
 
 
 if __name__ == "__main__":
