@@ -162,6 +162,19 @@ def shim_platform_env() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
+def shim_no_amx() -> None:
+    """Shim 1b, no AMX: on a CPU with AMX tiles vLLM's CPU GEMM dispatch
+    (``check_cpu_sgl_kernel``, ``model_executor/layers/utils.py:501``) packs
+    weights with ``torch.ops._C.convert_weight_packed``, which only a CPU
+    build of vLLM has; the PyPI wheel (CUDA) has no ``vllm._C`` and weight
+    loading fails (seen on a 2-core CI machine with amx_tile, 2026-12-07).
+    Every rank answers as a CPU without AMX, where vLLM takes torch's GEMM,
+    as on the machines these tests were written on."""
+    import torch
+
+    torch.cpu._is_amx_tile_supported = lambda: False
+
+
 def shim_sparse_backend() -> None:
     """Shim 2, sparse-attention backend: ``CpuPlatform.get_attn_backend_cls``
     raises ``NotImplementedError: Sparse Attention is not supported on CPU.``
@@ -289,6 +302,7 @@ def _rank_main(rank: int, tp: int, ep: bool, device: str, model_dir: str,
                engine_kw: dict | None = None) -> None:
     try:
         shim_platform_env()
+        shim_no_amx()
         shim_sparse_backend()
         from vllm.config import set_current_vllm_config
         from vllm.distributed import (
