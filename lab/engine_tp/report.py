@@ -1,9 +1,9 @@
 """The TP-emulation run's report (``session report DIR``): the start-up A/B
 lines of ``serve.log`` (or ``serve-verify.log``), and per M the engine's
-gain (``verify.json``), the bench step's gain for the same schedule (``bench.json``) and their ratio,
-judged against ``session.THRESHOLDS``. Writes ``DIR/report.json`` and
-``DIR/report.md`` and prints the markdown. Units: us per decode step, gain
-= no prefetch minus prefetch (+ = faster)."""
+gain (``verify.json``), the bench step's gain for the same schedule
+(``bench.json``) and their ratio, judged against ``session.THRESHOLDS``.
+Writes ``DIR/report.json`` and ``DIR/report.md`` and prints the markdown.
+Units: us per decode step, gain = no prefetch minus prefetch (+ = faster)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def write_report(d: Path) -> int:
     # serve-verify starts one engine for both steps: its log has both
     one = d / "serve-verify.log"
     startup = log_lines(one if one.exists() else d / "serve.log")
+    verify_lines = log_lines(one if one.exists() else d / "verify.log")
     table = rows(verify, bench, THRESHOLDS["engine_vs_bench"])
     kept_on = any("prefetch ON: measured gain" in ln for ln in startup)
     turned_off = any("prefetch OFF" in ln for ln in startup)
@@ -101,8 +102,7 @@ def write_report(d: Path) -> int:
     verdicts = {"startup_keeps_on": kept_on and not turned_off,
                 "engine_vs_bench": ratio_ok, "tokens_equal": tokens}
     summary = {"thresholds": THRESHOLDS, "verdicts": verdicts, "startup_lines": startup,
-               "verify_lines": log_lines(one if one.exists() else d / "verify.log"),
-               "rows": table,
+               "verify_lines": verify_lines, "rows": table,
                "spec": load("spec.json").get("layers"), "spin_fill": load("spin-fill.json")}
     (d / "report.json").write_text(json.dumps(summary, indent=1))
     md = ["# TP emulation in vLLM's engine: engine gain vs bench gain", "",

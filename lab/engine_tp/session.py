@@ -306,6 +306,8 @@ def main(argv=None) -> int:
         print(f"session {a.step}: {d / 'spec.json'} not found: run "
               f"`python -m lab.engine_tp.session prepare {a.dir}` first", file=sys.stderr)
         return 1
+    if a.step != "prepare":  # GPU steps: their tracebacks are the diagnosis
+        return _step(a, d)
     try:
         return _step(a, d)
     except (L2sError, ValueError) as e:  # bad profile, model or sizes: one line
