@@ -86,6 +86,11 @@ def fork_variants(schedule_path: str) -> dict[str, str]:
             for w in FORK_WINDOWS}
 
 
+#: The skip record of a profile run that did not ask for the probe; a resumed
+#: state with it runs the probe once ``--fill-fork`` asks (``forget_unasked_fill_fork``).
+NOT_ASKED = "not asked (l2sched profile --fill-fork)"
+
+
 def probe_fill_fork(ctx) -> dict:
     """``bench run`` of the lone windows beside ``none`` and ``none-aa``
     (module docstring); returns ``fill_fork_summary``'s dict (``ctx.dry``:
@@ -94,7 +99,7 @@ def probe_fill_fork(ctx) -> dict:
     ``l2sched profile --fill-fork``), with ``--quick`` and at a TP other
     than 4."""
     if not getattr(ctx, "fill_fork", True):
-        return {"skipped": "not asked (l2sched profile --fill-fork)"}
+        return {"skipped": NOT_ASKED}
     if ctx.quick:
         return {"skipped": "--quick"}
     if ctx.tp != BENCH_TP:
@@ -126,7 +131,7 @@ def forget_unasked_fill_fork(results: dict, asked: bool) -> None:
     resumed state), so that it runs; ``results``: the state's probe results,
     changed in place."""
     rec = results.get("fill_fork")
-    if asked and isinstance(rec, dict) and str(rec.get("skipped", "")).startswith("not asked"):
+    if asked and isinstance(rec, dict) and rec.get("skipped") == NOT_ASKED:
         del results["fill_fork"]
 
 
