@@ -43,8 +43,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +77,42 @@ def deepseek_v4_config(gpu_bytes: int) -> dict:
     n = layers_that_fit(full, 1, int(UTIL * gpu_bytes) - VG.ENGINE_RESERVE)
     return {**full, "num_hidden_layers": n, "compress_ratios": full["compress_ratios"][:n],
             "num_hash_layers": min(int(full["num_hash_layers"]), n)}
+
+
+#: Seconds ``l2sched verify`` may take to exit after its last line (the
+#: report written, or "nothing to measure"). The DeepSeek-V4 engine's process
+#: stayed alive after vLLM's "[shutdown] MPClient: complete" until a 190 s
+#: timeout (benchmarks/results/h100-2026-12-07-ds4-engine-start/verify-auto.log).
+EXIT_GRACE_S = 45
+#: ``l2sched verify``'s last lines (l2sched/cli/verify.py).
+FINAL_LINES = ("l2sched verify: wrote ", "nothing to measure",
+               "l2sched verify: vLLM's engine did not start")
+
+
+def _wait_for_exit(proc: subprocess.Popen, log: Path) -> int:
+    """Wait for ``proc`` (``l2sched verify``); once its log has one of
+    ``FINAL_LINES``, give it ``EXIT_GRACE_S`` seconds, then send SIGUSR1 (verify
+    dumps every thread's stack into the log: what keeps it alive) and kill it.
+    Returns its exit status, or, when killed, 0 if the report says the token
+    ids were equal (1 otherwise)."""
+    done_at = None
+    while proc.poll() is None:
+        time.sleep(2)
+        if done_at is None and any(f in log.read_text(errors="replace") for f in FINAL_LINES):
+            done_at = time.monotonic()
+        if done_at is not None and time.monotonic() - done_at > EXIT_GRACE_S:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(3)
+            proc.kill()
+            proc.wait()
+            report = log.parent / "verify.json"
+            summaries = json.loads(report.read_text()).get("batches", []) \
+                if report.exists() else []
+            print(f"verify_gpu: l2sched verify did not exit {EXIT_GRACE_S} s after its "
+                  "last line; killed (its threads' stacks are at the end of "
+                  f"{log})", flush=True)
+            return 0 if summaries and all(s.get("tokens_equal") for s in summaries) else 1
+    return proc.returncode
 
 
 def main(argv: list[str]) -> int:
@@ -141,13 +180,14 @@ def main(argv: list[str]) -> int:
         cmd += ["--engine-arg", f"{k}={json.dumps(v)}"]
     print("verify_gpu:", " ".join(cmd), flush=True)
     with open(out / "verify.log", "w") as log:
-        r = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                           env={**__import__("os").environ, "L2SCHED_PROGRESS": "1"})
-    print(f"verify_gpu: l2sched verify exited {r.returncode}; {out / 'verify.md'}")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "L2SCHED_PROGRESS": "1"})
+        rc = _wait_for_exit(proc, out / "verify.log")
+    print(f"verify_gpu: l2sched verify exited {rc}; {out / 'verify.md'}")
     md = out / "verify.md"
     if md.exists():
         print(md.read_text())
-    return r.returncode
+    return rc
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ runs on the GPU: benchmarks/verify_gpu.sh."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -465,3 +466,32 @@ def test_issue36_capture_launch_reaches_the_plugin_section(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["verify", str(tmp_path), "--schedule", "x.l2s", "--capture-launch", "leaves"])
     assert "invalid choice: 'leaves'" in capsys.readouterr().err
+
+
+def test_verify_gpu_kills_a_verify_that_hangs_after_its_report(tmp_path, monkeypatch):
+    """benchmarks/verify_gpu.py: a child that wrote its report and its last
+    line but does not exit is sent SIGUSR1 (its stacks land in the log) and
+    killed after the grace; the report's token check decides the status."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import verify_gpu
+
+    monkeypatch.setattr(verify_gpu, "EXIT_GRACE_S", 1)
+    (tmp_path / "verify.json").write_text(json.dumps({"batches": [{"tokens_equal": True}]}))
+    log = tmp_path / "verify.log"
+    child = ("import faulthandler, signal, sys, time\n"
+             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+             "print('l2sched verify: wrote x.json and x.md', flush=True)\n"
+             "time.sleep(120)\n")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", child], stdout=f,
+                                stderr=subprocess.STDOUT)
+        assert verify_gpu._wait_for_exit(proc, log) == 0
+    assert proc.returncode == -9  # killed, not exited
+    assert "most recent call first" in log.read_text()  # the stacks SIGUSR1 dumped
+    (tmp_path / "verify.json").write_text(json.dumps({"batches": [{"tokens_equal": False}]}))
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", child], stdout=f,
+                                stderr=subprocess.STDOUT)
+        assert verify_gpu._wait_for_exit(proc, log) == 1

@@ -10,8 +10,10 @@ spellings, are kept as aliases).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -210,14 +212,26 @@ def _start(args, batches: list[int], load_format: str, engine_args: dict):
         return None
 
 
+def _dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` writes every thread's stack to stderr (an engine
+    whose process does not exit); skipped where stderr has no file
+    descriptor (captured output) or the platform has no SIGUSR1."""
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is an OSError
+        pass
+
+
 def cmd_verify(args) -> int:
     """Run the measurement and write the report. Returns 0 when it ran and
     token ids were equal (or ``auto`` chose no prefetch: nothing to
     measure), 1 when they differed, the engine did not start or a worker
     has no installed schedule (the engine's log says why), 2 for usage
-    errors."""
+    errors. SIGUSR1 dumps every thread's stack to stderr (a process that
+    does not exit after its report: benchmarks/verify_gpu.py)."""
     from l2sched.vllm.verify_engine import SwitchFailed  # optional: imports vLLM
 
+    _dump_stacks_on_sigusr1()
     engine_args = _engine_args(args.engine_arg)
     batches = _check_args(args)
     _default_tp(args)
