@@ -331,3 +331,38 @@ def test_session_steps_say_what_is_missing_and_prepare_writes_nothing_on_bad_inp
     assert main(["report", str(d)]) == 1  # nothing measured yet: no report written
     assert "run the serve-verify" in capsys.readouterr().out
     assert not (d / "report.md").exists()
+
+
+def _chrome(path, kernels):
+    """A Chrome trace of (stream, ts, dur, name) kernel events."""
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "tid": s, "ts": ts, "dur": dur, "name": n}
+        for s, ts, dur, n in kernels]}))
+
+
+def test_trace_summary_names_where_prefetch_on_is_faster(tmp_path):
+    """``lab.engine_tp.trace.summarize``: per M and side, the on arm's change
+    against off, split into kernels and gaps, the kernel that accounts for
+    it first, the fill stream's busy time; a pair whose main streams differ
+    is reported, not dropped."""
+    from lab.engine_tp.trace import summarize
+
+    main = [(7, 0, 10, "gemm_q"), (7, 12, 20, "gemm_moe"), (7, 40, 5, "norm")]
+    faster = [(7, 0, 10, "gemm_q"), (7, 12, 14, "gemm_moe"), (7, 27, 5, "norm"),
+              (9, 1, 8, "l2_fill")]
+    (tmp_path / "traces-engine").mkdir()
+    _chrome(tmp_path / "traces-engine" / "trace-M4-off.json", main + [(9, 1, 1, "l2_fill")])
+    _chrome(tmp_path / "traces-engine" / "trace-M4-on.json", faster)
+    (tmp_path / "traces-bench").mkdir()
+    _chrome(tmp_path / "traces-bench" / "trace-M4-none.json", main)
+    _chrome(tmp_path / "traces-bench" / "trace-M4-compiled.json", main[:2])
+    res = summarize(tmp_path)
+    eng = res["4"]["engine"]
+    assert (eng["span_off_us"], eng["span_on_us"], eng["change_us"]) == (45, 32, -13)
+    assert (eng["kernel_us"], eng["gap_us"]) == (-6, -7)
+    assert eng["top"][0]["kernel"] == "norm" and eng["top"][0]["gap_us"] == -7
+    assert eng["top"][1] == {"kernel": "gemm_moe", "count": 1, "kernel_us": -6, "gap_us": 0}
+    assert eng["other_streams"]["on"] == {"9": {"kernels": 1, "busy_us": 8}}
+    assert "main streams differ" in res["4"]["bench"]["error"]
+    assert json.loads((tmp_path / "trace.json").read_text()) == res
+    assert "## M=4, engine" in (tmp_path / "trace.md").read_text()

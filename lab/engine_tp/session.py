@@ -10,6 +10,9 @@ a device call runs one or more of them):
     SCHEDULE=S.l2s python -m lab.engine_tp.session verify|bench DIR
                                                        # GPU: the same for S forced on
     python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
+    [SCHEDULE=S.l2s] python -m lab.engine_tp.session trace DIR
+                                                       # GPU: kernel traces off/on, engine
+                                                       # and bench (lab.engine_tp.trace)
     SCHEDULE=S.l2s [SET=k=v,...] python -m lab.engine_tp.session forced DIR
                                                        # GPU: S forced on, start-up A/B, tokens
     python -m lab.engine_tp.session report DIR         # tables + thresholds
@@ -229,9 +232,7 @@ def measure_in_engine(d: Path, spec: dict, section: dict, label: str) -> int:
     from l2sched.vllm.replay import REPLAYS
     from l2sched.vllm.verify_engine import start_engine
 
-    kw = {k: v for k, v in engine_kwargs(d, spec).items()
-          if k not in ("model", "load_format", "skip_tokenizer_init", "seed",
-                       "tensor_parallel_size", "worker_extension_cls", "additional_config")}
+    kw = _start_engine_kwargs(d, spec)
     engine = start_engine(str(d / "rank"), tp=1, ep=False, section=section,
                           load_format="dummy", max_batch=max(TOKENS), input_len=32,
                           output_len=64, engine_args=kw)
@@ -261,6 +262,29 @@ def measure_in_engine(d: Path, spec: dict, section: dict, label: str) -> int:
     return 0 if all(r.tokens_equal for r in results) else 1
 
 
+def _start_engine_kwargs(d: Path, spec: dict) -> dict:
+    """``engine_kwargs`` without the ones ``verify_engine.start_engine`` sets."""
+    return {k: v for k, v in engine_kwargs(d, spec).items()
+            if k not in ("model", "load_format", "skip_tokenizer_init", "seed",
+                         "tensor_parallel_size", "worker_extension_cls", "additional_config")}
+
+
+def trace(d: Path) -> int:
+    """``lab.engine_tp.trace``: kernel traces of the engine's FULL decode
+    graphs with prefetch off and on, and of the bench step's arms, for
+    ``$SCHEDULE`` forced on (else ``auto``'s fit); ``d/trace.json`` + ``.md``."""
+    from lab.engine_tp.trace import trace as run_trace
+
+    spec = json.loads((d / "spec.json").read_text())
+    forced = os.environ.get("SCHEDULE")
+    section = ({"schedule": str(Path(forced).resolve()), "device": spec["device_profile"],
+                "on_predicted_loss": "warn"} if forced
+               else {"schedule": "auto", "device": spec["device_profile"]})
+    return run_trace(d, spec, _start_engine_kwargs(d, spec), section, TOKENS,
+                     lambda: Path(section["schedule"]) if forced else fitted_schedule(d),
+                     _env(d))
+
+
 def fitted_schedule(d: Path) -> Path | None:
     """The ``.l2s`` file ``auto`` cached in ``d/cache`` (the newest), or None."""
     files = sorted((d / "cache").glob("**/*.l2s"), key=lambda p: p.stat().st_mtime)
@@ -288,7 +312,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.engine_tp.session",
                                 description=__doc__.splitlines()[0])
     p.add_argument("step", choices=("prepare", "spin-fill", "serve", "serve-verify", "forced",
-                                    "verify", "bench", "report"))
+                                    "verify", "bench", "trace", "report"))
     p.add_argument("dir")
     p.add_argument("--model", choices=sorted(CONFIGS), default="glm5next")
     p.add_argument("--tp", type=int, default=4)
@@ -342,7 +366,7 @@ def _step(a, d: Path) -> int:
         from lab.engine_tp.report import write_report
         return write_report(d)
     return {"serve": serve, "serve-verify": serve_verify, "forced": forced, "verify": verify,
-            "bench": bench}[a.step](d)
+            "bench": bench, "trace": trace}[a.step](d)
 
 
 if __name__ == "__main__":
