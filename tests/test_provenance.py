@@ -20,6 +20,7 @@ from l2sched.fit.bound import pessimistic_profile
 from l2sched.lint import lint_path
 from l2sched.model.config import default_config
 from l2sched.model.inventory import analytical_inventory
+from l2sched.profile.origins import default_profile_name
 from l2sched.profile.write import derive, profile_toml
 
 SM120 = "sm120-rtx-pro-6000-maxq"
@@ -121,6 +122,11 @@ def test_a_profile_of_another_gpu_carries_no_h200_numbers(tmp_path):
     assert dev.fill_slowdown_scale >= 1.5
     # no number of the base's GPU is kept as if it were this one's
     assert not any(x.kind == "base" for x in o.values())
+    # nor its name: `l2sched profile` without --name names the GPU measured
+    assert default_profile_name(base, other) == \
+        "measured-nvidia-rtx-pro-6000-blackwell-max-q-workstation-edition"
+    assert default_profile_name(base, PROV) == "h200"  # the base describes this GPU
+    assert default_profile_name(base, {**PROV, "gpu": ""}) == "measured-gpu"
 
 
 def test_fit_without_the_measured_all_reduce_slowdown_withholds_its_windows(tmp_path):

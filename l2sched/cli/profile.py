@@ -21,7 +21,7 @@ from l2sched.profile.collectives import (
     state_source,
 )
 from l2sched.profile.gaps import apply_step_gaps, step_gaps
-from l2sched.profile.origins import record_collectives
+from l2sched.profile.origins import default_profile_name, record_collectives
 from l2sched.profile.probes import STATE_KEYS, run_profile
 from l2sched.profile.state import load_state, save_state
 from l2sched.profile.step_fill import BENCH_TP
@@ -74,7 +74,7 @@ def cmd_profile(args) -> int:
     coll = _collectives(args, got, torch)
     inv = analytical_inventory(default_config(), tp=args.tp, ep=False)
     derived = derive(got["results"], device_profile, inv, got["provenance"])
-    name = args.name or device_profile.name
+    name = args.name or default_profile_name(device_profile, got["provenance"])
     desc = f"{got['provenance']['gpu']}, measured by l2sched profile"
     text = profile_toml(name, desc, got["provenance"], derived, device_profile)
     step = got["results"].get("step_fill") or {}
@@ -134,7 +134,9 @@ def add_cli(sub) -> None:
                    help="profile whose unmeasured numbers are kept when it describes this "
                         "GPU; for another GPU they get conservative values, named in the "
                         "profile's [origin] table (default h200)")
-    p.add_argument("--name", default="", help="profile name (default: the base's)")
+    p.add_argument("--name", default="",
+                   help="profile name (default: the base's when it describes this GPU, "
+                        "else measured-<gpu name>, e.g. measured-nvidia-h100-80gb-hbm3)")
     p.add_argument("--tp", type=int, default=4,
                    help="TP degree of the inventory whose op shapes are timed")
     p.add_argument("--tokens", default="1,4,16,64,256",

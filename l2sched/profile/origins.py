@@ -69,6 +69,20 @@ def same_gpu(device_profile: DeviceProfile, provenance: dict) -> bool:
     return not identity_mismatches(device_profile, gpu)
 
 
+def default_profile_name(device_profile: DeviceProfile, provenance: dict) -> str:
+    """The name of a measured profile without ``--name``: the base's when the
+    base describes the GPU measured (``same_gpu``), else ``measured-`` and
+    the GPU's name in lower case with runs of other characters as one
+    ``-`` (``NVIDIA H100 80GB HBM3`` -> ``measured-nvidia-h100-80gb-hbm3``),
+    so a profile of another GPU never carries the base's name (an H100
+    profile named ``h200`` made the plugin's log say "no prefetch for
+    h200": benchmarks/results/h100-2026-12-07-ds4-engine-verify/)."""
+    if same_gpu(device_profile, provenance):
+        return device_profile.name
+    slug = re.sub(r"[^a-z0-9]+", "-", str(provenance.get("gpu") or "gpu").lower()).strip("-")
+    return f"measured-{slug or 'gpu'}"
+
+
 def _base_origin(device_profile: DeviceProfile, key: str,
                  base_key: str | None = None) -> FieldOrigin:
     """The origin of a number kept from ``device_profile`` (the base): what
