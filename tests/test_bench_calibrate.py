@@ -135,3 +135,23 @@ def test_calibrate_on_a_two_gpu_result(monkeypatch):
     want = validation(t1, lint_predictor(t1, as_run))
     for key in ("median_abs_gain_err_us", "verdict_agreement", "spearman"):
         assert cal["after"][key] == pytest.approx(want[key])
+
+
+def test_lint_setup_lints_the_model_the_run_built():
+    """A ``bench run --model-config`` result (issue 44: 18 GLM layers at TP4
+    rank shapes) is linted with that config, and its schedule arms are
+    resolved for its layer count, not the embedded 45-layer config's."""
+    from l2sched.bench.arms import schedule_text
+    from l2sched.model.config import load_model_config
+
+    cfg = dict(load_model_config(None), num_hidden_layers=18)
+    path = str(Path(__file__).resolve().parent.parent / "schedules" / "glm53-flash-h200-tp4.l2s")
+    d = {"model_config": cfg, "arms": [
+        {"name": "none", "path": None},
+        {"name": "compiled", "path": path, "overrides": [], "schedule_text": schedule_text(path)}]}
+    got_cfg, inv, scheds = cm.lint_setup(d)
+    assert got_cfg["num_hidden_layers"] == 18 and len(inv.kinds) == 18
+    assert set(scheds) == {"compiled"}
+    assert max(max(w.layers) for w in scheds["compiled"].windows) < 18
+    _, inv45, _ = cm.lint_setup({"arms": d["arms"]})  # an older result: the default config
+    assert len(inv45.kinds) == 45

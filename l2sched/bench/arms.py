@@ -175,15 +175,18 @@ def schedule_text(path: str | None) -> str | None:
     return Path(shipped_path(path)).read_text(encoding="utf-8") if path else None
 
 
-def arm_schedule(arm: dict):
+def arm_schedule(arm: dict, model_config: dict | None = None):
     """The resolved schedule of one arm of a result: the schedule text the
     run recorded (``schedule_text``, so the report lints what was measured
     even when the file has changed or was a temporary one), else the file
-    at ``path``; the arm's ``overrides`` on top. Raises what
-    ``load_schedule`` raises."""
+    at ``path``; the arm's ``overrides`` on top; resolved for
+    ``model_config`` (the result's ``model_config``: its layer count) when
+    given, else for the schedule's own. Raises what ``load_schedule``
+    raises."""
     if arm.get("schedule_text") is not None:
-        return load_schedule_text(arm["schedule_text"], arm["path"], arm["overrides"])
-    return load_schedule(shipped_path(arm["path"]), arm["overrides"])
+        return load_schedule_text(arm["schedule_text"], arm["path"], arm["overrides"],
+                                  model_config=model_config)
+    return load_schedule(shipped_path(arm["path"]), arm["overrides"], model_config=model_config)
 
 
 def spin_collectives(device_profile: DeviceProfile):

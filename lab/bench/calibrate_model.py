@@ -80,10 +80,12 @@ def recorded_profile(d: dict, fallback: str = "h200", where: str = "the result")
 
 def lint_setup(d: dict) -> tuple:
     """``(config, inventory, {arm: schedule})`` of result ``d``'s schedule
-    arms: what ``gain_rows`` lints with, built once per result."""
-    cfg = load_model_config(None)
+    arms: what ``gain_rows`` lints with, built once per result. The config
+    is the one the run built its step from (``d["model_config"]``, as
+    ``bench run --model-config`` gave it), else the embedded default."""
+    cfg = d.get("model_config") or load_model_config(None)
     inv = analytical_inventory(cfg, tp=4, ep=False, tp_rank=0)
-    scheds = {a["name"]: arm_schedule(a) for a in d["arms"]
+    scheds = {a["name"]: arm_schedule(a, d.get("model_config")) for a in d["arms"]
               if a["path"] and is_schedule_arm(a)}
     return cfg, inv, scheds
 
