@@ -26,7 +26,7 @@ for step in ${1//,/ }; do
   case $step in
     prepare) python3 -m lab.engine_tp.session prepare "$D" --model "${MODEL:-glm5next}" \
                "${extra[@]}" ;;
-    serve|serve-verify|forced|verify|bench|trace)
+    serve|serve-verify|forced|verify|bench|trace|trace-bench)
       timeout "${STEP_TIMEOUT:-540}" python3 -m lab.engine_tp.session "$step" "$D" \
         > "$D/$step.log" 2>&1
       echo "$step rc=$?"

@@ -10,9 +10,9 @@ a device call runs one or more of them):
     SCHEDULE=S.l2s python -m lab.engine_tp.session verify|bench DIR
                                                        # GPU: the same for S forced on
     python -m lab.engine_tp.session bench DIR          # GPU: bench run, same schedule
-    [SCHEDULE=S.l2s] python -m lab.engine_tp.session trace DIR
-                                                       # GPU: kernel traces off/on, engine
-                                                       # and bench (lab.engine_tp.trace)
+    [SCHEDULE=S.l2s] python -m lab.engine_tp.session trace|trace-bench DIR
+                                                       # GPU: kernel traces off/on, engine;
+                                                       # then bench + summary (lab.engine_tp.trace)
     SCHEDULE=S.l2s [SET=k=v,...] python -m lab.engine_tp.session forced DIR
                                                        # GPU: S forced on, start-up A/B, tokens
     python -m lab.engine_tp.session report DIR         # tables + thresholds
@@ -270,19 +270,31 @@ def _start_engine_kwargs(d: Path, spec: dict) -> dict:
 
 
 def trace(d: Path) -> int:
-    """``lab.engine_tp.trace``: kernel traces of the engine's FULL decode
-    graphs with prefetch off and on, and of the bench step's arms, for
-    ``$SCHEDULE`` forced on (else ``auto``'s fit); ``d/trace.json`` + ``.md``."""
-    from lab.engine_tp.trace import trace as run_trace
+    """``lab.engine_tp.trace.trace_engine``: kernel traces of the engine's
+    FULL decode graphs with prefetch off and on, for ``$SCHEDULE`` forced on
+    (else ``auto``'s fit), into ``d/traces-engine``."""
+    from lab.engine_tp.trace import trace_engine
 
     spec = json.loads((d / "spec.json").read_text())
     forced = os.environ.get("SCHEDULE")
     section = ({"schedule": str(Path(forced).resolve()), "device": spec["device_profile"],
                 "on_predicted_loss": "warn"} if forced
                else {"schedule": "auto", "device": spec["device_profile"]})
-    return run_trace(d, spec, _start_engine_kwargs(d, spec), section, TOKENS,
-                     lambda: Path(section["schedule"]) if forced else fitted_schedule(d),
-                     _env(d))
+    return trace_engine(d, _start_engine_kwargs(d, spec), section, TOKENS, _env(d))
+
+
+def trace_bench(d: Path) -> int:
+    """``lab.engine_tp.trace.trace_bench`` of ``$SCHEDULE`` (else ``auto``'s
+    cached fit): the bench step's traces, then ``d/trace.json`` + ``.md``."""
+    from lab.engine_tp.trace import trace_bench as run_trace_bench
+
+    spec = json.loads((d / "spec.json").read_text())
+    forced = os.environ.get("SCHEDULE")
+    sched = Path(forced).resolve() if forced else fitted_schedule(d)
+    if sched is None:
+        print("session trace-bench: auto cached no schedule (no prefetch, or trace did not run)")
+        return 1
+    return run_trace_bench(d, spec, sched, TOKENS, _env(d))
 
 
 def fitted_schedule(d: Path) -> Path | None:
@@ -312,7 +324,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.engine_tp.session",
                                 description=__doc__.splitlines()[0])
     p.add_argument("step", choices=("prepare", "spin-fill", "serve", "serve-verify", "forced",
-                                    "verify", "bench", "trace", "report"))
+                                    "verify", "bench", "trace", "trace-bench", "report"))
     p.add_argument("dir")
     p.add_argument("--model", choices=sorted(CONFIGS), default="glm5next")
     p.add_argument("--tp", type=int, default=4)
@@ -366,7 +378,7 @@ def _step(a, d: Path) -> int:
         from lab.engine_tp.report import write_report
         return write_report(d)
     return {"serve": serve, "serve-verify": serve_verify, "forced": forced, "verify": verify,
-            "bench": bench, "trace": trace}[a.step](d)
+            "bench": bench, "trace": trace, "trace-bench": trace_bench}[a.step](d)
 
 
 if __name__ == "__main__":

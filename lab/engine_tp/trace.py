@@ -3,13 +3,14 @@ traces of the engine's captured FULL decode graphs with prefetch off and on,
 beside the same traces of ``l2sched bench run``'s step.
 
 ``session trace DIR`` starts one engine on the rank model with the
-schedule forced on (``$SCHEDULE``, else ``auto``'s cached fit in
-``DIR/cache``), then, in the worker (``LLM.collective_rpc`` with
-``trace_in_worker``), replays each M's FULL decode graph once per arm
-under ``torch.profiler`` (``l2sched.bench.trace.trace_replays``; the
-switch, ``l2sched.vllm.switch.set_prefetch``, between the arms: no
-recapture). Then ``l2sched bench run --trace-dir`` traces the bench step's
-``none`` and ``compiled`` arms of the same schedule. ``summarize`` lines
+schedule forced on (``$SCHEDULE``, else ``auto``'s fit), then, in the
+worker (``LLM.collective_rpc`` with ``trace_in_worker``), replays each M's
+FULL decode graph once per arm under ``torch.profiler``
+(``l2sched.bench.trace.trace_replays``; the switch,
+``l2sched.vllm.switch.set_prefetch``, between the arms: no recapture).
+``session trace-bench DIR``, a process of its own after the engine's has
+freed the GPU, runs ``l2sched bench run --trace-dir`` on the same schedule
+(the bench step's ``none`` and ``compiled`` arms). ``summarize`` lines
 each pair's main streams up (``compare_timelines``) and writes
 ``DIR/trace.json`` + ``DIR/trace.md``: per M and side, the span of each
 arm and the kernels that account for the difference (negative: prefetch
@@ -25,7 +26,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
 
 #: Kernels named per M in the report (largest |change| first).
 TOP = 12
@@ -120,12 +120,12 @@ def summarize(d: Path) -> dict:
     return res
 
 
-def trace(d: Path, spec: dict, engine_kwargs: dict, section: dict, batches: tuple,
-          installed_schedule: Callable[[], Path | None], env: dict) -> int:
-    """The GPU step (``session trace``): the engine's traces, then the
-    bench's of ``installed_schedule()`` (asked after the engine started:
-    ``auto``'s fit is cached then), then ``summarize``. Returns 1 when
-    nothing is installed in the engine or the bench run fails."""
+def trace_engine(d: Path, engine_kwargs: dict, section: dict, batches: tuple,
+                 env: dict) -> int:
+    """The engine half (``session trace``): one engine with ``section``, the
+    traces of ``trace_in_worker`` into ``d/traces-engine``. Returns 1 when
+    nothing is installed. The engine holds most of the GPU's memory until
+    its process ends: the bench half runs in a process of its own."""
     os.environ.update(env)
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc of a function
     from l2sched.vllm.verify_engine import start_engine
@@ -140,15 +140,19 @@ def trace(d: Path, spec: dict, engine_kwargs: dict, section: dict, batches: tupl
     paths = engine.llm.collective_rpc(trace_in_worker,
                                       args=(list(batches), str(d / "traces-engine")))
     print("session trace: engine traces", json.dumps(paths), flush=True)
-    bench_schedule = installed_schedule()
-    if bench_schedule is not None:
-        cmd = [sys.executable, "-m", "l2sched", "bench", "run", "--schedule",
-               str(bench_schedule), "--device-profile", spec["device_profile"],
-               "--model-config", str(d / "full.json"), "--tokens",
-               ",".join(map(str, batches)), "--trace-dir", str(d / "traces-bench"),
-               "--out", str(d / "bench-trace.json")]
-        print("session trace:", shlex.join(cmd), flush=True)
-        if subprocess.run(cmd, env=env).returncode != 0:
-            return 1
-    summarize(d)
     return 0
+
+
+def trace_bench(d: Path, spec: dict, schedule: Path, batches: tuple, env: dict) -> int:
+    """The bench half (``session trace-bench``): ``l2sched bench run
+    --trace-dir d/traces-bench`` of ``schedule`` on the run's model and
+    emulation profile, then ``summarize``. Returns the bench's exit status."""
+    cmd = [sys.executable, "-m", "l2sched", "bench", "run", "--schedule", str(schedule),
+           "--device-profile", spec["device_profile"], "--model-config", str(d / "full.json"),
+           "--tokens", ",".join(map(str, batches)), "--trace-dir", str(d / "traces-bench"),
+           "--out", str(d / "bench-trace.json")]
+    print("session trace-bench:", shlex.join(cmd), flush=True)
+    rc = subprocess.run(cmd, env=env).returncode
+    if rc == 0:
+        summarize(d)
+    return rc
