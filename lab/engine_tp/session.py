@@ -289,12 +289,18 @@ def trace_bench(d: Path) -> int:
     from lab.engine_tp.trace import trace_bench as run_trace_bench
 
     spec = json.loads((d / "spec.json").read_text())
+    sched = bench_schedule(d, "trace-bench")
+    return 1 if sched is None else run_trace_bench(d, spec, sched, TOKENS, _env(d))
+
+
+def bench_schedule(d: Path, step: str) -> Path | None:
+    """``$SCHEDULE``, else ``auto``'s cached fit (``fitted_schedule``); None,
+    said in one line, when there is neither."""
     forced = os.environ.get("SCHEDULE")
     sched = Path(forced).resolve() if forced else fitted_schedule(d)
     if sched is None:
-        print("session trace-bench: auto cached no schedule (no prefetch, or trace did not run)")
-        return 1
-    return run_trace_bench(d, spec, sched, TOKENS, _env(d))
+        print(f"session {step}: auto cached no schedule (no prefetch, or the engine did not run)")
+    return sched
 
 
 def fitted_schedule(d: Path) -> Path | None:
@@ -307,10 +313,8 @@ def bench(d: Path) -> int:
     """``l2sched bench run`` of ``auto``'s schedule (or ``$SCHEDULE``) on the
     same model and emulation profile, with an A/A arm; ``d/bench.json``."""
     spec = json.loads((d / "spec.json").read_text())
-    forced = os.environ.get("SCHEDULE")
-    sched = Path(forced).resolve() if forced else fitted_schedule(d)
+    sched = bench_schedule(d, "bench")
     if sched is None:
-        print("session bench: auto cached no schedule (no prefetch, or serve did not run)")
         return 1
     cmd = [sys.executable, "-m", "l2sched", "bench", "run", "--schedule", str(sched),
            "--device-profile", spec["device_profile"], "--model-config",
