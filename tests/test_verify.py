@@ -173,6 +173,15 @@ def test_switch_words_are_strict():
     assert PrefetchSwitchExtension().l2sched_set_prefetch("off")["installed"] == 0
 
 
+def test_a_measurement_switch_without_an_installed_schedule_raises():
+    """``set_prefetch_or_raise``: the replay A/B and the traced replays never
+    time a switch that did not happen."""
+    from l2sched.vllm.switch import set_prefetch_or_raise
+
+    with pytest.raises(RuntimeError, match="no installed schedule to switch"):
+        set_prefetch_or_raise(True)
+
+
 # --------------------------------------------------------------------------
 # --timing replay and the plugin's verify option (l2sched.vllm.replay,
 # verify_startup): the statistics and the graph lookup on a CPU; the replays

@@ -82,6 +82,17 @@ def set_prefetch(on: bool) -> SwitchState:
     return prefetch_state(refused)
 
 
+def set_prefetch_or_raise(on: bool) -> SwitchState:
+    """``set_prefetch(on)`` for a measurement that needs the switch to take
+    (the replay A/B, a traced replay): raises ``RuntimeError`` when this
+    process has no installed schedule or a switch was refused."""
+    state = set_prefetch(on)
+    if not state.installed or state.refused:
+        raise RuntimeError("no installed schedule to switch" if not state.installed
+                           else "the switch was refused")
+    return state
+
+
 def prefetch_state(refused: int = 0) -> SwitchState:
     """The switch state of this process's installed schedules."""
     live = _installed()
@@ -124,15 +135,8 @@ class PrefetchSwitchExtension:
         schedule or refused a switch, before or during the timing, or when
         called outside a vLLM worker."""
         runner = _model_runner(self, "l2sched_replay_ab")
-
-        def switch(on: bool) -> None:
-            state = set_prefetch(on)
-            if not state.installed or state.refused:
-                raise RuntimeError("no installed schedule to switch" if not state.installed
-                                   else "the switch was refused")
-
         return replay_ab(runner, [int(b) for b in batches], rounds=rounds,
-                         warmup=warmup, replays=replays, switch=switch)
+                         warmup=warmup, replays=replays, switch=set_prefetch_or_raise)
 
     def l2sched_decode_graph_sizes(self) -> list:
         """The batch sizes of this worker's captured FULL decode graphs

@@ -43,18 +43,13 @@ def trace_in_worker(worker, batches: list, trace_dir: str) -> dict:
 
     from l2sched.bench.trace import trace_replays
     from l2sched.vllm.replay import graphs_for
-    from l2sched.vllm.switch import set_prefetch
-
-    def switch(arm: str) -> None:
-        state = set_prefetch(arm == "on")
-        if not state.installed or state.refused:
-            raise RuntimeError(f"trace: switch to {arm}: "
-                               + ("nothing installed" if not state.installed else "refused"))
+    from l2sched.vllm.switch import set_prefetch_or_raise
 
     out = {}
     for m, g in graphs_for(worker.model_runner, [int(b) for b in batches]).items():
-        out[m] = trace_replays({"off": g, "on": g}, trace_dir, m, torch, before=switch)
-    set_prefetch(True)
+        out[m] = trace_replays({"off": g, "on": g}, trace_dir, m, torch,
+                               before=lambda arm: set_prefetch_or_raise(arm == "on"))
+    set_prefetch_or_raise(True)
     return out
 
 
