@@ -99,6 +99,20 @@ def prepare(d: Path, model: str, tp: int, base: str, source: str | None,
     return spec
 
 
+def plugin_section(spec: dict, schedule: Path | None = None, verify: int = 0) -> dict:
+    """The l2sched plugin's section for the run's engines: ``schedule``
+    forced on (``on_predicted_loss: warn``, so a predicted loss installs
+    anyway), else ``auto``; the emulation profile as the device; the
+    start-up A/B of ``verify`` rounds when given."""
+    section: dict = {"schedule": str(schedule) if schedule else "auto"}
+    if verify:
+        section["verify"] = verify
+    section["device"] = spec["device_profile"]
+    if schedule:
+        section["on_predicted_loss"] = "warn"
+    return section
+
+
 def engine_kwargs(d: Path, spec: dict) -> dict:
     """``vllm.LLM`` keyword arguments (without model and l2sched section)."""
     VG = _vllm_gpu()
@@ -121,8 +135,7 @@ def serve(d: Path) -> int:
     from vllm import LLM, SamplingParams
 
     kw = engine_kwargs(d, spec)
-    kw["additional_config"] = {"l2sched": {"schedule": "auto", "verify": 5,
-                                           "device": spec["device_profile"]}}
+    kw["additional_config"] = {"l2sched": plugin_section(spec, verify=5)}
     llm = LLM(**kw)
     vocab = int(llm.llm_engine.model_config.hf_text_config.vocab_size)
     out = {"tokens": {}}
@@ -152,8 +165,7 @@ def forced(d: Path) -> int:
     os.environ.update(_env(d))
     from vllm import LLM, SamplingParams
 
-    section = {"schedule": str(Path(os.environ["SCHEDULE"]).resolve()), "verify": 5,
-               "device": spec["device_profile"], "on_predicted_loss": "warn"}
+    section = plugin_section(spec, Path(os.environ["SCHEDULE"]).resolve(), verify=5)
     if os.environ.get("SET"):
         section["set"] = os.environ["SET"].split(",")
     kw = engine_kwargs(d, spec)
@@ -201,8 +213,7 @@ def verify_forced(d: Path, spec: dict, schedule: Path) -> int:
     degree and sets the schedule's ``tp`` to it (1 here), while the emulated
     rank is TP rank 0 of ``spec["tp"]``: the schedule keeps its own ``tp``
     line."""
-    section = {"schedule": str(schedule), "device": spec["device_profile"],
-               "on_predicted_loss": "warn"}
+    section = plugin_section(spec, schedule)
     return measure_in_engine(d, spec, section, "verify (SCHEDULE=" + str(schedule) + ")")
 
 
@@ -212,7 +223,7 @@ def serve_verify(d: Path) -> int:
     the start-up A/B, as ``serve``), then ``measure_in_engine`` measures what
     auto kept on. Writes ``d/verify.json`` + ``.md``; its log is both steps'."""
     spec = json.loads((d / "spec.json").read_text())
-    section = {"schedule": "auto", "verify": 5, "device": spec["device_profile"]}
+    section = plugin_section(spec, verify=5)
     return measure_in_engine(d, spec, section, "serve-verify (auto, verify: 5)")
 
 
@@ -277,9 +288,7 @@ def trace(d: Path) -> int:
 
     spec = json.loads((d / "spec.json").read_text())
     forced = os.environ.get("SCHEDULE")
-    section = ({"schedule": str(Path(forced).resolve()), "device": spec["device_profile"],
-                "on_predicted_loss": "warn"} if forced
-               else {"schedule": "auto", "device": spec["device_profile"]})
+    section = plugin_section(spec, Path(forced).resolve() if forced else None)
     return trace_engine(d, _start_engine_kwargs(d, spec), section, TOKENS, _env(d))
 
 
